@@ -1,0 +1,47 @@
+# quorumlog — every target works on a fresh machine with only Python 3.11 and Java 17.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+STRICT := replica/raft replica/storage replica/protocol
+SEEDS ?= 1000
+PYTEST_ARGS ?=
+
+.PHONY: test lint typecheck unit demo sim chaos venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev,delta]'
+	@touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict $(STRICT)
+
+test: lint typecheck
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -m "not cluster and not spark" $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/python examples/pipeline.py
+
+sim: $(STAMP)
+ifdef SEED
+	$(BIN)/python -m tests.sim.run --seed $(SEED)
+else
+	$(BIN)/python -m tests.sim.run --seeds $(SEEDS)
+endif
+
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos.run --seed $(or $(SEED),1) --duration $(or $(DURATION),60)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

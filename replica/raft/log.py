@@ -1,0 +1,98 @@
+"""The log interface the raft core drives.
+
+The core never opens files: it is handed an object with this shape. ``replica.storage.Log``
+implements it on disk; the simulator's in-memory log implements it in RAM. Record data is
+opaque to the core: whole batches as bytes, exactly as read from a leader's log, each with
+its leader epoch in its header (the log, not the core, keeps the epoch cache up to date when
+it appends them).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class OffsetAndEpoch(NamedTuple):
+    offset: int
+    epoch: int
+
+
+class EpochEndOffset(NamedTuple):
+    """Answer of ``end_offset_for``: (UNDEFINED_EPOCH, UNDEFINED_OFFSET) when unknown."""
+
+    epoch: int
+    end_offset: int
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int  # inclusive
+    record_count: int
+
+
+class ReplicaLog(Protocol):
+    @property
+    def start_offset(self) -> int:
+        """First offset still held (retention moves it up)."""
+        ...
+
+    @property
+    def end_offset(self) -> int:
+        """Log end offset: the offset the next appended record gets."""
+        ...
+
+    @property
+    def durable_end_offset(self) -> int:
+        """End offset of what has been fsync'd; only this may count towards the HWM."""
+        ...
+
+    def last_epoch(self) -> int:
+        """Leader epoch of the last batch in the log (latest epoch-cache entry), or
+        UNDEFINED_EPOCH if the log has none."""
+        ...
+
+    def end_offset_for(self, epoch: int) -> EpochEndOffset:
+        """KIP-101 lookup with Kafka's semantics: the latest epoch -> (epoch, log end
+        offset); otherwise (largest epoch <= requested, start offset of the next higher
+        epoch); requested below every epoch -> (requested, first start offset); no
+        entries -> (UNDEFINED_EPOCH, UNDEFINED_OFFSET)."""
+        ...
+
+    def epoch_at(self, offset: int) -> int:
+        """Leader epoch of the record at ``offset`` (UNDEFINED_EPOCH if offset is not in
+        the log). Used to answer "epoch of the record before offset X"."""
+        ...
+
+    def append_as_leader(self, records: bytes, epoch: int) -> AppendInfo:
+        """Append client batches (any base offset in their headers): the log assigns
+        offsets from end_offset, stamps ``epoch`` into each header, and records a new
+        epoch-cache entry if ``epoch`` is new."""
+        ...
+
+    def append_control(self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int) -> AppendInfo:
+        """Append the leader-change control batch a new leader writes at the start of
+        its epoch."""
+        ...
+
+    def append_as_follower(self, batches: bytes) -> AppendInfo | None:
+        """Append whole batches fetched from the leader: base offsets must continue at
+        end_offset (else ValueError); epochs come from the headers and extend the epoch
+        cache. Returns None for empty input."""
+        ...
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches starting with the one that holds ``offset``; at least one batch
+        if any exists at or after offset even if larger than max_bytes; never a batch
+        starting at or past ``max_offset`` when given."""
+        ...
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or above ``offset`` (and epoch entries from there)."""
+        ...
+
+    def flush(self) -> int:
+        """fsync what is appended; returns the new durable end offset."""
+        ...
