@@ -9,28 +9,24 @@ it appends them).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
-UNDEFINED_EPOCH = -1
-UNDEFINED_OFFSET = -1
+from ..storage.types import (
+    UNDEFINED_EPOCH,
+    UNDEFINED_OFFSET,
+    AppendInfo,
+    EpochEndOffset,
+    OffsetAndEpoch,
+)
 
-
-class OffsetAndEpoch(NamedTuple):
-    offset: int
-    epoch: int
-
-
-class EpochEndOffset(NamedTuple):
-    """Answer of ``end_offset_for``: (UNDEFINED_EPOCH, UNDEFINED_OFFSET) when unknown."""
-
-    epoch: int
-    end_offset: int
-
-
-class AppendInfo(NamedTuple):
-    first_offset: int
-    last_offset: int  # inclusive
-    record_count: int
+__all__ = [
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_OFFSET",
+    "AppendInfo",
+    "EpochEndOffset",
+    "OffsetAndEpoch",
+    "ReplicaLog",
+]
 
 
 class ReplicaLog(Protocol):
@@ -72,7 +68,9 @@ class ReplicaLog(Protocol):
         epoch-cache entry if ``epoch`` is new."""
         ...
 
-    def append_control(self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int) -> AppendInfo:
+    def append_control(
+        self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
+    ) -> AppendInfo:
         """Append the leader-change control batch a new leader writes at the start of
         its epoch."""
         ...

@@ -1,0 +1,26 @@
+"""Value types shared by the storage log and the raft core's log interface (no I/O here)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class OffsetAndEpoch(NamedTuple):
+    offset: int
+    epoch: int
+
+
+class EpochEndOffset(NamedTuple):
+    """Answer of ``end_offset_for``: (UNDEFINED_EPOCH, UNDEFINED_OFFSET) when unknown."""
+
+    epoch: int
+    end_offset: int
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int  # inclusive
+    record_count: int
