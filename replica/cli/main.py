@@ -1,2 +1,347 @@
-def main() -> None:
-    print("quorumlog")
+"""The ``quorumlog`` command: serve, cluster, topic, produce, consume, describe, partition, perf."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("quorumlog")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _add_bootstrap(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap", "-b", required=True, help="host:port[,host:port...] of any nodes")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ..node.config import NodeConfig
+    from ..node.node import run_node
+
+    _setup_logging(args.log_level)
+    config = NodeConfig.from_args(args)
+    return run_node(config)
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    from ..node.cluster import LocalCluster
+
+    _setup_logging("WARNING")
+    cluster = LocalCluster(args.nodes, args.data_dir, log_level=args.log_level)
+    stop = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    with cluster:
+        print(f"quorumlog cluster of {args.nodes} nodes is up (data under {cluster.data_dir})")
+        print(f"bootstrap: {cluster.bootstrap}")
+        print("Ctrl-C stops every node.")
+        sys.stdout.flush()
+        while not stop:
+            dead = [n for n in cluster.procs if not cluster.is_running(n)]
+            if dead:
+                print(f"node(s) {dead} exited; see {cluster.log_path(dead[0])}", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+    print("stopped")
+    return 0
+
+
+def cmd_topic(args: argparse.Namespace) -> int:
+    from ..client import Client
+
+    with Client(args.bootstrap) as c:
+        if args.action == "create":
+            c.create_topic(args.name, args.partitions, args.replication_factor)
+            c.wait_for_leaders(args.name)
+            print(f"created topic {args.name} with {args.partitions} partition(s)")
+        elif args.action == "delete":
+            c.delete_topic(args.name)
+            print(f"deleted topic {args.name}")
+        else:
+            for t in c.list_topics():
+                print(t)
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from ..client import Client
+    from ..client.producer import Producer
+
+    with Client(args.bootstrap) as c:
+        producer = Producer(c, acks=args.acks, linger_ms=args.linger_ms)
+        count = 0
+        if args.generate:
+            value = b"x" * args.value_size
+            for _ in range(args.generate):
+                producer.send(args.topic, value, partition=args.partition)
+                count += 1
+        else:
+            for line in sys.stdin.buffer:
+                line = line.rstrip(b"\n")
+                key: bytes | None = None
+                if args.key_separator:
+                    k, sep, v = line.partition(args.key_separator.encode())
+                    if sep:
+                        key, line = k, v
+                producer.send(args.topic, line, key=key, partition=args.partition)
+                count += 1
+        results = producer.flush()
+        print(f"produced {count} record(s) to {args.topic}", file=sys.stderr)
+        if args.verbose:
+            for r in results:
+                print(
+                    json.dumps(
+                        {
+                            "partition": r.partition,
+                            "base_offset": r.base_offset,
+                            "last_offset": r.last_offset,
+                            "epoch": r.leader_epoch,
+                        }
+                    )
+                )
+    return 0
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    from ..client import Client
+
+    with Client(args.bootstrap) as c:
+        meta = c.metadata([args.topic])[args.topic]
+        parts = [args.partition] if args.partition is not None else sorted(meta.partitions)
+        positions = {p: c.list_offsets(args.topic, p, args.from_).offset for p in parts}
+        seen = 0
+        deadline = time.monotonic() + args.timeout_ms / 1000 if args.timeout_ms else None
+        while args.max_records is None or seen < args.max_records:
+            progressed = False
+            for p in parts:
+                res = c.fetch(
+                    args.topic, p, positions[p], max_wait_ms=100 if len(parts) == 1 else 0
+                )
+                table = res.to_arrow(start_offset=positions[p])
+                if table.num_rows:
+                    progressed = True
+                    for row in table.to_pylist():
+                        value = row["value"]
+                        text = value.decode(errors="replace") if value is not None else ""
+                        if args.print_offsets:
+                            print(f"{p}\t{row['offset']}\t{row['leaderEpoch']}\t{text}")
+                        else:
+                            print(text)
+                        seen += 1
+                last = res.last_offset_and_epoch()
+                if last is not None and last.offset + 1 > positions[p]:
+                    positions[p] = min(last.offset + 1, res.high_watermark)
+            sys.stdout.flush()
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            if not progressed and deadline is None and not args.follow:
+                break
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    from ..client import Client
+
+    with Client(args.bootstrap) as c:
+        meta = c.metadata([args.topic] if args.topic else None)
+        rows = []
+        for name, t in meta.items():
+            for p in sorted(t.partitions):
+                pm = t.partitions[p]
+                try:
+                    q = c.describe_quorum(name, p)
+                    reps = ", ".join(
+                        f"{v.replica_id}:{v.end_offset}(lag {v.lag})" for v in q.voters
+                    )
+                except Exception as exc:  # a partition without a leader still gets a row
+                    reps = f"unavailable ({exc})"
+                rows.append(
+                    (
+                        name,
+                        str(p),
+                        str(pm.leader_id),
+                        str(pm.leader_epoch),
+                        str(pm.high_watermark),
+                        reps,
+                    )
+                )
+        header = (
+            "TOPIC",
+            "PARTITION",
+            "LEADER",
+            "EPOCH",
+            "HIGH-WATERMARK",
+            "REPLICAS (id:end offset)",
+        )
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        for r in [header, *rows]:
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    return 0
+
+
+def cmd_force_leader(args: argparse.Namespace) -> int:
+    from ..client import Client
+
+    if not args.i_understand_data_loss:
+        print(
+            "force-leader is an UNCLEAN leader election: node "
+            f"{args.node} will lead {args.topic}/{args.partition} without a majority, and committed "
+            "records it lacks are LOST (consumers will see a truncation).\n"
+            "Re-run with --i-understand-data-loss to proceed.",
+            file=sys.stderr,
+        )
+        return 2
+    with Client(args.bootstrap) as c:
+        epoch = c.force_leader(args.topic, args.partition, args.node, confirm=True)
+    print(f"node {args.node} now leads {args.topic}/{args.partition} in epoch {epoch}")
+    return 0
+
+
+def _perf(module: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        mod = importlib.import_module(f"quorumlog.{module}")
+        rc: int = mod.main(args.rest)
+        return rc
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="quorumlog", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run one node")
+    p.add_argument("--node-id", type=int, required=True)
+    p.add_argument("--listen", required=True, help="HOST:PORT to listen on")
+    p.add_argument(
+        "--voters", required=True, help="id@host:port,... of every voter (this node included)"
+    )
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--cluster-id", required=True)
+    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--election-timeout-ms", type=int, default=None)
+    p.add_argument("--fetch-timeout-ms", type=int, default=None)
+    p.add_argument("--segment-bytes", type=int, default=None)
+    p.add_argument("--retention-bytes", type=int, default=None)
+    p.add_argument("--retention-ms", type=int, default=None)
+    p.add_argument(
+        "--allow-insecure", action="store_true", help="allow plaintext on a non-loopback address"
+    )
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("cluster", help="embedded cluster on loopback")
+    csub = p.add_subparsers(dest="action", required=True)
+    up = csub.add_parser("up", help="start N nodes, print the bootstrap, stop them on Ctrl-C")
+    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--data-dir", default=None)
+    up.add_argument("--log-level", default="INFO")
+    up.set_defaults(func=cmd_cluster_up)
+
+    p = sub.add_parser("topic", help="create, list or delete topics")
+    p.add_argument("action", choices=["create", "list", "delete"])
+    p.add_argument("name", nargs="?")
+    _add_bootstrap(p)
+    p.add_argument("--partitions", "-p", type=int, default=1)
+    p.add_argument("--replication-factor", "-r", type=int, default=None)
+    p.set_defaults(func=cmd_topic)
+
+    p = sub.add_parser("produce", help="produce stdin lines (or a generated load)")
+    p.add_argument("topic")
+    _add_bootstrap(p)
+    p.add_argument("--partition", type=int, default=None)
+    p.add_argument("--acks", choices=["quorum", "leader"], default="quorum")
+    p.add_argument("--linger-ms", type=int, default=5)
+    p.add_argument("--key-separator", default=None)
+    p.add_argument(
+        "--generate", type=int, default=0, help="produce N generated records instead of stdin"
+    )
+    p.add_argument("--value-size", type=int, default=100)
+    p.add_argument(
+        "--verbose", "-v", action="store_true", help="print (partition, offsets, epoch) per batch"
+    )
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("consume", help="print records")
+    p.add_argument("topic")
+    _add_bootstrap(p)
+    p.add_argument("--partition", type=int, default=None)
+    p.add_argument("--from", dest="from_", choices=["earliest", "latest"], default="earliest")
+    p.add_argument("--max-records", type=int, default=None)
+    p.add_argument("--timeout-ms", type=int, default=0)
+    p.add_argument("--follow", "-f", action="store_true")
+    p.add_argument("--print-offsets", action="store_true")
+    p.set_defaults(func=cmd_consume)
+
+    p = sub.add_parser(
+        "describe", help="a table per partition: leader, epoch, high watermark, replicas"
+    )
+    _add_bootstrap(p)
+    p.add_argument("--topic", default=None)
+    p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser("partition", help="operator actions on one partition")
+    psub = p.add_subparsers(dest="action", required=True)
+    fl = psub.add_parser(
+        "force-leader", help="UNCLEAN leader election (may lose committed records)"
+    )
+    fl.add_argument("topic")
+    fl.add_argument("partition", type=int)
+    fl.add_argument("--node", type=int, required=True)
+    _add_bootstrap(fl)
+    fl.add_argument("--i-understand-data-loss", action="store_true")
+    fl.set_defaults(func=cmd_force_leader)
+
+    p = sub.add_parser("perf", help="benchmarks: storage, produce, failover, spark-read")
+    perf = p.add_subparsers(dest="which", required=True)
+    for name, module in [
+        ("storage", "replica.storage.perf"),
+        ("produce", "replica.cli.perf_produce"),
+        ("failover", "replica.cli.perf_failover"),
+        ("spark-read", "replica.cli.perf_spark"),
+    ]:
+        pp = perf.add_parser(name, add_help=False)
+        pp.add_argument("rest", nargs=argparse.REMAINDER)
+        pp.set_defaults(func=_perf(module))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "topic" and args.action in ("create", "delete") and not args.name:
+        parser.error(f"topic {args.action} needs a topic name")
+    try:
+        rc: int = args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        from ..client.errors import QuorumLogError
+
+        if isinstance(exc, QuorumLogError | ValueError | TimeoutError):
+            print(f"quorumlog: error: {exc}", file=sys.stderr)
+            return 1
+        raise
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,512 @@
+"""The synchronous client: metadata, produce, fenced fetch, list offsets, offsets-for-epoch.
+
+Leader routing uses a metadata cache refreshed on NOT_LEADER / FENCED / UNKNOWN epoch and on
+connection loss, with back-off, up to ``request_timeout_ms``. When a caller passes its own
+``current_leader_epoch``, fencing errors are raised to it instead of retried: the caller
+(a KIP-320 consumer) must re-validate its position before reading on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
+
+from ..protocol import ApiKey, ErrorCode
+from ..protocol import messages as m
+from ..storage.types import EpochEndOffset, OffsetAndEpoch
+from .connection import Connection, ConnectionLost
+from .errors import (
+    BootstrapUnreachableError,
+    FencedLeaderEpochError,
+    LeaderNotAvailableError,
+    NotLeaderError,
+    QuorumLogError,
+    RequestTimeoutError,
+    UnknownLeaderEpochError,
+    UnknownTopicError,
+    error_for,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_REFRESH_ERRORS = (
+    NotLeaderError,
+    LeaderNotAvailableError,
+    FencedLeaderEpochError,
+    UnknownLeaderEpochError,
+    ConnectionLost,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    topic: str
+    partition: int
+    leader_id: int
+    leader_epoch: int
+    replicas: list[int]
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+
+
+class ProduceResult(NamedTuple):
+    topic: str
+    partition: int
+    base_offset: int
+    last_offset: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    topic: str
+    partition: int
+    leader_epoch: int
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+    def to_arrow(self, start_offset: int | None = None, end_offset: int | None = None) -> Any:
+        """The user records as a pyarrow Table (key, value, timestamp, headers, offset,
+        leaderEpoch): control batches removed, rows outside [start, end) sliced off."""
+        from ..storage.batch import records_to_arrow
+
+        return records_to_arrow(self.records, start_offset=start_offset, end_offset=end_offset)
+
+    def last_offset_and_epoch(self) -> OffsetAndEpoch | None:
+        """Offset and epoch of the last record held (control records included)."""
+        from ..storage.batch import iter_batches
+
+        last: OffsetAndEpoch | None = None
+        for b in iter_batches(self.records):
+            last = OffsetAndEpoch(b.last_offset, b.leader_epoch)
+        return last
+
+
+def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out: list[tuple[str, int]] = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bootstrap address {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("bootstrap is empty: give host:port[,host:port...]")
+    return out
+
+
+class Client:
+    def __init__(
+        self,
+        bootstrap: str | list[str],
+        *,
+        client_id: str = "quorumlog",
+        request_timeout_ms: int = 30000,
+        retry_backoff_ms: int = 100,
+    ) -> None:
+        self._bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self._nodes: dict[int, tuple[str, int]] = {}
+        self._conns: dict[tuple[str, int], Connection] = {}
+        self._leaders: dict[tuple[str, int], PartitionMetadata] = {}
+        self._controller_id = -1
+        self.cluster_id = ""
+
+    # ---- plumbing -------------------------------------------------------------------
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _conn(self, addr: tuple[str, int], timeout_s: float) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = Connection(
+                addr[0], addr[1], client_id=self.client_id, timeout_s=min(timeout_s, 10.0)
+            )
+            self._conns[addr] = conn
+        conn.set_timeout(timeout_s)
+        return conn
+
+    def _request(
+        self, addr: tuple[str, int], api: ApiKey, req: Any, resp_cls: type[T], timeout_s: float
+    ) -> T:
+        conn = self._conn(addr, timeout_s)
+        try:
+            return conn.request(api, req, resp_cls)
+        except ConnectionLost:
+            self._conns.pop(addr, None)
+            raise
+
+    def _addresses(self) -> list[tuple[str, int]]:
+        seen: list[tuple[str, int]] = []
+        for addr in [*self._nodes.values(), *self._bootstrap]:
+            if addr not in seen:
+                seen.append(addr)
+        return seen
+
+    def _deadline(self, timeout_ms: int | None = None) -> float:
+        return (
+            time.monotonic()
+            + (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
+        )
+
+    def _backoff(self, deadline: float, attempt: int) -> None:
+        delay = min(self.retry_backoff_ms * (2 ** min(attempt, 5)), 1000) / 1000
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        time.sleep(min(delay, remaining))
+
+    @staticmethod
+    def _check(resp: Any) -> None:
+        if resp.error != ErrorCode.NONE:
+            raise error_for(resp.error, resp.error_message)
+
+    # ---- metadata -------------------------------------------------------------------
+    def _metadata_from(
+        self, addr: tuple[str, int], topics: list[str] | None, timeout_s: float
+    ) -> m.MetadataResponse:
+        resp = self._request(
+            addr, ApiKey.METADATA, m.MetadataRequest(topics), m.MetadataResponse, timeout_s
+        )
+        self.cluster_id = resp.cluster_id
+        for n in resp.nodes:
+            self._nodes[n.node_id] = (n.host, n.port)
+        if resp.controller_id >= 0:
+            self._controller_id = resp.controller_id
+        return resp
+
+    def metadata(self, topics: list[str] | None = None) -> dict[str, TopicMetadata]:
+        """Fresh metadata from every reachable node, merged: a partition's leader speaks for
+        it (epoch, high watermark); otherwise the highest epoch any replica reports."""
+        timeout_s = min(self.request_timeout_ms / 1000, 5.0)
+        answers: list[m.MetadataResponse] = []
+        errors: list[str] = []
+        for addr in self._addresses():
+            try:
+                answers.append(self._metadata_from(addr, topics, timeout_s))
+            except (ConnectionLost, QuorumLogError) as exc:
+                errors.append(f"{addr[0]}:{addr[1]}: {exc}")
+        if not answers:
+            raise BootstrapUnreachableError(
+                "no quorumlog node reachable at bootstrap "
+                + ",".join(f"{h}:{p}" for h, p in self._bootstrap)
+                + " ("
+                + "; ".join(errors)
+                + ")"
+            )
+        best: dict[tuple[str, int], tuple[tuple[int, int], m.PartitionInfo]] = {}
+        names: set[str] = set()
+        for resp in answers:
+            for t in resp.topics:
+                if t.error != ErrorCode.NONE:
+                    continue
+                names.add(t.name)
+                for p in t.partitions:
+                    rank = (1 if p.is_local_leader else 0, p.leader_epoch)
+                    key = (t.name, p.partition)
+                    if key not in best or rank > best[key][0]:
+                        best[key] = (rank, p)
+        out: dict[str, TopicMetadata] = {n: TopicMetadata(n) for n in sorted(names)}
+        for (topic, part), (_, p) in best.items():
+            pm = PartitionMetadata(
+                topic,
+                part,
+                p.leader_id,
+                p.leader_epoch,
+                list(p.replicas),
+                p.high_watermark,
+                p.log_start_offset,
+            )
+            out[topic].partitions[part] = pm
+            self._leaders[(topic, part)] = pm
+        if topics:
+            missing = [t for t in topics if t not in out]
+            if missing:
+                raise UnknownTopicError(f"unknown topic(s): {', '.join(missing)}")
+        return out
+
+    def list_topics(self) -> list[str]:
+        return self._admin(ApiKey.LIST_TOPICS, m.ListTopicsRequest(), m.ListTopicsResponse).topics
+
+    def _admin(self, api: ApiKey, req: Any, resp_cls: type[T], *, controller: bool = False) -> T:
+        deadline = self._deadline()
+        attempt = 0
+        while True:
+            if controller and self._controller_id < 0:
+                try:
+                    self.metadata()
+                except BootstrapUnreachableError:
+                    if time.monotonic() >= deadline:
+                        raise
+            targets = self._addresses()
+            if controller and self._controller_id in self._nodes:
+                targets = [self._nodes[self._controller_id]]
+            last: Exception | None = None
+            for addr in targets:
+                try:
+                    resp = self._request(
+                        addr, api, req, resp_cls, max(0.1, deadline - time.monotonic())
+                    )
+                    self._check(resp)
+                    return resp
+                except _REFRESH_ERRORS as exc:
+                    last = exc
+                    self._controller_id = -1
+            if time.monotonic() >= deadline:
+                raise RequestTimeoutError(
+                    f"{api.name} did not succeed within {self.request_timeout_ms} ms: {last}"
+                )
+            self._backoff(deadline, attempt)
+            attempt += 1
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int | None = None
+    ) -> None:
+        self._admin(
+            ApiKey.CREATE_TOPIC,
+            m.CreateTopicRequest(name, partitions, replication_factor or 0),
+            m.CreateTopicResponse,
+            controller=True,
+        )
+
+    def delete_topic(self, name: str) -> None:
+        self._admin(
+            ApiKey.DELETE_TOPIC, m.DeleteTopicRequest(name), m.DeleteTopicResponse, controller=True
+        )
+
+    def wait_for_leaders(self, topic: str, timeout_ms: int = 30000) -> TopicMetadata:
+        """Block until every partition of ``topic`` has a leader; a clear timeout otherwise."""
+        deadline = self._deadline(timeout_ms)
+        attempt = 0
+        while True:
+            try:
+                meta = self.metadata([topic])[topic]
+                if meta.partitions and all(p.leader_id >= 0 for p in meta.partitions.values()):
+                    return meta
+                missing = [p.partition for p in meta.partitions.values() if p.leader_id < 0]
+                why = f"partitions without a leader: {missing}"
+            except UnknownTopicError as exc:
+                why = str(exc)
+            if time.monotonic() >= deadline:
+                raise RequestTimeoutError(
+                    f"topic {topic!r} has no leader for every partition after {timeout_ms} ms ({why})"
+                )
+            self._backoff(deadline, min(attempt, 1))
+            attempt += 1
+
+    # ---- leader-routed requests -----------------------------------------------------
+    def partition_metadata(
+        self, topic: str, partition: int, *, refresh: bool = False
+    ) -> PartitionMetadata:
+        key = (topic, partition)
+        if refresh or key not in self._leaders or self._leaders[key].leader_id < 0:
+            meta = self.metadata([topic])
+            if partition not in meta[topic].partitions:
+                raise UnknownTopicError(f"topic {topic!r} has no partition {partition}")
+        return self._leaders[key]
+
+    def _leader_call(
+        self,
+        topic: str,
+        partition: int,
+        api: ApiKey,
+        make_request: Callable[[PartitionMetadata], Any],
+        resp_cls: type[T],
+        *,
+        fenced_to_caller: bool,
+        timeout_ms: int | None = None,
+    ) -> T:
+        deadline = self._deadline(timeout_ms)
+        attempt = 0
+        refresh = False
+        while True:
+            try:
+                pm = self.partition_metadata(topic, partition, refresh=refresh)
+                if pm.leader_id < 0 or pm.leader_id not in self._nodes:
+                    raise LeaderNotAvailableError(f"{topic}/{partition} has no leader yet")
+                resp = self._request(
+                    self._nodes[pm.leader_id],
+                    api,
+                    make_request(pm),
+                    resp_cls,
+                    max(0.1, deadline - time.monotonic()),
+                )
+                self._check(resp)
+                return resp
+            except (FencedLeaderEpochError, UnknownLeaderEpochError):
+                if fenced_to_caller:
+                    raise
+                refresh = True
+                last: Exception = LeaderNotAvailableError("fenced")
+            except (
+                NotLeaderError,
+                LeaderNotAvailableError,
+                ConnectionLost,
+                BootstrapUnreachableError,
+            ) as exc:
+                refresh = True
+                last = exc
+            if time.monotonic() >= deadline:
+                raise RequestTimeoutError(
+                    f"{api.name} on {topic}/{partition} did not succeed within "
+                    f"{timeout_ms if timeout_ms is not None else self.request_timeout_ms} ms: {last}"
+                )
+            self._backoff(deadline, attempt)
+            attempt += 1
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        *,
+        acks: int = m.ACKS_QUORUM,
+        timeout_ms: int | None = None,
+    ) -> ProduceResult:
+        """Append encoded batches (see ``quorumlog.replica.storage.batch``). A retry after a
+        timeout may append the same records twice (no idempotent producer yet)."""
+        t = timeout_ms if timeout_ms is not None else self.request_timeout_ms
+        resp = self._leader_call(
+            topic,
+            partition,
+            ApiKey.PRODUCE,
+            lambda pm: m.ProduceRequest(topic, partition, acks, t, records),
+            m.ProduceResponse,
+            fenced_to_caller=False,
+            timeout_ms=t,
+        )
+        return ProduceResult(
+            topic, partition, resp.base_offset, resp.last_offset, resp.leader_epoch
+        )
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        current_leader_epoch: int | None = None,
+        max_bytes: int = 8 << 20,
+        max_wait_ms: int = 0,
+    ) -> FetchResult:
+        epoch = m.NO_EPOCH if current_leader_epoch is None else current_leader_epoch
+        resp = self._leader_call(
+            topic,
+            partition,
+            ApiKey.FETCH,
+            lambda pm: m.FetchRequest(topic, partition, epoch, offset, max_wait_ms, 1, max_bytes),
+            m.FetchResponse,
+            fenced_to_caller=current_leader_epoch is not None,
+            timeout_ms=max(self.request_timeout_ms, max_wait_ms + 5000),
+        )
+        return FetchResult(
+            topic,
+            partition,
+            resp.leader_epoch,
+            resp.high_watermark,
+            resp.log_start_offset,
+            resp.records,
+        )
+
+    def list_offsets(
+        self, topic: str, partition: int, spec: str | int, current_leader_epoch: int | None = None
+    ) -> OffsetAndEpoch:
+        if spec == "latest":
+            ts = m.LATEST_TIMESTAMP
+        elif spec == "earliest":
+            ts = m.EARLIEST_TIMESTAMP
+        elif isinstance(spec, int) and spec >= 0:
+            ts = spec
+        else:
+            raise ValueError(
+                f"list_offsets spec must be 'earliest', 'latest' or a timestamp in ms, got {spec!r}"
+            )
+        epoch = m.NO_EPOCH if current_leader_epoch is None else current_leader_epoch
+        resp = self._leader_call(
+            topic,
+            partition,
+            ApiKey.LIST_OFFSETS,
+            lambda pm: m.ListOffsetsRequest(topic, partition, epoch, ts),
+            m.ListOffsetsResponse,
+            fenced_to_caller=current_leader_epoch is not None,
+        )
+        return OffsetAndEpoch(resp.offset, resp.leader_epoch)
+
+    def offsets_for_leader_epoch(
+        self, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int | None = None
+    ) -> EpochEndOffset:
+        epoch = m.NO_EPOCH if current_leader_epoch is None else current_leader_epoch
+        resp = self._leader_call(
+            topic,
+            partition,
+            ApiKey.OFFSETS_FOR_LEADER_EPOCH,
+            lambda pm: m.OffsetsForLeaderEpochRequest(topic, partition, epoch, leader_epoch),
+            m.OffsetsForLeaderEpochResponse,
+            fenced_to_caller=current_leader_epoch is not None,
+        )
+        return EpochEndOffset(resp.leader_epoch, resp.end_offset)
+
+    def describe_quorum(self, topic: str, partition: int) -> m.DescribeQuorumResponse:
+        return self._leader_call(
+            topic,
+            partition,
+            ApiKey.DESCRIBE_QUORUM,
+            lambda pm: m.DescribeQuorumRequest(topic, partition),
+            m.DescribeQuorumResponse,
+            fenced_to_caller=False,
+        )
+
+    def force_leader(self, topic: str, partition: int, node_id: int, *, confirm: bool) -> int:
+        """Unclean leader election: ``node_id`` leads ``topic/partition`` in a new epoch even
+        without a majority. Records it lacks are lost. Returns the new leader epoch."""
+        if not confirm:
+            raise ValueError("force_leader may lose committed records: pass confirm=True")
+        if not self._nodes:
+            self.metadata()
+        if node_id not in self._nodes:
+            raise ValueError(f"unknown node id {node_id}; known: {sorted(self._nodes)}")
+        resp = self._request(
+            self._nodes[node_id],
+            ApiKey.FORCE_LEADER,
+            m.ForceLeaderRequest(topic, partition, True),
+            m.ForceLeaderResponse,
+            self.request_timeout_ms / 1000,
+        )
+        self._check(resp)
+        self._leaders.pop((topic, partition), None)
+        return resp.leader_epoch
+
+    def api_versions(self, node_id: int | None = None) -> m.ApiVersionsResponse:
+        addr = self._nodes[node_id] if node_id is not None else self._addresses()[0]
+        return self._request(
+            addr,
+            ApiKey.API_VERSIONS,
+            m.ApiVersionsRequest(),
+            m.ApiVersionsResponse,
+            self.request_timeout_ms / 1000,
+        )

@@ -1,0 +1,77 @@
+"""Typed client exceptions; each carries the error code and the facts in its message."""
+
+from __future__ import annotations
+
+from ..protocol.errors import ErrorCode
+
+
+class QuorumLogError(Exception):
+    error_code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str, error_code: ErrorCode | None = None) -> None:
+        super().__init__(message)
+        if error_code is not None:
+            self.error_code = error_code
+
+
+class NotLeaderError(QuorumLogError):
+    error_code = ErrorCode.NOT_LEADER
+
+
+class LeaderNotAvailableError(QuorumLogError):
+    error_code = ErrorCode.LEADER_NOT_AVAILABLE
+
+
+class FencedLeaderEpochError(QuorumLogError):
+    error_code = ErrorCode.FENCED_LEADER_EPOCH
+
+
+class UnknownLeaderEpochError(QuorumLogError):
+    error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+class OffsetOutOfRangeError(QuorumLogError):
+    error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class UnknownTopicError(QuorumLogError):
+    error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+class TopicExistsError(QuorumLogError):
+    error_code = ErrorCode.TOPIC_ALREADY_EXISTS
+
+
+class BootstrapUnreachableError(QuorumLogError):
+    error_code = ErrorCode.NETWORK_EXCEPTION
+
+
+class RequestTimeoutError(QuorumLogError):
+    error_code = ErrorCode.REQUEST_TIMED_OUT
+
+
+class InvalidRequestError(QuorumLogError):
+    error_code = ErrorCode.INVALID_REQUEST
+
+
+_BY_CODE: dict[ErrorCode, type[QuorumLogError]] = {
+    ErrorCode.NOT_LEADER: NotLeaderError,
+    ErrorCode.NOT_QUORUM_LEADER: NotLeaderError,
+    ErrorCode.LEADER_NOT_AVAILABLE: LeaderNotAvailableError,
+    ErrorCode.FENCED_LEADER_EPOCH: FencedLeaderEpochError,
+    ErrorCode.UNKNOWN_LEADER_EPOCH: UnknownLeaderEpochError,
+    ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicError,
+    ErrorCode.TOPIC_ALREADY_EXISTS: TopicExistsError,
+    ErrorCode.REQUEST_TIMED_OUT: RequestTimeoutError,
+    ErrorCode.INVALID_REQUEST: InvalidRequestError,
+}
+
+
+def error_for(code: int, message: str) -> QuorumLogError:
+    try:
+        ec = ErrorCode(code)
+    except ValueError:
+        return QuorumLogError(f"unknown error code {code}: {message}")
+    cls = _BY_CODE.get(ec, QuorumLogError)
+    return cls(f"{ec.name}: {message}" if message else ec.name, ec)

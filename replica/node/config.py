@@ -1,0 +1,95 @@
+"""One typed configuration object for a node."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..protocol import DEFAULT_MAX_FRAME_BYTES
+
+
+def parse_host_port(text: str, what: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{what} {text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def parse_voters(text: str) -> dict[int, tuple[str, int]]:
+    voters: dict[int, tuple[str, int]] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        ident, sep, addr = item.partition("@")
+        if not sep or not ident.isdigit():
+            raise ValueError(f"voter {item!r} is not ID@HOST:PORT")
+        voters[int(ident)] = parse_host_port(addr, f"voter {ident} address")
+    if not voters:
+        raise ValueError("--voters is empty: give ID@HOST:PORT for every voter")
+    return voters
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_id: int
+    host: str
+    port: int
+    voters: dict[int, tuple[str, int]]
+    data_dir: Path
+    cluster_id: str
+    # Quorum timing (None: the raft core's shipped defaults).
+    election_timeout_ms: int | None = None
+    fetch_timeout_ms: int | None = None
+    # Storage.
+    segment_bytes: int | None = None
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    # Transport.
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    # How long a follower's fetch may be parked at the leader waiting for data.
+    replica_fetch_max_wait_ms: int = 250
+    produce_timeout_ms: int = 30000
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.node_id not in self.voters:
+            raise ValueError(
+                f"--node-id {self.node_id} is not among --voters {sorted(self.voters)}"
+            )
+        if not self.cluster_id:
+            raise ValueError("--cluster-id must not be empty")
+
+    @staticmethod
+    def from_args(args: argparse.Namespace) -> NodeConfig:
+        host, port = parse_host_port(args.listen, "--listen")
+        if not is_loopback(host) and not args.allow_insecure:
+            raise SystemExit(
+                f"quorumlog: refusing to serve plaintext without authentication on {host}: "
+                "bind a loopback address or pass --allow-insecure"
+            )
+        return NodeConfig(
+            node_id=args.node_id,
+            host=host,
+            port=port,
+            voters=parse_voters(args.voters),
+            data_dir=Path(args.data_dir),
+            cluster_id=args.cluster_id,
+            election_timeout_ms=args.election_timeout_ms,
+            fetch_timeout_ms=args.fetch_timeout_ms,
+            segment_bytes=args.segment_bytes,
+            retention_bytes=args.retention_bytes,
+            retention_ms=args.retention_ms,
+        )
