@@ -1,0 +1,124 @@
+"""quorumlog perf produce: committed records/s with acks=quorum, fsync on, 3 replicas;
+single-record latency at low load; elections seen during the run; peak RSS per node."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+from ..client import Client
+from ..node.cluster import LocalCluster
+from .perfutil import Progress, emit, peak_rss_mb, percentile
+
+
+def _epochs(client: Client, topic: str) -> dict[int, int]:
+    meta = client.metadata([topic])[topic]
+    return {p: pm.leader_epoch for p, pm in meta.partitions.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="quorumlog perf produce")
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument(
+        "--duration", type=float, default=0, help="run for this many seconds instead of --records"
+    )
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--batch-records", type=int, default=10_000)
+    ap.add_argument("--producers", type=int, default=2, help="concurrent producer connections")
+    ap.add_argument("--latency-samples", type=int, default=500)
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--json", action="store_true", help="print only the final JSON line")
+    args = ap.parse_args(argv)
+
+    from ..storage.batch import encode_batch
+
+    topic = "perf"
+    with LocalCluster(args.nodes, args.data_dir, log_level="WARNING") as cluster:
+        cluster.create_topic(topic, args.partitions)
+        client = cluster.client
+        epochs_before = _epochs(client, topic)
+        payload = encode_batch([b"v" * args.value_size] * args.batch_records)
+        total_batches = max(1, args.records // args.batch_records)
+        lock = threading.Lock()
+        state = {"batches": 0, "records": 0}
+        deadline = time.monotonic() + args.duration if args.duration else None
+        errors: list[BaseException] = []
+
+        def worker(idx: int) -> None:
+            try:
+                with Client(cluster.bootstrap) as c:
+                    i = idx
+                    while True:
+                        with lock:
+                            if deadline is None and state["batches"] >= total_batches:
+                                return
+                            state["batches"] += 1
+                        if deadline is not None and time.monotonic() >= deadline:
+                            return
+                        c.produce(topic, i % args.partitions, payload)
+                        i += 1
+                        with lock:
+                            state["records"] += args.batch_records
+            except BaseException as exc:  # reported after the run
+                errors.append(exc)
+
+        progress = Progress(args.duration or total_batches * args.batch_records, "produce")
+        start = time.monotonic()
+        threads = [
+            threading.Thread(target=worker, args=(i,), daemon=True) for i in range(args.producers)
+        ]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            progress.update(time.monotonic() - start if args.duration else state["records"])
+            time.sleep(0.1)
+        elapsed = time.monotonic() - start
+        progress.close()
+        if errors:
+            raise errors[0]
+        records = state["records"]
+        rss = {n: peak_rss_mb(p.pid) for n, p in cluster.procs.items()}
+        epochs_after = _epochs(client, topic)
+        elections = sum(
+            epochs_after[p] - epochs_before.get(p, epochs_after[p]) for p in epochs_after
+        )
+
+        # Latency: one record per request, one at a time, at low load.
+        one = encode_batch([b"l" * args.value_size])
+        lat: list[float] = []
+        for _ in range(args.latency_samples):
+            t0 = time.perf_counter()
+            client.produce(topic, 0, one)
+            lat.append((time.perf_counter() - t0) * 1000)
+
+    rate = records / elapsed
+    figures = {
+        "bench": "produce",
+        "nodes": args.nodes,
+        "partitions": args.partitions,
+        "records": records,
+        "value_size": args.value_size,
+        "seconds": round(elapsed, 3),
+        "records_per_s": round(rate),
+        "mb_per_s": round(rate * args.value_size / 1e6, 1),
+        "latency_p50_ms": round(percentile(lat, 50), 3),
+        "latency_p99_ms": round(percentile(lat, 99), 3),
+        "elections": elections,
+        "peak_rss_mb": {str(k): round(v, 1) for k, v in rss.items()},
+    }
+    lines = (
+        []
+        if args.json
+        else [
+            f"committed {records} records of {args.value_size} B in {elapsed:.2f}s with acks=quorum "
+            f"({args.nodes} replicas, fsync on): {rate:,.0f} records/s, {rate * args.value_size / 1e6:.1f} MB/s",
+            f"single-record latency: p50 {figures['latency_p50_ms']} ms, p99 {figures['latency_p99_ms']} ms",
+            f"leader elections during the run: {elections}",
+            "peak RSS per node (MB): " + ", ".join(f"{k}: {v:.0f}" for k, v in rss.items()),
+        ]
+    )
+    emit(figures, lines)
+    return 0
