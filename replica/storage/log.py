@@ -1,0 +1,711 @@
+"""``Log``: one partition replica's directory of segments, its epoch cache, recovery,
+retention and group-commit flush.
+
+Thread-safety: every method except ``flush`` (and the read-only ``durable_end_offset``)
+must be called from one owner thread (the node's event loop). ``flush`` may run in any
+other thread at the same time as appends and reads; concurrent ``flush`` calls are
+serialised, and each one fsyncs everything appended before it started (group commit).
+``truncate_to``, ``apply_retention`` and ``close`` wait for a running ``flush`` to finish
+(they are rare, and it keeps file descriptors and the epoch checkpoint consistent).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
+from .errors import (
+    CorruptCheckpointError,
+    CorruptLogError,
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from .fileutil import atomic_write, fsync_dir
+from .records import (
+    HEADER_SIZE,
+    MAGIC,
+    BatchHeader,
+    encode_control_batch,
+    iter_batches,
+    parse_header,
+    restamp_header,
+    validate_arrow,
+    validate_payload,
+)
+from .segment import Segment
+from .types import UNDEFINED_EPOCH, AppendInfo, EpochEndOffset
+
+__all__ = ["CLEAN_SHUTDOWN_FILE", "Log", "LogConfig"]
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+_IOV_MAX = 512
+_MAX_RELATIVE = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Storage settings (Kafka's names in the comments).
+
+    segment_bytes (segment.bytes): roll the active segment before it would exceed this.
+    segment_ms (segment.ms): roll an active segment older than this (needed for age
+      retention to reach recent data; None = never).
+    index_interval_bytes (index.interval.bytes): bytes between sparse index entries.
+    retention_bytes / retention_ms (retention.*): None = unlimited. Whole segments only,
+      never the active one.
+    validate_records: the leader decodes each client batch's Arrow metadata to check its
+      schema and row count (CRCs are always checked).
+    """
+
+    segment_bytes: int = 256 * 1024 * 1024
+    segment_ms: int | None = None
+    index_interval_bytes: int = 4096
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+    validate_records: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.segment_bytes <= 1 << 31:
+            raise ValueError(f"segment_bytes must be in (0, 2 GiB], got {self.segment_bytes}")
+        if self.index_interval_bytes <= 0:
+            raise ValueError("index_interval_bytes must be positive")
+
+
+@dataclass
+class _Planned:
+    header: BatchHeader
+    base_offset: int
+    epoch: int
+    buffers: list[bytes | memoryview]
+
+
+class Log:
+    """One partition replica on disk; satisfies ``replica.raft.log.ReplicaLog``.
+
+    Open with ``Log(directory)``: recovers after an unclean shutdown (see ``_recover``).
+    ``repair=True`` truncates at a corrupt batch even when valid batches follow it
+    (losing them) instead of raising CorruptLogError.
+    """
+
+    def __init__(
+        self, directory: str, config: LogConfig | None = None, *, repair: bool = False
+    ) -> None:
+        self.directory = directory
+        self.config = config or LogConfig()
+        self._repair = repair
+        self._lock = threading.Lock()  # guards state shared with the flush thread
+        self._flush_lock = threading.Lock()  # held by flush, truncate, retention, close
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._dir_dirty = False
+        self._closed = False
+        self._rebuild_cache = False
+        os.makedirs(directory, exist_ok=True)
+        self._cache = self._open_cache()
+        self._recover()
+        self._end_offset = self._segments[-1].end_offset
+        self._durable_end_offset = self._end_offset
+
+    # -- ReplicaLog properties -------------------------------------------------------
+
+    @property
+    def start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self._end_offset
+
+    @property
+    def durable_end_offset(self) -> int:
+        return self._durable_end_offset
+
+    @property
+    def epoch_cache(self) -> LeaderEpochCache:
+        return self._cache
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(seg.size for seg in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    def last_epoch(self) -> int:
+        return self._cache.latest_epoch
+
+    def end_offset_for(self, epoch: int) -> EpochEndOffset:
+        return self._cache.end_offset_for(epoch, self._end_offset)
+
+    def epoch_at(self, offset: int) -> int:
+        if not self.start_offset <= offset < self._end_offset:
+            return UNDEFINED_EPOCH
+        return self._cache.epoch_for_offset(offset)
+
+    # -- appends ---------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, epoch: int) -> AppendInfo:
+        """Append client batches: offsets assigned from end_offset and ``epoch`` stamped
+        by writing new headers in front of the untouched payloads (CRCs are checked, and
+        with ``validate_records`` the Arrow schema and row counts). Control batches are
+        rejected; use append_control."""
+        return self._append_leader(records, epoch, allow_control=False)
+
+    def append_control(
+        self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
+    ) -> AppendInfo:
+        batch = encode_control_batch(leader_id, voters, timestamp_ms, leader_epoch=epoch)
+        return self._append_leader(batch, epoch, allow_control=True)
+
+    def _append_leader(self, records: bytes, epoch: int, *, allow_control: bool) -> AppendInfo:
+        self._check_open()
+        if epoch < 0:
+            raise ValueError(f"leader epoch must be >= 0, got {epoch}")
+        latest = self._cache.latest_epoch
+        if epoch < latest:
+            raise ValueError(f"append with epoch {epoch} below the latest epoch {latest}")
+        view = memoryview(records)
+        planned: list[_Planned] = []
+        next_offset = self._end_offset
+        for header in iter_batches(view, verify_crc=True):
+            if header.is_control and not allow_control:
+                raise CorruptRecordError(
+                    f"client batch at position {header.position} has the control flag set"
+                )
+            if self.config.validate_records:
+                validate_arrow(view, header)
+            payload = view[header.position + HEADER_SIZE : header.end]
+            planned.append(
+                _Planned(
+                    header,
+                    next_offset,
+                    epoch,
+                    [restamp_header(header, next_offset, epoch), payload],
+                )
+            )
+            next_offset += header.record_count
+        if not planned:
+            raise ValueError("append_as_leader needs at least one batch")
+        return self._write(planned)
+
+    def append_as_follower(self, batches: bytes) -> AppendInfo | None:
+        """Append whole batches fetched from the leader, byte for byte. Base offsets must
+        continue at end_offset and epochs must not go below the latest epoch (else
+        ValueError, nothing written); CRCs are checked."""
+        self._check_open()
+        view = memoryview(batches)
+        if not view:
+            return None
+        planned: list[_Planned] = []
+        expected = self._end_offset
+        latest = self._cache.latest_epoch
+        for header in iter_batches(view, verify_crc=True):
+            if header.base_offset != expected:
+                raise ValueError(
+                    f"batch at position {header.position} has base offset "
+                    f"{header.base_offset}, expected {expected}"
+                )
+            if header.leader_epoch < 0 or header.leader_epoch < latest:
+                raise ValueError(
+                    f"batch at offset {header.base_offset} has epoch {header.leader_epoch}, "
+                    f"below the latest epoch {latest}"
+                )
+            latest = header.leader_epoch
+            planned.append(
+                _Planned(
+                    header, expected, header.leader_epoch, [view[header.position : header.end]]
+                )
+            )
+            expected = header.next_offset
+        return self._write(planned)
+
+    def _write(self, planned: Sequence[_Planned]) -> AppendInfo:
+        """Write planned batches, rolling segments as needed. A failed write truncates
+        the segment back so the log never holds a partial batch."""
+        first = planned[0].base_offset
+        group: list[_Planned] = []
+        for item in planned:
+            if group:
+                active_size = self._segments[-1].size + sum(p.header.size for p in group)
+            else:
+                active_size = self._segments[-1].size
+            if self._should_roll(active_size, item):
+                self._write_group(group)
+                group = []
+                self._roll(item.base_offset)
+            group.append(item)
+        self._write_group(group)
+        last = planned[-1]
+        return AppendInfo(
+            first,
+            last.base_offset + last.header.record_count - 1,
+            last.base_offset + last.header.record_count - first,
+        )
+
+    def _should_roll(self, active_size: int, item: _Planned) -> bool:
+        if active_size == 0:
+            return False
+        active = self._segments[-1]
+        if active_size + item.header.size > self.config.segment_bytes:
+            return True
+        if item.base_offset + item.header.record_count - active.base_offset > _MAX_RELATIVE:
+            return True
+        segment_ms = self.config.segment_ms
+        return segment_ms is not None and (
+            (time.monotonic() - active.created_monotonic) * 1000 >= segment_ms
+        )
+
+    def _write_group(self, group: list[_Planned]) -> None:
+        if not group:
+            return
+        seg = self._segments[-1]
+        buffers = [buf for item in group for buf in item.buffers]
+        start = seg.size
+        try:
+            _writev_all(seg.fd, buffers)
+        except BaseException:
+            os.ftruncate(seg.fd, start)
+            raise
+        interval = self.config.index_interval_bytes
+        position = start
+        for item in group:
+            if item.epoch > self._cache.latest_epoch:
+                self._cache.assign(item.epoch, item.base_offset)
+            next_offset = item.base_offset + item.header.record_count
+            with self._lock:
+                seg.track(
+                    position,
+                    item.base_offset,
+                    next_offset,
+                    item.header.size,
+                    item.header.max_timestamp,
+                    interval,
+                )
+                self._end_offset = next_offset
+            position += item.header.size
+
+    def _roll(self, base_offset: int) -> None:
+        seg = Segment(self.directory, base_offset, create=True)
+        with self._lock:
+            self._segments.append(seg)
+            self._bases.append(base_offset)
+            self._dir_dirty = True
+        log.debug("%s: rolled new segment at offset %d", self.directory, base_offset)
+
+    # -- reads -----------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        """Whole batches starting with the one holding ``offset``, from one segment: up
+        to ``max_bytes`` but at least one batch, and no batch starting at or past
+        ``max_offset``. One pread (one kernel-to-user copy) for the result. Raises
+        OffsetOutOfRangeError outside [start_offset, end_offset]."""
+        self._check_open()
+        if not self.start_offset <= offset <= self._end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside the log [{self.start_offset}, {self._end_offset}]"
+            )
+        if offset == self._end_offset or (max_offset is not None and offset >= max_offset):
+            return b""
+        seg = self._segments[bisect.bisect_right(self._bases, offset) - 1]
+        first = seg.locate(offset)
+        if max_offset is not None and first.base_offset >= max_offset:
+            return b""
+        limit = seg.size
+        if max_offset is not None and max_offset < seg.end_offset:
+            limit = seg.locate(max_offset - 1).end
+        target = min(limit, first.position + max(max_bytes, 0))
+        end = first.end if target <= first.end else seg.boundary_before(first.position, target)
+        return os.pread(seg.fd, end - first.position, first.position)
+
+    # -- truncation and retention ----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at or above ``offset``. If ``offset`` falls inside a batch
+        the whole batch goes (batches are never split), so end_offset may end up below
+        ``offset``. Below start_offset the log is emptied and restarts at ``offset``.
+        The truncation is fsync'd before returning."""
+        self._check_open()
+        with self._flush_lock:
+            if offset >= self._end_offset:
+                return
+            if offset < self.start_offset:
+                self._truncate_fully(offset)
+                return
+            index = bisect.bisect_right(self._bases, offset) - 1
+            seg = self._segments[index]
+            batch = seg.locate(offset)
+            for later in self._segments[index + 1 :]:
+                self._delete_segment(later)
+            _unlink(seg.index_path)
+            os.ftruncate(seg.fd, batch.position)
+            os.fsync(seg.fd)
+            with self._lock:
+                del self._segments[index + 1 :]
+                del self._bases[index + 1 :]
+                seg.index_durable = False
+                seg.truncate_index(batch.position)
+                self._end_offset = batch.base_offset
+                self._durable_end_offset = min(self._durable_end_offset, batch.base_offset)
+            fsync_dir(self.directory)
+            self._cache.truncate_from_end(batch.base_offset)
+            self._cache.flush()
+            log.info("%s: truncated to offset %d", self.directory, batch.base_offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        for seg in self._segments:
+            self._delete_segment(seg)
+        seg = Segment(self.directory, offset, create=True)
+        with self._lock:
+            self._segments = [seg]
+            self._bases = [offset]
+            self._end_offset = offset
+            self._durable_end_offset = offset
+        fsync_dir(self.directory)
+        self._cache.clear()
+        self._cache.flush()
+        log.info("%s: emptied, restarting at offset %d", self.directory, offset)
+
+    def apply_retention(self, now_ms: int | None = None, max_offset: int | None = None) -> int:
+        """Delete the oldest whole segments past retention_ms (by their largest record
+        timestamp) or beyond retention_bytes, never the active segment and, if
+        ``max_offset`` is given (pass the high watermark), never a segment holding an
+        offset at or above it. Moves start_offset and trims the epoch cache. Returns
+        the number of segments deleted."""
+        self._check_open()
+        config = self.config
+        if config.retention_ms is None and config.retention_bytes is None:
+            return 0
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        with self._flush_lock:
+            doomed = 0
+            total = self.size_bytes
+            for seg in self._segments[:-1]:
+                if max_offset is not None and seg.end_offset > max_offset:
+                    break
+                expired = (
+                    config.retention_ms is not None
+                    and seg.max_timestamp < now - config.retention_ms
+                )
+                oversize = (
+                    config.retention_bytes is not None
+                    and total - seg.size >= config.retention_bytes
+                )
+                if not (expired or oversize):
+                    break
+                doomed += 1
+                total -= seg.size
+            if not doomed:
+                return 0
+            victims = self._segments[:doomed]
+            with self._lock:
+                del self._segments[:doomed]
+                del self._bases[:doomed]
+            for seg in victims:
+                self._delete_segment(seg)
+            fsync_dir(self.directory)
+            self._cache.truncate_from_start(self.start_offset)
+            self._cache.flush()
+            log.info(
+                "%s: retention deleted %d segment(s); log starts at %d",
+                self.directory,
+                doomed,
+                self.start_offset,
+            )
+            return doomed
+
+    def _delete_segment(self, seg: Segment) -> None:
+        seg.close()
+        _unlink(seg.path)
+        _unlink(seg.index_path)
+
+    # -- durability ------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Group commit: fsync everything appended before this call (segment data, new
+        directory entries, the epoch checkpoint, indexes of sealed segments) and return
+        the new durable end offset. Safe to call from a worker thread while the owner
+        thread appends."""
+        with self._flush_lock:
+            with self._lock:
+                self._check_open()
+                target = self._end_offset
+                work = [(seg, seg.size) for seg in self._segments if seg.synced_size < seg.size]
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                sealed = [seg for seg in self._segments[:-1] if not seg.index_durable]
+            for seg, _size in work:
+                os.fdatasync(seg.fd)
+            if dir_dirty:
+                fsync_dir(self.directory)
+            if self._cache.dirty:
+                self._cache.flush()
+            for seg in sealed:
+                atomic_write(seg.index_path, seg.index_bytes())
+            with self._lock:
+                for seg, size in work:
+                    seg.synced_size = max(seg.synced_size, size)
+                for seg in sealed:
+                    seg.index_durable = True
+                self._durable_end_offset = max(self._durable_end_offset, target)
+                return self._durable_end_offset
+
+    def close(self) -> None:
+        """Flush, write every index and a clean-shutdown marker, close files."""
+        if self._closed:
+            return
+        self.flush()
+        with self._flush_lock:
+            active = self._segments[-1]
+            atomic_write(active.index_path, active.index_bytes())
+            atomic_write(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE), b"")
+            with self._lock:
+                self._closed = True
+                for seg in self._segments:
+                    seg.close()
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.directory} is closed")
+
+    # -- recovery --------------------------------------------------------------------
+
+    def _open_cache(self) -> LeaderEpochCache:
+        path = os.path.join(self.directory, CHECKPOINT_FILE)
+        try:
+            return LeaderEpochCache(path, auto_flush=False)
+        except CorruptCheckpointError as exc:
+            log.warning("%s; rebuilding the epoch cache from batch headers", exc)
+            _unlink(path)
+            cache = LeaderEpochCache(path, auto_flush=False)
+            self._rebuild_cache = True
+            return cache
+
+    def _recover(self) -> None:
+        """Open every segment. A segment is trusted without a scan when its index file is
+        intact and matches it exactly (written after the segment was fsync'd), unless the
+        last shutdown was unclean and it is the last segment. Other segments, and all
+        after the first one scanned, are scanned batch by batch (header + CRC); the epoch
+        cache is rebuilt from their headers. A torn or corrupt tail is truncated at the
+        last valid batch; a corrupt batch with valid batches after it raises
+        CorruptLogError. Finally epoch entries past the log end are dropped (KIP-101)."""
+        directory = self.directory
+        marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
+        clean = os.path.exists(marker)
+        for name in os.listdir(directory):
+            if name.endswith(".tmp"):
+                _unlink(os.path.join(directory, name))
+        bases = sorted(
+            int(name[:-4])
+            for name in os.listdir(directory)
+            if name.endswith(".log") and len(name) == 24 and name[:20].isdigit()
+        )
+        if not bases:
+            self._segments = [Segment(directory, 0, create=True)]
+            self._bases = [0]
+            fsync_dir(directory)
+            if self._cache.entries:
+                self._cache.clear()
+                self._cache.flush()
+            _unlink(marker)
+            return
+        if self._cache.entries == [] and bases:
+            self._rebuild_cache = True
+        if not clean:
+            log.warning("%s: unclean shutdown, recovering the log tail", directory)
+        segments = [Segment(directory, base, create=False) for base in bases]
+        scanning = False
+        cut_at: int | None = None
+        for i, seg in enumerate(segments):
+            is_last = i == len(segments) - 1
+            if not scanning and not (is_last and not clean) and seg.load_index():
+                seg.index_durable = True
+                if not is_last and seg.end_offset != segments[i + 1].base_offset:
+                    raise CorruptLogError(
+                        seg.path,
+                        seg.end_offset,
+                        seg.size,
+                        f"segment ends at offset {seg.end_offset} but the next segment "
+                        f"starts at {segments[i + 1].base_offset}",
+                    )
+                if self._rebuild_cache:
+                    self._walk_epochs(seg)
+                continue
+            if not scanning:
+                scanning = True
+                self._cache.truncate_from_end(seg.base_offset)
+            _unlink(seg.index_path)
+            if self._scan(seg, segments[i + 1 :]):
+                cut_at = i
+                break
+        if cut_at is not None:
+            for seg in segments[cut_at + 1 :]:
+                log.warning("%s: deleting %s after the truncated tail", directory, seg.path)
+                seg.close()
+                _unlink(seg.path)
+                _unlink(seg.index_path)
+            segments = segments[: cut_at + 1]
+        for prev, nxt in zip(segments, segments[1:], strict=False):
+            if prev.end_offset != nxt.base_offset:
+                raise CorruptLogError(
+                    prev.path,
+                    prev.end_offset,
+                    prev.size,
+                    f"segment ends at offset {prev.end_offset} but {nxt.path} starts at "
+                    f"{nxt.base_offset}",
+                )
+        self._segments = segments
+        self._bases = [seg.base_offset for seg in segments]
+        self._cache.truncate_from_end(segments[-1].end_offset)
+        self._cache.truncate_from_start(segments[0].base_offset)
+        if self._cache.dirty or self._rebuild_cache:
+            self._cache.flush()
+        for seg in segments:
+            seg.synced_size = seg.size
+        _unlink(marker)
+        fsync_dir(directory)
+
+    def _walk_epochs(self, seg: Segment) -> None:
+        position = 0
+        while position < seg.size:
+            header = seg.header_at(position)
+            if header.leader_epoch > self._cache.latest_epoch:
+                self._cache.assign(header.leader_epoch, header.base_offset)
+            position = header.end
+
+    def _scan(self, seg: Segment, later: list[Segment]) -> bool:
+        """Validate ``seg`` batch by batch, rebuild its index and the epoch cache tail.
+        Returns True if the segment was cut short (its tail was torn)."""
+        seg.reset_index()
+        file_size = os.fstat(seg.fd).st_size
+        interval = self.config.index_interval_bytes
+        position = 0
+        expected = seg.base_offset
+        chunk = 8 * 1024 * 1024
+        while position < file_size:
+            reason = ""
+            raw = os.pread(seg.fd, min(chunk, file_size - position), position)
+            try:
+                header = parse_header(raw, 0)
+                if header.size > len(raw):
+                    raw = os.pread(seg.fd, header.size, position)
+                validate_payload(raw, header)
+                if header.base_offset != expected:
+                    reason = f"base offset {header.base_offset} does not continue the log"
+            except CorruptRecordError as exc:
+                reason = str(exc)
+            if reason:
+                self._handle_corruption(seg, position, expected, reason, file_size, later)
+                seg.size = position
+                return True
+            # Every batch in this chunk is checked the same way without re-reading.
+            view = memoryview(raw)
+            local = 0
+            while True:
+                if header.leader_epoch > self._cache.latest_epoch:
+                    self._cache.assign(header.leader_epoch, header.base_offset)
+                seg.track(
+                    position + local,
+                    header.base_offset,
+                    header.next_offset,
+                    header.size,
+                    header.max_timestamp,
+                    interval,
+                )
+                expected = header.next_offset
+                local += header.size
+                if len(view) - local < HEADER_SIZE:
+                    break
+                try:
+                    nxt = parse_header(view, local)
+                    if nxt.end > len(view):
+                        break
+                    validate_payload(view, nxt)
+                    if nxt.base_offset != expected:
+                        break
+                except CorruptRecordError:
+                    break
+                header = nxt
+            position += local
+        return False
+
+    def _handle_corruption(
+        self,
+        seg: Segment,
+        position: int,
+        expected: int,
+        reason: str,
+        file_size: int,
+        later: list[Segment],
+    ) -> None:
+        follower = _find_valid_batch(seg, position + 8, file_size)
+        if follower is None:
+            for other in later:
+                if (
+                    os.fstat(other.fd).st_size
+                    and _find_valid_batch(other, 0, os.fstat(other.fd).st_size) is not None
+                ):
+                    follower = 0
+                    break
+        if follower is not None and not self._repair:
+            raise CorruptLogError(seg.path, expected, position, reason)
+        log.warning(
+            "%s: truncating at position %d (offset %d): %s", seg.path, position, expected, reason
+        )
+        os.ftruncate(seg.fd, position)
+        os.fsync(seg.fd)
+
+
+def _find_valid_batch(seg: Segment, start: int, file_size: int) -> int | None:
+    """Position of a valid batch (header and payload CRC) at an 8-aligned position in
+    [start, file_size), searching for the magic; None if there is none."""
+    start += (-start) % 8
+    if start >= file_size:
+        return None
+    data = os.pread(seg.fd, file_size - start, start)
+    found = data.find(MAGIC)
+    while found >= 0:
+        if found % 8 == 0:
+            try:
+                header = parse_header(data, found)
+                validate_payload(data, header)
+                return start + found
+            except CorruptRecordError:
+                pass
+        found = data.find(MAGIC, found + 1)
+    return None
+
+
+def _writev_all(fd: int, buffers: list[bytes | memoryview]) -> None:
+    pending = [memoryview(b) for b in buffers]
+    first = 0
+    while first < len(pending):
+        written = os.writev(fd, pending[first : first + _IOV_MAX])
+        while written:
+            head = pending[first]
+            if written >= len(head):
+                written -= len(head)
+                first += 1
+            else:
+                pending[first] = head[written:]
+                written = 0
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

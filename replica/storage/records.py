@@ -1,0 +1,472 @@
+"""Record batch format: a fixed 48-byte header followed by an Arrow IPC stream payload.
+
+Header (little-endian, 48 bytes; every batch starts 8-byte aligned because the payload
+length is a multiple of 8, so Arrow reads the payload zero-copy)::
+
+    0  magic          4s  b"QLB\\x01"
+    4  header_crc     u32 CRC32 of header bytes [8, 48)
+    8  base_offset    i64 offset of the first record; record i has base_offset + i
+   16  leader_epoch   i32 epoch of the leader that appended the batch (-1 from a client)
+   20  record_count   i32 rows in the payload (>= 1)
+   24  max_timestamp  i64 largest record timestamp in ms (-1 if none)
+   32  payload_length u32 bytes of the Arrow IPC stream (multiple of 8)
+   36  payload_crc    u32 CRC32 of the payload
+   40  flags          u16 bit 0: control batch
+   42  reserved       u16 zero
+   44  reserved       u32 zero
+
+The payload CRC covers only the payload, so a leader re-stamps base offset and epoch by
+writing a new 48-byte header (with a new header CRC) in front of the untouched payload.
+The header CRC makes a torn or corrupt header detectable before its lengths are trusted.
+
+The payload is an Arrow IPC stream with schema ``RECORD_SCHEMA``. Offsets are implicit.
+A control batch carries one record whose value is a msgpack leader-change record.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+import msgpack
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import CorruptRecordError
+from .types import UNDEFINED_EPOCH
+
+__all__ = [
+    "CONTROL_FLAG",
+    "HEADER_SIZE",
+    "MAGIC",
+    "OUTPUT_SCHEMA",
+    "RECORD_SCHEMA",
+    "BatchHeader",
+    "LeaderChange",
+    "batches_to_table",
+    "decode_leader_change",
+    "encode_arrow",
+    "encode_batch",
+    "encode_control_batch",
+    "iter_batches",
+    "parse_header",
+    "restamp_header",
+    "rewrite_header",
+    "validate_arrow",
+    "validate_payload",
+]
+
+MAGIC = b"QLB\x01"
+_HEADER = struct.Struct("<4sIqiiqIIHHI")
+HEADER_SIZE = _HEADER.size  # 48
+_HEADER_TAIL = struct.Struct("<qiiqIIHHI")  # bytes [8, 48): what header_crc covers
+CONTROL_FLAG = 0x1
+_KNOWN_FLAGS = CONTROL_FLAG
+MAX_PAYLOAD = 1 << 30
+_CONTROL_KEY = b"LeaderChange"
+
+HEADER_FIELD = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+RECORD_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", pa.timestamp("ms")),
+        pa.field("headers", pa.list_(HEADER_FIELD)),
+    ]
+)
+OUTPUT_SCHEMA = RECORD_SCHEMA.append(pa.field("offset", pa.int64())).append(
+    pa.field("leaderEpoch", pa.int32())
+)
+
+
+class BatchHeader(NamedTuple):
+    """A parsed batch header and where the batch sits in the buffer it came from."""
+
+    position: int
+    base_offset: int
+    leader_epoch: int
+    record_count: int
+    max_timestamp: int
+    payload_length: int
+    payload_crc: int
+    flags: int
+
+    @property
+    def size(self) -> int:
+        return HEADER_SIZE + self.payload_length
+
+    @property
+    def end(self) -> int:
+        """Position just past this batch in its buffer."""
+        return self.position + HEADER_SIZE + self.payload_length
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.record_count - 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.record_count
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.flags & CONTROL_FLAG)
+
+
+class LeaderChange(NamedTuple):
+    """The record of a control batch: who leads the epoch and the voter set."""
+
+    leader_id: int
+    voters: list[int]
+    timestamp_ms: int
+
+
+def _pack_header(
+    base_offset: int,
+    leader_epoch: int,
+    record_count: int,
+    max_timestamp: int,
+    payload_length: int,
+    payload_crc: int,
+    flags: int,
+) -> bytes:
+    tail = _HEADER_TAIL.pack(
+        base_offset,
+        leader_epoch,
+        record_count,
+        max_timestamp,
+        payload_length,
+        payload_crc,
+        flags,
+        0,
+        0,
+    )
+    return MAGIC + struct.pack("<I", zlib.crc32(tail)) + tail
+
+
+def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+    """Parse and check (magic, header CRC, sanity) the header at ``position``. Does not
+    check that the payload is present or intact."""
+    if len(buf) - position < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"truncated batch header at position {position}: "
+            f"{len(buf) - position} of {HEADER_SIZE} bytes"
+        )
+    (magic, header_crc, base, epoch, count, max_ts, plen, pcrc, flags, r1, r2) = (
+        _HEADER.unpack_from(buf, position)
+    )
+    if magic != MAGIC:
+        raise CorruptRecordError(f"bad batch magic {magic!r} at position {position}")
+    if zlib.crc32(memoryview(buf)[position + 8 : position + HEADER_SIZE]) != header_crc:
+        raise CorruptRecordError(f"batch header CRC mismatch at position {position}")
+    if (
+        count < 1
+        or base < 0
+        or epoch < UNDEFINED_EPOCH
+        or plen < 8
+        or plen % 8
+        or plen > MAX_PAYLOAD
+        or flags & ~_KNOWN_FLAGS
+        or r1
+        or r2
+    ):
+        raise CorruptRecordError(f"insane batch header at position {position}")
+    return BatchHeader(position, base, epoch, count, max_ts, plen, pcrc, flags)
+
+
+def validate_payload(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Check that the payload is complete and matches its CRC."""
+    start = header.position + HEADER_SIZE
+    if len(buf) < start + header.payload_length:
+        raise CorruptRecordError(
+            f"truncated batch at position {header.position}: payload needs "
+            f"{header.payload_length} bytes, {max(0, len(buf) - start)} present"
+        )
+    payload = memoryview(buf)[start : start + header.payload_length]
+    if zlib.crc32(payload) != header.payload_crc:
+        raise CorruptRecordError(
+            f"batch payload CRC mismatch at position {header.position} "
+            f"(base offset {header.base_offset})"
+        )
+
+
+def iter_batches(
+    buf: bytes | bytearray | memoryview, *, verify_crc: bool = False
+) -> Iterator[BatchHeader]:
+    """Yield the header of every batch in ``buf`` (whole batches back to back) without
+    decoding payloads. Raises CorruptRecordError on a bad or incomplete batch."""
+    position = 0
+    total = len(buf)
+    while position < total:
+        header = parse_header(buf, position)
+        if header.end > total:
+            raise CorruptRecordError(
+                f"truncated batch at position {position}: {header.size} bytes needed, "
+                f"{total - position} present"
+            )
+        if verify_crc:
+            validate_payload(buf, header)
+        yield header
+        position = header.end
+
+
+def restamp_header(header: BatchHeader, base_offset: int, leader_epoch: int) -> bytes:
+    """A new 48-byte header for the batch, with a new base offset and epoch; the
+    payload (and its CRC) stay as they are."""
+    return _pack_header(
+        base_offset,
+        leader_epoch,
+        header.record_count,
+        header.max_timestamp,
+        header.payload_length,
+        header.payload_crc,
+        header.flags,
+    )
+
+
+def rewrite_header(
+    buf: bytearray | memoryview, position: int, base_offset: int, leader_epoch: int
+) -> None:
+    """Re-stamp, in place, the header of the batch at ``position`` of a writable buffer."""
+    header = parse_header(buf, position)
+    buf[position : position + HEADER_SIZE] = restamp_header(header, base_offset, leader_epoch)
+
+
+def _ipc_payload(batch: pa.RecordBatch | pa.Table, compression: str | None) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression)
+    with pa.ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:
+        if isinstance(batch, pa.Table):
+            writer.write_table(batch)
+        else:
+            writer.write_batch(batch)
+    payload: pa.Buffer = sink.getvalue()
+    return payload
+
+
+def _frame(
+    payload: pa.Buffer,
+    *,
+    record_count: int,
+    max_timestamp: int,
+    base_offset: int,
+    leader_epoch: int,
+    flags: int,
+) -> bytes:
+    view = memoryview(payload)
+    pad = (-len(view)) % 8  # Arrow streams are 8-aligned already; keep it guaranteed
+    if pad:
+        view = memoryview(bytes(view) + b"\x00" * pad)
+    header = _pack_header(
+        base_offset, leader_epoch, record_count, max_timestamp, len(view), zlib.crc32(view), flags
+    )
+    return b"".join((header, view))
+
+
+def _max_timestamp(column: pa.Array | pa.ChunkedArray) -> int:
+    value = pc.max(column.cast(pa.int64())).as_py()
+    return -1 if value is None else int(value)
+
+
+def encode_arrow(
+    data: pa.Table | pa.RecordBatch,
+    *,
+    base_offset: int = 0,
+    leader_epoch: int = UNDEFINED_EPOCH,
+    compression: str | None = None,
+    control: bool = False,
+) -> bytes:
+    """Encode a Table/RecordBatch as one batch. ``value`` is required; ``key`` and
+    ``headers`` default to null and ``timestamp`` to now. Columns are cast to
+    ``RECORD_SCHEMA`` (in C, no per-record Python). ``compression``: None, "lz4" or
+    "zstd" (Arrow IPC buffer compression; readers decompress transparently)."""
+    rows = data.num_rows
+    if rows < 1:
+        raise ValueError("a batch needs at least one record")
+    names = set(data.schema.names)
+    unknown = names - set(RECORD_SCHEMA.names)
+    if unknown or "value" not in names:
+        raise ValueError(
+            f"batch columns must be a subset of {RECORD_SCHEMA.names} including 'value'; "
+            f"got {data.schema.names}"
+        )
+    columns: list[pa.Array | pa.ChunkedArray] = []
+    for field in RECORD_SCHEMA:
+        if field.name in names:
+            columns.append(data.column(field.name).cast(field.type))
+        elif field.name == "timestamp":
+            now = pa.scalar(time.time_ns() // 1_000_000, pa.timestamp("ms"))
+            columns.append(pa.repeat(now, rows))
+        else:
+            columns.append(pa.nulls(rows, field.type))
+    table = pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+    return _frame(
+        _ipc_payload(table, compression),
+        record_count=rows,
+        max_timestamp=_max_timestamp(table.column("timestamp")),
+        base_offset=base_offset,
+        leader_epoch=leader_epoch,
+        flags=CONTROL_FLAG if control else 0,
+    )
+
+
+def encode_batch(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None = None,
+    timestamps: Sequence[int | None] | None = None,
+    headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None = None,
+    *,
+    base_offset: int = 0,
+    leader_epoch: int = UNDEFINED_EPOCH,
+    compression: str | None = None,
+) -> bytes:
+    """Encode Python lists as one batch (what a producer sends). ``timestamps`` are ms
+    since the epoch (default now); ``headers`` per record a list of (key, value)."""
+    rows = len(values)
+    columns: dict[str, pa.Array] = {"value": pa.array(values, pa.binary())}
+    if keys is not None:
+        columns["key"] = pa.array(keys, pa.binary())
+    if timestamps is not None:
+        columns["timestamp"] = pa.array(timestamps, pa.int64()).cast(pa.timestamp("ms"))
+    if headers is not None:
+        columns["headers"] = pa.array(headers, pa.list_(HEADER_FIELD))
+    for name, column in columns.items():
+        if len(column) != rows:
+            raise ValueError(f"column {name!r} has {len(column)} entries, values has {rows}")
+    return encode_arrow(
+        pa.RecordBatch.from_pydict(columns),
+        base_offset=base_offset,
+        leader_epoch=leader_epoch,
+        compression=compression,
+    )
+
+
+def encode_control_batch(
+    leader_id: int,
+    voters: Sequence[int],
+    timestamp_ms: int,
+    *,
+    leader_epoch: int = UNDEFINED_EPOCH,
+    base_offset: int = 0,
+) -> bytes:
+    """The leader-change control batch: one record, key ``b"LeaderChange"``, value a
+    msgpack map {"version": 0, "leader_id": int, "voters": [int]}."""
+    value = msgpack.packb({"version": 0, "leader_id": leader_id, "voters": list(voters)})
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "key": pa.array([_CONTROL_KEY], pa.binary()),
+            "value": pa.array([value], pa.binary()),
+            "timestamp": pa.array([timestamp_ms], pa.int64()).cast(pa.timestamp("ms")),
+        }
+    )
+    return encode_arrow(batch, base_offset=base_offset, leader_epoch=leader_epoch, control=True)
+
+
+def _read_payload(pbuf: pa.Buffer, header: BatchHeader) -> list[pa.RecordBatch]:
+    """Decode one batch's Arrow payload (zero-copy) and check schema and row count."""
+    payload = pbuf.slice(header.position + HEADER_SIZE, header.payload_length)
+    try:
+        reader = pa.ipc.open_stream(payload)
+        batches = list(reader)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptRecordError(
+            f"batch at position {header.position} has an unreadable Arrow payload: {exc}"
+        ) from exc
+    if not reader.schema.equals(RECORD_SCHEMA):
+        raise CorruptRecordError(
+            f"batch at position {header.position} has schema {reader.schema}, "
+            f"expected {RECORD_SCHEMA}"
+        )
+    rows = sum(b.num_rows for b in batches)
+    if rows != header.record_count:
+        raise CorruptRecordError(
+            f"batch at position {header.position} holds {rows} rows, header says "
+            f"{header.record_count}"
+        )
+    return batches
+
+
+def validate_arrow(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+    """Check that a batch's payload is a readable Arrow stream with RECORD_SCHEMA and as
+    many rows as its header says (what a leader checks on client batches)."""
+    _read_payload(pa.py_buffer(buf), header)
+
+
+def batches_to_table(
+    buf: bytes | bytearray | memoryview,
+    *,
+    include_control: bool = False,
+    verify_crc: bool = True,
+) -> pa.Table:
+    """Fetched batch bytes -> a Table with ``OUTPUT_SCHEMA`` (RECORD_SCHEMA plus
+    ``offset: int64`` and ``leaderEpoch: int32``). Payload columns are zero-copy views of
+    ``buf``; offset and epoch columns are computed with Arrow kernels over all batches at once.
+    Control batches are skipped (by header flag, without decoding) unless
+    ``include_control``."""
+    pbuf = pa.py_buffer(buf)
+    record_batches: list[pa.RecordBatch] = []
+    bases: list[int] = []
+    counts: list[int] = []
+    epochs: list[int] = []
+    for header in iter_batches(buf, verify_crc=verify_crc):
+        if header.is_control and not include_control:
+            continue
+        record_batches.extend(_read_payload(pbuf, header))
+        bases.append(header.base_offset)
+        counts.append(header.record_count)
+        epochs.append(header.leader_epoch)
+    if not record_batches:
+        return OUTPUT_SCHEMA.empty_table()
+    table = pa.Table.from_batches(record_batches, schema=RECORD_SCHEMA)
+    offsets, epoch_col = _offset_and_epoch_columns(bases, counts, epochs)
+    table = table.append_column(OUTPUT_SCHEMA.field("offset"), offsets)
+    return table.append_column(OUTPUT_SCHEMA.field("leaderEpoch"), epoch_col)
+
+
+def _offset_and_epoch_columns(
+    bases: list[int], counts: list[int], epochs: list[int]
+) -> tuple[pa.Array, pa.Array]:
+    """Offsets as a cumulative sum of run-end-encoded steps (the first row of a batch
+    jumps to its base offset, the others step by 1); epochs as one run per batch. The
+    Python loop is per batch; everything per record runs in Arrow's C++ kernels."""
+    step_ends: list[int] = []
+    steps: list[int] = []
+    epoch_ends: list[int] = []
+    row = 0
+    previous = 0
+    for base, count in zip(bases, counts, strict=True):
+        row += 1
+        step_ends.append(row)
+        steps.append(base - previous)
+        if count > 1:
+            row += count - 1
+            step_ends.append(row)
+            steps.append(1)
+        epoch_ends.append(row)
+        previous = base + count - 1
+    step_runs = pa.RunEndEncodedArray.from_arrays(
+        pa.array(step_ends, pa.int64()), pa.array(steps, pa.int64())
+    )
+    epoch_runs = pa.RunEndEncodedArray.from_arrays(
+        pa.array(epoch_ends, pa.int64()), pa.array(epochs, pa.int32())
+    )
+    offsets = pc.cumulative_sum(pc.run_end_decode(step_runs))
+    return offsets, pc.run_end_decode(epoch_runs)
+
+
+def decode_leader_change(batch: bytes | bytearray | memoryview) -> LeaderChange:
+    """Decode the leader-change record of a single control batch."""
+    header = parse_header(batch, 0)
+    if not header.is_control:
+        raise ValueError(f"batch at offset {header.base_offset} is not a control batch")
+    validate_payload(batch, header)
+    rows = pa.Table.from_batches(_read_payload(pa.py_buffer(batch), header))
+    key = rows.column("key")[0].as_py()
+    if key != _CONTROL_KEY:
+        raise CorruptRecordError(f"unknown control record type {key!r}")
+    value = msgpack.unpackb(rows.column("value")[0].as_py())
+    ts = rows.column("timestamp").cast(pa.int64())[0].as_py()
+    return LeaderChange(int(value["leader_id"]), [int(v) for v in value["voters"]], int(ts))
