@@ -1,0 +1,108 @@
+"""The per-partition quorum (KIP-595, pull-based Raft) as a pure, sans-I/O state machine.
+
+One ``RaftReplica`` per partition replica. It never reads a clock, opens a file or
+socket, starts a thread or uses global randomness: the driver (``replica.node``) hands it
+the time, the messages, a ``ReplicaLog`` and a seeded ``random.Random``, and executes
+the ``Output`` each call returns.
+
+API::
+
+    core = RaftReplica(config, node_id, voters, cluster_id, log, persisted, rng, now_ms)
+    out = core.startup_output()            # what construction decided (persist, sends)
+    out = core.handle(message, now_ms)     # any message whose dst is this node
+    out = core.tick(now_ms)                # call at core.next_deadline_ms() (or later)
+    info, epoch, out = core.append(records, now_ms)   # leader only, else NotLeaderError
+    out = core.on_log_flushed(now_ms)      # after every log.flush() (group commit)
+    out = core.begin_shutdown(now_ms)      # leader resigns: EndQuorumEpoch + successors
+    out = core.force_leader(now_ms)        # operator's unclean election
+    core.check_leader_epoch(current_leader_epoch) -> ErrorCode
+    core.describe(now_ms) -> QuorumDescription
+    core.role / state_name / epoch / leader_id / voted_id / high_watermark /
+    log_end_offset / durable_end_offset / election_state
+
+Driver rules, for every ``Output`` in the order given:
+
+1. **Persist before send.** If ``out.persist`` is set, write it to the quorum-state file
+   durably (temp + fsync + rename + dir fsync) before sending any message of this
+   output; a crash in between is fine, a message sent before it is not (a vote could be
+   granted twice in one epoch). Restart with the last persisted ``ElectionState``.
+2. **Flush before fetch.** If ``out.flush_log`` is set, ``log.flush()`` then call
+   ``on_log_flushed`` before sending this output's messages. The core sets it when it
+   sends a follower Fetch (whose ``fetch_offset`` tells the leader what is durable
+   here and so counts towards the HWM) or a VoteRequest (whose log position must
+   survive a crash) while the log holds unflushed data. A leader's own appends need no
+   flush before sending: the driver group-commits them whenever it likes and calls
+   ``on_log_flushed``; only the durable end counts for the leader too.
+3. Send ``out.messages``; each carries ``src``/``dst`` and everything its handler needs
+   (responses echo the request's epoch / offset / ``request_id``), so the transport may
+   drop, duplicate or reorder them: the core ignores stale answers and resends
+   unanswered requests from its timers.
+4. **Long-poll.** The core answers a Fetch at once. If the answer ``is_empty()``
+   (no error, no divergence, no records) the driver may park it for up to the request's
+   ``max_wait_ms``; whenever an output has ``fetch_wakeup`` (leader appended data or the
+   HWM moved) or the wait expires, it hands the parked *request* to ``handle`` again and
+   sends the new answer (re-handling is idempotent). Followers' fetch progress is taken
+   when the request first arrives, so parking never delays the HWM.
+5. ``out.high_watermark`` (new HWM) → complete acks=quorum produces whose last offset is
+   below it. ``out.leader_changed`` is for logging/metadata. ``out.truncated_to`` says a
+   follower truncated; ``out.truncated_below_high_watermark`` means committed data was
+   removed, which only an unclean election (``force_leader``) may cause: alert on it.
+
+Consumers: a ``FetchRequest`` with ``replica_id=-1`` is served up to the HWM and never
+counts; observers (replica ids not in ``voters``) are served everything and are listed
+in ``describe()`` but never count towards the HWM. ListOffsets and OffsetsForLeaderEpoch
+are answered by the node from the log after ``check_leader_epoch``.
+"""
+
+from __future__ import annotations
+
+from .config import QuorumConfig
+from .log import (
+    UNDEFINED_EPOCH,
+    UNDEFINED_OFFSET,
+    AppendInfo,
+    EpochEndOffset,
+    OffsetAndEpoch,
+    ReplicaLog,
+)
+from .messages import (
+    CONSUMER_REPLICA_ID,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from .replica import NotLeaderError, Output, QuorumDescription, RaftReplica
+from .state import ElectionState, ReplicaProgress, Role
+
+__all__ = [
+    "CONSUMER_REPLICA_ID",
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_OFFSET",
+    "AppendInfo",
+    "BeginQuorumEpochRequest",
+    "BeginQuorumEpochResponse",
+    "ElectionState",
+    "EndQuorumEpochRequest",
+    "EndQuorumEpochResponse",
+    "EpochEndOffset",
+    "FetchRequest",
+    "FetchResponse",
+    "Message",
+    "NotLeaderError",
+    "OffsetAndEpoch",
+    "Output",
+    "QuorumConfig",
+    "QuorumDescription",
+    "RaftReplica",
+    "ReplicaLog",
+    "ReplicaProgress",
+    "Role",
+    "VoteRequest",
+    "VoteResponse",
+]

@@ -1,0 +1,108 @@
+"""Quorum timing and sizing: one typed object with the KIP-595 / KRaft names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["QuorumConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumConfig:
+    """Timers of one partition's quorum, in milliseconds.
+
+    Defaults are KRaft's (``quorum.election.timeout.ms`` 1000, ``quorum.fetch.timeout.ms``
+    2000, ``quorum.election.backoff.max.ms`` 1000), so the protocol behaves like the
+    reference before anyone tunes it. What they mean for failover after ``kill -9`` of a
+    leader: followers notice after ``fetch_timeout_ms`` (the leader is silent), then one
+    pre-vote and one vote round trip, so the next acked write comes ~fetch timeout + a few
+    RTTs later (about 2.1 s with these defaults, ~1.1 s with fetch 1000 / election 500).
+    A spurious election needs a follower to get no fetch answer for a whole fetch timeout
+    while the leader is alive; under load fetches return as soon as data arrives and idle
+    long-polls return every ``fetch_max_wait_ms``, so the fetch timeout must stay well
+    above ``fetch_max_wait_ms + request_timeout_ms`` plus the worst disk-flush stall. The
+    node team tunes ``fetch_timeout_ms`` down to meet its target; keep
+    ``fetch_timeout_ms >= 2 * fetch_max_wait_ms`` and ``request_timeout_ms <
+    fetch_timeout_ms - fetch_max_wait_ms`` so one lost fetch is retried before the
+    follower gives up on its leader.
+
+    Attributes (spec name in brackets):
+
+    * ``election_timeout_ms`` [quorum.election.timeout.ms]: T; a voter with no leader
+      starts an election after T + rand[0, jitter).
+    * ``election_jitter_max_ms`` [quorum.election.jitter.max.ms]: the random part of the
+      election timeout; ``None`` means T, i.e. KRaft's T + rand[0, T).
+    * ``fetch_timeout_ms`` [quorum.fetch.timeout.ms]: a follower with no successful
+      fetch for this long tries a pre-vote; a leader not fetched by a majority within
+      1.5 x this resigns (check-quorum).
+    * ``election_backoff_max_ms`` [quorum.election.backoff.max.ms]: cap of the back-off
+      after a failed election, ``min(retry_backoff_ms * rand[0, 2^retries), max)``.
+    * ``retry_backoff_ms`` [retry.backoff.ms]: base of the election back-off, of the
+      EndQuorumEpoch successor ranks, and the wait before retrying a failed fetch.
+    * ``retry_backoff_max_ms``: cap of the EndQuorumEpoch rank back-off
+      ``min(retry_backoff_max_ms, retry_backoff_ms * 2^(rank-1))`` (KIP-595: one second).
+    * ``request_timeout_ms`` [quorum.request.timeout.ms]: an unanswered Vote,
+      BeginQuorumEpoch or EndQuorumEpoch is resent after this; an unanswered Fetch after
+      ``fetch_max_wait_ms + request_timeout_ms``.
+    * ``fetch_max_wait_ms`` / ``fetch_max_bytes`` [fetch.max.wait.ms, fetch.max.bytes]:
+      long-poll bound and size bound of a follower's Fetch.
+    """
+
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    election_jitter_max_ms: int | None = None
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 1000
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for name in (
+            "election_timeout_ms",
+            "fetch_timeout_ms",
+            "retry_backoff_ms",
+            "request_timeout_ms",
+            "fetch_max_bytes",
+        ):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("election_backoff_max_ms", "retry_backoff_max_ms", "fetch_max_wait_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.election_jitter_max_ms is not None and self.election_jitter_max_ms < 0:
+            raise ValueError("election_jitter_max_ms must be >= 0")
+
+    @property
+    def jitter_ms(self) -> int:
+        """The random part of the election timeout actually used."""
+        if self.election_jitter_max_ms is None:
+            return self.election_timeout_ms
+        return self.election_jitter_max_ms
+
+    @property
+    def check_quorum_timeout_ms(self) -> int:
+        """A leader not fetched by a majority for this long resigns (1.5 x fetch timeout)."""
+        return self.fetch_timeout_ms * 3 // 2
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str | int]) -> QuorumConfig:
+        """Build from the spec's dotted names (``quorum.fetch.timeout.ms`` ...)."""
+        names = {
+            "quorum.election.timeout.ms": "election_timeout_ms",
+            "quorum.fetch.timeout.ms": "fetch_timeout_ms",
+            "quorum.election.backoff.max.ms": "election_backoff_max_ms",
+            "quorum.election.jitter.max.ms": "election_jitter_max_ms",
+            "retry.backoff.ms": "retry_backoff_ms",
+            "retry.backoff.max.ms": "retry_backoff_max_ms",
+            "quorum.request.timeout.ms": "request_timeout_ms",
+            "fetch.max.wait.ms": "fetch_max_wait_ms",
+            "fetch.max.bytes": "fetch_max_bytes",
+        }
+        kwargs: dict[str, int] = {}
+        for key, value in props.items():
+            if key not in names:
+                raise ValueError(f"unknown quorum config {key!r}; known: {sorted(names)}")
+            kwargs[names[key]] = int(value)
+        return cls(**kwargs)

@@ -1,0 +1,154 @@
+"""Quorum messages: frozen, slotted dataclasses of plain fields only.
+
+A generic codec can encode any of them as its field values in declaration order. Each
+message names its sender (``src``, or ``replica_id`` for Fetch) and receiver (``dst``)
+and carries what its handler needs (responses echo the request's epoch, offset or
+``request_id``), so the transport needs no request/response correlation: the node routes
+every message by (topic, partition) to the core and delivers responses like requests.
+Ids that may be unknown are ``None`` (KIP-595's -1), except ``FetchRequest.replica_id``
+which is -1 for a consumer as in Kafka.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "CONSUMER_REPLICA_ID",
+    "BeginQuorumEpochRequest",
+    "BeginQuorumEpochResponse",
+    "EndQuorumEpochRequest",
+    "EndQuorumEpochResponse",
+    "FetchRequest",
+    "FetchResponse",
+    "Message",
+    "VoteRequest",
+    "VoteResponse",
+]
+
+CONSUMER_REPLICA_ID = -1
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    """A (pre-)candidate asks for a vote. ``candidate_epoch`` is the epoch it runs in;
+    for a pre-vote that is its current epoch + 1 and nobody changes state for it."""
+
+    cluster_id: str
+    src: int
+    dst: int
+    candidate_epoch: int
+    last_offset_epoch: int
+    last_offset: int  # the candidate's log end offset
+    pre_vote: bool
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    cluster_id: str
+    src: int
+    dst: int
+    error: int
+    leader_epoch: int  # the responder's epoch after handling the request
+    leader_id: int | None
+    vote_granted: bool
+    pre_vote: bool
+    candidate_epoch: int  # echo, so a stale answer for another election is ignored
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochRequest:
+    cluster_id: str
+    src: int
+    dst: int
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochResponse:
+    cluster_id: str
+    src: int
+    dst: int
+    error: int
+    leader_epoch: int
+    leader_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochRequest:
+    """A resigning leader hands over: successors sorted by replicated offset, best first."""
+
+    cluster_id: str
+    src: int
+    dst: int
+    leader_id: int
+    leader_epoch: int
+    preferred_successors: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochResponse:
+    cluster_id: str
+    src: int
+    dst: int
+    error: int
+    leader_epoch: int
+    leader_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    """``replica_id`` is the sender: a voter, an observer, or -1 for a consumer.
+    ``fetch_offset`` is the fetcher's log end offset and, from a replica, durable (the
+    driver flushes before sending it); ``last_fetched_epoch`` is the epoch of the record
+    before it. ``current_leader_epoch`` -1 (consumers only) skips the epoch check."""
+
+    cluster_id: str
+    replica_id: int
+    dst: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    max_wait_ms: int
+    max_bytes: int
+    request_id: int = 0
+
+    @property
+    def src(self) -> int:
+        return self.replica_id
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    """``diverging_epoch`` is (epoch, end offset) when the fetcher's log diverged; then
+    ``records`` is empty. ``records`` are whole batches, opaque to the core."""
+
+    cluster_id: str
+    src: int
+    dst: int
+    error: int
+    leader_id: int | None
+    leader_epoch: int
+    high_watermark: int
+    log_start_offset: int
+    diverging_epoch: tuple[int, int] | None
+    records: bytes
+    fetch_offset: int  # echo of the request
+    request_id: int = 0  # echo of the request
+
+    def is_empty(self) -> bool:
+        """True for an answer a driver may park as a long-poll (nothing new to say)."""
+        return self.error == 0 and self.diverging_epoch is None and not self.records
+
+
+Message = (
+    VoteRequest
+    | VoteResponse
+    | BeginQuorumEpochRequest
+    | BeginQuorumEpochResponse
+    | EndQuorumEpochRequest
+    | EndQuorumEpochResponse
+    | FetchRequest
+    | FetchResponse
+)

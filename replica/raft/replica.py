@@ -1,0 +1,1045 @@
+"""The per-partition quorum replica: KIP-595 (pull-based Raft) as a pure state machine.
+
+Stepped with ``handle`` (a message), ``tick`` (time passed), ``append`` (client data on
+the leader) and ``on_log_flushed`` (the driver's group commit finished); every step
+returns an ``Output`` the driver executes in this order:
+
+1. persist ``out.persist`` (the quorum-state file) if set;
+2. flush the log if ``out.flush_log``, then call ``on_log_flushed``;
+3. send ``out.messages`` (each names its ``dst``).
+
+See the package docstring for the full driver contract.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+
+from ..protocol.errors import ErrorCode
+from .config import QuorumConfig
+from .log import UNDEFINED_EPOCH, AppendInfo, ReplicaLog
+from .messages import (
+    CONSUMER_REPLICA_ID,
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    EndQuorumEpochResponse,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from .state import (
+    CandidateState,
+    ElectionState,
+    FollowerState,
+    LeaderState,
+    ProspectiveState,
+    ReplicaProgress,
+    ResignedState,
+    Role,
+    RoleState,
+    UnattachedState,
+)
+
+__all__ = ["NotLeaderError", "Output", "QuorumDescription", "RaftReplica"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Output:
+    """What one step asks the driver to do. Rule: write ``persist`` durably before
+    sending any of ``messages``; if ``flush_log`` make the log durable (``log.flush()``,
+    then ``on_log_flushed``) before sending them too."""
+
+    messages: list[Message] = field(default_factory=list)
+    persist: ElectionState | None = None
+    flush_log: bool = False
+    high_watermark: int | None = None  # the new HWM, when it advanced in this step
+    leader_changed: bool = False
+    fetch_wakeup: bool = False  # re-handle parked fetch long-polls: new data or new HWM
+    truncated_to: int | None = None  # a follower truncated its log to this offset
+    truncated_below_high_watermark: bool = False  # committed data removed (unclean only)
+
+    def merge(self, other: Output) -> None:
+        """Fold a later step's output into this one (persist: the later state wins)."""
+        self.messages.extend(other.messages)
+        if other.persist is not None:
+            self.persist = other.persist
+        self.flush_log |= other.flush_log
+        if other.high_watermark is not None:
+            self.high_watermark = other.high_watermark
+        self.leader_changed |= other.leader_changed
+        self.fetch_wakeup |= other.fetch_wakeup
+        if other.truncated_to is not None:
+            self.truncated_to = other.truncated_to
+        self.truncated_below_high_watermark |= other.truncated_below_high_watermark
+
+
+class NotLeaderError(Exception):
+    """``append`` on a replica that is not the active leader (NOT_LEADER)."""
+
+    def __init__(self, leader_id: int | None, epoch: int) -> None:
+        super().__init__(f"not the leader (leader {leader_id}, epoch {epoch})")
+        self.error = ErrorCode.NOT_LEADER
+        self.leader_id = leader_id
+        self.epoch = epoch
+
+
+@dataclass(slots=True)
+class QuorumDescription:
+    """DescribeQuorum: progress rows are only known on the leader (empty elsewhere)."""
+
+    node_id: int
+    role: str
+    leader_id: int | None
+    leader_epoch: int
+    high_watermark: int
+    voters: list[ReplicaProgress]
+    observers: list[ReplicaProgress]
+
+
+class RaftReplica:
+    """One replica of one partition's quorum.
+
+    ``voters`` is the voter set; a node not in it is an observer (fetches, never votes,
+    never counts towards the HWM). ``persisted`` is the quorum-state file's content or
+    None for a fresh replica. Nothing here reads a clock or does I/O besides calls on
+    ``log``; all randomness comes from ``rng``.
+    """
+
+    def __init__(
+        self,
+        config: QuorumConfig,
+        node_id: int,
+        voters: list[int] | tuple[int, ...] | frozenset[int],
+        cluster_id: str,
+        log: ReplicaLog,
+        persisted: ElectionState | None,
+        rng: random.Random,
+        now_ms: int,
+    ) -> None:
+        if not voters:
+            raise ValueError("a quorum needs at least one voter")
+        self.config = config
+        self.node_id = node_id
+        self.voters: tuple[int, ...] = tuple(sorted(set(voters)))
+        self.cluster_id = cluster_id
+        self.log = log
+        self._rng = rng
+        self._shutting_down = False
+        self._high_watermark = 0
+        self._next_request_id = 0
+        self.truncations_below_high_watermark = 0
+
+        state = persisted if persisted is not None else ElectionState(0)
+        self._epoch = state.epoch
+        self._leader_id = state.leader_id
+        self._voted_id = state.voted_id
+        self._role = Role.UNATTACHED
+        self._state: RoleState = UnattachedState(None)
+        # Not persisted yet: a fresh replica, or one raised to its log's epoch.
+        self._startup = Output()
+
+        log_epoch = log.last_epoch()
+        if log_epoch > self._epoch:
+            # A stored epoch below the log's last epoch is stale: raise it, forget vote.
+            self._set_election(log_epoch, None, None, self._startup)
+            self._become_unattached(now_ms, self._startup)
+        elif self._leader_id == node_id:
+            # It led this epoch and may have lost unflushed data: never lead it again.
+            self._become_resigned(now_ms, self._startup, successors=())
+        elif self._voted_id == node_id and self._leader_id is None:
+            self._become_candidate_in_current_epoch(now_ms, self._startup, retries=0)
+        elif self._leader_id is not None:
+            self._become_follower(self._epoch, self._leader_id, now_ms, self._startup)
+        else:
+            self._become_unattached(now_ms, self._startup)
+        if persisted is None and self._startup.persist is None:
+            self._startup.persist = self.election_state
+        logger.info(
+            "replica %s starts %s in epoch %s (leader %s, voted %s)",
+            node_id,
+            self._role.value,
+            self._epoch,
+            self._leader_id,
+            self._voted_id,
+        )
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def state_name(self) -> str:
+        return self._role.value
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def leader_id(self) -> int | None:
+        return self._leader_id
+
+    @property
+    def voted_id(self) -> int | None:
+        return self._voted_id
+
+    @property
+    def election_state(self) -> ElectionState:
+        return ElectionState(self._epoch, self._leader_id, self._voted_id)
+
+    @property
+    def high_watermark(self) -> int:
+        """Offsets below this are committed; a consumer's reads stop here."""
+        return self._high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.end_offset
+
+    @property
+    def durable_end_offset(self) -> int:
+        return self.log.durable_end_offset
+
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def is_leader(self) -> bool:
+        return self._role is Role.LEADER
+
+    @property
+    def epoch_start_offset(self) -> int | None:
+        """The leader's first offset of its epoch (its leader-change batch)."""
+        return self._state.epoch_start_offset if isinstance(self._state, LeaderState) else None
+
+    @property
+    def majority(self) -> int:
+        return len(self.voters) // 2 + 1
+
+    # ------------------------------------------------------------------ driver API
+
+    def startup_output(self) -> Output:
+        """What construction decided (persist, first messages); call once after init."""
+        out, self._startup = self._startup, Output()
+        return out
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest time ``tick`` has something to do, or None."""
+        times = [t for t in self._deadlines() if t is not None]
+        return min(times) if times else None
+
+    def tick(self, now_ms: int) -> Output:
+        out = Output()
+        # A handful of rounds: a timer may start a state whose own timer is already due.
+        for _ in range(4):
+            before = (self._role, self._epoch, id(self._state))
+            self._tick_once(now_ms, out)
+            if (self._role, self._epoch, id(self._state)) == before:
+                break
+        return out
+
+    def handle(self, message: Message, now_ms: int) -> Output:
+        out = Output()
+        if message.dst != self.node_id:
+            logger.warning("replica %s dropped a message for %s", self.node_id, message.dst)
+            return out
+        if isinstance(message, FetchRequest):
+            out.messages.append(self._on_fetch_request(message, now_ms, out))
+        elif isinstance(message, FetchResponse):
+            self._on_fetch_response(message, now_ms, out)
+        elif isinstance(message, VoteRequest):
+            out.messages.append(self._on_vote_request(message, now_ms, out))
+        elif isinstance(message, VoteResponse):
+            self._on_vote_response(message, now_ms, out)
+        elif isinstance(message, BeginQuorumEpochRequest):
+            out.messages.append(self._on_begin_quorum_epoch(message, now_ms, out))
+        elif isinstance(message, BeginQuorumEpochResponse):
+            self._on_begin_quorum_epoch_response(message, now_ms, out)
+        elif isinstance(message, EndQuorumEpochRequest):
+            out.messages.append(self._on_end_quorum_epoch(message, now_ms, out))
+        else:
+            self._on_end_quorum_epoch_response(message, now_ms, out)
+        return out
+
+    def append(self, records: bytes, now_ms: int) -> tuple[AppendInfo, int, Output]:
+        """Append client batches as leader; returns (offsets, leader epoch, output).
+        The records are committed once ``high_watermark > info.last_offset``."""
+        if self._role is not Role.LEADER or self._shutting_down:
+            raise NotLeaderError(
+                self._leader_id if self._role is not Role.LEADER else None, self._epoch
+            )
+        info = self.log.append_as_leader(records, self._epoch)
+        out = Output(fetch_wakeup=True)
+        return info, self._epoch, out
+
+    def on_log_flushed(self, now_ms: int) -> Output:
+        """The driver fsync'd the log: the leader's own durable offset counts now."""
+        out = Output()
+        if isinstance(self._state, LeaderState):
+            self._maybe_advance_high_watermark(self._state, out)
+        return out
+
+    def begin_shutdown(self, now_ms: int) -> Output:
+        """Graceful shutdown: a leader resigns and sends EndQuorumEpoch with successors
+        ranked by replicated offset; this replica will not start elections any more."""
+        out = Output()
+        self._shutting_down = True
+        if isinstance(self._state, LeaderState):
+            self._become_resigned(now_ms, out, successors=self._ranked_successors(self._state))
+        elif isinstance(self._state, UnattachedState):
+            self._state.election_at = None
+        return out
+
+    def force_leader(self, now_ms: int) -> Output:
+        """Unclean leader election (operator command): lead a new epoch without votes.
+
+        Committed data this replica lacks is lost: followers truncate to this log when
+        they fetch (``truncated_below_high_watermark``) and readers see it through
+        ``end_offset_for``. The HWM still needs a majority of voters to advance.
+        """
+        out = Output()
+        epoch = max(self._epoch, self.log.last_epoch()) + 1
+        logger.warning(
+            "replica %s forced to lead epoch %s without a majority (unclean election)",
+            self.node_id,
+            epoch,
+        )
+        self._shutting_down = False
+        self._set_election(epoch, None, self.node_id, out)
+        self._become_leader(now_ms, out)
+        return out
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
+        """Fencing for requests the node serves from the log (ListOffsets,
+        OffsetsForLeaderEpoch, consumer Fetch): -1 skips the epoch comparison."""
+        if current_leader_epoch != -1:
+            if current_leader_epoch < self._epoch:
+                return ErrorCode.FENCED_LEADER_EPOCH
+            if current_leader_epoch > self._epoch:
+                return ErrorCode.UNKNOWN_LEADER_EPOCH
+        if self._role is not Role.LEADER:
+            return ErrorCode.NOT_LEADER
+        return ErrorCode.NONE
+
+    def describe(self, now_ms: int) -> QuorumDescription:
+        voters: list[ReplicaProgress] = []
+        observers: list[ReplicaProgress] = []
+        if isinstance(self._state, LeaderState):
+            end = self.log.end_offset
+            for row in self._state.progress.values():
+                voters.append(_with_lag(row, end))
+            voters.append(ReplicaProgress(self.node_id, self.log.durable_end_offset, now_ms, 0))
+            voters.sort(key=lambda r: r.replica_id)
+            observers = sorted(
+                (_with_lag(r, end) for r in self._state.observers.values()),
+                key=lambda r: r.replica_id,
+            )
+        return QuorumDescription(
+            self.node_id,
+            self._role.value,
+            self._leader_id,
+            self._epoch,
+            self._high_watermark,
+            voters,
+            observers,
+        )
+
+    # ------------------------------------------------------------------ transitions
+
+    def _set_election(
+        self, epoch: int, leader_id: int | None, voted_id: int | None, out: Output
+    ) -> None:
+        """The one place epoch, leader and vote change; the driver persists the result
+        before it sends anything of this step."""
+        if epoch < self._epoch:
+            raise AssertionError(f"epoch would go back from {self._epoch} to {epoch}")
+        new = ElectionState(epoch, leader_id, voted_id)
+        if new != self.election_state:
+            self._epoch, self._leader_id, self._voted_id = epoch, leader_id, voted_id
+            out.persist = new
+
+    def _election_timeout(self, now_ms: int) -> int:
+        jitter = self.config.jitter_ms
+        return (
+            now_ms
+            + self.config.election_timeout_ms
+            + (self._rng.randrange(jitter) if jitter else 0)
+        )
+
+    def _election_backoff(self, retries: int) -> int:
+        """min(retry_backoff * rand[0, 2^retries), election.backoff.max) (Kafka's)."""
+        spread = 1 << min(retries, 20)
+        return min(
+            self.config.retry_backoff_ms * self._rng.randrange(spread),
+            self.config.election_backoff_max_ms,
+        )
+
+    def _can_elect(self) -> bool:
+        return self.is_voter and not self._shutting_down
+
+    def _become_unattached(
+        self, now_ms: int, out: Output, *, epoch: int | None = None, direct_at: int | None = None
+    ) -> None:
+        if epoch is not None and epoch > self._epoch:
+            self._set_election(epoch, None, None, out)
+        was_leader = self._role is Role.LEADER
+        self._role = Role.UNATTACHED
+        if not self.is_voter:
+            self._state = UnattachedState(None, discover_at=now_ms)
+        elif self._shutting_down:
+            self._state = UnattachedState(None)
+        elif direct_at is not None:
+            self._state = UnattachedState(direct_at, direct_candidate=True)
+        else:
+            self._state = UnattachedState(self._election_timeout(now_ms))
+        out.leader_changed |= was_leader
+
+    def _become_follower(self, epoch: int, leader_id: int, now_ms: int, out: Output) -> None:
+        voted = self._voted_id if epoch == self._epoch else None
+        self._set_election(epoch, leader_id, voted, out)
+        self._role = Role.FOLLOWER
+        self._state = FollowerState(
+            last_contact_ms=now_ms, fetch_timeout_at=now_ms + self.config.fetch_timeout_ms
+        )
+        out.leader_changed = True
+        logger.info("replica %s follows %s in epoch %s", self.node_id, leader_id, epoch)
+        self._send_fetch(self._state, now_ms, out)
+
+    def _become_prospective(self, now_ms: int, out: Output, retries: int) -> None:
+        """Pre-vote (KIP-996): ask whether we could win, without bumping the epoch."""
+        self._role = Role.PROSPECTIVE
+        st = ProspectiveState(self._election_timeout(now_ms), retries, granted={self.node_id})
+        self._state = st
+        if len(st.granted) >= self.majority:
+            self._become_candidate(now_ms, out, retries)
+            return
+        self._send_vote_requests(st, pre_vote=True, now_ms=now_ms, out=out)
+
+    def _become_candidate(self, now_ms: int, out: Output, retries: int) -> None:
+        self._set_election(self._epoch + 1, None, self.node_id, out)
+        self._become_candidate_in_current_epoch(now_ms, out, retries)
+
+    def _become_candidate_in_current_epoch(self, now_ms: int, out: Output, retries: int) -> None:
+        self._role = Role.CANDIDATE
+        st = CandidateState(self._election_timeout(now_ms), retries, granted={self.node_id})
+        self._state = st
+        logger.info("replica %s is a candidate in epoch %s", self.node_id, self._epoch)
+        if len(st.granted) >= self.majority:
+            self._become_leader(now_ms, out)
+            return
+        self._send_vote_requests(st, pre_vote=False, now_ms=now_ms, out=out)
+
+    def _become_leader(self, now_ms: int, out: Output) -> None:
+        self._set_election(self._epoch, self.node_id, self.node_id, out)
+        self._role = Role.LEADER
+        info = self.log.append_control(self._epoch, self.node_id, list(self.voters), now_ms)
+        others = [v for v in self.voters if v != self.node_id]
+        st = LeaderState(
+            epoch_start_offset=info.first_offset,
+            check_quorum_at=now_ms + self.config.check_quorum_timeout_ms,
+            progress={v: ReplicaProgress(v) for v in others},
+            begin_unacked=set(others),
+        )
+        self._state = st
+        out.leader_changed = True
+        out.fetch_wakeup = True
+        logger.info(
+            "replica %s leads epoch %s from offset %s", self.node_id, self._epoch, info.first_offset
+        )
+        self._send_begin_quorum_epoch(st, now_ms, out)
+        self._maybe_advance_high_watermark(st, out)
+
+    def _become_resigned(self, now_ms: int, out: Output, successors: tuple[int, ...]) -> None:
+        was_leader = self._role is Role.LEADER
+        self._role = Role.RESIGNED
+        others = {v for v in self.voters if v != self.node_id}
+        st = ResignedState(
+            election_at=self._election_timeout(now_ms) if self._can_elect() else None,
+            successors=successors,
+            end_unacked=others,
+        )
+        self._state = st
+        out.leader_changed |= was_leader
+        logger.info(
+            "replica %s resigns epoch %s (successors %s)", self.node_id, self._epoch, successors
+        )
+        self._send_end_quorum_epoch(st, now_ms, out)
+
+    def _maybe_learn(self, epoch: int, leader_id: int | None, now_ms: int, out: Output) -> bool:
+        """Any message naming a newer epoch (or the unknown leader of ours) moves us
+        there first. Returns True if the state changed."""
+        if leader_id == self.node_id:
+            leader_id = None  # only we can tell ourselves we lead
+        if epoch > self._epoch:
+            if leader_id is not None:
+                self._become_follower(epoch, leader_id, now_ms, out)
+            else:
+                self._become_unattached(now_ms, out, epoch=epoch)
+            return True
+        if (
+            epoch == self._epoch
+            and leader_id is not None
+            and self._leader_id is None
+            and self._role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
+        ):
+            self._become_follower(epoch, leader_id, now_ms, out)
+            return True
+        return False
+
+    # ------------------------------------------------------------------ timers
+
+    def _deadlines(self) -> list[int | None]:
+        st = self._state
+        if isinstance(st, UnattachedState):
+            return [st.election_at, st.discover_at]
+        if isinstance(st, ProspectiveState):
+            return [st.retry_at] if st.retry_at is not None else [st.election_at, st.resend_at]
+        if isinstance(st, CandidateState):
+            if st.backoff_until is not None:
+                return [st.backoff_until]
+            return [st.election_at, st.resend_at]
+        if isinstance(st, FollowerState):
+            resend = (
+                st.fetch_sent_at + self.config.fetch_max_wait_ms + self.config.request_timeout_ms
+                if st.fetch_request_id is not None
+                else None
+            )
+            return [st.fetch_timeout_at, st.fetch_retry_at, st.election_at, resend]
+        if isinstance(st, LeaderState):
+            return [st.check_quorum_at, st.begin_resend_at]
+        return [st.election_at, st.end_resend_at]
+
+    def _tick_once(self, now_ms: int, out: Output) -> None:
+        st = self._state
+        if isinstance(st, UnattachedState):
+            if st.election_at is not None and now_ms >= st.election_at and self._can_elect():
+                if st.direct_candidate:
+                    self._become_candidate(now_ms, out, retries=0)
+                else:
+                    self._become_prospective(now_ms, out, retries=0)
+            elif st.discover_at is not None and now_ms >= st.discover_at:
+                self._discover_leader(st, now_ms, out)
+        elif isinstance(st, ProspectiveState):
+            if st.retry_at is not None:
+                if now_ms >= st.retry_at:
+                    self._become_prospective(now_ms, out, st.retries)
+            elif now_ms >= st.election_at:
+                self._prospective_failed(st, now_ms, out)
+            elif st.resend_at is not None and now_ms >= st.resend_at:
+                self._send_vote_requests(st, pre_vote=True, now_ms=now_ms, out=out)
+        elif isinstance(st, CandidateState):
+            if st.backoff_until is not None:
+                if now_ms >= st.backoff_until:
+                    self._become_prospective(now_ms, out, st.retries)
+            elif now_ms >= st.election_at:
+                self._candidate_failed(st, now_ms)
+            elif st.resend_at is not None and now_ms >= st.resend_at:
+                self._send_vote_requests(st, pre_vote=False, now_ms=now_ms, out=out)
+        elif isinstance(st, FollowerState):
+            self._tick_follower(st, now_ms, out)
+        elif isinstance(st, LeaderState):
+            if now_ms >= st.check_quorum_at:
+                if len(st.fetched_since_check) + 1 >= self.majority:
+                    self._reset_check_quorum(st, now_ms)
+                else:
+                    logger.warning(
+                        "leader %s of epoch %s not fetched by a majority for %s ms: resigning",
+                        self.node_id,
+                        self._epoch,
+                        self.config.check_quorum_timeout_ms,
+                    )
+                    self._become_resigned(now_ms, out, self._ranked_successors(st))
+                    return
+            if st.begin_resend_at is not None and now_ms >= st.begin_resend_at:
+                self._send_begin_quorum_epoch(st, now_ms, out)
+        else:
+            if st.election_at is not None and now_ms >= st.election_at and self._can_elect():
+                self._become_prospective(now_ms, out, retries=0)
+            elif st.end_resend_at is not None and now_ms >= st.end_resend_at:
+                self._send_end_quorum_epoch(st, now_ms, out)
+
+    def _tick_follower(self, st: FollowerState, now_ms: int, out: Output) -> None:
+        if st.election_at is not None and now_ms >= st.election_at and self._can_elect():
+            self._become_candidate(now_ms, out, retries=0)
+        elif now_ms >= st.fetch_timeout_at:
+            logger.info(
+                "replica %s: no fetch from leader %s for %s ms",
+                self.node_id,
+                self._leader_id,
+                now_ms - st.last_contact_ms,
+            )
+            if self._can_elect():
+                self._become_prospective(now_ms, out, retries=0)
+            elif not self.is_voter:
+                # An observer looks for the leader again; its leader field is advisory.
+                self._set_election(self._epoch, None, self._voted_id, out)
+                self._become_unattached(now_ms, out)
+            else:
+                st.fetch_timeout_at = now_ms + self.config.fetch_timeout_ms
+        elif st.fetch_retry_at is not None and now_ms >= st.fetch_retry_at:
+            self._send_fetch(st, now_ms, out)
+        elif (
+            st.fetch_request_id is not None
+            and now_ms
+            >= st.fetch_sent_at + self.config.fetch_max_wait_ms + self.config.request_timeout_ms
+        ):
+            self._send_fetch(st, now_ms, out)
+
+    def _prospective_failed(self, st: ProspectiveState, now_ms: int, out: Output) -> None:
+        if self._leader_id is not None:
+            # The leader may be fine and only our link was down: fetch from it again.
+            self._become_follower(self._epoch, self._leader_id, now_ms, out)
+        else:
+            st.retries += 1
+            st.retry_at = now_ms + self._election_backoff(st.retries)
+
+    def _candidate_failed(self, st: CandidateState, now_ms: int) -> None:
+        st.retries += 1
+        st.backoff_until = now_ms + self._election_backoff(st.retries)
+        logger.info(
+            "replica %s lost the election in epoch %s; retry in %s ms",
+            self.node_id,
+            self._epoch,
+            st.backoff_until - now_ms,
+        )
+
+    def _reset_check_quorum(self, st: LeaderState, now_ms: int) -> None:
+        st.fetched_since_check.clear()
+        st.check_quorum_at = now_ms + self.config.check_quorum_timeout_ms
+
+    # ------------------------------------------------------------------ senders
+
+    def _send_vote_requests(
+        self,
+        st: ProspectiveState | CandidateState,
+        *,
+        pre_vote: bool,
+        now_ms: int,
+        out: Output,
+    ) -> None:
+        epoch = self._epoch + 1 if pre_vote else self._epoch
+        # Our (last epoch, end offset) claim must survive a crash, or votes granted for
+        # it could elect us with less data after a restart.
+        out.flush_log |= self.log.end_offset > self.log.durable_end_offset
+        for v in self.voters:
+            if v == self.node_id or v in st.granted or v in st.rejected:
+                continue
+            out.messages.append(
+                VoteRequest(
+                    self.cluster_id,
+                    self.node_id,
+                    v,
+                    epoch,
+                    self.log.last_epoch(),
+                    self.log.end_offset,
+                    pre_vote,
+                )
+            )
+        st.resend_at = now_ms + self.config.request_timeout_ms
+
+    def _send_fetch(self, st: FollowerState, now_ms: int, out: Output) -> None:
+        assert self._leader_id is not None
+        self._next_request_id += 1
+        st.fetch_request_id = self._next_request_id
+        st.fetch_sent_at = now_ms
+        st.fetch_retry_at = None
+        # fetch_offset tells the leader what we hold durably: flush first.
+        out.flush_log |= self.log.end_offset > self.log.durable_end_offset
+        out.messages.append(
+            FetchRequest(
+                self.cluster_id,
+                self.node_id,
+                self._leader_id,
+                self._epoch,
+                self.log.end_offset,
+                self.log.last_epoch(),
+                self.config.fetch_max_wait_ms,
+                self.config.fetch_max_bytes,
+                st.fetch_request_id,
+            )
+        )
+
+    def _discover_leader(self, st: UnattachedState, now_ms: int, out: Output) -> None:
+        """An observer without a leader asks a random voter (any answer names one)."""
+        target = self._rng.choice(self.voters)
+        out.messages.append(
+            FetchRequest(
+                self.cluster_id,
+                self.node_id,
+                target,
+                self._epoch,
+                self.log.end_offset,
+                self.log.last_epoch(),
+                0,
+                self.config.fetch_max_bytes,
+                0,
+            )
+        )
+        st.discover_at = now_ms + self.config.retry_backoff_ms + self.config.request_timeout_ms
+
+    def _send_begin_quorum_epoch(self, st: LeaderState, now_ms: int, out: Output) -> None:
+        for v in sorted(st.begin_unacked):
+            out.messages.append(
+                BeginQuorumEpochRequest(self.cluster_id, self.node_id, v, self.node_id, self._epoch)
+            )
+        st.begin_resend_at = now_ms + self.config.request_timeout_ms if st.begin_unacked else None
+
+    def _send_end_quorum_epoch(self, st: ResignedState, now_ms: int, out: Output) -> None:
+        for v in sorted(st.end_unacked):
+            out.messages.append(
+                EndQuorumEpochRequest(
+                    self.cluster_id, self.node_id, v, self.node_id, self._epoch, st.successors
+                )
+            )
+        st.end_resend_at = now_ms + self.config.request_timeout_ms if st.end_unacked else None
+
+    def _ranked_successors(self, st: LeaderState) -> tuple[int, ...]:
+        rows = sorted(st.progress.values(), key=lambda r: (-r.end_offset, r.replica_id))
+        return tuple(r.replica_id for r in rows)
+
+    # ------------------------------------------------------------------ votes
+
+    def _log_at_least_ours(self, last_epoch: int, end_offset: int) -> bool:
+        return (last_epoch, end_offset) >= (self.log.last_epoch(), self.log.end_offset)
+
+    def _heard_from_leader(self, now_ms: int) -> bool:
+        if self._role is Role.LEADER:
+            return True
+        st = self._state
+        return (
+            isinstance(st, FollowerState)
+            and not st.leader_resigned
+            and now_ms - st.last_contact_ms < self.config.fetch_timeout_ms
+        )
+
+    def _vote_grantable(self, req: VoteRequest) -> bool:
+        return (
+            self.is_voter
+            and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
+            and self._leader_id is None
+            and self._voted_id in (None, req.src)
+            and self._log_at_least_ours(req.last_offset_epoch, req.last_offset)
+        )
+
+    def _vote_response(self, req: VoteRequest, error: ErrorCode, granted: bool) -> VoteResponse:
+        return VoteResponse(
+            self.cluster_id,
+            self.node_id,
+            req.src,
+            int(error),
+            self._epoch,
+            self._leader_id,
+            granted,
+            req.pre_vote,
+            req.candidate_epoch,
+        )
+
+    def _on_vote_request(self, req: VoteRequest, now_ms: int, out: Output) -> VoteResponse:
+        if req.cluster_id != self.cluster_id:
+            return self._vote_response(req, ErrorCode.INVALID_CLUSTER_ID, False)
+        if req.src not in self.voters:
+            return self._vote_response(req, ErrorCode.INCONSISTENT_VOTER_SET, False)
+        if req.candidate_epoch < self._epoch:
+            return self._vote_response(req, ErrorCode.FENCED_LEADER_EPOCH, False)
+        if req.pre_vote:
+            # Nothing changes for a pre-vote; refuse while a leader is known to be alive.
+            if req.candidate_epoch == self._epoch:
+                granted = self._vote_grantable(req)
+            else:
+                granted = self.is_voter and self._log_at_least_ours(
+                    req.last_offset_epoch, req.last_offset
+                )
+            granted = granted and not self._heard_from_leader(now_ms)
+            return self._vote_response(req, ErrorCode.NONE, granted)
+        if req.candidate_epoch > self._epoch:
+            self._become_unattached(now_ms, out, epoch=req.candidate_epoch)
+        granted = self._vote_grantable(req)
+        if granted:
+            # Persisted (out.persist) before the response leaves: one vote per epoch.
+            self._set_election(self._epoch, None, req.src, out)
+            self._role = Role.UNATTACHED
+            self._state = UnattachedState(self._election_timeout(now_ms))
+            logger.info("replica %s votes for %s in epoch %s", self.node_id, req.src, self._epoch)
+        return self._vote_response(req, ErrorCode.NONE, granted)
+
+    def _on_vote_response(self, resp: VoteResponse, now_ms: int, out: Output) -> None:
+        if resp.cluster_id != self.cluster_id or resp.error == ErrorCode.INVALID_CLUSTER_ID:
+            return
+        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out):
+            return
+        st = self._state
+        if resp.pre_vote:
+            if not isinstance(st, ProspectiveState) or st.retry_at is not None:
+                return
+            if resp.candidate_epoch != self._epoch + 1:
+                return
+            (st.granted if resp.vote_granted else st.rejected).add(resp.src)
+            if len(st.granted) >= self.majority:
+                self._become_candidate(now_ms, out, st.retries)
+            elif len(st.rejected) > len(self.voters) - self.majority:
+                self._prospective_failed(st, now_ms, out)
+        else:
+            if not isinstance(st, CandidateState) or st.backoff_until is not None:
+                return
+            if resp.candidate_epoch != self._epoch:
+                return
+            (st.granted if resp.vote_granted else st.rejected).add(resp.src)
+            if len(st.granted) >= self.majority:
+                self._become_leader(now_ms, out)
+            elif len(st.rejected) > len(self.voters) - self.majority:
+                self._candidate_failed(st, now_ms)
+
+    # ------------------------------------------------------------------ Begin/EndQuorumEpoch
+
+    def _on_begin_quorum_epoch(
+        self, req: BeginQuorumEpochRequest, now_ms: int, out: Output
+    ) -> BeginQuorumEpochResponse:
+        error = ErrorCode.NONE
+        if req.cluster_id != self.cluster_id:
+            error = ErrorCode.INVALID_CLUSTER_ID
+        elif req.leader_epoch < self._epoch:
+            error = ErrorCode.FENCED_LEADER_EPOCH
+        elif req.leader_epoch > self._epoch:
+            self._become_follower(req.leader_epoch, req.leader_id, now_ms, out)
+        elif self._leader_id is None and self._role is not Role.RESIGNED:
+            self._become_follower(req.leader_epoch, req.leader_id, now_ms, out)
+        elif self._leader_id != req.leader_id:
+            logger.error(
+                "replica %s: %s claims epoch %s led by %s",
+                self.node_id,
+                req.leader_id,
+                req.leader_epoch,
+                self._leader_id,
+            )
+            error = ErrorCode.INVALID_QUORUM_STATE
+        elif isinstance(self._state, FollowerState) and not self._state.leader_resigned:
+            self._state.last_contact_ms = now_ms
+        return BeginQuorumEpochResponse(
+            self.cluster_id, self.node_id, req.src, int(error), self._epoch, self._leader_id
+        )
+
+    def _on_begin_quorum_epoch_response(
+        self, resp: BeginQuorumEpochResponse, now_ms: int, out: Output
+    ) -> None:
+        if resp.cluster_id != self.cluster_id:
+            return
+        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out):
+            return
+        if isinstance(self._state, LeaderState) and resp.leader_epoch == self._epoch:
+            self._state.begin_unacked.discard(resp.src)
+
+    def _end_quorum_backoff(self, successors: tuple[int, ...], now_ms: int) -> int:
+        """Rank 0 at once; rank N waits min(retry.backoff.max, retry.backoff * 2^(N-1));
+        a voter not in the list waits a randomized election timeout."""
+        if self.node_id not in successors:
+            return self._election_timeout(now_ms)
+        rank = successors.index(self.node_id)
+        if rank == 0:
+            return now_ms
+        return now_ms + min(
+            self.config.retry_backoff_max_ms, self.config.retry_backoff_ms * (1 << (rank - 1))
+        )
+
+    def _on_end_quorum_epoch(
+        self, req: EndQuorumEpochRequest, now_ms: int, out: Output
+    ) -> EndQuorumEpochResponse:
+        error = ErrorCode.NONE
+        if req.cluster_id != self.cluster_id:
+            error = ErrorCode.INVALID_CLUSTER_ID
+        elif req.leader_epoch < self._epoch:
+            error = ErrorCode.FENCED_LEADER_EPOCH
+        else:
+            at = self._end_quorum_backoff(tuple(req.preferred_successors), now_ms)
+            if req.leader_epoch > self._epoch:
+                self._become_unattached(now_ms, out, epoch=req.leader_epoch)
+            st = self._state
+            if isinstance(st, FollowerState) and self._leader_id == req.leader_id:
+                st.leader_resigned = True
+                if self._can_elect():
+                    st.election_at = at
+            elif isinstance(st, UnattachedState | ProspectiveState) and self._can_elect():
+                self._become_unattached(now_ms, out, direct_at=at)
+            if at <= now_ms:
+                out.merge(self.tick(now_ms))
+        return EndQuorumEpochResponse(
+            self.cluster_id, self.node_id, req.src, int(error), self._epoch, self._leader_id
+        )
+
+    def _on_end_quorum_epoch_response(
+        self, resp: EndQuorumEpochResponse, now_ms: int, out: Output
+    ) -> None:
+        if resp.cluster_id != self.cluster_id:
+            return
+        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out):
+            return
+        if isinstance(self._state, ResignedState):
+            self._state.end_unacked.discard(resp.src)
+            if not self._state.end_unacked:
+                self._state.end_resend_at = None
+
+    # ------------------------------------------------------------------ fetch
+
+    def _fetch_error(self, req: FetchRequest, error: ErrorCode) -> FetchResponse:
+        return FetchResponse(
+            self.cluster_id,
+            self.node_id,
+            req.replica_id,
+            int(error),
+            self._leader_id,
+            self._epoch,
+            self._high_watermark,
+            self.log.start_offset,
+            None,
+            b"",
+            req.fetch_offset,
+            req.request_id,
+        )
+
+    def _on_fetch_request(self, req: FetchRequest, now_ms: int, out: Output) -> FetchResponse:
+        if req.cluster_id != self.cluster_id:
+            return self._fetch_error(req, ErrorCode.INVALID_CLUSTER_ID)
+        is_replica = req.replica_id != CONSUMER_REPLICA_ID
+        if is_replica or req.current_leader_epoch != -1:
+            if req.current_leader_epoch < self._epoch:
+                return self._fetch_error(req, ErrorCode.FENCED_LEADER_EPOCH)
+            if req.current_leader_epoch > self._epoch:
+                return self._fetch_error(req, ErrorCode.UNKNOWN_LEADER_EPOCH)
+        st = self._state
+        if not isinstance(st, LeaderState):
+            return self._fetch_error(req, ErrorCode.NOT_LEADER)
+        if req.fetch_offset < self.log.start_offset or req.fetch_offset < 0:
+            return self._fetch_error(req, ErrorCode.OFFSET_OUT_OF_RANGE)
+
+        is_voter = req.replica_id in st.progress
+        if is_voter:
+            st.fetched_since_check.add(req.replica_id)
+            if len(st.fetched_since_check) + 1 >= self.majority:
+                self._reset_check_quorum(st, now_ms)
+
+        diverging: tuple[int, int] | None = None
+        if req.fetch_offset > 0:
+            end = self.log.end_offset_for(req.last_fetched_epoch)
+            if end.epoch != req.last_fetched_epoch or end.end_offset < req.fetch_offset:
+                diverging = (end.epoch, end.end_offset)
+
+        if diverging is None and is_replica:
+            rows = st.progress if is_voter else st.observers
+            row = rows.setdefault(req.replica_id, ReplicaProgress(req.replica_id))
+            # fetch_offset is durable on the fetcher and matches our log below it.
+            row.end_offset = req.fetch_offset
+            row.last_fetch_ms = now_ms
+            if is_voter:
+                self._maybe_advance_high_watermark(st, out)
+
+        records = b""
+        if diverging is None and req.fetch_offset < self.log.end_offset:
+            max_offset = None if is_replica else self._high_watermark
+            if max_offset is None or req.fetch_offset < max_offset:
+                records = self.log.read(req.fetch_offset, req.max_bytes, max_offset)
+        return FetchResponse(
+            self.cluster_id,
+            self.node_id,
+            req.replica_id,
+            int(ErrorCode.NONE),
+            self.node_id,
+            self._epoch,
+            self._high_watermark,
+            self.log.start_offset,
+            diverging,
+            records,
+            req.fetch_offset,
+            req.request_id,
+        )
+
+    def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
+        """HWM = the largest offset durable on a majority of voters, once that covers
+        the leader's own epoch start; observers never count; never moves back."""
+        offsets = sorted(
+            [self.log.durable_end_offset] + [r.end_offset for r in st.progress.values()],
+            reverse=True,
+        )
+        candidate = offsets[self.majority - 1]
+        if candidate > st.epoch_start_offset and candidate > self._high_watermark:
+            self._high_watermark = candidate
+            out.high_watermark = candidate
+            out.fetch_wakeup = True
+
+    def _on_fetch_response(self, resp: FetchResponse, now_ms: int, out: Output) -> None:
+        if resp.cluster_id != self.cluster_id:
+            return
+        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out):
+            return
+        st = self._state
+        if (
+            not isinstance(st, FollowerState)
+            or resp.src != self._leader_id
+            or resp.request_id != st.fetch_request_id
+        ):
+            return  # stale or duplicate answer
+        st.fetch_request_id = None
+        if resp.error != ErrorCode.NONE or resp.leader_epoch != self._epoch:
+            st.fetch_retry_at = now_ms + self.config.retry_backoff_ms
+            return
+        st.last_contact_ms = now_ms
+        st.fetch_timeout_at = now_ms + self.config.fetch_timeout_ms
+        if resp.diverging_epoch is not None:
+            self._truncate_to_diverging(resp.diverging_epoch, out)
+        elif resp.fetch_offset == self.log.end_offset:
+            if resp.records:
+                try:
+                    self.log.append_as_follower(resp.records)
+                except ValueError:
+                    logger.exception("replica %s: fetched batches do not fit", self.node_id)
+                    st.fetch_retry_at = now_ms + self.config.retry_backoff_ms
+                    return
+            hwm = min(resp.high_watermark, self.log.end_offset)
+            if hwm > self._high_watermark:
+                self._high_watermark = hwm
+                out.high_watermark = hwm
+                out.fetch_wakeup = True
+        self._send_fetch(st, now_ms, out)
+
+    def _truncate_to_diverging(self, diverging: tuple[int, int], out: Output) -> None:
+        epoch, leader_end = diverging
+        local = self.log.end_offset_for(epoch) if epoch != UNDEFINED_EPOCH else None
+        target = leader_end
+        if local is not None and local.end_offset >= 0:
+            target = min(target, local.end_offset)
+        target = max(min(target, self.log.end_offset), self.log.start_offset)
+        if target >= self.log.end_offset:
+            return
+        if target < self._high_watermark:
+            # Only an unclean election can take committed data away: surface it loudly.
+            self.truncations_below_high_watermark += 1
+            out.truncated_below_high_watermark = True
+            logger.error(
+                "replica %s truncates to %s below its high watermark %s (unclean election?)",
+                self.node_id,
+                target,
+                self._high_watermark,
+            )
+            self._high_watermark = target
+        logger.info(
+            "replica %s truncates %s..%s (diverging epoch %s)",
+            self.node_id,
+            target,
+            self.log.end_offset,
+            diverging,
+        )
+        self.log.truncate_to(target)
+        out.truncated_to = target
+
+
+def _with_lag(row: ReplicaProgress, leader_end: int) -> ReplicaProgress:
+    lag = leader_end - row.end_offset if row.end_offset >= 0 else -1
+    return ReplicaProgress(row.replica_id, row.end_offset, row.last_fetch_ms, lag)

@@ -1,0 +1,120 @@
+"""Quorum state: what is persisted (``ElectionState``) and the per-role timers and tallies.
+
+One small object per role, as in Kafka's QuorumState (UnattachedState, ProspectiveState,
+CandidateState, LeaderState, FollowerState, ResignedState). Only ``RaftReplica`` moves
+between them; these objects hold no logic beyond their own bookkeeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = [
+    "CandidateState",
+    "ElectionState",
+    "FollowerState",
+    "LeaderState",
+    "ProspectiveState",
+    "ReplicaProgress",
+    "ResignedState",
+    "Role",
+    "RoleState",
+    "UnattachedState",
+]
+
+
+class Role(StrEnum):
+    UNATTACHED = "unattached"  # no leader known in this epoch (voted_id tells a vote)
+    PROSPECTIVE = "prospective"  # running a pre-vote, epoch unchanged
+    CANDIDATE = "candidate"  # voted for itself in this epoch
+    LEADER = "leader"
+    FOLLOWER = "follower"  # knows the leader of this epoch and fetches from it
+    RESIGNED = "resigned"  # was leader of this epoch; will not lead it again
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionState:
+    """The quorum-state file's content. ``leader_id == node`` means it led this epoch;
+    ``voted_id`` is the vote it granted in this epoch (itself when a candidate)."""
+
+    epoch: int
+    leader_id: int | None = None
+    voted_id: int | None = None
+
+
+@dataclass(slots=True)
+class ReplicaProgress:
+    """What the leader knows of one replica in its epoch (DescribeQuorum row)."""
+
+    replica_id: int
+    end_offset: int = -1  # durable end offset reported by its last valid fetch
+    last_fetch_ms: int = -1
+    lag: int = -1  # leader end offset - end_offset, at describe time
+
+
+@dataclass(slots=True)
+class UnattachedState:
+    election_at: int | None  # None for observers and shutting-down nodes
+    direct_candidate: bool = False  # after EndQuorumEpoch: skip the pre-vote
+    discover_at: int | None = None  # observers: next probe of a voter for the leader
+
+
+@dataclass(slots=True)
+class ProspectiveState:
+    election_at: int
+    retries: int
+    granted: set[int] = field(default_factory=set)
+    rejected: set[int] = field(default_factory=set)
+    resend_at: int | None = None
+    retry_at: int | None = None  # set after a failed pre-vote (no leader to go back to)
+
+
+@dataclass(slots=True)
+class CandidateState:
+    election_at: int
+    retries: int
+    granted: set[int] = field(default_factory=set)
+    rejected: set[int] = field(default_factory=set)
+    resend_at: int | None = None
+    backoff_until: int | None = None  # set after a lost election
+
+
+@dataclass(slots=True)
+class FollowerState:
+    last_contact_ms: int
+    fetch_timeout_at: int
+    fetch_request_id: int | None = None  # the one outstanding fetch
+    fetch_sent_at: int = 0
+    fetch_retry_at: int | None = None
+    election_at: int | None = None  # the leader resigned (EndQuorumEpoch)
+    leader_resigned: bool = False
+
+
+@dataclass(slots=True)
+class LeaderState:
+    epoch_start_offset: int
+    check_quorum_at: int
+    progress: dict[int, ReplicaProgress] = field(default_factory=dict)
+    observers: dict[int, ReplicaProgress] = field(default_factory=dict)
+    begin_unacked: set[int] = field(default_factory=set)
+    begin_resend_at: int | None = None
+    fetched_since_check: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class ResignedState:
+    election_at: int | None
+    successors: tuple[int, ...]
+    end_unacked: set[int] = field(default_factory=set)
+    end_resend_at: int | None = None
+
+
+RoleState = (
+    UnattachedState
+    | ProspectiveState
+    | CandidateState
+    | FollowerState
+    | LeaderState
+    | ResignedState
+)

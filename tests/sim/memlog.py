@@ -1,0 +1,159 @@
+"""An in-memory ``ReplicaLog`` for the simulator and unit tests.
+
+Batch bytes: header ``>qiiBi`` (base offset, record count, leader epoch, flags, payload
+length) then ``count`` 8-byte signed record ids. Control batches carry flag 1 and one id
+``-(epoch * 1000 + leader_id) - 1``. The log keeps an epoch cache with Kafka's
+``end_offset_for`` semantics and tracks the durable end: ``crash()`` drops what was not
+flushed, as a power loss would.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from collections.abc import Iterator
+
+from quorumlog.replica.raft import UNDEFINED_EPOCH, UNDEFINED_OFFSET, AppendInfo, EpochEndOffset
+
+HEADER = struct.Struct(">qiiBi")
+RECORD = struct.Struct(">q")
+CONTROL = 1
+
+
+def encode_batch(base: int, epoch: int, ids: list[int], flags: int = 0) -> bytes:
+    payload = b"".join(RECORD.pack(i) for i in ids)
+    return HEADER.pack(base, len(ids), epoch, flags, len(payload)) + payload
+
+
+def client_batch(ids: list[int]) -> bytes:
+    """What a client sends: base offset and epoch are filled in by the leader's log."""
+    return encode_batch(0, UNDEFINED_EPOCH, ids)
+
+
+def decode_batches(data: bytes) -> Iterator[tuple[int, int, int, list[int]]]:
+    """(base offset, epoch, flags, record ids) per batch."""
+    pos = 0
+    while pos < len(data):
+        base, count, epoch, flags, size = HEADER.unpack_from(data, pos)
+        pos += HEADER.size
+        ids = [RECORD.unpack_from(data, pos + 8 * i)[0] for i in range(count)]
+        pos += size
+        yield base, epoch, flags, ids
+
+
+def control_id(epoch: int, leader_id: int) -> int:
+    return -(epoch * 1000 + leader_id) - 1
+
+
+class MemLog:
+    """Entries are (epoch, record id, batch base offset, flags) per offset from 0."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, int, int, int]] = []
+        self.epochs: list[tuple[int, int]] = []  # (epoch, start offset), epochs ascending
+        self.durable = 0
+
+    # --- ReplicaLog -------------------------------------------------------------
+    @property
+    def start_offset(self) -> int:
+        return 0
+
+    @property
+    def end_offset(self) -> int:
+        return len(self.entries)
+
+    @property
+    def durable_end_offset(self) -> int:
+        return self.durable
+
+    def last_epoch(self) -> int:
+        return self.epochs[-1][0] if self.epochs else UNDEFINED_EPOCH
+
+    def end_offset_for(self, epoch: int) -> EpochEndOffset:
+        if epoch == UNDEFINED_EPOCH or not self.epochs:
+            return EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+        if epoch == self.epochs[-1][0]:
+            return EpochEndOffset(epoch, self.end_offset)
+        keys = [e for e, _ in self.epochs]
+        i = bisect_right(keys, epoch)  # first entry with epoch > requested
+        if i == len(keys):
+            return EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+        if i == 0:
+            return EpochEndOffset(epoch, self.epochs[0][1])
+        return EpochEndOffset(keys[i - 1], self.epochs[i][1])
+
+    def epoch_at(self, offset: int) -> int:
+        if 0 <= offset < len(self.entries):
+            return self.entries[offset][0]
+        return UNDEFINED_EPOCH
+
+    def _append(self, base: int, epoch: int, ids: list[int], flags: int) -> AppendInfo:
+        if epoch < self.last_epoch():
+            raise ValueError(f"epoch {epoch} below the log's last epoch {self.last_epoch()}")
+        if epoch > self.last_epoch():
+            self.epochs.append((epoch, base))
+        self.entries.extend((epoch, i, base, flags) for i in ids)
+        return AppendInfo(base, base + len(ids) - 1, len(ids))
+
+    def append_as_leader(self, records: bytes, epoch: int) -> AppendInfo:
+        first = self.end_offset
+        for _, _, flags, ids in decode_batches(records):
+            self._append(self.end_offset, epoch, ids, flags)
+        return AppendInfo(first, self.end_offset - 1, self.end_offset - first)
+
+    def append_control(
+        self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
+    ) -> AppendInfo:
+        return self._append(self.end_offset, epoch, [control_id(epoch, leader_id)], CONTROL)
+
+    def append_as_follower(self, batches: bytes) -> AppendInfo | None:
+        if not batches:
+            return None
+        first = self.end_offset
+        for base, epoch, flags, ids in decode_batches(batches):
+            if base != self.end_offset:
+                raise ValueError(f"batch base {base} does not continue at {self.end_offset}")
+            self._append(base, epoch, ids, flags)
+        return AppendInfo(first, self.end_offset - 1, self.end_offset - first)
+
+    def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        out: list[bytes] = []
+        size = 0
+        if offset >= len(self.entries):
+            return b""
+        pos = self.entries[offset][2]  # the batch holding offset
+        while pos < len(self.entries):
+            if max_offset is not None and pos >= max_offset:
+                break
+            epoch, _, base, flags = self.entries[pos]
+            end = pos
+            while end < len(self.entries) and self.entries[end][2] == base:
+                end += 1
+            batch = encode_batch(base, epoch, [e[1] for e in self.entries[pos:end]], flags)
+            if out and size + len(batch) > max_bytes:
+                break
+            out.append(batch)
+            size += len(batch)
+            pos = end
+        return b"".join(out)
+
+    def truncate_to(self, offset: int) -> None:
+        offset = max(0, offset)
+        del self.entries[offset:]
+        while self.epochs and self.epochs[-1][1] >= offset:
+            self.epochs.pop()
+        self.durable = min(self.durable, offset)
+
+    def flush(self) -> int:
+        self.durable = len(self.entries)
+        return self.durable
+
+    # --- simulator helpers --------------------------------------------------------
+    def crash(self) -> None:
+        """Power loss: everything not flushed is gone."""
+        self.truncate_to(self.durable)
+
+    def record(self, offset: int) -> tuple[int, int]:
+        """(epoch, record id) at offset, for invariant checks."""
+        e = self.entries[offset]
+        return e[0], e[1]
