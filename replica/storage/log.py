@@ -606,7 +606,7 @@ class Log:
                 if header.base_offset != expected:
                     reason = f"base offset {header.base_offset} does not continue the log"
             except CorruptRecordError as exc:
-                reason = str(exc)
+                reason = f"{exc} (relative to the batch)"
             if reason:
                 self._handle_corruption(seg, position, expected, reason, file_size, later)
                 seg.size = position

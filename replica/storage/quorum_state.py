@@ -60,7 +60,9 @@ class QuorumStateStore:
             return None
         try:
             doc = json.loads(raw)
-            if not isinstance(doc, dict) or doc.get("version") != _VERSION:
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            if doc.get("version") != _VERSION:
                 raise ValueError(f"unsupported version {doc.get('version')!r}")
             ints = {}
             for name in ("leader_epoch", "leader_id", "voted_id"):

@@ -1,0 +1,69 @@
+"""Shared helpers for storage tests: a simulated crash and batch summaries."""
+
+from __future__ import annotations
+
+import os
+
+from quorumlog.replica.storage import Log, batches_to_table, encode_batch, iter_batches
+
+
+def values_for(base: int, count: int) -> list[bytes]:
+    """Deterministic record values, so any record's content is known from its offset."""
+    return [b"value-%d" % (base + i) for i in range(count)]
+
+
+def client_batch(base: int, count: int) -> bytes:
+    return encode_batch(values_for(base, count), keys=[b"k%d" % i for i in range(count)])
+
+
+def follower_batch(base: int, count: int, epoch: int) -> bytes:
+    return encode_batch(
+        values_for(base, count),
+        keys=[b"k%d" % i for i in range(count)],
+        base_offset=base,
+        leader_epoch=epoch,
+    )
+
+
+def summary(buf: bytes) -> list[tuple[int, int, int]]:
+    """(base offset, record count, epoch) of every batch in ``buf``."""
+    return [(h.base_offset, h.record_count, h.leader_epoch) for h in iter_batches(buf)]
+
+
+def crash(log: Log, keep_unflushed: int | None = None) -> None:
+    """Simulate a power failure: close the files without the clean-shutdown marker and
+    keep only ``keep_unflushed`` bytes (default: all) of what was written past the last
+    fsync, counting across segments in offset order; later bytes are lost."""
+    segments = list(log._segments)
+    for seg in segments:
+        os.close(seg.fd)
+        seg.fd = -1
+    log._closed = True
+    if keep_unflushed is None:
+        return
+    budget = keep_unflushed
+    for seg in segments:
+        unflushed = seg.size - seg.synced_size
+        keep = min(unflushed, budget)
+        budget -= keep
+        os.truncate(seg.path, seg.synced_size + keep)
+
+
+def read_all_values(log: Log) -> list[bytes]:
+    if log.end_offset == log.start_offset:
+        return []
+    data = read_everything(log)
+    table = batches_to_table(data, include_control=True)
+    assert table.column("offset").to_pylist() == list(range(log.start_offset, log.end_offset))
+    return [v for v in batches_to_table(data).column("value").to_pylist() if v is not None]
+
+
+def read_everything(log: Log) -> bytes:
+    parts: list[bytes] = []
+    offset = log.start_offset
+    while offset < log.end_offset:
+        chunk = log.read(offset, 1 << 20)
+        assert chunk
+        parts.append(chunk)
+        offset = list(iter_batches(chunk))[-1].next_offset
+    return b"".join(parts)
