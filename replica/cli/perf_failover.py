@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
-    from ..storage.batch import encode_batch
+    from ..storage.records import encode_batch
 
     payload = encode_batch([b"failover"])
     kill: list[float] = []

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print only the final JSON line")
     args = ap.parse_args(argv)
 
-    from ..storage.batch import encode_batch
+    from ..storage.records import encode_batch
 
     topic = "perf"
     with LocalCluster(args.nodes, args.data_dir, log_level="WARNING") as cluster:

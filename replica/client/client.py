@@ -80,13 +80,25 @@ class FetchResult:
     def to_arrow(self, start_offset: int | None = None, end_offset: int | None = None) -> Any:
         """The user records as a pyarrow Table (key, value, timestamp, headers, offset,
         leaderEpoch): control batches removed, rows outside [start, end) sliced off."""
-        from ..storage.batch import records_to_arrow
+        import pyarrow.compute as pc
 
-        return records_to_arrow(self.records, start_offset=start_offset, end_offset=end_offset)
+        from ..storage.records import batches_to_table
+
+        table = batches_to_table(self.records)
+        if start_offset is None and end_offset is None:
+            return table
+        offsets = table.column("offset")
+        mask = None
+        if start_offset is not None:
+            mask = pc.greater_equal(offsets, start_offset)
+        if end_offset is not None:
+            upper = pc.less(offsets, end_offset)
+            mask = upper if mask is None else pc.and_(mask, upper)
+        return table.filter(mask)
 
     def last_offset_and_epoch(self) -> OffsetAndEpoch | None:
         """Offset and epoch of the last record held (control records included)."""
-        from ..storage.batch import iter_batches
+        from ..storage.records import iter_batches
 
         last: OffsetAndEpoch | None = None
         for b in iter_batches(self.records):

@@ -88,7 +88,7 @@ class Producer:
             self._send_pending(topic, partition)
 
     def _send_pending(self, topic: str, partition: int) -> None:
-        from ..storage.batch import encode_batch
+        from ..storage.records import encode_batch
 
         p = self._pending.pop((topic, partition), None)
         if p is None or not p.values:
@@ -100,7 +100,7 @@ class Producer:
 
     def send_batch(self, topic: str, partition: int, batch: Any) -> ProduceResult:
         """Append a pyarrow Table/RecordBatch (key, value[, timestamp, headers]) as is."""
-        from ..storage.batch import encode_arrow
+        from ..storage.records import encode_arrow
 
         result = self.client.produce(topic, partition, encode_arrow(batch), acks=self.acks)
         self._results.append(result)

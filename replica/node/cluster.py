@@ -247,7 +247,7 @@ class LocalCluster:
         timeout_ms: int = 30000,
     ) -> list[OffsetAndEpoch]:
         """Append one batch with acks=quorum; returns (offset, epoch) per record."""
-        from ..storage.batch import encode_batch
+        from ..storage.records import encode_batch
 
         res = self.client.produce(
             topic, partition, encode_batch(values, keys=keys), timeout_ms=timeout_ms
