@@ -1,0 +1,146 @@
+"""``quorumlog perf storage``: append throughput with group-commit fsync, and read and
+decode throughput, on one local log.
+
+Appends run on the main thread while a worker thread calls ``flush()`` in a loop, as
+the node does with its executor; a run ends when everything appended is durable. The
+last line printed is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+from .log import Log, LogConfig
+from .records import batches_to_table, encode_batch, iter_batches
+
+RECORD_BYTES = 100
+MIB = 1024 * 1024
+
+
+def _append_run(directory: str, records_per_batch: int, total_bytes: int) -> dict[str, float]:
+    values = [os.urandom(RECORD_BYTES) for _ in range(records_per_batch)]
+    batch = encode_batch(values)
+    rounds = max(3, 20_000 // records_per_batch)
+    started = time.perf_counter()
+    for _ in range(rounds):
+        encode_batch(values)
+    encode_s = (time.perf_counter() - started) / rounds
+    batches = max(1, total_bytes // len(batch))
+    log = Log(directory, LogConfig(segment_bytes=256 * MIB))
+    stop = threading.Event()
+    fsyncs = 0
+
+    def flusher() -> None:
+        nonlocal fsyncs
+        while not stop.is_set():
+            before = log.durable_end_offset
+            if log.flush() != before:
+                fsyncs += 1
+            else:
+                time.sleep(0.0005)  # nothing new: do not spin on the GIL
+
+    thread = threading.Thread(target=flusher, name="perf-flush")
+    started = time.perf_counter()
+    thread.start()
+    for _ in range(batches):
+        log.append_as_leader(batch, 1)
+    appended = time.perf_counter()
+    stop.set()
+    thread.join()
+    log.flush()
+    durable = time.perf_counter()
+    assert log.durable_end_offset == log.end_offset == batches * records_per_batch
+    log.close()
+    written = batches * len(batch)
+    return {
+        "batch_bytes": len(batch),
+        "batches": batches,
+        "mb_per_s": written / MIB / (durable - started),
+        "records_per_s": batches * records_per_batch / (durable - started),
+        "append_only_mb_per_s": written / MIB / (appended - started),
+        "fsyncs": fsyncs + 1,
+        "encode_mb_per_s": len(batch) / MIB / encode_s,
+    }
+
+
+def _read_run(directory: str, max_bytes: int) -> dict[str, float]:
+    log = Log(directory)
+    total = 0
+    rows = 0
+    started = time.perf_counter()
+    offset = log.start_offset
+    while offset < log.end_offset:
+        chunk = log.read(offset, max_bytes)
+        total += len(chunk)
+        offset = _next_offset(chunk)
+    read_s = time.perf_counter() - started
+    offset = log.start_offset
+    started = time.perf_counter()
+    while offset < log.end_offset:
+        chunk = log.read(offset, max_bytes)
+        rows += batches_to_table(chunk).num_rows
+        offset = _next_offset(chunk)
+    decode_s = time.perf_counter() - started
+    log.close()
+    return {
+        "read_mb_per_s": total / MIB / read_s,
+        "read_and_decode_mb_per_s": total / MIB / decode_s,
+        "decode_records_per_s": rows / decode_s,
+    }
+
+
+def _next_offset(chunk: bytes) -> int:
+    last = 0
+    for header in iter_batches(chunk):
+        last = header.next_offset
+    return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="quorumlog perf storage", description=__doc__)
+    parser.add_argument("--dir", help="directory for the logs (default: a temp dir)")
+    parser.add_argument("--mb", type=int, default=256, help="MiB to append per run")
+    parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    args = parser.parse_args(argv)
+    root = args.dir or tempfile.mkdtemp(prefix="quorumlog-perf-")
+    os.makedirs(root, exist_ok=True)
+    result: dict[str, object] = {"record_bytes": RECORD_BYTES, "mb": args.mb}
+    try:
+        for per_batch in (1000, 10_000):
+            directory = os.path.join(root, f"append-{per_batch}")
+            shutil.rmtree(directory, ignore_errors=True)
+            figures = _append_run(directory, per_batch, args.mb * MIB)
+            result[f"append_{per_batch}"] = figures
+            if not args.json:
+                print(
+                    f"append {per_batch:>6} x {RECORD_BYTES} B records "
+                    f"({figures['batch_bytes'] / MIB:.2f} MiB batches), fsync'd: "
+                    f"{figures['mb_per_s']:8.1f} MiB/s {figures['records_per_s']:12,.0f} rec/s "
+                    f"({figures['fsyncs']:.0f} fsyncs; append only "
+                    f"{figures['append_only_mb_per_s']:.0f} MiB/s; "
+                    f"encode {figures['encode_mb_per_s']:.0f} MiB/s)"
+                )
+        for max_bytes in (MIB, 8 * MIB):
+            figures = _read_run(os.path.join(root, "append-10000"), max_bytes)
+            result[f"read_{max_bytes // MIB}mib"] = figures
+            if not args.json:
+                print(
+                    f"read (max_bytes {max_bytes // MIB} MiB): {figures['read_mb_per_s']:8.1f} "
+                    f"MiB/s; read + to Arrow table: {figures['read_and_decode_mb_per_s']:8.1f} "
+                    f"MiB/s {figures['decode_records_per_s']:12,.0f} rec/s"
+                )
+    finally:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
