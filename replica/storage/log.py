@@ -606,7 +606,7 @@ class Log:
                 if header.base_offset != expected:
                     reason = f"base offset {header.base_offset} does not continue the log"
             except CorruptRecordError as exc:
-                reason = f"{exc} (relative to the batch)"
+                reason = f"{exc} (position relative to the batch start)"
             if reason:
                 self._handle_corruption(seg, position, expected, reason, file_size, later)
                 seg.size = position
