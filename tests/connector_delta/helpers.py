@@ -78,3 +78,34 @@ def table_rows(path: str | Path) -> list[Row]:
 
 def last_commit(path: str | Path) -> dict[str, Any]:
     return DeltaTable(str(path)).history(limit=1)[0]
+
+
+def write_input_file(input_dir: Path, index: int, batch: Sequence[Row]) -> None:
+    """One parquet file per scripted micro-batch; renamed into place whole, with
+    increasing modification times so the file source takes them in order."""
+    import os
+    import time
+
+    import pyarrow.parquet as pq
+
+    input_dir.mkdir(parents=True, exist_ok=True)
+    tmp = input_dir.parent / f".{input_dir.name}-{index:04d}.parquet.tmp"
+    pq.write_table(source_table(batch), tmp)
+    final = input_dir / f"batch-{index:04d}.parquet"
+    os.replace(tmp, final)
+    mtime = time.time() + index
+    os.utime(final, (mtime, mtime))
+
+
+def start_stream(spark: Any, input_dir: str | Path, checkpoint: str | Path, sink: Any) -> Any:
+    """A streaming query of the source's schema over parquet files, one file per batch."""
+    from pyspark.sql.types import StructType
+
+    return (
+        spark.readStream.schema(StructType.fromJson(_spark_schema_json()))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(input_dir))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
