@@ -44,7 +44,9 @@ Driver rules, for every ``Output`` in the order given:
    sends the new answer (re-handling is idempotent). Followers' fetch progress is taken
    when the request first arrives, so parking never delays the HWM.
 5. ``out.high_watermark`` (new HWM) → complete acks=quorum produces whose last offset is
-   below it. ``out.leader_changed`` is for logging/metadata. ``out.truncated_to`` says a
+   below it, but only while the core still leads the epoch ``append`` returned; once
+   ``leader_changed`` shows it lost that leadership, fail them with NOT_LEADER (their
+   records may be truncated by the next leader). ``out.leader_changed`` is for logging/metadata. ``out.truncated_to`` says a
    follower truncated; ``out.truncated_below_high_watermark`` means committed data was
    removed, which only an unclean election (``force_leader``) may cause: alert on it.
 

@@ -300,15 +300,20 @@ class RaftReplica:
             self._state.election_at = None
         return out
 
-    def force_leader(self, now_ms: int) -> Output:
+    def force_leader(self, now_ms: int, min_epoch: int = 0) -> Output:
         """Unclean leader election (operator command): lead a new epoch without votes.
 
         Committed data this replica lacks is lost: followers truncate to this log when
         they fetch (``truncated_below_high_watermark``) and readers see it through
         ``end_offset_for``. The HWM still needs a majority of voters to advance.
+        The new epoch must exceed every epoch any replica has seen, which this replica
+        alone cannot know: the operator tool passes ``min_epoch`` = the highest epoch
+        reported by the reachable replicas + 1 (DescribeQuorum).
         """
+        if not self.is_voter:
+            raise ValueError(f"replica {self.node_id} is an observer; only a voter can lead")
         out = Output()
-        epoch = max(self._epoch, self.log.last_epoch()) + 1
+        epoch = max(self._epoch + 1, self.log.last_epoch() + 1, min_epoch)
         logger.warning(
             "replica %s forced to lead epoch %s without a majority (unclean election)",
             self.node_id,
@@ -404,21 +409,42 @@ class RaftReplica:
             self._state = UnattachedState(self._election_timeout(now_ms))
         out.leader_changed |= was_leader
 
-    def _become_follower(self, epoch: int, leader_id: int, now_ms: int, out: Output) -> None:
+    def _become_follower(
+        self,
+        epoch: int,
+        leader_id: int,
+        now_ms: int,
+        out: Output,
+        *,
+        last_contact_ms: int | None = None,
+    ) -> None:
+        """``last_contact_ms`` is when we last heard from the leader itself (None: not
+        yet); only that refuses others' pre-votes, so learning of a leader second-hand
+        or returning after a failed pre-vote does not block a needed election."""
+        if leader_id == self.node_id:
+            raise AssertionError(f"replica {leader_id} cannot follow itself")
         voted = self._voted_id if epoch == self._epoch else None
         self._set_election(epoch, leader_id, voted, out)
         self._role = Role.FOLLOWER
         self._state = FollowerState(
-            last_contact_ms=now_ms, fetch_timeout_at=now_ms + self.config.fetch_timeout_ms
+            last_contact_ms=last_contact_ms,
+            fetch_timeout_at=now_ms + self.config.fetch_timeout_ms,
         )
         out.leader_changed = True
         logger.info("replica %s follows %s in epoch %s", self.node_id, leader_id, epoch)
         self._send_fetch(self._state, now_ms, out)
 
-    def _become_prospective(self, now_ms: int, out: Output, retries: int) -> None:
+    def _become_prospective(
+        self, now_ms: int, out: Output, retries: int, last_contact_ms: int | None = None
+    ) -> None:
         """Pre-vote (KIP-996): ask whether we could win, without bumping the epoch."""
         self._role = Role.PROSPECTIVE
-        st = ProspectiveState(self._election_timeout(now_ms), retries, granted={self.node_id})
+        st = ProspectiveState(
+            self._election_timeout(now_ms),
+            retries,
+            granted={self.node_id},
+            last_contact_ms=last_contact_ms,
+        )
         self._state = st
         if len(st.granted) >= self.majority:
             self._become_candidate(now_ms, out, retries)
@@ -475,14 +501,17 @@ class RaftReplica:
         )
         self._send_end_quorum_epoch(st, now_ms, out)
 
-    def _maybe_learn(self, epoch: int, leader_id: int | None, now_ms: int, out: Output) -> bool:
+    def _maybe_learn(
+        self, epoch: int, leader_id: int | None, now_ms: int, out: Output, src: int
+    ) -> bool:
         """Any message naming a newer epoch (or the unknown leader of ours) moves us
         there first. Returns True if the state changed."""
         if leader_id == self.node_id:
             leader_id = None  # only we can tell ourselves we lead
+        contact = now_ms if src == leader_id else None
         if epoch > self._epoch:
             if leader_id is not None:
-                self._become_follower(epoch, leader_id, now_ms, out)
+                self._become_follower(epoch, leader_id, now_ms, out, last_contact_ms=contact)
             else:
                 self._become_unattached(now_ms, out, epoch=epoch)
             return True
@@ -492,7 +521,7 @@ class RaftReplica:
             and self._leader_id is None
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
         ):
-            self._become_follower(epoch, leader_id, now_ms, out)
+            self._become_follower(epoch, leader_id, now_ms, out, last_contact_ms=contact)
             return True
         return False
 
@@ -532,7 +561,7 @@ class RaftReplica:
         elif isinstance(st, ProspectiveState):
             if st.retry_at is not None:
                 if now_ms >= st.retry_at:
-                    self._become_prospective(now_ms, out, st.retries)
+                    self._become_prospective(now_ms, out, st.retries, st.last_contact_ms)
             elif now_ms >= st.election_at:
                 self._prospective_failed(st, now_ms, out)
             elif st.resend_at is not None and now_ms >= st.resend_at:
@@ -573,13 +602,13 @@ class RaftReplica:
             self._become_candidate(now_ms, out, retries=0)
         elif now_ms >= st.fetch_timeout_at:
             logger.info(
-                "replica %s: no fetch from leader %s for %s ms",
+                "replica %s: no successful fetch from leader %s for %s ms",
                 self.node_id,
                 self._leader_id,
-                now_ms - st.last_contact_ms,
+                self.config.fetch_timeout_ms,
             )
             if self._can_elect():
-                self._become_prospective(now_ms, out, retries=0)
+                self._become_prospective(now_ms, out, retries=0, last_contact_ms=st.last_contact_ms)
             elif not self.is_voter:
                 # An observer looks for the leader again; its leader field is advisory.
                 self._set_election(self._epoch, None, self._voted_id, out)
@@ -596,9 +625,11 @@ class RaftReplica:
             self._send_fetch(st, now_ms, out)
 
     def _prospective_failed(self, st: ProspectiveState, now_ms: int, out: Output) -> None:
-        if self._leader_id is not None:
+        if self._leader_id is not None and self._leader_id != self.node_id:
             # The leader may be fine and only our link was down: fetch from it again.
-            self._become_follower(self._epoch, self._leader_id, now_ms, out)
+            self._become_follower(
+                self._epoch, self._leader_id, now_ms, out, last_contact_ms=st.last_contact_ms
+            )
         else:
             st.retries += 1
             st.retry_at = now_ms + self._election_backoff(st.retries)
@@ -719,8 +750,13 @@ class RaftReplica:
         return (
             isinstance(st, FollowerState)
             and not st.leader_resigned
+            and st.last_contact_ms is not None
             and now_ms - st.last_contact_ms < self.config.fetch_timeout_ms
         )
+
+    def _advertised_leader(self) -> int | None:
+        """The leader we name in answers: a resigned leader names none."""
+        return None if self._role is Role.RESIGNED else self._leader_id
 
     def _vote_grantable(self, req: VoteRequest) -> bool:
         return (
@@ -738,7 +774,7 @@ class RaftReplica:
             req.src,
             int(error),
             self._epoch,
-            self._leader_id,
+            self._advertised_leader(),
             granted,
             req.pre_vote,
             req.candidate_epoch,
@@ -759,7 +795,10 @@ class RaftReplica:
                 granted = self.is_voter and self._log_at_least_ours(
                     req.last_offset_epoch, req.last_offset
                 )
-            granted = granted and not self._heard_from_leader(now_ms)
+            # Our leader asking means it gave up leading; anyone else must wait for it.
+            granted = granted and (
+                req.src == self._leader_id or not self._heard_from_leader(now_ms)
+            )
             return self._vote_response(req, ErrorCode.NONE, granted)
         if req.candidate_epoch > self._epoch:
             self._become_unattached(now_ms, out, epoch=req.candidate_epoch)
@@ -775,7 +814,7 @@ class RaftReplica:
     def _on_vote_response(self, resp: VoteResponse, now_ms: int, out: Output) -> None:
         if resp.cluster_id != self.cluster_id or resp.error == ErrorCode.INVALID_CLUSTER_ID:
             return
-        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out):
+        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
             return
         st = self._state
         if resp.pre_vote:
@@ -809,10 +848,12 @@ class RaftReplica:
             error = ErrorCode.INVALID_CLUSTER_ID
         elif req.leader_epoch < self._epoch:
             error = ErrorCode.FENCED_LEADER_EPOCH
-        elif req.leader_epoch > self._epoch:
-            self._become_follower(req.leader_epoch, req.leader_id, now_ms, out)
-        elif self._leader_id is None and self._role is not Role.RESIGNED:
-            self._become_follower(req.leader_epoch, req.leader_id, now_ms, out)
+        elif req.leader_epoch > self._epoch or (
+            self._leader_id is None and self._role is not Role.RESIGNED
+        ):
+            self._become_follower(
+                req.leader_epoch, req.leader_id, now_ms, out, last_contact_ms=now_ms
+            )
         elif self._leader_id != req.leader_id:
             logger.error(
                 "replica %s: %s claims epoch %s led by %s",
@@ -825,7 +866,12 @@ class RaftReplica:
         elif isinstance(self._state, FollowerState) and not self._state.leader_resigned:
             self._state.last_contact_ms = now_ms
         return BeginQuorumEpochResponse(
-            self.cluster_id, self.node_id, req.src, int(error), self._epoch, self._leader_id
+            self.cluster_id,
+            self.node_id,
+            req.src,
+            int(error),
+            self._epoch,
+            self._advertised_leader(),
         )
 
     def _on_begin_quorum_epoch_response(
@@ -833,7 +879,7 @@ class RaftReplica:
     ) -> None:
         if resp.cluster_id != self.cluster_id:
             return
-        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out):
+        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
             return
         if isinstance(self._state, LeaderState) and resp.leader_epoch == self._epoch:
             self._state.begin_unacked.discard(resp.src)
@@ -872,7 +918,12 @@ class RaftReplica:
             if at <= now_ms:
                 out.merge(self.tick(now_ms))
         return EndQuorumEpochResponse(
-            self.cluster_id, self.node_id, req.src, int(error), self._epoch, self._leader_id
+            self.cluster_id,
+            self.node_id,
+            req.src,
+            int(error),
+            self._epoch,
+            self._advertised_leader(),
         )
 
     def _on_end_quorum_epoch_response(
@@ -880,7 +931,7 @@ class RaftReplica:
     ) -> None:
         if resp.cluster_id != self.cluster_id:
             return
-        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out):
+        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
             return
         if isinstance(self._state, ResignedState):
             self._state.end_unacked.discard(resp.src)
@@ -895,7 +946,7 @@ class RaftReplica:
             self.node_id,
             req.replica_id,
             int(error),
-            self._leader_id,
+            self._advertised_leader(),
             self._epoch,
             self._high_watermark,
             self.log.start_offset,
@@ -977,7 +1028,7 @@ class RaftReplica:
     def _on_fetch_response(self, resp: FetchResponse, now_ms: int, out: Output) -> None:
         if resp.cluster_id != self.cluster_id:
             return
-        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out):
+        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
             return
         st = self._state
         if (
@@ -988,6 +1039,8 @@ class RaftReplica:
             return  # stale or duplicate answer
         st.fetch_request_id = None
         if resp.error != ErrorCode.NONE or resp.leader_epoch != self._epoch:
+            if resp.error == ErrorCode.NOT_LEADER and resp.leader_epoch == self._epoch:
+                st.leader_resigned = True  # it no longer leads our epoch: don't shield it
             st.fetch_retry_at = now_ms + self.config.retry_backoff_ms
             return
         st.last_contact_ms = now_ms

@@ -68,6 +68,7 @@ class ProspectiveState:
     rejected: set[int] = field(default_factory=set)
     resend_at: int | None = None
     retry_at: int | None = None  # set after a failed pre-vote (no leader to go back to)
+    last_contact_ms: int | None = None  # carried back to FollowerState if the vote fails
 
 
 @dataclass(slots=True)
@@ -82,7 +83,7 @@ class CandidateState:
 
 @dataclass(slots=True)
 class FollowerState:
-    last_contact_ms: int
+    last_contact_ms: int | None  # last successful fetch / BeginQuorumEpoch; None: never
     fetch_timeout_at: int
     fetch_request_id: int | None = None  # the one outstanding fetch
     fetch_sent_at: int = 0

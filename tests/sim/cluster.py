@@ -1,0 +1,634 @@
+"""Deterministic simulation of one partition's quorum: N ``RaftReplica`` cores, an
+in-memory disk each, a lossy network and a fault injector, all driven by one seed.
+
+The driver here follows the package's driver rules exactly (persist before send, flush
+before a follower fetch, park empty fetch answers as long-polls, group-commit the
+leader's log), so the invariants test the core as the node will run it.
+
+Invariants, checked after every event:
+
+* ``one-leader-per-epoch``: at most one node is ever leader of a given epoch;
+* ``epoch-monotonic``: a node's epoch never decreases (memory and persisted file agree);
+* ``hwm-monotonic``: a node's HWM never decreases while it runs;
+* ``majority-holds``: a majority of voters holds (durably) every offset below the
+  highest HWM any node has reported;
+* ``log-matching``: every node's log below its HWM equals the committed history;
+* ``acked-lost``: an acknowledged record is committed at the offset it was acked at;
+* ``truncated-below-hwm``: a follower never truncates below its HWM;
+* ``liveness``: after faults stop (all nodes up, network healed) a leader commits a new
+  client record within ``liveness_bound_ms``.
+
+With an injected unclean election (``force_leader``) the data invariants are off and
+``truncation-visible`` takes over: a reader positioned after a committed record that a
+log no longer holds learns it from that log's ``end_offset_for``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from quorumlog.replica.raft import (
+    ElectionState,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    NotLeaderError,
+    Output,
+    QuorumConfig,
+    RaftReplica,
+    Role,
+)
+
+from .memlog import MemLog, client_batch, decode_batches
+
+CLUSTER_ID = "sim-cluster"
+
+# Event kinds (ints keep the heap cheap).
+DELIVER, TICK, FLUSH, CLIENT, FAULT, RESTART, PARK_EXPIRE, STOP, UNFAULT, HEAL = range(10)
+KIND_NAMES = [
+    "deliver",
+    "tick",
+    "flush",
+    "client",
+    "fault",
+    "restart",
+    "park-expire",
+    "stop",
+    "unfault",
+    "heal",
+]
+
+ReplicaFactory = Callable[..., RaftReplica]
+
+
+class Violation(Exception):
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant = invariant
+        self.detail = detail
+
+
+@dataclass
+class SimParams:
+    voters: int = 3
+    observers: int = 0
+    fault_ms: int = 8_000
+    liveness_bound_ms: int = 12_000
+    loss: float = 0.0  # baseline loss during the fault phase
+    dup: float = 0.02
+    delay_ms: tuple[int, int] = (1, 8)
+    fault_every_ms: tuple[int, int] = (300, 1500)
+    client_every_ms: tuple[int, int] = (10, 60)
+    disk_loss: bool = False
+    unclean: bool = False
+    config: QuorumConfig = field(default_factory=QuorumConfig)
+
+    @classmethod
+    def for_seed(cls, seed: int) -> SimParams:
+        """Vary the cluster shape and fault mix by seed (its own RNG stream)."""
+        r = random.Random(seed * 7919 + 1)
+        return cls(
+            voters=r.choice([1, 3, 3, 3, 5, 5]),
+            observers=r.choice([0, 0, 1]),
+            loss=r.choice([0.0, 0.0, 0.01, 0.05]),
+            dup=r.choice([0.0, 0.02, 0.1]),
+            delay_ms=r.choice([(1, 5), (1, 20), (5, 60)]),
+            disk_loss=r.random() < 0.15,
+            unclean=r.random() < 0.05,
+        )
+
+
+@dataclass
+class SimNode:
+    id: int
+    voter: bool
+    log: MemLog = field(default_factory=MemLog)
+    core: RaftReplica | None = None
+    persisted: ElectionState | None = None
+    alive: bool = False
+    incarnation: int = 0
+    valid_from_incarnation: int = 0  # messages from earlier incarnations are dropped
+    tick_at: int | None = None
+    flush_at: int | None = None
+    parked: dict[int, FetchRequest] = field(default_factory=dict)
+    max_epoch: int = 0
+    last_hwm: int = 0
+    checked_upto: int = 0
+    skew: int = 0
+    disk_lost: bool = False
+    stopping: bool = False
+    pending_acks: deque[tuple[int, int, int]] = field(default_factory=deque)
+
+
+@dataclass
+class SimResult:
+    seed: int
+    violation: Violation | None
+    trace: list[str]
+    faults: list[str]
+    stats: dict[str, Any]
+
+    def report(self) -> str:
+        lines = [f"seed {self.seed}: {self.violation}"]
+        lines.append("faults injected:")
+        lines += [f"  {f}" for f in self.faults] or ["  (none)"]
+        lines.append(f"last {len(self.trace)} events:")
+        lines += [f"  {t}" for t in self.trace]
+        lines.append(f"replay: make sim SEED={self.seed}")
+        return "\n".join(lines)
+
+
+class Simulation:
+    def __init__(
+        self,
+        seed: int,
+        params: SimParams | None = None,
+        factory: ReplicaFactory = RaftReplica,
+        trace_len: int = 60,
+    ) -> None:
+        self.seed = seed
+        self.p = params or SimParams.for_seed(seed)
+        self.factory = factory
+        self.rng = random.Random(seed)
+        self.now = 0
+        self.seq = 0
+        self.events: list[tuple[int, int, int, Any]] = []
+        self.voter_ids = list(range(1, self.p.voters + 1))
+        ids = self.voter_ids + [100 + i for i in range(self.p.observers)]
+        self.nodes = {i: SimNode(i, i in self.voter_ids) for i in ids}
+        self.majority = len(self.voter_ids) // 2 + 1
+        self.blocked: set[tuple[int, int]] = set()
+        self.loss = self.p.loss
+        self.dup = self.p.dup
+        self.committed: list[tuple[int, int]] = []
+        self.acked: dict[int, tuple[int, int]] = {}
+        self.epoch_leaders: dict[int, int] = {}
+        self.next_uid = 1
+        self.unclean = False
+        self.unclean_snapshot: list[tuple[int, int]] = []
+        self.disk_lost_once = False
+        self.healed_at: int | None = None
+        self.live_at: int | None = None
+        self.first_post_heal_uid: int | None = None
+        self.trace: deque[tuple[int, int, Any]] = deque(maxlen=trace_len)
+        self.faults: list[str] = []
+        self.stats = {"events": 0, "acked": 0, "leaders": 0, "messages": 0}
+
+    # ------------------------------------------------------------------ plumbing
+
+    def push(self, at: int, kind: int, data: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at, self.seq, kind, data))
+
+    def local(self, node: SimNode) -> int:
+        return self.now + node.skew
+
+    def fault(self, text: str) -> None:
+        self.faults.append(f"t={self.now} {text}")
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> SimResult:
+        violation: Violation | None = None
+        try:
+            for node in self.nodes.values():
+                self.start(node)
+            self.push(self.rng.randint(*self.p.fault_every_ms), FAULT, None)
+            self.push(self.rng.randint(*self.p.client_every_ms), CLIENT, None)
+            self.push(self.p.fault_ms, HEAL, None)
+            end = self.p.fault_ms + self.p.liveness_bound_ms
+            while self.events:
+                at, _, kind, data = heapq.heappop(self.events)
+                if at > end:
+                    break
+                self.now = at
+                self.stats["events"] += 1
+                self.trace.append((at, kind, data))
+                self.step(kind, data)
+                if self.live_at is not None and self.now > self.live_at + 1000:
+                    break
+            if self.live_at is None:
+                raise Violation(
+                    "liveness",
+                    f"no new record committed within {self.p.liveness_bound_ms} ms "
+                    f"after faults stopped at t={self.p.fault_ms}",
+                )
+            if self.unclean:
+                for node in self.nodes.values():
+                    self.check_truncation_visible(node)
+        except Violation as v:
+            violation = v
+        self.stats["committed"] = len(self.committed)
+        self.stats["liveness_ms"] = (
+            self.live_at - self.p.fault_ms if self.live_at is not None else None
+        )
+        return SimResult(
+            self.seed,
+            violation,
+            [self.describe_event(*t) for t in self.trace],
+            self.faults,
+            self.stats,
+        )
+
+    def describe_event(self, at: int, kind: int, data: Any) -> str:
+        if kind == DELIVER:
+            msg, _ = data
+            text = repr(msg)
+            if isinstance(msg, FetchResponse) and msg.records:
+                ids = [i for *_, batch in decode_batches(msg.records) for i in batch]
+                text = text.replace(repr(msg.records), f"<ids {ids}>")
+            return f"t={at} deliver {text}"
+        if kind in (TICK, FLUSH, RESTART, STOP):
+            node = self.nodes[data[0]]
+            core = node.core
+            state = f"{core.state_name} e{core.epoch} hwm{core.high_watermark}" if core else "down"
+            return f"t={at} {KIND_NAMES[kind]} node {data[0]} ({state}, leo {node.log.end_offset})"
+        return f"t={at} {KIND_NAMES[kind]} {data!r}"
+
+    def step(self, kind: int, data: Any) -> None:
+        if kind == DELIVER:
+            self.deliver(*data)
+        elif kind == TICK:
+            node = self.nodes[data[0]]
+            if (
+                node.alive
+                and node.core
+                and node.tick_at == self.now
+                and node.incarnation == data[1]
+            ):
+                node.tick_at = None
+                self.apply(node, node.core.tick(self.local(node)))
+        elif kind == FLUSH:
+            node = self.nodes[data[0]]
+            if (
+                node.alive
+                and node.core
+                and node.incarnation == data[1]
+                and node.flush_at == self.now
+            ):
+                node.flush_at = None
+                node.log.flush()
+                self.apply(node, node.core.on_log_flushed(self.local(node)))
+        elif kind == PARK_EXPIRE:
+            node = self.nodes[data[0]]
+            req = node.parked.get(data[1])
+            if node.alive and node.core and req is data[2]:
+                del node.parked[data[1]]
+                self.apply(node, node.core.handle(req, self.local(node)))
+        elif kind == CLIENT:
+            self.client_append()
+            self.push(self.now + self.rng.randint(*self.p.client_every_ms), CLIENT, None)
+        elif kind == FAULT:
+            if self.now < self.p.fault_ms:
+                self.inject_fault()
+                self.push(self.now + self.rng.randint(*self.p.fault_every_ms), FAULT, None)
+        elif kind == UNFAULT:
+            self.unfault(data)
+        elif kind == RESTART:
+            node = self.nodes[data[0]]
+            if not node.alive and node.incarnation == data[1]:
+                self.start(node)
+        elif kind == STOP:
+            node = self.nodes[data[0]]
+            if node.alive and node.incarnation == data[1]:
+                node.log.flush()  # a graceful stop flushes
+                self.stop(node, lose_unflushed=False)
+                self.push(
+                    self.now + self.rng.randint(100, 2000), RESTART, (node.id, node.incarnation)
+                )
+        elif kind == HEAL:
+            self.heal()
+        self.check_global()
+
+    # ------------------------------------------------------------------ driver
+
+    def start(self, node: SimNode) -> None:
+        node.incarnation += 1
+        node.alive = True
+        node.stopping = False
+        node.tick_at = None
+        node.flush_at = None
+        node.parked.clear()
+        node.last_hwm = 0
+        node.checked_upto = 0
+        node.pending_acks.clear()
+        voters = [v for v in self.voter_ids if v != node.id] if node.disk_lost else self.voter_ids
+        node.core = self.factory(
+            self.p.config,
+            node.id,
+            voters,
+            CLUSTER_ID,
+            node.log,
+            node.persisted,
+            random.Random(self.rng.getrandbits(64)),
+            self.local(node),
+        )
+        self.apply(node, node.core.startup_output())
+
+    def stop(self, node: SimNode, lose_unflushed: bool) -> None:
+        node.alive = False
+        node.core = None
+        node.parked.clear()
+        node.pending_acks.clear()
+        if lose_unflushed:
+            node.log.crash()
+
+    def apply(self, node: SimNode, out: Output) -> None:
+        core = node.core
+        assert core is not None
+        if out.persist is not None:
+            node.persisted = out.persist  # durable before any send below
+        follow: Output | None = None
+        if out.flush_log:
+            node.log.flush()
+            follow = core.on_log_flushed(self.local(node))
+        for msg in out.messages:
+            self.send(node, msg)
+        if out.truncated_below_high_watermark and not self.unclean:
+            raise Violation(
+                "truncated-below-hwm", f"node {node.id} truncated to {out.truncated_to}"
+            )
+        if out.truncated_to is not None:
+            node.checked_upto = min(node.checked_upto, out.truncated_to)
+            if self.unclean:
+                self.check_truncation_visible(node)
+        self.check_node(node, out)
+        if out.fetch_wakeup and node.parked:
+            parked, node.parked = node.parked, {}
+            for req in parked.values():
+                self.apply(node, core.handle(req, self.local(node)))
+        if follow is not None:
+            self.apply(node, follow)
+        if node.core is core:
+            self.schedule(node)
+
+    def schedule(self, node: SimNode) -> None:
+        core = node.core
+        assert core is not None
+        deadline = core.next_deadline_ms()
+        if deadline is not None:
+            at = max(self.now + 1, deadline - node.skew)
+            if node.tick_at is None or at < node.tick_at or node.tick_at < self.now:
+                node.tick_at = at
+                self.push(at, TICK, (node.id, node.incarnation))
+        if node.log.end_offset > node.log.durable and node.flush_at is None:
+            node.flush_at = self.now + self.rng.randint(1, 5)  # group commit
+            self.push(node.flush_at, FLUSH, (node.id, node.incarnation))
+
+    def send(self, node: SimNode, msg: Message) -> None:
+        dst = msg.dst
+        if dst not in self.nodes or (node.id, dst) in self.blocked:
+            return
+        if self.loss and self.rng.random() < self.loss:
+            return
+        self.stats["messages"] += 1
+        copies = 2 if self.dup and self.rng.random() < self.dup else 1
+        for _ in range(copies):
+            delay = self.rng.randint(*self.p.delay_ms)
+            self.push(self.now + delay, DELIVER, (msg, node.incarnation))
+
+    def deliver(self, msg: Message, src_incarnation: int) -> None:
+        node = self.nodes[msg.dst]
+        src = self.nodes.get(msg.src)
+        if not node.alive or node.core is None or (msg.src, msg.dst) in self.blocked:
+            return
+        if src is not None and src_incarnation < src.valid_from_incarnation:
+            return
+        out = node.core.handle(msg, self.local(node))
+        if isinstance(msg, FetchRequest) and msg.max_wait_ms > 0:
+            for i, m in enumerate(out.messages):
+                if isinstance(m, FetchResponse) and m.dst == msg.replica_id and m.is_empty():
+                    # Long-poll: hold the empty answer; re-ask on wakeup or expiry.
+                    del out.messages[i]
+                    node.parked[msg.replica_id] = msg
+                    self.push(
+                        self.now + msg.max_wait_ms, PARK_EXPIRE, (node.id, msg.replica_id, msg)
+                    )
+                    break
+        self.apply(node, out)
+
+    # ------------------------------------------------------------------ clients
+
+    def client_append(self) -> None:
+        leaders = [
+            n for n in self.nodes.values() if n.alive and n.core and n.core.role is Role.LEADER
+        ]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        assert node.core is not None
+        ids = [self.next_uid + i for i in range(self.rng.randint(1, 3))]
+        self.next_uid += len(ids)
+        try:
+            info, epoch, out = node.core.append(client_batch(ids), self.local(node))
+        except NotLeaderError:
+            return
+        if self.healed_at is not None and self.first_post_heal_uid is None:
+            self.first_post_heal_uid = ids[0]
+        for off, uid in zip(range(info.first_offset, info.last_offset + 1), ids, strict=True):
+            node.pending_acks.append((off, epoch, uid))
+        self.apply(node, out)
+
+    # ------------------------------------------------------------------ faults
+
+    def alive_nodes(self) -> list[SimNode]:
+        return [n for n in self.nodes.values() if n.alive and not n.stopping]
+
+    def inject_fault(self) -> None:
+        r = self.rng.random()
+        alive = self.alive_nodes()
+        ids = list(self.nodes)
+        if r < 0.22 and alive:
+            node = self.rng.choice(alive)
+            self.fault(f"crash node {node.id} (unflushed data lost)")
+            self.stop(node, lose_unflushed=True)
+            self.push(self.now + self.rng.randint(100, 3000), RESTART, (node.id, node.incarnation))
+        elif r < 0.32 and alive:
+            node = self.rng.choice(alive)
+            assert node.core is not None
+            self.fault(f"graceful shutdown of node {node.id} ({node.core.state_name})")
+            node.stopping = True
+            self.apply(node, node.core.begin_shutdown(self.local(node)))
+            self.push(self.now + self.rng.randint(20, 300), STOP, (node.id, node.incarnation))
+        elif r < 0.52 and len(ids) > 1:
+            node_id = self.rng.choice(ids)
+            links = {(node_id, o) for o in ids if o != node_id}
+            links |= {(o, node_id) for o in ids if o != node_id}
+            self.fault(f"partition node {node_id} from all others")
+            self.blocked |= links
+            self.push(self.now + self.rng.randint(200, 4000), UNFAULT, ("links", frozenset(links)))
+        elif r < 0.64 and len(ids) > 1:
+            a, b = self.rng.sample(ids, 2)
+            self.fault(f"one-way partition {a} -> {b}")
+            self.blocked.add((a, b))
+            self.push(
+                self.now + self.rng.randint(200, 4000), UNFAULT, ("links", frozenset({(a, b)}))
+            )
+        elif r < 0.72:
+            old = self.loss
+            self.loss = self.rng.choice([0.1, 0.3, 0.6])
+            self.fault(f"message loss {self.loss}")
+            self.push(self.now + self.rng.randint(200, 2000), UNFAULT, ("loss", old))
+        elif r < 0.82 and alive:
+            node = self.rng.choice(alive)
+            jump = self.rng.randint(1, 1500)
+            self.fault(f"clock of node {node.id} jumps +{jump} ms")
+            node.skew += jump
+            if node.core is not None:
+                self.apply(node, node.core.tick(self.local(node)))
+        elif r < 0.90 and self.p.disk_loss and not self.disk_lost_once:
+            candidates = [self.nodes[v] for v in self.voter_ids if len(self.voter_ids) > 1]
+            if candidates:
+                node = self.rng.choice(candidates)
+                self.fault(f"disk loss on node {node.id}: rejoins as an observer")
+                self.disk_lost_once = True
+                if node.alive:
+                    self.stop(node, lose_unflushed=True)
+                node.log = MemLog()
+                node.persisted = None
+                node.disk_lost = True
+                node.max_epoch = 0
+                node.valid_from_incarnation = node.incarnation + 1
+                self.push(
+                    self.now + self.rng.randint(100, 2000), RESTART, (node.id, node.incarnation)
+                )
+        elif r < 0.95 and self.p.unclean and not self.unclean:
+            voters = [n for n in alive if n.voter and not n.disk_lost]
+            if not voters:
+                return
+            node = self.rng.choice(voters)
+            assert node.core is not None
+            # The operator tool asks every replica for its epoch and goes above all.
+            top = max(n.persisted.epoch for n in self.nodes.values() if n.persisted)
+            self.fault(f"operator forces node {node.id} to lead epoch > {top} (unclean)")
+            self.unclean = True
+            self.unclean_snapshot = list(self.committed)
+            self.apply(node, node.core.force_leader(self.local(node), min_epoch=top + 1))
+
+    def unfault(self, data: tuple[str, Any]) -> None:
+        kind, value = data
+        if kind == "links":
+            self.blocked -= value
+        elif kind == "loss":
+            self.loss = value
+
+    def heal(self) -> None:
+        self.fault("faults stop: network healed, down nodes restart")
+        self.healed_at = self.now
+        self.blocked.clear()
+        self.loss = 0.0
+        self.dup = 0.0
+        for node in self.nodes.values():
+            if not node.alive:
+                self.start(node)
+
+    # ------------------------------------------------------------------ invariants
+
+    def check_node(self, node: SimNode, out: Output) -> None:
+        core = node.core
+        assert core is not None
+        if core.epoch < node.max_epoch:
+            raise Violation(
+                "epoch-monotonic", f"node {node.id} epoch {core.epoch} < {node.max_epoch}"
+            )
+        node.max_epoch = core.epoch
+        if node.persisted != core.election_state:
+            raise Violation(
+                "epoch-monotonic",
+                f"node {node.id} persisted {node.persisted} but runs {core.election_state}",
+            )
+        if core.role is Role.LEADER:
+            leader = self.epoch_leaders.setdefault(core.epoch, node.id)
+            if leader != node.id:
+                raise Violation(
+                    "one-leader-per-epoch",
+                    f"nodes {leader} and {node.id} both led epoch {core.epoch}",
+                )
+        hwm = core.high_watermark
+        if hwm < node.last_hwm and not self.unclean:
+            raise Violation("hwm-monotonic", f"node {node.id} HWM {node.last_hwm} -> {hwm}")
+        node.last_hwm = hwm
+        if hwm > node.checked_upto and not self.unclean:
+            log = node.log
+            for off in range(node.checked_upto, hwm):
+                rec = log.record(off)
+                if off < len(self.committed):
+                    if self.committed[off] != rec:
+                        raise Violation(
+                            "log-matching",
+                            f"node {node.id} holds {rec} at committed offset {off}, "
+                            f"committed history has {self.committed[off]}",
+                        )
+                else:
+                    self.committed.append(rec)
+            node.checked_upto = hwm
+        if node.pending_acks and (
+            core.role is not Role.LEADER or core.epoch != node.pending_acks[0][1]
+        ):
+            node.pending_acks.clear()  # leadership lost: those produces fail (NOT_LEADER)
+        while node.pending_acks and node.pending_acks[0][0] < hwm:
+            off, epoch, uid = node.pending_acks.popleft()
+            if not self.unclean and self.committed[off] != (epoch, uid):
+                raise Violation(
+                    "acked-lost",
+                    f"record {uid} acked at offset {off} epoch {epoch}, "
+                    f"committed history has {self.committed[off]}",
+                )
+            self.acked[off] = (epoch, uid)
+            self.stats["acked"] += 1
+            if (
+                self.live_at is None
+                and self.first_post_heal_uid is not None
+                and uid >= self.first_post_heal_uid
+            ):
+                self.live_at = self.now
+
+    def check_global(self) -> None:
+        if self.unclean or not self.committed:
+            return
+        top = len(self.committed) - 1
+        rec = self.committed[top]
+        holders = 0
+        wiped = 0
+        for v in self.voter_ids:
+            log = self.nodes[v].log
+            if log.durable > top and log.record(top) == rec:
+                holders += 1
+            elif self.nodes[v].disk_lost:
+                wiped += 1  # a lost disk is a physical fault, not a protocol one
+        if holders + wiped < self.majority:
+            raise Violation(
+                "majority-holds",
+                f"only {holders} voters hold committed offset {top} {rec} durably",
+            )
+
+    def check_truncation_visible(self, node: SimNode) -> None:
+        """A reader at (offset after a committed record, its epoch) must see, through
+        end_offset_for, when this log no longer holds that record."""
+        snap = self.unclean_snapshot
+        log = node.log
+        for off in range(len(snap)):
+            if off + 1 < len(snap) and snap[off + 1][0] == snap[off][0]:
+                continue  # check the last committed record of each epoch
+            epoch, _ = snap[off]
+            if off < log.end_offset and log.record(off) == snap[off]:
+                continue
+            answer = log.end_offset_for(epoch)
+            if answer.epoch == epoch and answer.end_offset > off:
+                raise Violation(
+                    "truncation-visible",
+                    f"node {node.id} lost committed offset {off} (epoch {epoch}) but "
+                    f"end_offset_for({epoch}) = {answer} hides it",
+                )
+
+
+def run_seed(seed: int, factory: ReplicaFactory = RaftReplica, **overrides: Any) -> SimResult:
+    params = SimParams.for_seed(seed)
+    for key, value in overrides.items():
+        setattr(params, key, value)
+    return Simulation(seed, params, factory).run()
