@@ -1,0 +1,253 @@
+"""Executor side: read one planned offset range of one partition as Arrow batches.
+
+Everything a task needs travels in its ``QuorumLogPartition`` (executors run ``read()``
+on a separately unpickled reader). Fetches carry the planned leader epoch as
+CurrentLeaderEpoch. If the leader changed since planning, the task re-validates what it
+has read so far and the planned end (OffsetsForLeaderEpoch in the new epoch) before
+reading on: records always belong to the planned epoch lineage, or the task stops at the
+divergence (onTruncation=resume: the driver re-reads from there next batch) or fails with
+LogTruncationException (onTruncation=fail).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import InputPartition
+
+from ..replica.client import (
+    Client,
+    LeaderNotAvailableError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RequestTimeoutError,
+)
+from . import planning
+from .offsets import UNKNOWN_EPOCH, Position, TopicPartition
+from .planning import FENCED_ERRORS, QuorumLogSourceError
+from .schema import to_spark_batches
+from .truncation import LogTruncationException, TruncatedPartition, check_position
+
+log = logging.getLogger(__name__)
+
+_RETRY_ERRORS = (*FENCED_ERRORS, NotLeaderError, LeaderNotAvailableError, RequestTimeoutError)
+_LONG_POLL_MS = 200
+
+
+@dataclass
+class QuorumLogPartition(InputPartition):  # type: ignore[misc]
+    """One Spark task: offsets [start_offset, end_offset) of topic/partition."""
+
+    bootstrap: str
+    topic: str
+    partition: int
+    start_offset: int
+    start_epoch: int  # epoch of the record before start_offset, -1 unknown
+    end_offset: int
+    end_epoch: int  # epoch of the record before end_offset, -1 unknown
+    leader_epoch: int  # the leader epoch the range was planned in
+    fetch_max_bytes: int
+    request_timeout_ms: int
+    fail_on_data_loss: bool
+    on_truncation: str
+
+    def __post_init__(self) -> None:
+        self.value = None  # InputPartition's attribute; everything is in the fields
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+def read_partition(partition: Any) -> Iterator[pa.RecordBatch]:
+    """``read()`` of both readers. Spark sends a placeholder partition (value None) when a
+    batch query plans no ranges: that reads nothing."""
+    if not isinstance(partition, QuorumLogPartition):
+        return iter(())
+    if partition.end_offset <= partition.start_offset:
+        return iter(())
+    return _read(partition)
+
+
+def _read(p: QuorumLogPartition) -> Iterator[pa.RecordBatch]:
+    client = planning.connect(p.bootstrap, p.request_timeout_ms, "executor")
+    try:
+        yield from _RangeReader(p, client).run()
+    finally:
+        client.close()
+
+
+class _RangeReader:
+    def __init__(self, p: QuorumLogPartition, client: Client) -> None:
+        self.p = p
+        self.tp = p.topic_partition
+        self.client = client
+        self.pos = p.start_offset
+        self.last_epoch = p.start_epoch
+        self.limit = p.end_offset
+        self.leader_epoch = p.leader_epoch
+        self._deadline: float | None = None
+        self._attempt = 0
+
+    def _wait(self, why: str) -> None:
+        """Back off before a retry; past requestTimeoutMs without progress, fail."""
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + self.p.request_timeout_ms / 1000
+        if now >= self._deadline:
+            raise QuorumLogSourceError(
+                f"{self.tp}: task reading offsets [{self.p.start_offset}, {self.p.end_offset}) "
+                f"made no progress at offset {self.pos} for {self.p.request_timeout_ms} ms: "
+                f"{why}. Raise option requestTimeoutMs or check the cluster."
+            )
+        time.sleep(min(0.05 * (2**self._attempt), 1.0, max(0.0, self._deadline - now)))
+        self._attempt += 1
+
+    def _progress(self) -> None:
+        self._deadline = None
+        self._attempt = 0
+
+    def run(self) -> Iterator[pa.RecordBatch]:
+        p = self.p
+        while self.pos < self.limit:
+            try:
+                result = self.client.fetch(
+                    p.topic,
+                    p.partition,
+                    self.pos,
+                    current_leader_epoch=self.leader_epoch,
+                    max_bytes=p.fetch_max_bytes,
+                )
+            except _RETRY_ERRORS as exc:
+                self._wait(f"{type(exc).__name__}: {exc}")
+                self._follow_leader()
+                continue
+            except OffsetOutOfRangeError as exc:
+                self._out_of_range(exc)
+                continue
+            table = result.to_arrow(self.pos, self.limit)
+            if table.num_rows:
+                yield from to_spark_batches(table, p.topic, p.partition)
+            last = result.last_offset_and_epoch()
+            if last is None or last.offset < self.pos:
+                # Nothing at pos yet: the leader's high watermark is below the planned end
+                # (a new leader not yet caught up, or the range was truncated).
+                self._wait(
+                    f"high watermark {result.high_watermark} is below the planned end "
+                    f"offset {self.limit}"
+                )
+                self._follow_leader(force_check=self._attempt > 2)
+                continue
+            self._progress()
+            if last.offset >= self.limit - 1:
+                if (
+                    last.offset == p.end_offset - 1
+                    and self.limit == p.end_offset
+                    and p.end_epoch >= 0
+                    and last.epoch != p.end_epoch
+                ):
+                    self._check_lineage(
+                        f"the record at offset {last.offset} has epoch {last.epoch}, the plan "
+                        f"expected {p.end_epoch}"
+                    )
+                self.pos = max(self.pos, self.limit)
+            else:
+                self.pos, self.last_epoch = last.offset + 1, last.epoch
+
+    def _follow_leader(self, force_check: bool = False) -> None:
+        try:
+            pm = self.client.partition_metadata(self.p.topic, self.p.partition, refresh=True)
+        except _RETRY_ERRORS as exc:
+            log.debug("%s: metadata refresh failed: %s", self.tp, exc)
+            return
+        if pm.leader_id < 0:
+            return
+        if pm.leader_epoch > self.leader_epoch or force_check:
+            log.info(
+                "%s: leader epoch changed from %d to %d while reading [%d, %d); re-validating",
+                self.tp,
+                self.leader_epoch,
+                pm.leader_epoch,
+                self.p.start_offset,
+                self.p.end_offset,
+            )
+            self.leader_epoch = pm.leader_epoch
+            try:
+                self._check_lineage(f"the leader is now in epoch {pm.leader_epoch}")
+            except _RETRY_ERRORS as exc:
+                log.debug("%s: re-validation must be retried: %s", self.tp, exc)
+
+    def _check_lineage(self, why: str) -> None:
+        """Check that what was read so far and the planned end are in the current leader's
+        log; on divergence fail (onTruncation=fail) or stop at the divergence (resume)."""
+        p = self.p
+        checks: list[Position] = []
+        if self.pos > p.start_offset and self.last_epoch >= 0:
+            checks.append(Position(self.pos, self.last_epoch))
+        elif p.start_epoch >= 0:
+            checks.append(Position(p.start_offset, p.start_epoch))
+        if p.end_epoch >= 0:
+            checks.append(Position(p.end_offset, p.end_epoch))
+        pm = self.client.partition_metadata(p.topic, p.partition)
+        truncated: list[TruncatedPartition] = []
+        for position in checks:
+            if position.epoch > self.leader_epoch:
+                continue  # metadata behind the plan: nothing to compare yet
+            answer = self.client.offsets_for_leader_epoch(
+                p.topic, p.partition, position.epoch, current_leader_epoch=self.leader_epoch
+            )
+            divergence = check_position(
+                position, answer.epoch, answer.end_offset, pm.log_start_offset
+            )
+            if divergence is not None:
+                truncated.append(TruncatedPartition.of(self.tp, position, divergence))
+        if not truncated:
+            if p.end_epoch < 0 and not checks:
+                log.warning(
+                    "%s: %s; offsets [%d, %d) carry no epoch, so the read cannot be checked "
+                    "for truncation",
+                    self.tp,
+                    why,
+                    p.start_offset,
+                    p.end_offset,
+                )
+            return
+        first = min(t.divergence_offset for t in truncated)
+        exc = LogTruncationException(
+            [min(truncated, key=lambda t: t.divergence_offset)],
+            context=(
+                f"Detected by the Spark task reading offsets [{p.start_offset}, "
+                f"{p.end_offset}) of {self.tp} ({why}; planned in leader epoch "
+                f"{p.leader_epoch})."
+            ),
+        )
+        if p.on_truncation == "fail":
+            raise exc
+        log.warning("%s Stopping this task at offset %d; the next batch resumes there.", exc, first)
+        self.limit = min(self.limit, max(first, self.p.start_offset))
+
+    def _out_of_range(self, exc: OffsetOutOfRangeError) -> None:
+        p = self.p
+        pm = self.client.partition_metadata(p.topic, p.partition, refresh=True)
+        if self.pos < pm.log_start_offset:
+            message = (
+                f"{self.tp}: offsets [{self.pos}, {pm.log_start_offset}) were removed from the "
+                f"log (retention) before this task read them; the log now starts at "
+                f"{pm.log_start_offset}."
+            )
+            if p.fail_on_data_loss:
+                raise QuorumLogSourceError(
+                    message + " Set failOnDataLoss=false to skip to the log start instead."
+                )
+            log.warning("%s Skipping to the log start (failOnDataLoss=false).", message)
+            self.pos, self.last_epoch = pm.log_start_offset, UNKNOWN_EPOCH
+            return
+        self.leader_epoch = max(self.leader_epoch, pm.leader_epoch)
+        self._check_lineage(f"offset {self.pos} is out of range ({exc})")
+        if self.pos < self.limit:
+            self._wait(f"offset {self.pos} is out of range: {exc}")

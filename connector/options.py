@@ -1,0 +1,243 @@
+"""Source options: parsed and checked once, when the DataFrame is defined (analysis time).
+
+Names follow Spark's Kafka source where the meaning is the same. Every bad value raises
+``QuorumLogOptionError`` naming the option, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from ..replica.client import parse_bootstrap
+from .offsets import EARLIEST, LATEST, OffsetsFormatError, Positions, parse_offsets_json
+
+OffsetSpec = Literal["earliest", "latest"] | Positions
+
+DEFAULT_FETCH_MAX_BYTES = 8 << 20
+DEFAULT_REQUEST_TIMEOUT_MS = 30000
+
+# lower-case option key -> canonical name (Spark passes keys case-insensitively)
+OPTION_NAMES = {
+    name.lower(): name
+    for name in (
+        "bootstrap",
+        "topic",
+        "topicPattern",
+        "startingOffsets",
+        "endingOffsets",
+        "maxOffsetsPerTrigger",
+        "onTruncation",
+        "failOnDataLoss",
+        "fetchMaxBytes",
+        "requestTimeoutMs",
+    )
+}
+# Spark adds "path" when load(path) is used; it means nothing to this source.
+_IGNORED = {"path"}
+_KAFKA_HINTS = {
+    "subscribe": "topic",
+    "subscribepattern": "topicPattern",
+    "kafka.bootstrap.servers": "bootstrap",
+    "bootstrap.servers": "bootstrap",
+    "bootstrapservers": "bootstrap",
+    "topics": "topic",
+}
+
+
+class QuorumLogOptionError(ValueError):
+    """A missing or bad option; raised when the DataFrame is defined."""
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    bootstrap: str
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    # None: the reader's default, as in Spark's Kafka source (stream: latest, batch: earliest)
+    starting_offsets: OffsetSpec | None = None
+    ending_offsets: OffsetSpec | None = None
+    max_offsets_per_trigger: int | None = None
+    on_truncation: Literal["fail", "resume"] = "fail"
+    fail_on_data_loss: bool = True
+    fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
+    request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+
+    def subscribes(self, topic: str) -> bool:
+        if self.topic_pattern is not None:
+            return re.fullmatch(self.topic_pattern, topic) is not None
+        return topic in self.topics
+
+    def describe_subscription(self) -> str:
+        if self.topic_pattern is not None:
+            return f"topicPattern={self.topic_pattern!r}"
+        return "topic=" + ",".join(self.topics)
+
+
+def _bad(option: str, value: str, accepted: str) -> QuorumLogOptionError:
+    return QuorumLogOptionError(
+        f"Invalid value for option '{option}': {value!r}. Accepted: {accepted}."
+    )
+
+
+def _positive_int(option: str, value: str, what: str) -> int:
+    text = value.strip()
+    if not re.fullmatch(r"[+]?\d+", text) or int(text) <= 0:
+        raise _bad(option, value, f"a positive integer ({what})")
+    return int(text)
+
+
+def _bool(option: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text not in ("true", "false"):
+        raise _bad(option, value, "'true' or 'false'")
+    return text == "true"
+
+
+def _spec(option: str, value: str, *, ending: bool) -> OffsetSpec:
+    text = value.strip()
+    lowered = text.lower()
+    if lowered == "latest":
+        return "latest"
+    if lowered == "earliest":
+        if ending:
+            raise _bad(
+                option, value, "'latest' or a JSON object of offsets ('earliest' is not an end)"
+            )
+        return "earliest"
+    if not text.startswith("{"):
+        raise _bad(
+            option,
+            value,
+            ("'latest'" if ending else "'earliest', 'latest'")
+            + ' or a JSON object like {"events": {"0": {"offset": 1200, "epoch": 3}}}',
+        )
+    try:
+        return parse_offsets_json(
+            text, option=option, allow_sentinels=(LATEST,) if ending else (EARLIEST, LATEST)
+        )
+    except OffsetsFormatError as exc:
+        raise QuorumLogOptionError(str(exc)) from None
+
+
+def parse_options(options: Mapping[str, str]) -> SourceOptions:
+    """Check every option; the first problem raises ``QuorumLogOptionError``."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    for key in opts:
+        if key in OPTION_NAMES or key in _IGNORED:
+            continue
+        hint = _KAFKA_HINTS.get(key)
+        raise QuorumLogOptionError(
+            f"Unknown option '{key}' for format 'quorumlog'"
+            + (f" (did you mean '{hint}'?)" if hint else "")
+            + ". Accepted options: "
+            + ", ".join(sorted(OPTION_NAMES.values()))
+            + "."
+        )
+
+    if "bootstrap" not in opts or not opts["bootstrap"].strip():
+        raise QuorumLogOptionError(
+            "Missing required option 'bootstrap': give the cluster's addresses as "
+            "host:port[,host:port...], e.g. .option('bootstrap', '127.0.0.1:9092')."
+        )
+    bootstrap = opts["bootstrap"].strip()
+    try:
+        parse_bootstrap(bootstrap)
+    except ValueError as exc:
+        raise _bad("bootstrap", opts["bootstrap"], f"host:port[,host:port...] ({exc})") from None
+
+    has_topic = "topic" in opts
+    has_pattern = "topicpattern" in opts
+    if has_topic == has_pattern:
+        raise QuorumLogOptionError(
+            "Exactly one of the options 'topic' (a name or comma-separated names) and "
+            "'topicPattern' (a regular expression matched against whole topic names) is "
+            + ("required." if not has_topic else "accepted, both were given.")
+        )
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    if has_topic:
+        names = [t.strip() for t in opts["topic"].split(",")]
+        if not names or any(not t or re.search(r"\s", t) for t in names):
+            raise _bad("topic", opts["topic"], "a topic name or comma-separated names, none empty")
+        topics = tuple(dict.fromkeys(names))
+    else:
+        pattern = opts["topicpattern"]
+        if not pattern.strip():
+            raise _bad("topicPattern", pattern, "a non-empty regular expression")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise _bad(
+                "topicPattern", pattern, f"a valid Python regular expression ({exc})"
+            ) from None
+
+    starting = (
+        _spec("startingOffsets", opts["startingoffsets"], ending=False)
+        if "startingoffsets" in opts
+        else None
+    )
+    ending = (
+        _spec("endingOffsets", opts["endingoffsets"], ending=True)
+        if "endingoffsets" in opts
+        else None
+    )
+    for option, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
+        if isinstance(spec, dict):
+            foreign = sorted(
+                {
+                    tp.topic
+                    for tp in spec
+                    if (
+                        tp.topic not in topics
+                        if pattern is None
+                        else not re.fullmatch(pattern, tp.topic)
+                    )
+                }
+            )
+            if foreign:
+                raise QuorumLogOptionError(
+                    f"Invalid value for option '{option}': topics {foreign} are not subscribed "
+                    f"({'topic=' + ','.join(topics) if pattern is None else 'topicPattern=' + repr(pattern)}). "
+                    "Accepted: offsets only for subscribed topics."
+                )
+
+    max_offsets = None
+    if "maxoffsetspertrigger" in opts:
+        max_offsets = _positive_int(
+            "maxOffsetsPerTrigger",
+            opts["maxoffsetspertrigger"],
+            "the most offsets one micro-batch reads, split across partitions",
+        )
+
+    on_truncation = opts.get("ontruncation", "fail").strip().lower()
+    if on_truncation not in ("fail", "resume"):
+        raise _bad(
+            "onTruncation",
+            opts["ontruncation"],
+            "'fail' (raise LogTruncationException) or 'resume' (re-read from the divergence "
+            "offset, logging a warning)",
+        )
+
+    return SourceOptions(
+        bootstrap=bootstrap,
+        topics=topics,
+        topic_pattern=pattern,
+        starting_offsets=starting,
+        ending_offsets=ending,
+        max_offsets_per_trigger=max_offsets,
+        on_truncation="fail" if on_truncation == "fail" else "resume",
+        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
+        fetch_max_bytes=_positive_int(
+            "fetchMaxBytes",
+            opts.get("fetchmaxbytes", str(DEFAULT_FETCH_MAX_BYTES)),
+            "bytes one Fetch request may return",
+        ),
+        request_timeout_ms=_positive_int(
+            "requestTimeoutMs",
+            opts.get("requesttimeoutms", str(DEFAULT_REQUEST_TIMEOUT_MS)),
+            "milliseconds a request, with its retries, may take",
+        ),
+    )

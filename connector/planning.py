@@ -1,0 +1,231 @@
+"""Driver-side reads of the cluster shared by the batch and streaming readers: which
+partitions a subscription covers, positions for earliest/latest, KIP-320 validation of a
+position, the epoch of an arbitrary offset, and the maxOffsetsPerTrigger budget split."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from ..replica.client import (
+    BootstrapUnreachableError,
+    Client,
+    FencedLeaderEpochError,
+    PartitionMetadata,
+    RequestTimeoutError,
+    UnknownLeaderEpochError,
+    UnknownTopicError,
+)
+from .offsets import UNKNOWN_EPOCH, Position, TopicPartition
+from .options import SourceOptions
+from .truncation import Divergence, LogTruncationException, TruncatedPartition, check_position
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+FENCED_ERRORS = (FencedLeaderEpochError, UnknownLeaderEpochError)
+
+
+class QuorumLogSourceError(RuntimeError):
+    """A failure of the source that is not a truncation: the message names the partition,
+    the offsets involved and the fix."""
+
+
+class _StaleMetadata(Exception):
+    """Our metadata's leader epoch is older than an epoch we already hold (KIP-320: wait
+    until metadata catches up before validating)."""
+
+
+def connect(bootstrap: str, request_timeout_ms: int, role: str) -> Client:
+    """One Client per reader (driver) or per task (executor). Tests replace this."""
+    return Client(
+        bootstrap, client_id=f"quorumlog-spark-{role}", request_timeout_ms=request_timeout_ms
+    )
+
+
+def split_budget(
+    starts: Mapping[TopicPartition, int], ends: Mapping[TopicPartition, int], limit: int
+) -> dict[TopicPartition, int]:
+    """maxOffsetsPerTrigger: give each partition a share of ``limit`` offsets proportional
+    to what it has available (Spark Kafka's rule), handing the rounding remainder to the
+    largest fractions so the total is exactly ``limit`` when more than that is available."""
+    sizes = {tp: max(0, ends[tp] - starts.get(tp, ends[tp])) for tp in ends}
+    total = sum(sizes.values())
+    if total <= limit:
+        return dict(ends)
+    shares = {tp: limit * size / total for tp, size in sizes.items()}
+    take = {tp: math.floor(share) for tp, share in shares.items()}
+    left = limit - sum(take.values())
+    by_fraction = sorted(
+        (tp for tp in sizes if take[tp] < sizes[tp]),
+        key=lambda tp: (-(shares[tp] - take[tp]), tp),
+    )
+    for tp in by_fraction[:left]:
+        take[tp] += 1
+    return {tp: min(ends[tp], starts.get(tp, ends[tp]) + take[tp]) for tp in ends}
+
+
+class Planner:
+    """The driver's view of the cluster for one reader (one Client, reused)."""
+
+    def __init__(self, options: SourceOptions, client: Client) -> None:
+        self.options = options
+        self.client = client
+
+    # ---- subscription ---------------------------------------------------------------
+    def partitions(self) -> dict[TopicPartition, PartitionMetadata]:
+        """Fresh metadata for every subscribed partition (sorted)."""
+        opts = self.options
+        try:
+            if opts.topic_pattern is None:
+                try:
+                    meta = self.client.metadata(list(opts.topics))
+                except UnknownTopicError:
+                    existing = sorted(self.client.metadata(None))
+                    missing = [t for t in opts.topics if t not in existing]
+                    raise QuorumLogSourceError(
+                        f"Topic(s) {missing} given in option 'topic' do not exist on "
+                        f"bootstrap {opts.bootstrap}. Existing topics: {existing}. Create "
+                        "them first (quorumlog topic create) or fix option 'topic'."
+                    ) from None
+            else:
+                meta = {t: m for t, m in self.client.metadata(None).items() if opts.subscribes(t)}
+        except BootstrapUnreachableError as exc:
+            raise QuorumLogSourceError(
+                f"Cannot reach the quorumlog cluster given in option 'bootstrap' "
+                f"({opts.bootstrap}): {exc}"
+            ) from None
+        out = {
+            TopicPartition(topic, p): pm
+            for topic, tm in meta.items()
+            for p, pm in tm.partitions.items()
+        }
+        return {tp: out[tp] for tp in sorted(out)}
+
+    # ---- leader-fenced calls ----------------------------------------------------------
+    def with_leader(self, tp: TopicPartition, fn: Callable[[PartitionMetadata], T]) -> T:
+        """Run ``fn(partition metadata)`` whose requests carry its leader epoch as
+        CurrentLeaderEpoch; on FENCED/UNKNOWN_LEADER_EPOCH refresh metadata and retry with
+        back-off, up to requestTimeoutMs."""
+        timeout_ms = self.options.request_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
+        attempt = 0
+        refresh = False
+        while True:
+            pm = self.client.partition_metadata(tp.topic, tp.partition, refresh=refresh)
+            try:
+                return fn(pm)
+            except (*FENCED_ERRORS, _StaleMetadata) as exc:
+                last: Exception = exc
+            if time.monotonic() >= deadline:
+                raise QuorumLogSourceError(
+                    f"{tp}: the leader epoch kept changing or metadata stayed behind for "
+                    f"{timeout_ms} ms (last: {last}); raise requestTimeoutMs or check the "
+                    "cluster's health"
+                )
+            time.sleep(min(0.05 * (2**attempt), 1.0))
+            attempt += 1
+            refresh = True
+
+    def earliest(self, tp: TopicPartition, pm: PartitionMetadata) -> Position:
+        found = self.client.list_offsets(
+            tp.topic, tp.partition, "earliest", current_leader_epoch=pm.leader_epoch
+        )
+        return Position(found.offset, UNKNOWN_EPOCH)
+
+    def latest(self, tp: TopicPartition, pm: PartitionMetadata) -> Position:
+        found = self.client.list_offsets(
+            tp.topic, tp.partition, "latest", current_leader_epoch=pm.leader_epoch
+        )
+        return Position(found.offset, found.epoch if found.offset > 0 else UNKNOWN_EPOCH)
+
+    def validate(
+        self, tp: TopicPartition, position: Position, pm: PartitionMetadata
+    ) -> Divergence | None:
+        """KIP-320 validation of ``position`` against the leader in ``pm``'s epoch."""
+        if position.epoch < 0 or position.offset <= 0:
+            return None
+        if position.epoch > pm.leader_epoch:
+            raise _StaleMetadata(
+                f"position epoch {position.epoch} is ahead of metadata leader epoch "
+                f"{pm.leader_epoch}"
+            )
+        answer = self.client.offsets_for_leader_epoch(
+            tp.topic, tp.partition, position.epoch, current_leader_epoch=pm.leader_epoch
+        )
+        divergence = check_position(position, answer.epoch, answer.end_offset, pm.log_start_offset)
+        log.debug(
+            "validated %s %s in leader epoch %d: answer %s -> %s",
+            tp,
+            position.describe(),
+            pm.leader_epoch,
+            answer,
+            divergence,
+        )
+        return divergence
+
+    def epoch_at(self, tp: TopicPartition, offset: int, pm: PartitionMetadata) -> int:
+        """Leader epoch of the record at ``offset`` (control records included), found by
+        walking the leader's epochs down with OffsetsForLeaderEpoch: the epoch whose start
+        is the largest one <= offset. Usually one request."""
+        if offset < 0:
+            return UNKNOWN_EPOCH
+        epoch = pm.leader_epoch
+        for _ in range(10_000):
+            if epoch <= 0:
+                return epoch
+            answer = self.client.offsets_for_leader_epoch(
+                tp.topic, tp.partition, epoch - 1, current_leader_epoch=pm.leader_epoch
+            )
+            # answer.end_offset is where the epoch after answer.epoch (i.e. ``epoch``) starts
+            if answer.epoch < 0 or answer.end_offset <= offset:
+                return epoch
+            epoch = answer.epoch
+        return UNKNOWN_EPOCH
+
+
+def request_timeout_error(tp: TopicPartition, exc: RequestTimeoutError) -> QuorumLogSourceError:
+    return QuorumLogSourceError(f"{tp}: {exc} (raise option requestTimeoutMs to wait longer)")
+
+
+def divergence_position(divergence: Divergence) -> Position:
+    """Where to resume after a truncation: the divergence offset, with the epoch of the
+    record before it when the answer gave one (the leader's last record of that epoch)."""
+    epoch = divergence.epoch if divergence.epoch >= 0 and divergence.offset > 0 else UNKNOWN_EPOCH
+    return Position(divergence.offset, epoch)
+
+
+def settle_truncations(
+    options: SourceOptions, truncations: list[TruncatedPartition], context: str
+) -> None:
+    """onTruncation=fail: raise one LogTruncationException naming every partition;
+    resume: log a warning with the same facts (the caller already moved the positions)."""
+    if not truncations:
+        return
+    exc = LogTruncationException(truncations, context=context)
+    if options.on_truncation == "fail":
+        raise exc
+    log.warning("onTruncation=resume: re-reading from the divergence offsets. %s", exc)
+
+
+def below_log_start(
+    options: SourceOptions, tp: TopicPartition, position: Position, pm: PartitionMetadata
+) -> Position:
+    """failOnDataLoss for a position below the log start (retention removed records)."""
+    if position.offset >= pm.log_start_offset:
+        return position
+    message = (
+        f"{tp}: position offset {position.offset} is below the log start offset "
+        f"{pm.log_start_offset}; offsets [{position.offset}, {pm.log_start_offset}) were "
+        "removed (retention) and cannot be read."
+    )
+    if options.fail_on_data_loss:
+        raise QuorumLogSourceError(
+            message + " Set failOnDataLoss=false to continue from the log start."
+        )
+    log.warning("%s Continuing from the log start (failOnDataLoss=false).", message)
+    return Position(pm.log_start_offset, UNKNOWN_EPOCH)

@@ -1,0 +1,124 @@
+"""Option parsing: one test per option error (the messages name option, value, accepted)."""
+
+from __future__ import annotations
+
+import pytest
+from quorumlog.connector import QuorumLogOptionError, parse_options
+from quorumlog.connector.offsets import Position, TopicPartition
+
+BASE = {"bootstrap": "127.0.0.1:9092", "topic": "events"}
+
+
+def bad(match: str, **options: str) -> None:
+    with pytest.raises(QuorumLogOptionError, match=match):
+        parse_options({**BASE, **options})
+
+
+def test_defaults() -> None:
+    o = parse_options(BASE)
+    assert o.topics == ("events",)
+    assert o.starting_offsets is None and o.ending_offsets is None
+    assert o.on_truncation == "fail" and o.fail_on_data_loss is True
+    assert o.max_offsets_per_trigger is None
+    assert o.fetch_max_bytes == 8 << 20 and o.request_timeout_ms == 30000
+
+
+def test_keys_are_case_insensitive_and_values_parsed() -> None:
+    o = parse_options(
+        {
+            "BOOTSTRAP": "a:1,b:2",
+            "Topic": "x, y",
+            "STARTINGOFFSETS": '{"x": {"0": {"offset": 5, "epoch": 2}, "1": 7}}',
+            "maxoffsetspertrigger": "100",
+            "onTruncation": "Resume",
+            "failOnDataLoss": "FALSE",
+            "fetchMaxBytes": "1024",
+            "requestTimeoutMs": "500",
+        }
+    )
+    assert o.topics == ("x", "y")
+    assert o.starting_offsets == {
+        TopicPartition("x", 0): Position(5, 2),
+        TopicPartition("x", 1): Position(7, -1),
+    }
+    assert (o.max_offsets_per_trigger, o.on_truncation, o.fail_on_data_loss) == (
+        100,
+        "resume",
+        False,
+    )
+    assert (o.fetch_max_bytes, o.request_timeout_ms) == (1024, 500)
+
+
+def test_bootstrap_missing() -> None:
+    with pytest.raises(QuorumLogOptionError, match="Missing required option 'bootstrap'"):
+        parse_options({"topic": "events"})
+
+
+def test_bootstrap_bad() -> None:
+    bad(r"option 'bootstrap': 'nohostport'.*host:port", bootstrap="nohostport")
+
+
+def test_topic_and_pattern_missing() -> None:
+    with pytest.raises(QuorumLogOptionError, match="Exactly one of the options 'topic'"):
+        parse_options({"bootstrap": "h:1"})
+
+
+def test_topic_and_pattern_both() -> None:
+    bad("both were given", topicPattern="ev.*")
+
+
+def test_topic_bad() -> None:
+    bad(r"option 'topic': 'a,,b'.*comma-separated", topic="a,,b")
+
+
+def test_topic_pattern_bad() -> None:
+    with pytest.raises(QuorumLogOptionError, match=r"option 'topicPattern': 'ev\['.*regular"):
+        parse_options({"bootstrap": "h:1", "topicPattern": "ev["})
+
+
+def test_starting_offsets_bad_word() -> None:
+    bad(r"option 'startingOffsets': 'first'.*'earliest', 'latest'", startingOffsets="first")
+
+
+def test_starting_offsets_bad_json() -> None:
+    bad(r"option 'startingOffsets'.*not valid JSON", startingOffsets='{"events": {0: 1}')
+    bad(
+        r"option 'startingOffsets'.*'epoch' must be an integer >= -1",
+        startingOffsets='{"events": {"0": {"offset": 1, "epoch": -5}}}',
+    )
+    bad(r"option 'startingOffsets'.*offset -3 is negative", startingOffsets='{"events": {"0": -3}}')
+    bad(r"option 'startingOffsets'.*not subscribed", startingOffsets='{"other": {"0": 1}}')
+
+
+def test_ending_offsets_bad() -> None:
+    bad(r"option 'endingOffsets': 'earliest'.*not an end", endingOffsets="earliest")
+    bad(
+        r"option 'endingOffsets'.*-2 is negative.*-1 \(latest\)",
+        endingOffsets='{"events": {"0": -2}}',
+    )
+
+
+def test_max_offsets_per_trigger_bad() -> None:
+    bad(r"option 'maxOffsetsPerTrigger': '0'.*positive integer", maxOffsetsPerTrigger="0")
+    bad(r"option 'maxOffsetsPerTrigger': 'ten'", maxOffsetsPerTrigger="ten")
+
+
+def test_on_truncation_bad() -> None:
+    bad(r"option 'onTruncation': 'ignore'.*'fail'.*'resume'", onTruncation="ignore")
+
+
+def test_fail_on_data_loss_bad() -> None:
+    bad(r"option 'failOnDataLoss': 'yes'.*'true' or 'false'", failOnDataLoss="yes")
+
+
+def test_fetch_max_bytes_bad() -> None:
+    bad(r"option 'fetchMaxBytes': '-1'.*positive integer", fetchMaxBytes="-1")
+
+
+def test_request_timeout_ms_bad() -> None:
+    bad(r"option 'requestTimeoutMs': '1.5'.*positive integer", requestTimeoutMs="1.5")
+
+
+def test_unknown_option_with_kafka_hint() -> None:
+    bad(r"Unknown option 'subscribe'.*did you mean 'topic'", subscribe="events")
+    bad(r"Unknown option 'startingoffset'.*Accepted options", startingOffset="earliest")
