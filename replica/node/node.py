@@ -132,6 +132,10 @@ class PartitionReplica:
     last_leader: int | None = None
     last_epoch: int = -1
     closed: bool = False
+    # A new partition's non-preferred replicas hold their timers until this (monotonic
+    # ms), so the preferred replica (the first of the assignment) stands first and
+    # leadership spreads across nodes as the assignment does.
+    ticks_from_ms: int = 0
 
     @property
     def name(self) -> str:
@@ -483,7 +487,7 @@ class Node:
                     if r.closed:
                         continue
                     deadline = r.core.next_deadline_ms()
-                    if deadline is not None and deadline <= t:
+                    if deadline is not None and deadline <= t and t >= r.ticks_from_ms:
                         self._process(r, r.core.tick(t))
                     if r.parked and min(p.deadline_ms for p in r.parked) <= t:
                         self._wake_parked(r, force=False)
