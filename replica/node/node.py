@@ -278,9 +278,11 @@ class Node:
             lg,
             persisted,
             self.rng,
-            now_ms(),
+            t := now_ms(),
         )
         r = PartitionReplica(topic, partition, replicas, d, lg, store, core)
+        if persisted is None and replicas and replicas[0] != self.node_id:
+            r.ticks_from_ms = t + 2 * self.quorum.election_timeout_ms
         self.replicas[(topic, partition)] = r
         self._process(r, core.startup_output())
         log.info("opened replica %s (replicas %s, log end %d)", r.name, replicas, lg.end_offset)
