@@ -26,7 +26,11 @@ Truncation-safe
     deletes that partition's rows at or above the lowest re-delivered offset. delta-rs
     rejects an overwrite whose new rows fall outside the predicate, so the predicate
     also covers every other partition of the batch from its lowest offset up, a range
-    the table holds no rows in; the whole micro-batch stays one atomic commit.
+    the table holds no rows in; the whole micro-batch stays one atomic commit. The lowest
+    re-delivered offset can lie above the true divergence offset (the new leader's
+    leader-change control record sits there and is not a row); ``resolve_divergence``
+    lets the caller supply the divergence offset (OffsetsForLeaderEpoch) so old rows in
+    that gap are replaced too.
 
 Layout
     New tables are partitioned by ``(topic, partition)``: the replace predicate then
@@ -87,7 +91,8 @@ class Truncation:
 
     topic: str
     partition: int
-    divergence_offset: int
+    divergence_offset: int  # rows at or above it are replaced
+    first_redelivered_offset: int  # the batch's lowest offset of this partition
     old_offset: int
     old_epoch: int
     new_epoch: int
@@ -97,6 +102,7 @@ class Truncation:
             "topic": self.topic,
             "partition": self.partition,
             "divergenceOffset": self.divergence_offset,
+            "firstRedeliveredOffset": self.first_redelivered_offset,
             "oldOffset": self.old_offset,
             "oldEpoch": self.old_epoch,
             "newEpoch": self.new_epoch,
@@ -325,21 +331,39 @@ def batch_ranges(data: pa.Table) -> tuple[pa.Table, tuple[PartitionRange, ...]]:
     return data, ranges
 
 
+#: ``(topic, partition, last committed end position) -> divergence offset`` (or None).
+DivergenceResolver = Callable[[str, int, Position], int | None]
+
+
 def plan_commit(
-    app_id: str, batch_id: int, ranges: Sequence[PartitionRange], previous: Positions
+    app_id: str,
+    batch_id: int,
+    ranges: Sequence[PartitionRange],
+    previous: Positions,
+    resolve_divergence: DivergenceResolver | None = None,
 ) -> CommitPlan:
     """Compare the batch with the last committed end positions: a lowest offset below
-    the committed end offset is a re-delivery; the new positions carry the rest forward."""
+    the committed end offset is a re-delivery; the new positions carry the rest forward.
+
+    Rows are replaced from the lowest re-delivered offset, or from the divergence offset
+    ``resolve_divergence`` gives if lower: the offsets in between are control records in
+    the new log (never rows), so old rows there are truncated data the batch cannot show."""
     positions: Positions = {t: dict(by_p) for t, by_p in previous.items()}
     truncations = []
     for r in ranges:
         last = previous.get(r.topic, {}).get(r.partition)
         if last is not None and r.min_offset < last.offset:
+            divergence = r.min_offset
+            if resolve_divergence is not None:
+                resolved = resolve_divergence(r.topic, r.partition, last)
+                if resolved is not None and 0 <= resolved < divergence:
+                    divergence = resolved
             truncations.append(
                 Truncation(
                     topic=r.topic,
                     partition=r.partition,
-                    divergence_offset=r.min_offset,
+                    divergence_offset=divergence,
+                    first_redelivered_offset=r.min_offset,
                     old_offset=last.offset,
                     old_epoch=last.epoch,
                     new_epoch=r.first_epoch,
@@ -376,6 +400,12 @@ class DeltaSink:
         engine: ``"delta-rs"`` (default, verified), ``"delta-spark"`` (requires the
             session to be configured for it), ``"auto"`` (delta-spark when detected).
         on_commit: called on the driver right after each Delta commit.
+        resolve_divergence: for a re-delivered partition, ``(topic, partition, last
+            committed end position) -> divergence offset``, e.g. the log's
+            OffsetsForLeaderEpoch answer for that position's epoch. Without it, rows are
+            replaced from the lowest re-delivered offset, so an old row at an offset the
+            new log holds a control record at (the new leader's leader-change record sits
+            at the divergence offset) would survive.
         metadata_lookback: commits to search for the sink's positions when other
             writers committed after it.
     """
@@ -389,6 +419,7 @@ class DeltaSink:
         storage_options: dict[str, str] | None = None,
         engine: Engine = "delta-rs",
         on_commit: Callable[[CommitResult], None] | None = None,
+        resolve_divergence: DivergenceResolver | None = None,
         metadata_lookback: int = DEFAULT_METADATA_LOOKBACK,
     ) -> None:
         if engine not in ("delta-rs", "delta-spark", "auto"):
@@ -401,6 +432,7 @@ class DeltaSink:
         self.storage_options = storage_options
         self.engine = engine
         self.on_commit = on_commit
+        self.resolve_divergence = resolve_divergence
         self.metadata_lookback = metadata_lookback
         self._table: DeltaTable | None = None
         _open_table(self.path, storage_options)  # fail before the stream starts
@@ -445,7 +477,7 @@ class DeltaSink:
             return None
         data, ranges = batch_ranges(data)
         previous = self._previous_positions(table)
-        plan = plan_commit(app_id, batch_id, ranges, previous)
+        plan = plan_commit(app_id, batch_id, ranges, previous, self.resolve_divergence)
         if plan.replaces:
             self._replace(data, plan, table)
         else:
@@ -524,7 +556,7 @@ class DeltaSink:
                 plan.batch_id,
                 t.topic,
                 t.partition,
-                t.divergence_offset,
+                t.first_redelivered_offset,
                 t.new_epoch,
                 t.old_offset,
                 t.old_epoch,
@@ -606,7 +638,9 @@ class DeltaSink:
             )
             for s in summary
         )
-        plan = plan_commit(app_id, batch_id, ranges, self._previous_positions(table))
+        plan = plan_commit(
+            app_id, batch_id, ranges, self._previous_positions(table), self.resolve_divergence
+        )
         writer = (
             df.write.format("delta")
             .option("txnAppId", app_id)

@@ -111,7 +111,13 @@ def test_redelivery_replaces_only_the_truncated_partition_atomically(
     spark: Any, tmp_path: Path
 ) -> None:
     path = tmp_path / "t"
-    sink = DeltaSink(path, app_id=APP)
+    asked: list[tuple[str, int, Position]] = []
+
+    def offsets_for_leader_epoch(topic: str, partition: int, last: Position) -> int:
+        asked.append((topic, partition, last))
+        return 7  # the new leader's log ends epoch 1 at offset 7
+
+    sink = DeltaSink(path, app_id=APP, resolve_divergence=offsets_for_leader_epoch)
     b0 = rows("ev", 0, range(10), 1, "old") + rows("ev", 1, range(6), 1, "p1")
     sink(source_df(spark, b0), 0)
     b1 = rows("ev", 0, range(10, 12), 1, "old") + rows("ev", 2, range(4), 1, "p2")
@@ -126,13 +132,15 @@ def test_redelivery_replaces_only_the_truncated_partition_atomically(
     assert result is not None and result.version == version + 1
     assert DeltaTable(str(path)).version() == version + 1  # one atomic commit
 
+    assert asked == [("ev", 0, Position(12, 1))]
     expected = (
-        rows("ev", 0, range(8), 1, "old")
+        rows("ev", 0, range(7), 1, "old")
         + rows("ev", 0, range(8, 10), 4, "new")
         + rows("ev", 1, range(9), 1, "p1")
         + rows("ev", 2, range(4), 1, "p2")
     )
-    # Offsets 10 and 11 of the old epoch are gone: the new log has not (yet) got them.
+    # Old 7 is gone (a control record in the new log), so are old 10 and 11 (the new
+    # log has not got them yet).
     assert table_rows(path) == sorted(expected)
     assert_unique(path)
 
@@ -144,7 +152,8 @@ def test_redelivery_replaces_only_the_truncated_partition_atomically(
         {
             "topic": "ev",
             "partition": 0,
-            "divergenceOffset": 8,
+            "divergenceOffset": 7,
+            "firstRedeliveredOffset": 8,
             "oldOffset": 12,
             "oldEpoch": 1,
             "newEpoch": 4,
@@ -163,6 +172,23 @@ def test_redelivery_replaces_only_the_truncated_partition_atomically(
     assert last_commit(path)["operationParameters"]["mode"] == "Append"
     assert table_rows(path) == sorted(expected + b3)
     assert_unique(path)
+
+
+def test_without_a_resolver_rows_are_replaced_from_the_first_redelivered_offset(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Rows alone cannot show the divergence offset when the new log holds a control
+    record there: the old row at 7 survives (no offset is held twice, though)."""
+    path = tmp_path / "t"
+    sink = DeltaSink(path, app_id=APP)
+    sink(source_df(spark, rows("ev", 0, range(10), 1, "old")), 0)
+    sink(source_df(spark, rows("ev", 0, range(8, 9), 4, "new")), 1)
+    assert table_rows(path) == sorted(
+        rows("ev", 0, range(8), 1, "old") + rows("ev", 0, [8], 4, "new")
+    )
+    truncation = last_commit(path)[METADATA_KEY]["truncations"][0]
+    assert truncation["divergenceOffset"] == truncation["firstRedeliveredOffset"] == 8
+    assert read_committed_positions(path) == {"ev": {0: Position(9, 4)}}
 
 
 def test_redelivery_with_identical_records_is_idempotent(spark: Any, tmp_path: Path) -> None:

@@ -84,6 +84,7 @@ def test_stream_with_redelivery_and_restart(spark: Any, tmp_path: Path) -> None:
             "topic": "ev",
             "partition": 0,
             "divergenceOffset": 12,
+            "firstRedeliveredOffset": 12,
             "oldOffset": 15,
             "oldEpoch": 1,
             "newEpoch": 3,
