@@ -392,9 +392,10 @@ class DeltaSink:
 
     Args:
         path: the Delta table (created on the first non-empty batch).
-        app_id: the app transaction id; default the streaming query's id. Give one when
-            calling the sink outside a streaming query, or to share a table's
-            exactly-once bookkeeping across queries deliberately.
+        app_id: the app transaction id; default the streaming query's id (required
+            under Spark Connect and outside a streaming query). An explicit id must change
+            whenever the checkpoint is deleted: batch ids restart at 0 and every id at or
+            below the table's transaction version would be skipped.
         partition_by: partition columns of a new table (an existing table keeps its own).
         storage_options: passed to delta-rs.
         engine: ``"delta-rs"`` (default, verified), ``"delta-spark"`` (requires the

@@ -61,7 +61,8 @@ def source_df(spark: Any, batch: Sequence[Row]) -> Any:
 def _spark_schema_json() -> dict[str, Any]:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(SOURCE_SCHEMA).jsonValue()  # type: ignore[no-any-return]
+    schema: dict[str, Any] = from_arrow_schema(SOURCE_SCHEMA).jsonValue()
+    return schema
 
 
 def table_rows(path: str | Path) -> list[Row]:
