@@ -14,7 +14,7 @@ API::
     info, epoch, out = core.append(records, now_ms)   # leader only, else NotLeaderError
     out = core.on_log_flushed(now_ms)      # after every log.flush() (group commit)
     out = core.begin_shutdown(now_ms)      # leader resigns: EndQuorumEpoch + successors
-    out = core.force_leader(now_ms)        # operator's unclean election
+    out = core.force_leader(now_ms, min_epoch)  # operator's unclean election
     core.check_leader_epoch(current_leader_epoch) -> ErrorCode
     core.describe(now_ms) -> QuorumDescription
     core.role / state_name / epoch / leader_id / voted_id / high_watermark /
@@ -79,11 +79,12 @@ from .messages import (
     VoteRequest,
     VoteResponse,
 )
-from .replica import NotLeaderError, Output, QuorumDescription, RaftReplica
+from .replica import UNCLEAN_EPOCH_GAP, NotLeaderError, Output, QuorumDescription, RaftReplica
 from .state import ElectionState, ReplicaProgress, Role
 
 __all__ = [
     "CONSUMER_REPLICA_ID",
+    "UNCLEAN_EPOCH_GAP",
     "UNDEFINED_EPOCH",
     "UNDEFINED_OFFSET",
     "AppendInfo",

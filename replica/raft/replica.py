@@ -45,9 +45,12 @@ from .state import (
     UnattachedState,
 )
 
-__all__ = ["NotLeaderError", "Output", "QuorumDescription", "RaftReplica"]
+__all__ = ["UNCLEAN_EPOCH_GAP", "NotLeaderError", "Output", "QuorumDescription", "RaftReplica"]
 
 logger = logging.getLogger(__name__)
+
+# Epochs an unclean election skips (see RaftReplica.force_leader).
+UNCLEAN_EPOCH_GAP = 1000
 
 
 @dataclass(slots=True)
@@ -306,9 +309,11 @@ class RaftReplica:
         Committed data this replica lacks is lost: followers truncate to this log when
         they fetch (``truncated_below_high_watermark``) and readers see it through
         ``end_offset_for``. The HWM still needs a majority of voters to advance.
-        The new epoch must exceed every epoch any replica has seen, which this replica
-        alone cannot know: the operator tool passes ``min_epoch`` = the highest epoch
-        reported by the reachable replicas + 1 (DescribeQuorum).
+        The new epoch must never be reached by an ordinary election among voters this
+        replica cannot reach (they may be partitioned, not dead), which it alone cannot
+        know: the operator tool passes ``min_epoch`` = the highest epoch any replica
+        reports + ``UNCLEAN_EPOCH_GAP``; ordinary elections move one epoch at a time, so
+        they would need that many elections while cut off to collide.
         """
         if not self.is_voter:
             raise ValueError(f"replica {self.node_id} is an observer; only a voter can lead")

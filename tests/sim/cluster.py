@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quorumlog.replica.raft import (
+    UNCLEAN_EPOCH_GAP,
     ElectionState,
     FetchRequest,
     FetchResponse,
@@ -78,7 +79,9 @@ class SimParams:
     voters: int = 3
     observers: int = 0
     fault_ms: int = 8_000
-    liveness_bound_ms: int = 12_000
+    # After heal: fetch timeout (followers notice a dead leader) + 2 x max election
+    # timeout (one split vote) + election back-off max + 1 s of round trips and flushes.
+    liveness_bound_ms: int = 6_000
     loss: float = 0.0  # baseline loss during the fault phase
     dup: float = 0.02
     delay_ms: tuple[int, int] = (1, 8)
@@ -92,7 +95,15 @@ class SimParams:
     def for_seed(cls, seed: int) -> SimParams:
         """Vary the cluster shape and fault mix by seed (its own RNG stream)."""
         r = random.Random(seed * 7919 + 1)
+        fast = QuorumConfig(
+            election_timeout_ms=300,
+            fetch_timeout_ms=800,
+            election_backoff_max_ms=300,
+            request_timeout_ms=300,
+            fetch_max_wait_ms=200,
+        )
         return cls(
+            config=r.choice([QuorumConfig(), QuorumConfig(), fast]),
             voters=r.choice([1, 3, 3, 3, 5, 5]),
             observers=r.choice([0, 0, 1]),
             loss=r.choice([0.0, 0.0, 0.01, 0.05]),
@@ -177,7 +188,7 @@ class Simulation:
         self.first_post_heal_uid: int | None = None
         self.trace: deque[tuple[int, int, Any]] = deque(maxlen=trace_len)
         self.faults: list[str] = []
-        self.stats = {"events": 0, "acked": 0, "leaders": 0, "messages": 0}
+        self.stats = {"events": 0, "acked": 0, "elections": 0, "messages": 0}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -353,6 +364,8 @@ class Simulation:
             raise Violation(
                 "truncated-below-hwm", f"node {node.id} truncated to {out.truncated_to}"
             )
+        if out.truncated_below_high_watermark:
+            self.stats["committed_truncations"] = self.stats.get("committed_truncations", 0) + 1
         if out.truncated_to is not None:
             node.checked_upto = min(node.checked_upto, out.truncated_to)
             if self.unclean:
@@ -470,10 +483,9 @@ class Simulation:
                 self.now + self.rng.randint(200, 4000), UNFAULT, ("links", frozenset({(a, b)}))
             )
         elif r < 0.72:
-            old = self.loss
             self.loss = self.rng.choice([0.1, 0.3, 0.6])
             self.fault(f"message loss {self.loss}")
-            self.push(self.now + self.rng.randint(200, 2000), UNFAULT, ("loss", old))
+            self.push(self.now + self.rng.randint(200, 2000), UNFAULT, ("loss", None))
         elif r < 0.82 and alive:
             node = self.rng.choice(alive)
             jump = self.rng.randint(1, 1500)
@@ -503,19 +515,20 @@ class Simulation:
                 return
             node = self.rng.choice(voters)
             assert node.core is not None
-            # The operator tool asks every replica for its epoch and goes above all.
+            # The operator tool asks every replica for its epoch and goes well above.
             top = max(n.persisted.epoch for n in self.nodes.values() if n.persisted)
             self.fault(f"operator forces node {node.id} to lead epoch > {top} (unclean)")
             self.unclean = True
             self.unclean_snapshot = list(self.committed)
-            self.apply(node, node.core.force_leader(self.local(node), min_epoch=top + 1))
+            out = node.core.force_leader(self.local(node), min_epoch=top + UNCLEAN_EPOCH_GAP)
+            self.apply(node, out)
 
     def unfault(self, data: tuple[str, Any]) -> None:
         kind, value = data
         if kind == "links":
             self.blocked -= value
-        elif kind == "loss":
-            self.loss = value
+        elif kind == "loss" and self.healed_at is None:
+            self.loss = self.p.loss  # bursts may overlap: always back to the baseline
 
     def heal(self) -> None:
         self.fault("faults stop: network healed, down nodes restart")
@@ -543,6 +556,8 @@ class Simulation:
                 f"node {node.id} persisted {node.persisted} but runs {core.election_state}",
             )
         if core.role is Role.LEADER:
+            if core.epoch not in self.epoch_leaders:
+                self.stats["elections"] += 1
             leader = self.epoch_leaders.setdefault(core.epoch, node.id)
             if leader != node.id:
                 raise Violation(

@@ -1,0 +1,73 @@
+"""Cores with one rule broken on purpose: the simulator must catch each (its teeth)."""
+
+from __future__ import annotations
+
+from quorumlog.replica.raft import RaftReplica, VoteRequest
+from quorumlog.replica.raft.replica import Output
+from quorumlog.replica.raft.state import LeaderState, Role
+
+
+class TwoVotesPerEpoch(RaftReplica):
+    """Grants a vote to any candidate with a good enough log, even after voting."""
+
+    def _vote_grantable(self, req: VoteRequest) -> bool:
+        return (
+            self.is_voter
+            and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
+            and self._leader_id is None
+            and self._log_at_least_ours(req.last_offset_epoch, req.last_offset)
+        )
+
+
+class HwmCountsObservers(RaftReplica):
+    """Counts observers' fetch offsets as if they were voters."""
+
+    def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
+        offsets = sorted(
+            [self.log.durable_end_offset]
+            + [r.end_offset for r in st.progress.values()]
+            + [r.end_offset for r in st.observers.values()],
+            reverse=True,
+        )
+        candidate = offsets[self.majority - 1]
+        if candidate > st.epoch_start_offset and candidate > self._high_watermark:
+            self._high_watermark = candidate
+            out.high_watermark = candidate
+            out.fetch_wakeup = True
+
+
+class HwmCountsUnflushed(RaftReplica):
+    """The leader counts its own log end, flushed or not."""
+
+    def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
+        offsets = sorted(
+            [self.log.end_offset] + [r.end_offset for r in st.progress.values()], reverse=True
+        )
+        candidate = offsets[self.majority - 1]
+        if candidate > st.epoch_start_offset and candidate > self._high_watermark:
+            self._high_watermark = candidate
+            out.high_watermark = candidate
+            out.fetch_wakeup = True
+
+
+class HwmIgnoresEpochStart(RaftReplica):
+    """Commits previous epochs' entries before one of its own epoch is replicated."""
+
+    def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
+        offsets = sorted(
+            [self.log.durable_end_offset] + [r.end_offset for r in st.progress.values()],
+            reverse=True,
+        )
+        candidate = offsets[self.majority - 1]
+        if candidate > self._high_watermark:
+            self._high_watermark = candidate
+            out.high_watermark = candidate
+            out.fetch_wakeup = True
+
+
+BROKEN = {
+    "two-votes-per-epoch": TwoVotesPerEpoch,
+    "hwm-counts-observers": HwmCountsObservers,
+    "hwm-counts-unflushed": HwmCountsUnflushed,
+    "hwm-ignores-epoch-start": HwmIgnoresEpochStart,
+}
