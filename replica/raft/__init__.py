@@ -58,6 +58,7 @@ are answered by the node from the log after ``check_leader_epoch``.
 
 from __future__ import annotations
 
+from ..protocol.errors import ErrorCode
 from .config import QuorumConfig
 from .log import (
     UNDEFINED_EPOCH,
@@ -94,6 +95,7 @@ __all__ = [
     "EndQuorumEpochRequest",
     "EndQuorumEpochResponse",
     "EpochEndOffset",
+    "ErrorCode",
     "FetchRequest",
     "FetchResponse",
     "Message",

@@ -1,0 +1,320 @@
+"""Fetch errors, divergence and truncation, the HWM rule, check-quorum, EndQuorumEpoch,
+force_leader, consumers/observers, flush-before-fetch and the fencing helper."""
+
+from __future__ import annotations
+
+import pytest
+from quorumlog.replica.raft import (
+    CONSUMER_REPLICA_ID,
+    ElectionState,
+    EndQuorumEpochRequest,
+    ErrorCode,
+    FetchRequest,
+    FetchResponse,
+    NotLeaderError,
+    QuorumConfig,
+    RaftReplica,
+    Role,
+    VoteRequest,
+    VoteResponse,
+)
+
+from tests.raft.harness import CLUSTER, Cluster, leader_log, make_replica
+from tests.sim.memlog import MemLog, client_batch
+
+
+def fetch(
+    src: int,
+    epoch: int,
+    offset: int,
+    last_epoch: int,
+    cluster: str = CLUSTER,
+    dst: int = 1,
+) -> FetchRequest:
+    return FetchRequest(cluster, src, dst, epoch, offset, last_epoch, 500, 1 << 20, 7)
+
+
+def answer(core: RaftReplica, req: FetchRequest, now: int = 0) -> FetchResponse:
+    out = core.handle(req, now)
+    (resp,) = [m for m in out.messages if isinstance(m, FetchResponse)]
+    assert resp.request_id == req.request_id and resp.fetch_offset == req.fetch_offset
+    return resp
+
+
+def new_leader(
+    log: MemLog | None = None,
+    epoch: int = 2,
+    voters: tuple[int, ...] = (1, 2, 3),
+    config: QuorumConfig | None = None,
+) -> RaftReplica:
+    """Node 1 restarted as a candidate that wins with one vote."""
+    kwargs = {"config": config} if config else {}
+    r = make_replica(1, voters=voters, log=log, persisted=ElectionState(epoch, None, 1), **kwargs)
+    for v in voters[1 : len(voters) // 2 + 1]:
+        r.handle(VoteResponse(CLUSTER, v, 1, 0, epoch, None, True, False, epoch), 0)
+    assert r.role is Role.LEADER
+    return r
+
+
+# ---------------------------------------------------------------- fetch errors
+
+
+def test_fetch_errors_as_the_kip_says() -> None:
+    leader = new_leader(epoch=5)
+    assert answer(leader, fetch(2, 5, 0, -1, cluster="other")).error == ErrorCode.INVALID_CLUSTER_ID
+    fenced = answer(leader, fetch(2, 4, 0, -1))
+    assert fenced.error == ErrorCode.FENCED_LEADER_EPOCH
+    assert (fenced.leader_id, fenced.leader_epoch) == (1, 5)  # tells the fetcher who leads
+    assert answer(leader, fetch(2, 6, 0, -1)).error == ErrorCode.UNKNOWN_LEADER_EPOCH
+    follower = make_replica(2, persisted=ElectionState(5, 1, None))
+    not_leader = answer(follower, fetch(3, 5, 0, -1, dst=2))
+    assert not_leader.error == ErrorCode.NOT_LEADER and not_leader.leader_id == 1
+    assert answer(leader, fetch(2, 5, 0, -1)).error == ErrorCode.NONE
+
+
+def test_check_leader_epoch_helper() -> None:
+    leader = new_leader(epoch=5)
+    assert leader.check_leader_epoch(5) == ErrorCode.NONE
+    assert leader.check_leader_epoch(-1) == ErrorCode.NONE
+    assert leader.check_leader_epoch(4) == ErrorCode.FENCED_LEADER_EPOCH
+    assert leader.check_leader_epoch(6) == ErrorCode.UNKNOWN_LEADER_EPOCH
+    follower = make_replica(2, persisted=ElectionState(5, 1, None))
+    assert follower.check_leader_epoch(5) == ErrorCode.NOT_LEADER
+
+
+# ---------------------------------------------------------------- divergence
+
+
+def test_divergence_answer_uses_end_offset_for_last_fetched_epoch() -> None:
+    # Leader: epoch 1 at [0, 5), epoch 3 at [5, 8), then its own epoch 4 control batch.
+    leader = new_leader(leader_log((1, 5), (3, 3)), epoch=4)
+    # Follower wrote epoch 2 at [5, 9) that the leader never had.
+    resp = answer(leader, fetch(2, 4, 9, 2))
+    assert resp.diverging_epoch == (1, 5) and resp.records == b""
+    # Same epoch but past the leader's end of it.
+    assert answer(leader, fetch(2, 4, 7, 1)).diverging_epoch == (1, 5)
+    # Consistent: records, no divergence.
+    ok = answer(leader, fetch(2, 4, 5, 1))
+    assert ok.diverging_epoch is None and ok.records
+
+
+def test_follower_truncates_to_min_of_both_ends_and_fetches_again() -> None:
+    log = leader_log((1, 5), (2, 4))  # epoch 2 at [5, 9)
+    follower = make_replica(2, log=log, persisted=ElectionState(4, 1, None))
+    out = follower.startup_output()
+    (req,) = [m for m in out.messages if isinstance(m, FetchRequest)]
+    assert (req.fetch_offset, req.last_fetched_epoch) == (9, 2)
+    resp = FetchResponse(CLUSTER, 1, 2, 0, 1, 4, 0, 0, (1, 5), b"", 9, req.request_id)
+    out = follower.handle(resp, 10)
+    assert log.end_offset == 5 and out.truncated_to == 5
+    assert not out.truncated_below_high_watermark
+    (again,) = [m for m in out.messages if isinstance(m, FetchRequest)]
+    assert (again.fetch_offset, again.last_fetched_epoch) == (5, 1)
+
+
+def test_truncation_below_the_high_watermark_is_surfaced() -> None:
+    c = Cluster()
+    leader = c.elect()
+    c.produce([1, 2, 3])
+    c.advance(100)
+    follower = next(i for i in c.voters if i != leader)
+    core = c.cores[follower]
+    hwm = core.high_watermark
+    assert hwm == 4
+    epoch = core.epoch
+    pending = core._state.fetch_request_id  # type: ignore[union-attr]
+    resp = FetchResponse(
+        CLUSTER, leader, follower, 0, leader, epoch, hwm, 0, (1, 1), b"", 4, pending
+    )
+    out = core.handle(resp, c.now)
+    assert out.truncated_below_high_watermark and out.truncated_to == 1
+    assert core.truncations_below_high_watermark == 1
+
+
+def test_stale_or_duplicate_fetch_answers_are_ignored() -> None:
+    follower = make_replica(2, persisted=ElectionState(4, 1, None))
+    follower.startup_output()
+    stale = FetchResponse(CLUSTER, 1, 2, 0, 1, 4, 0, 0, None, client_batch([1]), 0, 999)
+    assert follower.handle(stale, 0).messages == []
+    assert follower.log_end_offset == 0
+
+
+# ---------------------------------------------------------------- flush before fetch
+
+
+def test_follower_asks_for_a_flush_before_reporting_its_offset() -> None:
+    follower = make_replica(2, persisted=ElectionState(4, 1, None))
+    (req,) = follower.startup_output().messages
+    src = leader_log((4, 3))
+    records = src.read(0, 1 << 20)
+    resp = FetchResponse(CLUSTER, 1, 2, 0, 1, 4, 0, 0, None, records, 0, req.request_id)  # type: ignore[union-attr]
+    out = follower.handle(resp, 5)
+    (nxt,) = [m for m in out.messages if isinstance(m, FetchRequest)]
+    assert nxt.fetch_offset == 3 and out.flush_log
+    assert follower.durable_end_offset == 0  # the driver has not flushed yet
+
+
+# ---------------------------------------------------------------- high watermark
+
+
+def test_hwm_needs_a_durable_majority_above_the_epoch_start() -> None:
+    # The leader holds old-epoch data [0, 5) and starts epoch 2 at offset 5.
+    leader = new_leader(leader_log((1, 5)), epoch=2)
+    assert leader.epoch_start_offset == 5
+    leader.log.flush()
+    leader.on_log_flushed(0)
+    assert leader.high_watermark == 0  # own flush alone is no majority
+    # Follower 2 holds [0, 5): a majority holds old entries, not the epoch start.
+    answer(leader, fetch(2, 2, 5, 1))
+    assert leader.high_watermark == 0
+    # Follower 2 durably holds the control batch: HWM moves past the epoch start.
+    answer(leader, fetch(2, 2, 6, 2))
+    assert leader.high_watermark == 6
+
+
+def test_leader_counts_only_its_durable_end() -> None:
+    leader = new_leader(epoch=2)  # control batch at offset 0, not flushed
+    answer(leader, fetch(2, 2, 1, 2))
+    assert leader.high_watermark == 0  # follower 2 holds offset 0, the leader not durably
+    leader.append(client_batch([1, 2]), 0)
+    answer(leader, fetch(2, 2, 3, 2))
+    assert leader.high_watermark == 0
+    leader.log.flush()
+    out = leader.on_log_flushed(0)
+    assert leader.high_watermark == 3 and out.high_watermark == 3 and out.fetch_wakeup
+
+
+def test_observers_never_count_and_hwm_never_goes_back() -> None:
+    leader = new_leader(epoch=2, voters=(1, 2, 3))
+    leader.append(client_batch([1, 2, 3]), 0)
+    answer(leader, fetch(9, 2, 4, 2))  # an observer fully caught up
+    leader.log.flush()
+    leader.on_log_flushed(0)
+    assert leader.high_watermark == 0
+    answer(leader, fetch(2, 2, 4, 2))
+    assert leader.high_watermark == 4
+    answer(leader, fetch(2, 2, 2, 2))  # a follower that lost data reports less
+    assert leader.high_watermark == 4
+    rows = {r.replica_id: r for r in leader.describe(0).observers}
+    assert rows[9].end_offset == 4 and rows[9].lag == 0
+
+
+def test_consumer_fetch_stops_at_the_hwm_and_never_counts() -> None:
+    leader = new_leader(epoch=2)
+    leader.append(client_batch([1, 2, 3]), 0)
+    leader.log.flush()
+    leader.on_log_flushed(0)
+    consumer = FetchRequest(CLUSTER, CONSUMER_REPLICA_ID, 1, -1, 0, -1, 500, 1 << 20)
+    assert answer(leader, consumer).records == b""
+    assert leader.high_watermark == 0
+    answer(leader, fetch(2, 2, 1, 2))  # control batch committed
+    resp = answer(leader, consumer)
+    assert resp.records and resp.high_watermark == 1
+    assert leader.log.read(0, 1 << 20, 1) == resp.records
+
+
+def test_empty_answer_is_parkable() -> None:
+    leader = new_leader(epoch=2)
+    assert not answer(leader, fetch(2, 2, 0, -1)).is_empty()
+    assert answer(leader, fetch(2, 2, 1, 2)).is_empty()
+
+
+# ---------------------------------------------------------------- check-quorum
+
+
+def test_leader_not_fetched_by_a_majority_resigns() -> None:
+    cfg = QuorumConfig(fetch_timeout_ms=2000)
+    leader = new_leader(epoch=2, config=cfg)
+    out = leader.tick(2999)
+    assert leader.role is Role.LEADER and not out.leader_changed
+    answer(leader, fetch(2, 2, 0, -1), 2000)  # a majority (1 + 2) fetched: timer reset
+    leader.tick(3500)
+    assert leader.role is Role.LEADER
+    out = leader.tick(2000 + 3000)
+    assert leader.role is Role.RESIGNED and out.leader_changed
+    assert {m.dst for m in out.messages if isinstance(m, EndQuorumEpochRequest)} == {2, 3}
+    with pytest.raises(NotLeaderError):
+        leader.append(client_batch([1]), 5000)
+
+
+def test_follower_without_fetches_becomes_prospective() -> None:
+    follower = make_replica(2, persisted=ElectionState(3, 1, None))
+    follower.tick(1999)
+    assert follower.role is Role.FOLLOWER
+    out = follower.tick(2000)
+    assert follower.role is Role.PROSPECTIVE and follower.epoch == 3
+    assert all(isinstance(m, VoteRequest) and m.pre_vote for m in out.messages)
+
+
+# ---------------------------------------------------------------- EndQuorumEpoch
+
+
+def test_graceful_shutdown_ranks_successors_by_replicated_offset() -> None:
+    leader = new_leader(epoch=2, voters=(1, 2, 3, 4))
+    leader.append(client_batch([1, 2, 3]), 0)
+    answer(leader, fetch(3, 2, 4, 2))
+    answer(leader, fetch(4, 2, 1, 2))
+    out = leader.begin_shutdown(0)
+    reqs = [m for m in out.messages if isinstance(m, EndQuorumEpochRequest)]
+    assert {m.dst for m in reqs} == {2, 3, 4}
+    assert reqs[0].preferred_successors == (3, 4, 2)
+    assert leader.role is Role.RESIGNED
+
+
+@pytest.mark.parametrize(("rank", "wait"), [(0, 0), (1, 100), (2, 200), (3, 400), (5, 1000)])
+def test_successor_rank_n_waits_min_max_backoff(rank: int, wait: int) -> None:
+    cfg = QuorumConfig(retry_backoff_ms=100, retry_backoff_max_ms=1000)
+    voters = (1, 2, 3, 4, 5, 6, 7)
+    me = 2
+    successors = tuple(v for v in (3, 4, 5, 6, 7) if v != me)
+    successors = successors[:rank] + (me,) + successors[rank:]
+    r = make_replica(me, voters=voters, persisted=ElectionState(4, 1, None), config=cfg)
+    out = r.handle(EndQuorumEpochRequest(CLUSTER, 1, me, 1, 4, successors), 1000)
+    if wait == 0:
+        assert r.role is Role.CANDIDATE and r.epoch == 5  # at once, no pre-vote
+        assert out.persist == ElectionState(5, None, me)
+    else:
+        r.tick(1000 + wait - 1)
+        assert r.role is Role.FOLLOWER
+        r.tick(1000 + wait)
+        assert r.role is Role.CANDIDATE and r.epoch == 5
+
+
+def test_voter_not_in_successors_waits_an_election_timeout() -> None:
+    r = make_replica(2, voters=(1, 2, 3), persisted=ElectionState(4, 1, None))
+    r.handle(EndQuorumEpochRequest(CLUSTER, 1, 2, 1, 4, (3,)), 0)
+    r.tick(999)
+    assert r.role is Role.FOLLOWER
+    r.tick(2000)
+    assert r.role is Role.CANDIDATE and r.epoch == 5
+
+
+# ---------------------------------------------------------------- force_leader
+
+
+def test_force_leader_leads_a_new_epoch_without_votes_and_truncates_others() -> None:
+    c = Cluster()
+    leader = c.elect()
+    behind = next(i for i in c.voters if i != leader)
+    # Committed records that `behind` never gets.
+    c.produce([1, 2, 3])
+    c.advance(200, drop=lambda m: behind in (m.src, m.dst))
+    committed_end = c.cores[leader].high_watermark
+    assert c.logs[behind].end_offset < committed_end
+    top = max(core.epoch for core in c.cores.values())
+    c.crash(leader)
+    out = c.cores[behind].force_leader(c.now, min_epoch=top + 1000)
+    c.apply(behind, out)
+    assert c.cores[behind].role is Role.LEADER
+    assert c.cores[behind].epoch == top + 1000
+    assert out.persist == ElectionState(top + 1000, behind, behind)
+    # The old leader returns and follows: its committed tail is truncated, visibly.
+    c.start(leader)
+    c.advance(500)
+    assert c.cores[leader].leader_id == behind
+    assert c.logs[leader].end_offset_for(1).end_offset < committed_end
+
+
+def test_observer_cannot_be_forced_to_lead() -> None:
+    with pytest.raises(ValueError):
+        make_replica(9, voters=(1, 2, 3)).force_leader(0)
