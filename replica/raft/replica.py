@@ -278,9 +278,8 @@ class RaftReplica:
         """Append client batches as leader; returns (offsets, leader epoch, output).
         The records are committed once ``high_watermark > info.last_offset``."""
         if self._role is not Role.LEADER or self._shutting_down:
-            raise NotLeaderError(
-                self._leader_id if self._role is not Role.LEADER else None, self._epoch
-            )
+            leader = None if self._role is Role.LEADER else self._advertised_leader()
+            raise NotLeaderError(leader, self._epoch)
         info = self.log.append_as_leader(records, self._epoch)
         out = Output(fetch_wakeup=True)
         return info, self._epoch, out

@@ -318,3 +318,13 @@ def test_force_leader_leads_a_new_epoch_without_votes_and_truncates_others() -> 
 def test_observer_cannot_be_forced_to_lead() -> None:
     with pytest.raises(ValueError):
         make_replica(9, voters=(1, 2, 3)).force_leader(0)
+
+
+def test_follower_truncates_to_its_own_end_when_that_is_lower() -> None:
+    # Follower: epoch 1 at [0, 5) then epoch 2 at [5, 9); the leader's epoch 1 runs to 7.
+    log = leader_log((1, 5), (2, 4))
+    follower = make_replica(2, log=log, persisted=ElectionState(4, 1, None))
+    (req,) = follower.startup_output().messages
+    resp = FetchResponse(CLUSTER, 1, 2, 0, 1, 4, 0, 0, (1, 7), b"", 9, req.request_id)  # type: ignore[union-attr]
+    out = follower.handle(resp, 10)
+    assert out.truncated_to == 5 and log.last_epoch() == 1
