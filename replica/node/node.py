@@ -316,6 +316,10 @@ class Node:
             r.after_flush.append(out)
         else:
             self._deliver(r, out)
+        if r.core.is_leader and r.log.durable_end_offset < r.log.end_offset:
+            # A leader's own appends (also the control batch a new leader writes) count
+            # towards the HWM only once durable: group-commit them (driver rule 2).
+            self._request_flush(r)
         if out.high_watermark is not None or out.fetch_wakeup:
             self._on_progress(r, out)
         self._observe_role(r, out)

@@ -95,6 +95,7 @@ def find_leader(
     *,
     min_epoch: int = 0,
     timeout_s: float = ELECTION_BOUND_S,
+    interval_s: float = 0.02,
 ) -> tuple[int, int]:
     """Wait until one of ``among`` says it leads ``topic/partition`` in an epoch >=
     ``min_epoch``; return (leader, epoch). Asks the nodes directly, one by one."""
@@ -110,7 +111,9 @@ def find_leader(
                 return n, p.leader_epoch
         return None
 
-    return wait_until(probe, f"a leader of {topic}/{partition} among {nodes}", timeout_s)
+    return wait_until(
+        probe, f"a leader of {topic}/{partition} among {nodes}", timeout_s, interval_s
+    )
 
 
 def produce_to(
@@ -199,7 +202,73 @@ def replica_logs(cluster: LocalCluster, topic: str, partition: int) -> dict[int,
     }
 
 
-def stop_processes(cluster: LocalCluster) -> None:
-    """Stop every node but keep the data directory (LocalCluster.stop of a cluster given
-    its own data_dir keeps the files)."""
+def freeze_and_stop(cluster: LocalCluster) -> None:
+    """SIGKILL every node at once (what they wrote stays in the page cache), then stop.
+    A graceful stop would hand leadership over while nodes exit one by one, and a
+    follower may win that election and append a control batch no one else gets."""
+    for n in cluster.ports:
+        if cluster.is_running(n):
+            cluster.procs[n].kill()
+    for n in cluster.ports:
+        if n in cluster.procs:
+            cluster.procs[n].wait(timeout=10)
     cluster.stop()
+
+
+def describe(
+    cluster: LocalCluster, leader: int, topic: str, partition: int
+) -> m.DescribeQuorumResponse:
+    return node_request(
+        cluster,
+        leader,
+        ApiKey.DESCRIBE_QUORUM,
+        m.DescribeQuorumRequest(topic, partition),
+        m.DescribeQuorumResponse,
+    )
+
+
+def wait_caught_up(
+    cluster: LocalCluster,
+    leader: int,
+    topic: str,
+    partition: int,
+    nodes: Iterable[int],
+    timeout_s: float = ELECTION_BOUND_S,
+) -> None:
+    """Until the leader reports every one of ``nodes`` at its own log end offset."""
+    want = list(nodes)
+
+    def caught_up() -> bool:
+        d = describe(cluster, leader, topic, partition)
+        if d.error != 0:
+            return False
+        ends = {v.replica_id: v.end_offset for v in d.voters}
+        return all(ends.get(n, -1) == ends.get(leader) for n in want)
+
+    wait_until(caught_up, f"replicas {want} caught up with leader {leader}", timeout_s)
+
+
+def copy_log_dir(cluster: LocalCluster, node: int, topic: str, partition: int, dest: Path) -> Path:
+    """A copy of a (dead) node's partition directory, to read without touching the original
+    (opening a Log recovers and closes it cleanly, which would hide an unclean restart)."""
+    import shutil
+
+    target = dest / f"copy-node-{node}-{topic}-{partition}"
+    shutil.copytree(cluster.node_dir(node) / f"{topic}-{partition}", target)
+    return target
+
+
+def assert_replicas_identical(logs: dict[int, LogContents]) -> LogContents:
+    """All replicas hold the same records (offsets, epochs, values, control flags) and the
+    same epoch checkpoint; returns one of them."""
+    assert len(logs) >= 2, logs.keys()
+    items = sorted(logs.items())
+    first_node, first = items[0]
+    for n, other in items[1:]:
+        assert other.end_offset == first.end_offset, (
+            f"node {n} ends at {other.end_offset}, node {first_node} at {first.end_offset}"
+        )
+        for a, b in zip(first.records, other.records, strict=True):
+            assert a == b, f"node {first_node} has {a}, node {n} has {b}"
+        assert other.epochs == first.epochs, (first_node, first.epochs, n, other.epochs)
+    return first

@@ -1,0 +1,176 @@
+"""Crash and graceful failover on fresh clusters: kill -9 of a leader loses no
+acknowledged record; SIGTERM hands leadership over at once (EndQuorumEpoch); a follower
+with an unacknowledged tail truncates it through the DivergingEpoch answer."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.protocol import messages as m
+
+from .helpers import (
+    FETCH_TIMEOUT_S,
+    Record,
+    assert_replicas_identical,
+    copy_log_dir,
+    find_leader,
+    freeze_and_stop,
+    produce_to,
+    read_all,
+    read_log_dir,
+    replica_logs,
+    wait_caught_up,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+
+
+def wait_hwm(c: LocalCluster, topic: str, offset: int) -> None:
+    wait_until(
+        lambda: c.client.list_offsets(topic, 0, "latest").offset >= offset,
+        f"{topic}/0 high watermark >= {offset}",
+    )
+
+
+def _produce_batches(
+    c: LocalCluster, topic: str, batches: int, size: int, tag: str
+) -> list[Record]:
+    acked: list[Record] = []
+    for b in range(batches):
+        values = [f"{tag}-{b}-{i}".encode() for i in range(size)]
+        res = c.produce(topic, 0, values)
+        acked.extend((o, e, v) for (o, e), v in zip(res, values, strict=True))
+    return acked
+
+
+def test_kill9_leader_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    topic = "crash"
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic(topic, 1)
+        old_leader, old_epoch = find_leader(c, topic, 0, [c.leader_of(topic, 0)])
+        acked = _produce_batches(c, topic, 8, 40, "before")  # 320 records in 8 batches
+        assert len(acked) == 320
+
+        t0 = time.monotonic()
+        c.kill(old_leader)
+        others = [n for n in c.ports if n != old_leader]
+        new_leader, new_epoch = find_leader(c, topic, 0, others, min_epoch=old_epoch + 1)
+        failover_s = time.monotonic() - t0
+        print(f"\nkill -9 failover: new leader {new_leader} in {failover_s:.3f}s")
+        assert new_epoch > old_epoch
+
+        # A new leader's high watermark moves once it commits its first entry of its own
+        # epoch (KIP-595); then every acknowledged record reads back from it.
+        wait_hwm(c, topic, acked[-1][0] + 1)
+        assert read_all(c.client, topic, 0) == acked
+        after = _produce_batches(c, topic, 3, 20, "after")
+        assert {e for _, e, _ in after} == {new_epoch}
+        assert after[0][0] > acked[-1][0]
+
+        # The killed node restarts (Resigned in its old epoch), follows and catches up.
+        c.start_node(old_leader)
+        wait_caught_up(c, new_leader, topic, 0, c.ports)
+        view = find_leader(c, topic, 0, [new_leader], min_epoch=new_epoch)
+        assert view == (new_leader, new_epoch)
+        assert read_all(c.client, topic, 0) == acked + after
+        freeze_and_stop(c)
+
+    logs = replica_logs(c, topic, 0)
+    same = assert_replicas_identical(logs)
+    assert same.user_records() == acked + after
+
+
+def test_sigterm_leader_hands_over_quickly(tmp_path: Path) -> None:
+    topic = "graceful"
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic(topic, 1)
+        leader, epoch = find_leader(c, topic, 0, [c.leader_of(topic, 0)])
+        acked = _produce_batches(c, topic, 3, 30, "g")
+        others = [n for n in c.ports if n != leader]
+        wait_caught_up(c, leader, topic, 0, others)
+
+        t0 = time.monotonic()
+        c.terminate(leader)  # SIGTERM: EndQuorumEpoch to the followers, then exit
+        new_leader, new_epoch = find_leader(
+            c, topic, 0, others, min_epoch=epoch + 1, timeout_s=10, interval_s=0.005
+        )
+        handover_s = time.monotonic() - t0
+        print(f"\nSIGTERM handover: node {leader} -> {new_leader} in {handover_s * 1000:.0f} ms")
+        # Without EndQuorumEpoch a follower would wait out its fetch timeout (800 ms) and an
+        # election timeout (>= 400 ms) first.
+        assert handover_s < 1.0, f"handover took {handover_s:.3f}s"
+        assert handover_s < FETCH_TIMEOUT_S + 0.4
+        assert "shutting down gracefully" in c.tail(leader, 200)
+        assert c.procs[leader].returncode == 0
+        wait_hwm(c, topic, acked[-1][0] + 1)
+        assert read_all(c.client, topic, 0) == acked
+
+
+def test_follower_truncates_diverged_tail_after_kill9(tmp_path: Path) -> None:
+    """The leader appends a tail with acks=leader while its followers are stopped, is
+    killed -9, the followers elect a new leader and write over those offsets; the old
+    leader restarts, gets a DivergingEpoch on its first fetch and truncates the tail."""
+    topic = "diverge"
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic(topic, 1)
+        leader, epoch = find_leader(c, topic, 0, [c.leader_of(topic, 0)])
+        followers = [n for n in c.ports if n != leader]
+        acked = _produce_batches(c, topic, 2, 25, "acked")
+        wait_caught_up(c, leader, topic, 0, followers)
+
+        for f in followers:
+            c.pause(f)
+        # A follower's fetch parked at the leader is answered with the first batch
+        # appended now, into the stopped follower's socket buffer: that batch may still
+        # be replicated (and committed by the next leader). Later batches cannot be.
+        leak = _produce_tail(c, leader, topic, epoch, "leak", 1)
+        tail = _produce_tail(c, leader, topic, epoch, "tail", 3)
+        c.kill(leader)
+        # The tail reached the old leader's files (kill -9 keeps what was written).
+        dead_copy = read_log_dir(copy_log_dir(c, leader, topic, 0, tmp_path))
+        assert dead_copy.user_records()[-len(leak + tail) :] == leak + tail
+
+        for f in followers:
+            c.resume(f)
+        new_leader, new_epoch = find_leader(c, topic, 0, followers, min_epoch=epoch + 1)
+        after: list[Record] = []
+        for b in range(3):
+            values = [f"new-{b}-{i}".encode() for i in range(10)]
+            r = produce_to(c, new_leader, topic, 0, values)
+            assert r.error == 0, r
+            after.extend((r.base_offset + i, r.leader_epoch, v) for i, v in enumerate(values))
+        # The new epoch reuses the tail's offsets: the logs really diverge.
+        assert after[0][0] <= tail[0][0]
+
+        c.start_node(leader)
+        wait_caught_up(c, new_leader, topic, 0, c.ports)
+        wait_hwm(c, topic, after[-1][0] + 1)
+        survived = read_all(c.client, topic, 0)
+        assert survived in (acked + after, acked + leak + after)
+        freeze_and_stop(c)
+
+    same = assert_replicas_identical(replica_logs(c, topic, 0))
+    assert same.user_records() == survived
+    assert not {v for _, _, v in same.user_records()} & {v for _, _, v in tail}
+    # The epoch checkpoint agrees: the new epoch starts where the old leader's log diverged.
+    starts = dict(same.epochs)
+    assert starts[new_epoch] in (leak[0][0], tail[0][0])
+    print(f"\nleaked batch replicated: {survived != acked + after}")
+
+
+def _produce_tail(
+    c: LocalCluster, leader: int, topic: str, epoch: int, tag: str, batches: int
+) -> list[Record]:
+    """acks=leader batches: acknowledged by the leader alone, never committed."""
+    tail: list[Record] = []
+    for b in range(batches):
+        values = [f"{tag}-{b}-{i}".encode() for i in range(10)]
+        r = produce_to(c, leader, topic, 0, values, acks=m.ACKS_LEADER)
+        assert r.error == 0, r
+        assert r.leader_epoch == epoch
+        tail.extend((r.base_offset + i, r.leader_epoch, v) for i, v in enumerate(values))
+    return tail
