@@ -1,0 +1,239 @@
+"""quorumlog perf spark-read: rows/s of the Spark source (batch read and a streaming
+Trigger.AvailableNow query, both into the noop sink) beside the same session's rate for a
+trivial in-memory Python data source yielding pre-built Arrow batches of the same shape:
+the ceiling of Spark's Python data source path on this machine.
+
+pyspark is imported inside ``main`` only (nothing under ``replica/`` imports it at module
+level); this command is the one place the log service's CLI drives Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from ..client import Client
+from ..node.cluster import LocalCluster
+from .perfutil import Progress, emit
+
+CEILING_NAME = "quorumlog_perf_ceiling"
+
+
+def _produce(cluster: LocalCluster, topic: str, args: argparse.Namespace) -> int:
+    from ..storage.records import encode_batch
+
+    payload = encode_batch([b"v" * args.value_size] * args.batch_records)
+    per_partition = max(1, args.records // args.batch_records // args.partitions)
+    errors: list[BaseException] = []
+    done = [0]
+    lock = threading.Lock()
+
+    def worker(partition: int) -> None:
+        try:
+            with Client(cluster.bootstrap) as c:
+                for _ in range(per_partition):
+                    c.produce(topic, partition, payload)
+                    with lock:
+                        done[0] += args.batch_records
+        except BaseException as exc:  # reported after the run
+            errors.append(exc)
+
+    progress = Progress(per_partition * args.partitions * args.batch_records, "produce")
+    threads = [
+        threading.Thread(target=worker, args=(p,), daemon=True) for p in range(args.partitions)
+    ]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        progress.update(done[0])
+        time.sleep(0.1)
+    progress.close()
+    if errors:
+        raise errors[0]
+    return done[0]
+
+
+def _ceiling_source(rows_per_partition: int, batch_rows: int, value_size: int) -> Any:
+    """A DataSource class (pickled by value) whose read() yields one pre-built batch of
+    the connector's Arrow schema over and over."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from ...connector.schema import ARROW_SCHEMA, SPARK_SCHEMA
+
+    class CeilingReader(DataSourceReader):  # type: ignore[misc]
+        def __init__(self, partitions: int) -> None:
+            self.n = partitions
+
+        def partitions(self) -> list[Any]:
+            return [InputPartition(i) for i in range(self.n)]
+
+        def read(self, partition: Any) -> Any:
+            import pyarrow as pa
+
+            n = batch_rows
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(n, pa.binary()),
+                    pa.array([b"v" * value_size] * n, pa.binary()),
+                    pa.repeat(pa.scalar("perf", pa.string()), n),
+                    pa.repeat(pa.scalar(int(partition.value), pa.int32()), n),
+                    pa.array(range(n), pa.int64()),
+                    pa.repeat(pa.scalar(1, pa.int32()), n),
+                    pa.repeat(pa.scalar(0, ARROW_SCHEMA.field("timestamp").type), n),
+                    pa.nulls(n, ARROW_SCHEMA.field("headers").type),
+                ],
+                schema=ARROW_SCHEMA,
+            )
+            for _ in range(max(1, rows_per_partition // n)):
+                yield batch
+
+    class CeilingSource(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return CEILING_NAME
+
+        def schema(self) -> Any:
+            return SPARK_SCHEMA
+
+        def reader(self, schema: Any) -> Any:
+            return CeilingReader(int(self.options.get("partitions", "1")))
+
+    return CeilingSource
+
+
+def _session(master: str) -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master)
+        .appName("quorumlog-perf-spark-read")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+
+
+def _timed(fn: Any) -> float:
+    start = time.monotonic()
+    fn()
+    return time.monotonic() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="quorumlog perf spark-read")
+    ap.add_argument("--records", type=int, default=5_000_000)
+    ap.add_argument("--value-size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--batch-records", type=int, default=10_000, help="records per produced batch")
+    ap.add_argument("--fetch-max-bytes", type=int, default=8 << 20)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--json", action="store_true", help="print only the final JSON line")
+    args = ap.parse_args(argv)
+
+    from ...connector import register
+
+    topic = "perf"
+    with LocalCluster(args.nodes, args.data_dir, log_level="WARNING") as cluster:
+        cluster.create_topic(topic, args.partitions)
+        t0 = time.monotonic()
+        records = _produce(cluster, topic, args)
+        produce_s = time.monotonic() - t0
+        spark = _session(args.master)
+        try:
+            register(spark)  # discovery works too; explicit keeps editable installs working
+            spark.dataSource.register(
+                _ceiling_source(records // args.partitions, args.batch_records, args.value_size)
+            )
+
+            def ceiling() -> None:
+                (
+                    spark.read.format(CEILING_NAME)
+                    .option("partitions", str(args.partitions))
+                    .load()
+                    .write.format("noop")
+                    .mode("overwrite")
+                    .save()
+                )
+
+            def source(stream: bool) -> Any:
+                reader = spark.readStream if stream else spark.read
+                return (
+                    reader.format("quorumlog")
+                    .option("bootstrap", cluster.bootstrap)
+                    .option("topic", topic)
+                    .option("startingOffsets", "earliest")
+                    .option("fetchMaxBytes", str(args.fetch_max_bytes))
+                    .load()
+                )
+
+            def batch() -> None:
+                source(False).write.format("noop").mode("overwrite").save()
+
+            def stream() -> None:
+                with tempfile.TemporaryDirectory(prefix="quorumlog-perf-") as ck:
+                    query = (
+                        source(True)
+                        .writeStream.format("noop")
+                        .option("checkpointLocation", ck)
+                        .trigger(availableNow=True)
+                        .start()
+                    )
+                    query.awaitTermination()
+
+            # warm up the JVM and the Python workers on a small read
+            spark.read.format(CEILING_NAME).option("partitions", "1").load().limit(10).collect()
+            ceiling_s = _timed(ceiling)
+            batch_s = _timed(batch)
+            stream_s = _timed(stream)
+        finally:
+            spark.stop()
+
+    rate = {
+        "ceiling": records / ceiling_s,
+        "batch": records / batch_s,
+        "stream": records / stream_s,
+    }
+    figures = {
+        "bench": "spark-read",
+        "records": records,
+        "value_size": args.value_size,
+        "partitions": args.partitions,
+        "master": args.master,
+        "produce_records_per_s": round(records / produce_s),
+        "ceiling_rows_per_s": round(rate["ceiling"]),
+        "batch_rows_per_s": round(rate["batch"]),
+        "stream_available_now_rows_per_s": round(rate["stream"]),
+        "batch_vs_ceiling": round(rate["batch"] / rate["ceiling"], 3),
+        "stream_vs_ceiling": round(rate["stream"] / rate["ceiling"], 3),
+    }
+    lines = (
+        []
+        if args.json
+        else [
+            f"records            {records:>12,}  ({args.partitions} partitions, {args.value_size} B values)",
+            f"ceiling (in-memory Python source) {rate['ceiling']:>12,.0f} rows/s",
+            f"batch read -> noop                {rate['batch']:>12,.0f} rows/s  "
+            f"({rate['batch'] / rate['ceiling']:.2f} of ceiling)",
+            f"stream AvailableNow -> noop       {rate['stream']:>12,.0f} rows/s  "
+            f"({rate['stream'] / rate['ceiling']:.2f} of ceiling)",
+        ]
+    )
+    emit(figures, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,350 @@
+"""End to end: real Spark (the session fixture), real node processes (LocalCluster).
+
+No ``register`` call anywhere here: format "quorumlog" resolves through the top-level
+``pyspark_quorumlog`` module (Spark's Python data source discovery)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from quorumlog.connector import LogTruncationException, ending_offsets_json, next_offsets
+from quorumlog.replica.client.errors import QuorumLogError
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def retry(fn: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except (QuorumLogError, OSError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from quorumlog.replica.node.cluster import LocalCluster
+
+    with LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("shared")) as cluster:
+        yield cluster
+
+
+def source(spark: Any, cluster: Any, topic: str, *, stream: bool = False, **options: str) -> Any:
+    reader = spark.readStream if stream else spark.read
+    reader = (
+        reader.format("quorumlog").option("bootstrap", cluster.bootstrap).option("topic", topic)
+    )
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def triples(df: Any) -> list[tuple[int, int, int, bytes]]:
+    return sorted(
+        (r["partition"], r["offset"], r["leaderEpoch"], bytes(r["value"]))
+        for r in df.select("partition", "offset", "leaderEpoch", "value").collect()
+    )
+
+
+def log_contents(spark: Any, cluster: Any, topic: str) -> list[tuple[int, int, int, bytes]]:
+    return triples(source(spark, cluster, topic, startingOffsets="earliest"))
+
+
+def run_available_now(df: Any, out: Path, checkpoint: Path) -> Any:
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination(180)
+    except Exception:  # the failure is inspected through query.exception()
+        pass
+    return query
+
+
+# ---- batch ------------------------------------------------------------------------------
+
+
+def test_batch_read_every_record_once_with_offsets_and_epochs(
+    spark: Any, shared_cluster: Any
+) -> None:
+    c = shared_cluster
+    c.create_topic("batch3", 3)
+    expected = []
+    for p in range(3):
+        for v, (o, e) in zip(
+            [f"p{p}-{i}".encode() for i in range(7)],
+            c.produce("batch3", p, [f"p{p}-{i}".encode() for i in range(7)], keys=[b"k"] * 7),
+            strict=True,
+        ):
+            expected.append((p, o, e, v))
+    df = source(spark, c, "batch3")
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+        "leaderEpoch:int,timestamp:timestamp,headers:array<struct<key:string,value:binary>>>"
+    )
+    assert triples(df) == sorted(expected)
+    row = df.where("partition = 0").orderBy("offset").first()
+    assert (row["topic"], bytes(row["key"])) == ("batch3", b"k")
+    assert row["timestamp"] is not None
+
+
+def test_batch_starting_ending_offsets_and_incremental_reads(
+    spark: Any, shared_cluster: Any
+) -> None:
+    c = shared_cluster
+    c.create_topic("incr", 2)
+    first = {p: c.produce("incr", p, [f"a{i}".encode() for i in range(5)]) for p in range(2)}
+    (o2, e2) = first[0][2]
+    starting = json.dumps({"incr": {"0": {"offset": o2, "epoch": e2}, "1": first[1][0].offset}})
+    ending = json.dumps({"incr": {"0": first[0][4].offset, "1": -1}})
+    got = triples(source(spark, c, "incr", startingOffsets=starting, endingOffsets=ending))
+    assert [(p, o) for p, o, _, _ in got] == [(0, o2), (0, o2 + 1)] + [
+        (1, oe.offset) for oe in first[1]
+    ]
+    # incremental: end fixed up front, the next batch starts exactly there
+    end1 = ending_offsets_json(c.bootstrap, "incr")
+    df1 = source(spark, c, "incr", startingOffsets="earliest", endingOffsets=end1)
+    assert len(triples(df1)) == 10
+    assert json.loads(next_offsets(df1)) == json.loads(end1)
+    for p in range(2):
+        c.produce("incr", p, [b"b0", b"b1"])
+    df2 = source(spark, c, "incr", startingOffsets=next_offsets(df1))
+    assert sorted(v for *_, v in triples(df2)) == [b"b0", b"b0", b"b1", b"b1"]
+
+
+OPTION_ERRORS = [
+    ({"bootstrap": None}, "Missing required option 'bootstrap'"),
+    ({"bootstrap": "nohost"}, "option 'bootstrap': 'nohost'"),
+    ({"topic": None}, "Exactly one of the options 'topic'"),
+    ({"topicPattern": "x["}, "both were given"),
+    ({"startingOffsets": "first"}, "option 'startingOffsets': 'first'"),
+    ({"endingOffsets": "earliest"}, "option 'endingOffsets': 'earliest'"),
+    ({"maxOffsetsPerTrigger": "0"}, "option 'maxOffsetsPerTrigger': '0'"),
+    ({"onTruncation": "skip"}, "option 'onTruncation': 'skip'"),
+    ({"failOnDataLoss": "maybe"}, "option 'failOnDataLoss': 'maybe'"),
+    ({"fetchMaxBytes": "lots"}, "option 'fetchMaxBytes': 'lots'"),
+    ({"requestTimeoutMs": "-5"}, "option 'requestTimeoutMs': '-5'"),
+    ({"subscribe": "x"}, "Unknown option 'subscribe'"),
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["read", "readStream"])
+@pytest.mark.parametrize(
+    "override, message", OPTION_ERRORS, ids=[next(iter(o)) for o, _ in OPTION_ERRORS]
+)
+def test_option_error_at_analysis_time(
+    spark: Any, override: dict[str, str | None], message: str, stream: bool
+) -> None:
+    options: dict[str, str | None] = {"bootstrap": "127.0.0.1:1", "topic": "t", **override}
+    reader = (spark.readStream if stream else spark.read).format("quorumlog")
+    for k, v in options.items():
+        if v is not None:
+            reader = reader.option(k, v)
+    with pytest.raises(Exception, match="Accepted|Missing required|Exactly one") as info:
+        reader.load()  # analysis only: nothing runs, no cluster is contacted
+    assert message in str(info.value)
+
+
+def test_unknown_topic_and_unreachable_bootstrap_are_clear(spark: Any, shared_cluster: Any) -> None:
+    with pytest.raises(
+        Exception, match=r"Topic\(s\) \['nope'\] given in option 'topic' do not exist"
+    ):
+        source(spark, shared_cluster, "nope").count()
+    df = spark.read.format("quorumlog").option("bootstrap", "127.0.0.1:1").option("topic", "t")
+    with pytest.raises(Exception, match="Cannot reach the quorumlog cluster.*127.0.0.1:1"):
+        df.option("requestTimeoutMs", "1000").load().count()
+
+
+# ---- streaming --------------------------------------------------------------------------
+
+
+def test_stream_exactly_once_across_batches_restart_and_leader_kill(
+    spark: Any, tmp_path: Path
+) -> None:
+    from quorumlog.replica.node.cluster import LocalCluster
+
+    with LocalCluster(nodes=3, data_dir=tmp_path / "c") as c:
+        c.create_topic("ev", 2)
+        for p in range(2):
+            c.produce("ev", p, [f"a{p}-{i}".encode() for i in range(30)])
+        out, ck = tmp_path / "out", tmp_path / "ck"
+
+        def sink_count() -> int:
+            try:
+                return int(spark.read.parquet(str(out)).count())
+            except Exception:
+                return 0
+
+        df = source(
+            spark, c, "ev", stream=True, startingOffsets="earliest", maxOffsetsPerTrigger="25"
+        )
+        query = (
+            df.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(ck))
+            .trigger(processingTime="300 milliseconds")
+            .start()
+        )
+        try:
+            wait_until(lambda: sink_count() >= 60, 90, "the first 60 rows")
+            assert len([p for p in query.recentProgress if p["numInputRows"] > 0]) >= 3
+            leader = c.wait_for_leader("ev", 0)
+            c.kill(leader)  # kill -9 during the query
+            for p in range(2):
+                retry(lambda p=p: c.produce("ev", p, [f"b{p}-{i}".encode() for i in range(20)]))
+            wait_until(lambda: sink_count() >= 100, 120, "rows produced after the kill")
+            assert query.exception() is None
+        finally:
+            query.stop()
+        c.restart(leader)
+        for p in range(2):
+            retry(lambda p=p: c.produce("ev", p, [f"c{p}-{i}".encode() for i in range(10)]))
+        # restart from the checkpoint (clean failover since: must not look like truncation)
+        run_available_now(source(spark, c, "ev", stream=True, startingOffsets="earliest"), out, ck)
+        got = triples(spark.read.parquet(str(out)))
+        assert len(got) == len(set(got))
+        assert got == log_contents(spark, c, "ev")
+        assert len(got) >= 120
+
+
+def test_truncation_fail_then_resume(spark: Any, tmp_path: Path) -> None:
+    from quorumlog.replica.node.cluster import LocalCluster
+
+    with LocalCluster(nodes=3, data_dir=tmp_path / "c") as c:
+        c.create_topic("tr", 1)
+        c.produce("tr", 0, [b"a", b"b"])
+        leader = c.wait_for_leader("tr", 0)
+        lagging, other = [n for n in sorted(c.ports) if n != leader]
+        c.pause(lagging)
+        c.produce("tr", 0, [b"absorbed"])  # answers the fetch it had parked; then it hears nothing
+        lost = c.produce("tr", 0, [f"old{i}".encode() for i in range(5)])
+        out, ck = tmp_path / "out", tmp_path / "ck"
+
+        def query(on_truncation: str) -> Any:
+            return run_available_now(
+                source(
+                    spark,
+                    c,
+                    "tr",
+                    stream=True,
+                    startingOffsets="earliest",
+                    onTruncation=on_truncation,
+                ),
+                out,
+                ck,
+            )
+
+        assert query("fail").exception() is None
+        position = (lost[-1].offset + 1, lost[-1].epoch)
+        assert max(o for _, o, _, _ in triples(spark.read.parquet(str(out)))) == position[0] - 1
+
+        # unclean election: the lagging replica leads without the records consumed above
+        c.kill(leader)
+        c.kill(other)
+        c.resume(lagging)
+        retry(lambda: c.force_leader("tr", 0, lagging))
+        c.restart(other)
+        retry(lambda: c.produce("tr", 0, [b"new0"]))
+        c.restart(leader)
+        assert c.client.list_offsets("tr", 0, "latest").offset < position[0]
+        # where the new leader's log leaves the consumed history (the lagging replica may or
+        # may not have received "absorbed")
+        divergence = c.client.offsets_for_leader_epoch("tr", 0, position[1]).end_offset
+        assert lost[0].offset - 1 <= divergence <= lost[0].offset
+
+        def expect_truncation() -> None:
+            failed = query("fail")
+            error = failed.exception()
+            assert error is not None
+            found = LogTruncationException.from_spark_error(error)
+            assert found is not None, str(error)[:2000]
+            (t,) = found.truncations
+            assert (t.topic, t.partition) == ("tr", 0)
+            assert (t.position_offset, t.position_epoch) == position
+            assert t.divergence_offset == divergence
+            assert f"tr/0: consumed position offset {position[0]}" in str(error)
+
+        expect_truncation()  # new log end below the checkpointed offset
+        retry(lambda: c.produce("tr", 0, [f"new{i}".encode() for i in range(1, 12)]))
+        assert c.client.list_offsets("tr", 0, "latest").offset > position[0]
+        expect_truncation()  # log end past the checkpoint: only the epoch reveals it
+
+        assert query("resume").exception() is None
+        rows = triples(spark.read.parquet(str(out)))
+        resumed = [r for r in rows if r[3].startswith(b"new")]
+        log_now = log_contents(spark, c, "tr")
+        assert resumed == [r for r in log_now if r[1] >= divergence]
+        assert min(r[1] for r in resumed) >= divergence
+
+
+# ---- executors in separate JVMs ---------------------------------------------------------
+
+_LOCAL_CLUSTER_SCRIPT = """
+import json, os, sys, tempfile
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+sys.path.insert(0, {repo!r})
+from tests.conftest import build_spark_session
+spark = build_spark_session("local-cluster[2,1,1024]", app="quorumlog-local-cluster")
+try:
+    df = (spark.read.format("quorumlog").option("bootstrap", {bootstrap!r})
+          .option("topic", "lc").load())
+    batch = df.select("partition", "offset").distinct().count()
+    d = tempfile.mkdtemp()
+    q = (spark.readStream.format("quorumlog").option("bootstrap", {bootstrap!r})
+         .option("topic", "lc").option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", "40").load()
+         .writeStream.format("parquet").option("path", d + "/out")
+         .option("checkpointLocation", d + "/ck").trigger(availableNow=True).start())
+    q.awaitTermination(240)
+    stream = spark.read.parquet(d + "/out").select("partition", "offset").distinct().count()
+    print("RESULT " + json.dumps({{"batch": batch, "stream": stream}}))
+finally:
+    spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_local_cluster_executors_in_separate_jvms(shared_cluster: Any, tmp_path: Path) -> None:
+    c = shared_cluster
+    c.create_topic("lc", 2)
+    for p in range(2):
+        c.produce("lc", p, [f"v{i}".encode() for i in range(50)])
+    script = tmp_path / "lc.py"
+    script.write_text(_LOCAL_CLUSTER_SCRIPT.format(repo=str(REPO), bootstrap=c.bootstrap))
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=420,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert json.loads(lines[-1][len("RESULT ") :]) == {"batch": 100, "stream": 100}
