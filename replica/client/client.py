@@ -368,6 +368,12 @@ class Client:
                     resp_cls,
                     max(0.1, deadline - time.monotonic()),
                 )
+                if resp.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    # A node that just restarted may not host the partition yet; a topic
+                    # that does not exist at all fails at the metadata refresh instead.
+                    raise LeaderNotAvailableError(
+                        f"node {pm.leader_id} does not host {topic}/{partition} yet"
+                    )
                 self._check(resp)
                 return resp
             except (FencedLeaderEpochError, UnknownLeaderEpochError):

@@ -23,6 +23,9 @@ class TopicAssignment:
 @dataclass
 class MetadataState:
     topics: dict[str, TopicAssignment] = field(default_factory=dict)
+    # Topics a delete record removed (and not created again since): only their replicas
+    # may be deleted from disk, never those of a topic this node has not applied yet.
+    deleted: set[str] = field(default_factory=set)
     applied_offset: int = 0  # the next metadata offset to apply
 
     def apply(self, record: dict[str, Any]) -> None:
@@ -32,8 +35,11 @@ class MetadataState:
             self.topics[name] = TopicAssignment(
                 name, [list(map(int, r)) for r in record["replicas"]]
             )
+            self.deleted.discard(name)
         elif op == "delete_topic":
-            self.topics.pop(str(record["name"]), None)
+            name = str(record["name"])
+            self.topics.pop(name, None)
+            self.deleted.add(name)
 
 
 def validate_topic_name(name: str) -> str | None:
