@@ -50,6 +50,13 @@ Driver rules, for every ``Output`` in the order given:
    follower truncated; ``out.truncated_below_high_watermark`` means committed data was
    removed, which only an unclean election (``force_leader``) may cause: alert on it.
 
+Disk loss: a replica whose log and quorum-state were lost must come back under a new
+replica id, as an observer (KIP-853's directory id), until an operator reconfigures the
+voters. Reusing its voter id would let a stale leader count the wiped copy towards its
+HWM and commit over records the lost disk had acknowledged in a later epoch (the
+simulator finds this). A fresh replica (``persisted=None`` and an empty log) is only
+safe as a voter when the partition is new.
+
 Consumers: a ``FetchRequest`` with ``replica_id=-1`` is served up to the HWM and never
 counts; observers (replica ids not in ``voters``) are served everything and are listed
 in ``describe()`` but never count towards the HWM. ListOffsets and OffsetsForLeaderEpoch

@@ -123,7 +123,6 @@ class SimNode:
     persisted: ElectionState | None = None
     alive: bool = False
     incarnation: int = 0
-    valid_from_incarnation: int = 0  # messages from earlier incarnations are dropped
     tick_at: int | None = None
     flush_at: int | None = None
     parked: dict[int, FetchRequest] = field(default_factory=dict)
@@ -302,7 +301,7 @@ class Simulation:
             self.unfault(data)
         elif kind == RESTART:
             node = self.nodes[data[0]]
-            if not node.alive and node.incarnation == data[1]:
+            if not node.alive and node.incarnation == data[1] and not node.disk_lost:
                 self.start(node)
         elif kind == STOP:
             node = self.nodes[data[0]]
@@ -328,11 +327,10 @@ class Simulation:
         node.last_hwm = 0
         node.checked_upto = 0
         node.pending_acks.clear()
-        voters = [v for v in self.voter_ids if v != node.id] if node.disk_lost else self.voter_ids
         node.core = self.factory(
             self.p.config,
             node.id,
-            voters,
+            self.voter_ids,
             CLUSTER_ID,
             node.log,
             node.persisted,
@@ -407,10 +405,7 @@ class Simulation:
 
     def deliver(self, msg: Message, src_incarnation: int) -> None:
         node = self.nodes[msg.dst]
-        src = self.nodes.get(msg.src)
         if not node.alive or node.core is None or (msg.src, msg.dst) in self.blocked:
-            return
-        if src is not None and src_incarnation < src.valid_from_incarnation:
             return
         out = node.core.handle(msg, self.local(node))
         if isinstance(msg, FetchRequest) and msg.max_wait_ms > 0:
@@ -493,22 +488,21 @@ class Simulation:
             node.skew += jump
             if node.core is not None:
                 self.apply(node, node.core.tick(self.local(node)))
-        elif r < 0.90 and self.p.disk_loss and not self.disk_lost_once:
-            candidates = [self.nodes[v] for v in self.voter_ids if len(self.voter_ids) > 1]
-            if candidates:
-                node = self.rng.choice(candidates)
-                self.fault(f"disk loss on node {node.id}: rejoins as an observer")
-                self.disk_lost_once = True
-                if node.alive:
-                    self.stop(node, lose_unflushed=True)
-                node.log = MemLog()
-                node.persisted = None
-                node.disk_lost = True
-                node.max_epoch = 0
-                node.valid_from_incarnation = node.incarnation + 1
-                self.push(
-                    self.now + self.rng.randint(100, 2000), RESTART, (node.id, node.incarnation)
-                )
+        elif r < 0.90 and self.p.disk_loss and not self.disk_lost_once and len(self.voter_ids) > 1:
+            node = self.nodes[self.rng.choice(self.voter_ids)]
+            # A new disk is a new replica (KIP-853 directory id): it comes back as an
+            # observer under a new id; reusing the old voter id could let a stale leader
+            # count the wiped copy and commit over what it acked before (seed 3225).
+            new = SimNode(200 + node.id, voter=False)
+            self.fault(f"disk loss on node {node.id}: returns as observer {new.id}")
+            self.disk_lost_once = True
+            if node.alive:
+                self.stop(node, lose_unflushed=True)
+            node.log = MemLog()
+            node.persisted = None
+            node.disk_lost = True
+            self.nodes[new.id] = new
+            self.push(self.now + self.rng.randint(100, 2000), RESTART, (new.id, new.incarnation))
         elif r < 0.95 and self.p.unclean and not self.unclean:
             voters = [n for n in alive if n.voter and not n.disk_lost]
             if not voters:
@@ -536,8 +530,8 @@ class Simulation:
         self.blocked.clear()
         self.loss = 0.0
         self.dup = 0.0
-        for node in self.nodes.values():
-            if not node.alive:
+        for node in list(self.nodes.values()):
+            if not node.alive and not node.disk_lost:
                 self.start(node)
 
     # ------------------------------------------------------------------ invariants
