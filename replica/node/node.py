@@ -24,6 +24,7 @@ from typing import Any
 from ..protocol import ApiKey, ErrorCode, Frame, decode_body, encode
 from ..protocol import messages as m
 from ..raft import (
+    UNCLEAN_EPOCH_GAP,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     ElectionState,
@@ -922,7 +923,9 @@ class Node:
             r.log.end_offset,
             r.core.high_watermark,
         )
-        self._process(r, r.core.force_leader(now_ms()))
+        # The forced epoch must not be reachable by ordinary elections among the voters
+        # this node cannot reach (they may come back): skip UNCLEAN_EPOCH_GAP epochs.
+        self._process(r, r.core.force_leader(now_ms(), r.core.epoch + UNCLEAN_EPOCH_GAP))
         return m.ForceLeaderResponse(0, "", r.core.epoch)
 
 
