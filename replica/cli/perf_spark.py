@@ -66,8 +66,9 @@ def _ceiling_source(rows_per_partition: int, batch_rows: int, value_size: int) -
     from ...connector.schema import ARROW_SCHEMA, SPARK_SCHEMA
 
     class CeilingReader(DataSourceReader):  # type: ignore[misc]
-        def __init__(self, partitions: int) -> None:
+        def __init__(self, partitions: int, batches: int) -> None:
             self.n = partitions
+            self.batches = batches
 
         def partitions(self) -> list[Any]:
             return [InputPartition(i) for i in range(self.n)]
@@ -89,7 +90,7 @@ def _ceiling_source(rows_per_partition: int, batch_rows: int, value_size: int) -
                 ],
                 schema=ARROW_SCHEMA,
             )
-            for _ in range(max(1, rows_per_partition // n)):
+            for _ in range(self.batches):
                 yield batch
 
     class CeilingSource(DataSource):  # type: ignore[misc]
@@ -101,7 +102,11 @@ def _ceiling_source(rows_per_partition: int, batch_rows: int, value_size: int) -
             return SPARK_SCHEMA
 
         def reader(self, schema: Any) -> Any:
-            return CeilingReader(int(self.options.get("partitions", "1")))
+            default = max(1, rows_per_partition // batch_rows)
+            return CeilingReader(
+                int(self.options.get("partitions", "1")),
+                int(self.options.get("batches", str(default))),
+            )
 
     return CeilingSource
 
@@ -194,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                     query.awaitTermination()
 
             # warm up the JVM and the Python workers on a small read
-            spark.read.format(CEILING_NAME).option("partitions", "1").load().limit(10).collect()
+            spark.read.format(CEILING_NAME).option("batches", "1").load().count()
             ceiling_s = _timed(ceiling)
             batch_s = _timed(batch)
             stream_s = _timed(stream)
