@@ -1,0 +1,110 @@
+"""Topic admin and client errors: each names the thing and carries its error code."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from quorumlog.replica.client import Client
+from quorumlog.replica.client.errors import (
+    BootstrapUnreachableError,
+    QuorumLogError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from quorumlog.replica.node.cluster import LocalCluster, free_ports
+from quorumlog.replica.protocol import ErrorCode
+
+from ..node.helpers import wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(3, tmp_path_factory.mktemp("admin")) as c:
+        yield c
+
+
+def test_duplicate_topic(cluster: LocalCluster) -> None:
+    cluster.create_topic("dup", 2)
+    with pytest.raises(TopicExistsError) as exc:
+        cluster.client.create_topic("dup", 2)
+    assert exc.value.error_code == ErrorCode.TOPIC_ALREADY_EXISTS
+    assert "TOPIC_ALREADY_EXISTS" in str(exc.value) and "'dup' already exists" in str(exc.value)
+    # The existing topic is untouched.
+    assert sorted(cluster.client.wait_for_leaders("dup").partitions) == [0, 1]
+
+
+@pytest.mark.parametrize("name", ["", "bad name", "x" * 201, "a/b", "__internal", "naïve"])
+def test_invalid_topic_name(cluster: LocalCluster, name: str) -> None:
+    with pytest.raises(QuorumLogError) as exc:
+        cluster.client.create_topic(name, 1)
+    assert exc.value.error_code == ErrorCode.INVALID_TOPIC
+    assert repr(name) in str(exc.value) or "reserved" in str(exc.value)
+    assert name not in cluster.client.list_topics()
+
+
+def test_replication_factor_above_node_count(cluster: LocalCluster) -> None:
+    with pytest.raises(QuorumLogError) as exc:
+        cluster.client.create_topic("too-wide", 1, replication_factor=4)
+    assert exc.value.error_code == ErrorCode.INVALID_REPLICATION_FACTOR
+    assert "1..3" in str(exc.value) and "4" in str(exc.value)
+    assert "too-wide" not in cluster.client.list_topics()
+
+
+@pytest.mark.parametrize("partitions", [0, -1, 10001])
+def test_invalid_partition_count(cluster: LocalCluster, partitions: int) -> None:
+    with pytest.raises(QuorumLogError) as exc:
+        cluster.client.create_topic("bad-parts", partitions)
+    assert exc.value.error_code == ErrorCode.INVALID_PARTITIONS
+    assert str(partitions) in str(exc.value)
+
+
+def test_unknown_topic(cluster: LocalCluster) -> None:
+    with pytest.raises(UnknownTopicError, match="no-such-topic"):
+        cluster.client.metadata(["no-such-topic"])
+    with pytest.raises(UnknownTopicError):
+        cluster.client.partition_metadata("no-such-topic", 0, refresh=True)
+    cluster.create_topic("one-part", 1)
+    with pytest.raises(UnknownTopicError, match="no partition 5"):
+        cluster.client.partition_metadata("one-part", 5, refresh=True)
+
+
+def test_delete_topic_then_unknown(cluster: LocalCluster) -> None:
+    cluster.create_topic("short-lived", 1)
+    cluster.produce("short-lived", 0, [b"x"])
+    cluster.client.delete_topic("short-lived")
+
+    def gone() -> bool:
+        # Followers apply the delete when they next learn the metadata HWM; until then a
+        # node (list_topics asks any one, metadata merges all) may still list the topic.
+        if "short-lived" in cluster.client.list_topics():
+            return False
+        try:
+            cluster.client.metadata(["short-lived"])
+        except UnknownTopicError:
+            return True
+        return False
+
+    wait_until(gone, "every node to forget short-lived", timeout_s=10)
+    with pytest.raises(UnknownTopicError):
+        cluster.client.delete_topic("short-lived")
+    # The name can be used again, with fresh offsets.
+    cluster.create_topic("short-lived", 1)
+    assert cluster.client.list_offsets("short-lived", 0, "earliest").offset == 0
+
+
+def test_unreachable_bootstrap_names_the_address() -> None:
+    (port,) = free_ports(1)
+    with Client(f"127.0.0.1:{port}", request_timeout_ms=1000) as c:
+        with pytest.raises(BootstrapUnreachableError) as exc:
+            c.metadata()
+    assert f"127.0.0.1:{port}" in str(exc.value)
+    assert exc.value.error_code == ErrorCode.NETWORK_EXCEPTION
+
+
+@pytest.mark.parametrize("bootstrap", ["", "nohost", "host:port", ","])
+def test_malformed_bootstrap(bootstrap: str) -> None:
+    with pytest.raises(ValueError, match="bootstrap"):
+        Client(bootstrap)
