@@ -1,0 +1,162 @@
+"""The ``quorumlog`` command against a real cluster, run as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from quorumlog.replica.node.cluster import LocalCluster, free_ports
+
+from ..node.helpers import find_leader
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+
+QUORUMLOG = [sys.executable, "-m", "quorumlog.replica.cli.main"]
+CONSOLE_SCRIPT = Path(sys.executable).parent / "quorumlog"
+
+
+def run(
+    *args: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*QUORUMLOG, *args], input=stdin, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(3, tmp_path_factory.mktemp("cli")) as c:
+        yield c
+
+
+def test_topic_create_list_delete(cluster: LocalCluster) -> None:
+    b = cluster.bootstrap
+    r = run("topic", "create", "cli-topic", "-b", b, "--partitions", "2")
+    assert r.returncode == 0, r.stderr
+    assert "created topic cli-topic with 2 partition(s)" in r.stdout
+    r = run("topic", "list", "-b", b)
+    assert r.returncode == 0 and "cli-topic" in r.stdout.split()
+    r = run("topic", "create", "cli-topic", "-b", b)
+    assert r.returncode == 1
+    assert "quorumlog: error:" in r.stderr and "already exists" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run("topic", "delete", "cli-topic", "-b", b)
+    assert r.returncode == 0 and "deleted topic cli-topic" in r.stdout
+    r = run("topic", "create", "-b", b)
+    assert r.returncode == 2 and "needs a topic name" in r.stderr
+    r = run("topic", "create", "bad name", "-b", b)
+    assert r.returncode == 1 and "invalid" in r.stderr
+
+
+def test_produce_stdin_and_consume(cluster: LocalCluster) -> None:
+    b = cluster.bootstrap
+    cluster.create_topic("lines", 1)
+    lines = [f"line {i}" for i in range(25)] + ["k1:with key"]
+    r = run("produce", "lines", "-b", b, "--partition", "0", "-v", stdin="\n".join(lines) + "\n")
+    assert r.returncode == 0, r.stderr
+    assert "produced 26 record(s) to lines" in r.stderr
+    batches = [json.loads(x) for x in r.stdout.splitlines()]
+    assert sum(x["last_offset"] - x["base_offset"] + 1 for x in batches) == 26
+    assert {x["partition"] for x in batches} == {0}
+
+    r = run("consume", "lines", "-b", b, "--max-records", "26", "--timeout-ms", "20000")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == lines
+
+    r = run(
+        "consume",
+        "lines",
+        "-b",
+        b,
+        "--max-records",
+        "3",
+        "--print-offsets",
+        "--timeout-ms",
+        "20000",
+    )
+    rows = [x.split("\t") for x in r.stdout.splitlines()]
+    epoch = str(cluster.client.partition_metadata("lines", 0, refresh=True).leader_epoch)
+    assert [(p, e, v) for p, _, e, v in rows[:3]] == [("0", epoch, f"line {i}") for i in range(3)]
+    offsets = [int(o) for _, o, _, _ in rows[:3]]
+    assert offsets == list(range(offsets[0], offsets[0] + 3))
+
+
+def test_console_script_is_installed(cluster: LocalCluster) -> None:
+    if not CONSOLE_SCRIPT.exists():
+        pytest.skip(f"{CONSOLE_SCRIPT} not installed")
+    r = subprocess.run(
+        [str(CONSOLE_SCRIPT), "topic", "list", "-b", cluster.bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_describe(cluster: LocalCluster) -> None:
+    cluster.create_topic("described", 2)
+    cluster.produce("described", 0, [b"a", b"b"])
+    r = run("describe", "-b", cluster.bootstrap, "--topic", "described")
+    assert r.returncode == 0, r.stderr
+    header, *rows = r.stdout.splitlines()
+    assert header.split()[:5] == ["TOPIC", "PARTITION", "LEADER", "EPOCH", "HIGH-WATERMARK"]
+    assert len(rows) == 2
+    for p, row in enumerate(rows):
+        cols = row.split()
+        pm = cluster.client.partition_metadata("described", p, refresh=True)
+        assert cols[:4] == ["described", str(p), str(pm.leader_id), str(pm.leader_epoch)]
+        assert int(cols[4]) == pm.high_watermark
+        assert "lag" in row
+    r = run("describe", "-b", cluster.bootstrap, "--topic", "nope")
+    assert r.returncode == 1 and "unknown topic" in r.stderr
+
+
+def test_force_leader_needs_explicit_data_loss_flag(cluster: LocalCluster) -> None:
+    cluster.create_topic("guarded", 1)
+    leader, epoch = find_leader(cluster, "guarded", 0, [cluster.leader_of("guarded", 0)])
+    follower = next(n for n in cluster.ports if n != leader)
+    r = run(
+        "partition",
+        "force-leader",
+        "guarded",
+        "0",
+        "--node",
+        str(follower),
+        "-b",
+        cluster.bootstrap,
+    )
+    assert r.returncode == 2
+    assert "--i-understand-data-loss" in r.stderr and "UNCLEAN" in r.stderr
+    # Nothing happened.
+    assert find_leader(cluster, "guarded", 0, [leader]) == (leader, epoch)
+    r = run(
+        "partition",
+        "force-leader",
+        "guarded",
+        "0",
+        "--node",
+        str(follower),
+        "-b",
+        cluster.bootstrap,
+        "--i-understand-data-loss",
+    )
+    assert r.returncode == 0, r.stderr
+    assert f"node {follower} now leads guarded/0 in epoch" in r.stdout
+    new_epoch = int(r.stdout.split()[-1])
+    assert new_epoch > epoch
+    assert find_leader(cluster, "guarded", 0, [follower], min_epoch=new_epoch)[0] == follower
+
+
+def test_unreachable_bootstrap_is_a_clear_error() -> None:
+    (port,) = free_ports(1)
+    # describe reads metadata first: BootstrapUnreachableError at once. (`topic list`
+    # retries a refused connection for the whole request timeout, 30 s: see
+    # tests/client/test_admin_errors.py::test_list_topics_unreachable_bootstrap.)
+    r = run("describe", "-b", f"127.0.0.1:{port}")
+    assert r.returncode == 1
+    assert "no quorumlog node reachable" in r.stderr
+    assert f"127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
