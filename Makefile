@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev,delta]'
+	@# Spark finds data sources by scanning sys.path for pyspark_* modules, which the
+	@# editable finder hides: expose that one module on a path of its own.
+	@mkdir -p $(VENV)/discovery
+	@ln -sf $(CURDIR)/pyspark_quorumlog.py $(VENV)/discovery/pyspark_quorumlog.py
+	@$(BIN)/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'quorumlog-discovery.pth').write_text('$(CURDIR)/$(VENV)/discovery\n')"
 	@touch $(STAMP)
 
 lint: $(STAMP)
