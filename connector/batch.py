@@ -127,7 +127,7 @@ class QuorumLogBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
-        client = planning.connect(opts.bootstrap, opts.request_timeout_ms, "driver")
+        client = planning.connect(opts.bootstrap, opts.request_timeout_ms, "driver", opts.security)
         try:
             ranges = plan_ranges(opts, Planner(opts, client))
         finally:
@@ -146,6 +146,7 @@ class QuorumLogBatchReader(DataSourceReader):  # type: ignore[misc]
                 request_timeout_ms=opts.request_timeout_ms,
                 fail_on_data_loss=opts.fail_on_data_loss,
                 on_truncation=opts.on_truncation,
+                security=opts.security,
             )
             for tp, start, end, leader_epoch in ranges
             if end.offset > start.offset
@@ -207,7 +208,7 @@ def ending_offsets_json(
     if topic_pattern is not None:
         raw["topicPattern"] = topic_pattern
     opts = parse_options(raw)
-    client = planning.connect(opts.bootstrap, opts.request_timeout_ms, "driver")
+    client = planning.connect(opts.bootstrap, opts.request_timeout_ms, "driver", opts.security)
     try:
         planner = Planner(opts, client)
         positions = {

@@ -27,6 +27,7 @@ from ..replica.client import (
     OffsetOutOfRangeError,
     RequestTimeoutError,
 )
+from ..replica.client.security import ClientSecurity
 from . import planning
 from .offsets import UNKNOWN_EPOCH, Position, TopicPartition
 from .planning import FENCED_ERRORS, QuorumLogSourceError
@@ -55,6 +56,8 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
     request_timeout_ms: int
     fail_on_data_loss: bool
     on_truncation: str
+    # TLS files and where the secret comes from (a secret itself only if option 'secret').
+    security: ClientSecurity | None = None
 
     def __post_init__(self) -> None:
         self.value = None  # InputPartition's attribute; everything is in the fields
@@ -75,7 +78,7 @@ def read_partition(partition: Any) -> Iterator[pa.RecordBatch]:
 
 
 def _read(p: QuorumLogPartition) -> Iterator[pa.RecordBatch]:
-    client = planning.connect(p.bootstrap, p.request_timeout_ms, "executor")
+    client = planning.connect(p.bootstrap, p.request_timeout_ms, "executor", p.security)
     try:
         yield from _RangeReader(p, client).run()
     finally:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..replica.client import parse_bootstrap
+from ..replica.client.security import ClientSecurity
 from .offsets import EARLIEST, LATEST, OffsetsFormatError, Positions, parse_offsets_json
 
 OffsetSpec = Literal["earliest", "latest"] | Positions
@@ -33,6 +34,14 @@ OPTION_NAMES = {
         "failOnDataLoss",
         "fetchMaxBytes",
         "requestTimeoutMs",
+        # Security: TLS (CA, optional client cert and key) and SCRAM authentication.
+        "tlsCaFile",
+        "tlsCertFile",
+        "tlsKeyFile",
+        "principal",
+        "secretFile",
+        "secretEnv",
+        "secret",
     )
 }
 # Spark adds "path" when load(path) is used; it means nothing to this source.
@@ -64,6 +73,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    security: ClientSecurity | None = None
 
     def subscribes(self, topic: str) -> bool:
         if self.topic_pattern is not None:
@@ -222,6 +232,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         )
 
     return SourceOptions(
+        security=_security(opts),
         bootstrap=bootstrap,
         topics=topics,
         topic_pattern=pattern,
@@ -240,4 +251,46 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             opts.get("requesttimeoutms", str(DEFAULT_REQUEST_TIMEOUT_MS)),
             "milliseconds a request, with its retries, may take",
         ),
+    )
+
+
+def _security(opts: Mapping[str, str]) -> ClientSecurity | None:
+    """TLS and credentials. The secret is named by 'secretFile' (a path readable on the
+    driver and every executor) or 'secretEnv' (a variable set there, e.g. with
+    spark.executorEnv.*), so query plans carry where it lives, not the secret. A plain
+    'secret' option works too but travels in the plan and the task descriptions."""
+    ca, cert, key = opts.get("tlscafile"), opts.get("tlscertfile"), opts.get("tlskeyfile")
+    principal = opts.get("principal")
+    sources = [k for k in ("secretfile", "secretenv", "secret") if opts.get(k)]
+    if not (ca or cert or key or principal or sources):
+        return None
+    if (cert is None) != (key is None):
+        raise QuorumLogOptionError(
+            "Options 'tlsCertFile' and 'tlsKeyFile' go together (a client certificate "
+            "for mutual TLS needs its key)."
+        )
+    if cert is not None and ca is None:
+        raise QuorumLogOptionError(
+            "Option 'tlsCertFile' needs 'tlsCaFile' (the CA the nodes' certificates are "
+            "verified against)."
+        )
+    if principal is not None and len(sources) != 1:
+        raise QuorumLogOptionError(
+            f"Option 'principal' ({principal!r}) needs exactly one of 'secretFile', "
+            "'secretEnv' or 'secret' (got "
+            + (", ".join(OPTION_NAMES[k] for k in sources) or "none")
+            + ")."
+        )
+    if principal is None and sources:
+        raise QuorumLogOptionError(
+            "Options 'secretFile', 'secretEnv' and 'secret' need option 'principal'."
+        )
+    return ClientSecurity(
+        ca_file=ca,
+        cert_file=cert,
+        key_file=key,
+        principal=principal,
+        secret_file=opts.get("secretfile"),
+        secret_env=opts.get("secretenv"),
+        secret=opts.get("secret"),
     )

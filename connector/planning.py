@@ -19,6 +19,7 @@ from ..replica.client import (
     UnknownLeaderEpochError,
     UnknownTopicError,
 )
+from ..replica.client.security import ClientSecurity
 from .offsets import UNKNOWN_EPOCH, Position, TopicPartition
 from .options import SourceOptions
 from .truncation import Divergence, LogTruncationException, TruncatedPartition, check_position
@@ -40,10 +41,15 @@ class _StaleMetadata(Exception):
     until metadata catches up before validating)."""
 
 
-def connect(bootstrap: str, request_timeout_ms: int, role: str) -> Client:
+def connect(
+    bootstrap: str, request_timeout_ms: int, role: str, security: ClientSecurity | None = None
+) -> Client:
     """One Client per reader (driver) or per task (executor). Tests replace this."""
     return Client(
-        bootstrap, client_id=f"quorumlog-spark-{role}", request_timeout_ms=request_timeout_ms
+        bootstrap,
+        client_id=f"quorumlog-spark-{role}",
+        request_timeout_ms=request_timeout_ms,
+        security=security,
     )
 
 

@@ -79,7 +79,9 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _plan(self) -> Planner:
         if self._planner is None:
             opts = self.options
-            self._client = planning.connect(opts.bootstrap, opts.request_timeout_ms, "driver")
+            self._client = planning.connect(
+                opts.bootstrap, opts.request_timeout_ms, "driver", opts.security
+            )
             self._planner = Planner(opts, self._client)
         return self._planner
 
@@ -305,6 +307,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     request_timeout_ms=opts.request_timeout_ms,
                     fail_on_data_loss=opts.fail_on_data_loss,
                     on_truncation=opts.on_truncation,
+                    security=opts.security,
                 )
             )
         settle_truncations(

@@ -23,6 +23,56 @@ def _setup_logging(level: str) -> None:
 
 def _add_bootstrap(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", "-b", required=True, help="host:port[,host:port...] of any nodes")
+    g = p.add_argument_group("security (TLS and SCRAM authentication)")
+    g.add_argument("--tls-ca", default=None, help="CA file: connect with TLS, verify the nodes")
+    g.add_argument("--tls-cert", default=None, help="client certificate (mutual TLS)")
+    g.add_argument("--tls-key", default=None, help="client key (mutual TLS)")
+    g.add_argument("--principal", default=None, help="authenticate as this principal")
+    g.add_argument("--secret-file", default=None, help="file whose first line is the secret")
+    g.add_argument("--secret-env", default=None, help="environment variable holding the secret")
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from ..client import Client, ClientSecurity
+
+    security = None
+    if args.tls_ca or args.principal or args.tls_cert:
+        security = ClientSecurity(
+            ca_file=args.tls_ca,
+            cert_file=args.tls_cert,
+            key_file=args.tls_key,
+            principal=args.principal,
+            secret_file=args.secret_file,
+            secret_env=args.secret_env,
+        )
+    return Client(args.bootstrap, security=security)
+
+
+def cmd_auth_add_principal(args: argparse.Namespace) -> int:
+    """Add or replace a principal's SCRAM verifier in an --auth-config file. The secret is
+    read from --secret-file / --secret-env, or generated and printed once."""
+    import secrets as _secrets
+    from pathlib import Path
+
+    from ..node.security import AuthConfig, Principal, read_secret
+    from ..protocol.scram import make_verifier
+
+    path = Path(args.config)
+    auth = AuthConfig.load(path) if path.exists() else AuthConfig()
+    secret = read_secret(args.secret_file, args.secret_env, f"principal {args.name!r}")
+    generated = secret is None
+    if secret is None:
+        secret = _secrets.token_urlsafe(24)
+    topics = tuple(t.strip() for t in (args.topics or "").split(",") if t.strip())
+    auth.principals[args.name] = (
+        Principal(args.name, args.kind, topics),
+        make_verifier(secret, iterations=args.iterations),
+    )
+    auth.save(path)
+    print(f"principal {args.name!r} ({args.kind}) written to {path}", file=sys.stderr)
+    if generated:
+        print(secret)
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -63,9 +113,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
 
 def cmd_topic(args: argparse.Namespace) -> int:
-    from ..client import Client
 
-    with Client(args.bootstrap) as c:
+    with _client(args) as c:
         if args.action == "create":
             c.create_topic(args.name, args.partitions, args.replication_factor)
             c.wait_for_leaders(args.name)
@@ -80,10 +129,9 @@ def cmd_topic(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from ..client import Client
     from ..client.producer import Producer
 
-    with Client(args.bootstrap) as c:
+    with _client(args) as c:
         producer = Producer(c, acks=args.acks, linger_ms=args.linger_ms)
         count = 0
         if args.generate:
@@ -119,9 +167,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    from ..client import Client
 
-    with Client(args.bootstrap) as c:
+    with _client(args) as c:
         meta = c.metadata([args.topic])[args.topic]
         parts = [args.partition] if args.partition is not None else sorted(meta.partitions)
         positions = {p: c.list_offsets(args.topic, p, args.from_).offset for p in parts}
@@ -156,9 +203,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
 
 def cmd_describe(args: argparse.Namespace) -> int:
-    from ..client import Client
 
-    with Client(args.bootstrap) as c:
+    with _client(args) as c:
         meta = c.metadata([args.topic] if args.topic else None)
         rows = []
         for name, t in meta.items():
@@ -196,7 +242,6 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_force_leader(args: argparse.Namespace) -> int:
-    from ..client import Client
 
     if not args.i_understand_data_loss:
         print(
@@ -207,7 +252,7 @@ def cmd_force_leader(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    with Client(args.bootstrap) as c:
+    with _client(args) as c:
         epoch = c.force_leader(args.topic, args.partition, args.node, confirm=True)
     print(f"node {args.node} now leads {args.topic}/{args.partition} in epoch {epoch}")
     return 0
@@ -234,7 +279,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-insecure", action="store_true", help="allow plaintext on a non-loopback address"
     )
+    g = p.add_argument_group("security (TLS and SCRAM authentication)")
+    g.add_argument("--tls-cert", default=None, help="this node's certificate (PEM)")
+    g.add_argument("--tls-key", default=None, help="this node's private key (PEM)")
+    g.add_argument("--tls-ca", default=None, help="CA that signed the nodes' (and clients') certs")
+    g.add_argument(
+        "--tls-client-auth", action="store_true", help="require client certificates (mutual TLS)"
+    )
+    g.add_argument("--auth-config", default=None, help="principals file (SCRAM verifiers)")
+    g.add_argument(
+        "--auth-principal", default=None, help="this node's principal (default node-<id>)"
+    )
+    g.add_argument("--auth-secret-file", default=None, help="this node's secret, first line")
+    g.add_argument("--auth-secret-env", default=None, help="env variable with this node's secret")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("auth", help="principals and SCRAM verifiers for --auth-config")
+    asub = p.add_subparsers(dest="action", required=True)
+    ap = asub.add_parser("add-principal", help="add or replace a principal's verifier")
+    ap.add_argument("name")
+    ap.add_argument("--kind", choices=["node", "producer", "consumer", "admin"], required=True)
+    ap.add_argument("--config", required=True, help="the principals JSON file (created if absent)")
+    ap.add_argument("--topics", default="", help="granted topic globs, comma-separated")
+    ap.add_argument("--secret-file", default=None)
+    ap.add_argument("--secret-env", default=None)
+    ap.add_argument("--iterations", type=int, default=4096)
+    ap.set_defaults(func=cmd_auth_add_principal)
 
     p = sub.add_parser("cluster", help="embedded cluster on loopback")
     csub = p.add_subparsers(dest="action", required=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import threading
 import time
+from pathlib import Path
+from typing import Any
 
 from ..client import Client
 from ..node.cluster import LocalCluster
@@ -31,14 +33,55 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-samples", type=int, default=500)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--json", action="store_true", help="print only the final JSON line")
+    ap.add_argument(
+        "--tls",
+        action="store_true",
+        help="also run over TLS with SCRAM authentication and a producer principal, and "
+        "print it beside the plaintext run",
+    )
     args = ap.parse_args(argv)
+    if not args.tls:
+        figures, lines = _bench(args, secure=False)
+        emit(figures, lines)
+        return 0
+    plain, plain_lines = _bench(args, secure=False)
+    secure, secure_lines = _bench(args, secure=True)
+    ratio = secure["records_per_s"] / max(1, plain["records_per_s"])
+    both: dict[str, Any] = {"bench": "produce-tls", "plaintext": plain, "tls_auth": secure}
+    both["tls_over_plaintext"] = round(ratio, 3)
+    lines = (
+        []
+        if args.json
+        else [
+            "plaintext:",
+            *("  " + line for line in plain_lines),
+            "TLS + SCRAM authentication (producer principal):",
+            *("  " + line for line in secure_lines),
+            f"TLS+auth throughput / plaintext: {ratio:.2f}",
+        ]
+    )
+    emit(both, lines)
+    return 0
 
+
+def _bench(args: argparse.Namespace, *, secure: bool) -> tuple[dict[str, Any], list[str]]:
     from ..storage.records import encode_batch
 
     topic = "perf"
-    with LocalCluster(args.nodes, args.data_dir, log_level="WARNING") as cluster:
+    principal = "perf-producer"
+    data_dir = None
+    if args.data_dir is not None:
+        data_dir = Path(args.data_dir) / ("tls-auth" if secure else "plaintext")
+    with LocalCluster(
+        args.nodes,
+        data_dir,
+        log_level="WARNING",
+        secure=secure,
+        principals={principal: ("producer", [topic])},
+    ) as cluster:
         cluster.create_topic(topic, args.partitions)
         client = cluster.client
+        producer_security = cluster.client_security(principal)
         epochs_before = _epochs(client, topic)
         payload = encode_batch([b"v" * args.value_size] * args.batch_records)
         total_batches = max(1, args.records // args.batch_records)
@@ -49,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def worker(idx: int) -> None:
             try:
-                with Client(cluster.bootstrap) as c:
+                with Client(cluster.bootstrap, security=producer_security) as c:
                     i = idx
                     while True:
                         with lock:
@@ -95,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
             lat.append((time.perf_counter() - t0) * 1000)
 
     rate = records / elapsed
-    figures = {
+    figures: dict[str, Any] = {
         "bench": "produce",
+        "tls_auth": secure,
         "nodes": args.nodes,
         "partitions": args.partitions,
         "records": records,
@@ -120,5 +164,4 @@ def main(argv: list[str] | None = None) -> int:
             "peak RSS per node (MB): " + ", ".join(f"{k}: {v:.0f}" for k, v in rss.items()),
         ]
     )
-    emit(figures, lines)
-    return 0
+    return figures, lines

@@ -9,6 +9,8 @@ from .client import (
     parse_bootstrap,
 )
 from .errors import (
+    AuthenticationError,
+    AuthorizationError,
     BootstrapUnreachableError,
     FencedLeaderEpochError,
     InvalidRequestError,
@@ -17,14 +19,20 @@ from .errors import (
     OffsetOutOfRangeError,
     QuorumLogError,
     RequestTimeoutError,
+    SecurityError,
+    TlsError,
     TopicExistsError,
     UnknownLeaderEpochError,
     UnknownTopicError,
 )
+from .security import ClientSecurity
 
 __all__ = [
+    "AuthenticationError",
+    "AuthorizationError",
     "BootstrapUnreachableError",
     "Client",
+    "ClientSecurity",
     "FencedLeaderEpochError",
     "FetchResult",
     "InvalidRequestError",
@@ -35,6 +43,8 @@ __all__ = [
     "ProduceResult",
     "QuorumLogError",
     "RequestTimeoutError",
+    "SecurityError",
+    "TlsError",
     "TopicExistsError",
     "TopicMetadata",
     "UnknownLeaderEpochError",

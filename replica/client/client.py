@@ -25,10 +25,12 @@ from .errors import (
     NotLeaderError,
     QuorumLogError,
     RequestTimeoutError,
+    SecurityError,
     UnknownLeaderEpochError,
     UnknownTopicError,
     error_for,
 )
+from .security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +132,11 @@ class Client:
         client_id: str = "quorumlog",
         request_timeout_ms: int = 30000,
         retry_backoff_ms: int = 100,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap)
+        self.security = security
+        self._ssl_context = security.ssl_context() if security is not None else None
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
@@ -157,7 +162,12 @@ class Client:
         conn = self._conns.get(addr)
         if conn is None or conn.closed:
             conn = Connection(
-                addr[0], addr[1], client_id=self.client_id, timeout_s=min(timeout_s, 10.0)
+                addr[0],
+                addr[1],
+                client_id=self.client_id,
+                timeout_s=min(timeout_s, 10.0),
+                ssl_context=self._ssl_context,
+                credentials=self.security.credentials() if self.security is not None else None,
             )
             self._conns[addr] = conn
         conn.set_timeout(timeout_s)
@@ -221,6 +231,8 @@ class Client:
         for addr in self._addresses():
             try:
                 answers.append(self._metadata_from(addr, topics, timeout_s))
+            except SecurityError:
+                raise  # the same settings fail on every node: say so, not "unreachable"
             except (ConnectionLost, QuorumLogError) as exc:
                 errors.append(f"{addr[0]}:{addr[1]}: {exc}")
         if not answers:

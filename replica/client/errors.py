@@ -54,7 +54,26 @@ class InvalidRequestError(QuorumLogError):
     error_code = ErrorCode.INVALID_REQUEST
 
 
+class SecurityError(QuorumLogError):
+    """TLS or authentication failed on connect; retrying with the same settings will not help."""
+
+
+class TlsError(SecurityError):
+    error_code = ErrorCode.NETWORK_EXCEPTION
+
+
+class AuthenticationError(SecurityError):
+    error_code = ErrorCode.SASL_AUTHENTICATION_FAILED
+
+
+class AuthorizationError(QuorumLogError):
+    error_code = ErrorCode.AUTHORIZATION_FAILED
+
+
 _BY_CODE: dict[ErrorCode, type[QuorumLogError]] = {
+    ErrorCode.AUTHORIZATION_FAILED: AuthorizationError,
+    ErrorCode.SASL_AUTHENTICATION_FAILED: AuthenticationError,
+    ErrorCode.ILLEGAL_SASL_STATE: AuthenticationError,
     ErrorCode.NOT_LEADER: NotLeaderError,
     ErrorCode.NOT_QUORUM_LEADER: NotLeaderError,
     ErrorCode.LEADER_NOT_AVAILABLE: LeaderNotAvailableError,

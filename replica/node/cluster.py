@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ..client import Client
+from ..client import Client, ClientSecurity
 from ..client.errors import QuorumLogError
 from ..storage.types import OffsetAndEpoch
 
@@ -48,7 +49,13 @@ class LocalCluster:
         node_args: list[str] | None = None,
         log_level: str = "INFO",
         start_timeout_s: float = 60.0,
+        secure: bool = False,
+        mutual_tls: bool = False,
+        principals: dict[str, tuple[str, list[str]]] | None = None,
     ) -> None:
+        """``secure``: TLS on every listener with a throwaway CA, and SCRAM authentication
+        with principals node-1..N, ``admin`` and ``principals`` (name -> (kind, topics));
+        ``mutual_tls`` also requires client certificates."""
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
         self.n = nodes
@@ -65,6 +72,11 @@ class LocalCluster:
         self.ports = dict(zip(range(1, nodes + 1), free_ports(nodes, host), strict=True))
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._client: Client | None = None
+        self.secure = secure or mutual_tls
+        self.mutual_tls = mutual_tls
+        self.secrets: dict[str, str] = {}
+        if self.secure:
+            self._setup_security(principals or {})
 
     # ---- lifecycle ---------------------------------------------------------------
     @property
@@ -99,8 +111,67 @@ class LocalCluster:
             self.cluster_id,
             "--log-level",
             self.log_level,
+            *self._security_args(node),
             *self.node_args,
         ]
+
+    # ---- security ----------------------------------------------------------------
+    @property
+    def security_dir(self) -> Path:
+        return self.data_dir / "security"
+
+    def _setup_security(self, extra: dict[str, tuple[str, list[str]]]) -> None:
+        from ..protocol.scram import make_verifier
+        from .certs import CertificateAuthority
+        from .security import AuthConfig, Principal
+
+        self.ca = CertificateAuthority(self.security_dir)
+        self.ca_file = self.ca.ca_file
+        self.node_certs = {n: self.ca.issue(f"node-{n}") for n in self.ports}
+        self.client_cert = self.ca.issue("client") if self.mutual_tls else None
+        wanted: dict[str, tuple[str, list[str]]] = {f"node-{n}": ("node", []) for n in self.ports}
+        wanted["admin"] = ("admin", [])
+        wanted.update(extra)
+        auth = AuthConfig()
+        for name, (kind, topics) in wanted.items():
+            secret = secrets.token_urlsafe(24)
+            self.secrets[name] = secret
+            path = self.secret_file(name)
+            path.write_text(secret + "\n")
+            path.chmod(0o600)
+            auth.principals[name] = (Principal(name, kind, tuple(topics)), make_verifier(secret))
+        self.auth_config = self.security_dir / "auth.json"
+        auth.save(self.auth_config)
+
+    def secret_file(self, principal: str) -> Path:
+        return self.security_dir / f"{principal}.secret"
+
+    def _security_args(self, node: int) -> list[str]:
+        if not self.secure:
+            return []
+        cert = self.node_certs[node]
+        args = ["--tls-cert", cert.cert_file, "--tls-key", cert.key_file, "--tls-ca", self.ca_file]
+        if self.mutual_tls:
+            args.append("--tls-client-auth")
+        return [
+            *args,
+            "--auth-config",
+            str(self.auth_config),
+            "--auth-secret-file",
+            str(self.secret_file(f"node-{node}")),
+        ]
+
+    def client_security(self, principal: str = "admin") -> ClientSecurity | None:
+        """How a client reaches this cluster as ``principal`` (None when not secure)."""
+        if not self.secure:
+            return None
+        return ClientSecurity(
+            ca_file=self.ca_file,
+            cert_file=self.client_cert.cert_file if self.client_cert else None,
+            key_file=self.client_cert.key_file if self.client_cert else None,
+            principal=principal,
+            secret_file=str(self.secret_file(principal)),
+        )
 
     def start_node(self, node: int) -> None:
         if node in self.procs and self.procs[node].poll() is None:
@@ -136,7 +207,9 @@ class LocalCluster:
                     f"node(s) {dead} exited during start-up; see {self.log_path(dead[0])}:\n{self.tail(dead[0])}"
                 )
             try:
-                with Client(self.bootstrap, request_timeout_ms=2000) as c:
+                with Client(
+                    self.bootstrap, request_timeout_ms=2000, security=self.client_security()
+                ) as c:
                     c.metadata()
                     if c._controller_id >= 0 and len(c._nodes) == self.n:
                         alive = 0
@@ -223,7 +296,9 @@ class LocalCluster:
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.bootstrap, request_timeout_ms=30000)
+            self._client = Client(
+                self.bootstrap, request_timeout_ms=30000, security=self.client_security()
+            )
         return self._client
 
     def create_topic(

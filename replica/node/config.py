@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol import DEFAULT_MAX_FRAME_BYTES
+from .security import TlsFiles, read_secret
 
 
 def parse_host_port(text: str, what: str) -> tuple[str, int]:
@@ -62,6 +63,12 @@ class NodeConfig:
     # How long a follower's fetch may be parked at the leader waiting for data.
     replica_fetch_max_wait_ms: int = 250
     produce_timeout_ms: int = 30000
+    # Security (None: plaintext, no authentication; loopback only unless --allow-insecure).
+    tls: TlsFiles | None = None
+    auth_config: Path | None = None
+    # The principal and secret this node authenticates as to its peers.
+    auth_principal: str | None = None
+    auth_secret: str | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -75,10 +82,16 @@ class NodeConfig:
     @staticmethod
     def from_args(args: argparse.Namespace) -> NodeConfig:
         host, port = parse_host_port(args.listen, "--listen")
-        if not is_loopback(host) and not args.allow_insecure:
+        tls, auth_config, principal, secret = _security_from_args(args)
+        if (
+            not is_loopback(host)
+            and not (tls is not None and auth_config is not None)
+            and not args.allow_insecure
+        ):
             raise SystemExit(
                 f"quorumlog: refusing to serve plaintext without authentication on {host}: "
-                "bind a loopback address or pass --allow-insecure"
+                "bind a loopback address, enable TLS and authentication (--tls-cert, "
+                "--tls-key, --tls-ca, --auth-config), or pass --allow-insecure"
             )
         return NodeConfig(
             node_id=args.node_id,
@@ -92,4 +105,37 @@ class NodeConfig:
             segment_bytes=args.segment_bytes,
             retention_bytes=args.retention_bytes,
             retention_ms=args.retention_ms,
+            tls=tls,
+            auth_config=auth_config,
+            auth_principal=principal,
+            auth_secret=secret,
         )
+
+
+def _security_from_args(
+    args: argparse.Namespace,
+) -> tuple[TlsFiles | None, Path | None, str | None, str | None]:
+    cert, key, ca = (getattr(args, n, None) for n in ("tls_cert", "tls_key", "tls_ca"))
+    tls = None
+    if cert or key or ca:
+        if not (cert and key and ca):
+            raise SystemExit("quorumlog: TLS needs all of --tls-cert, --tls-key and --tls-ca")
+        tls = TlsFiles(cert, key, ca, client_auth=bool(getattr(args, "tls_client_auth", False)))
+    auth = getattr(args, "auth_config", None)
+    if not auth:
+        return tls, None, None, None
+    principal = getattr(args, "auth_principal", None) or f"node-{args.node_id}"
+    try:
+        secret = read_secret(
+            getattr(args, "auth_secret_file", None),
+            getattr(args, "auth_secret_env", None),
+            f"node principal {principal!r}",
+        )
+    except ValueError as exc:
+        raise SystemExit(f"quorumlog: {exc}") from None
+    if secret is None:
+        raise SystemExit(
+            "quorumlog: --auth-config needs this node's own secret for its peers: "
+            "--auth-secret-file FILE or --auth-secret-env VAR"
+        )
+    return tls, Path(auth), principal, secret

@@ -53,6 +53,7 @@ from .metadata import (
     encode_record,
     validate_topic_name,
 )
+from .security import AuthConfig, peer_client_context, server_context
 from .transport import PeerLink, Server
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,8 @@ class Node:
             self._handle_request,
             self._handle_raft,
             max_frame_bytes=config.max_frame_bytes,
+            ssl_context=server_context(config.tls) if config.tls else None,
+            auth=AuthConfig.load(config.auth_config) if config.auth_config else None,
         )
         self._stopping = asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
@@ -228,7 +231,20 @@ class Node:
         await self.server.start()
         for nid, (host, port) in self.config.voters.items():
             if nid != self.node_id:
-                link = PeerLink(nid, host, port, f"node-{self.node_id}", self.rng)
+                link = PeerLink(
+                    nid,
+                    host,
+                    port,
+                    f"node-{self.node_id}",
+                    self.rng,
+                    ssl_context=peer_client_context(self.config.tls) if self.config.tls else None,
+                    server_hostname=self.config.voters[nid][0],
+                    credentials=(
+                        (self.config.auth_principal, self.config.auth_secret)
+                        if self.config.auth_principal and self.config.auth_secret
+                        else None
+                    ),
+                )
                 link.start()
                 self.peers[nid] = link
         self._open_replica(METADATA_TOPIC, 0, sorted(self.config.voters))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -14,15 +15,19 @@ from ..protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     PREFIX,
     ApiKey,
+    DecodeError,
     ErrorCode,
     Frame,
     FrameError,
+    decode_body,
     decode_frame,
     encode,
     encode_frame,
     frame_length,
+    scram,
 )
-from ..protocol.messages import ErrorResponse
+from ..protocol.messages import AuthenticateRequest, AuthenticateResponse, ErrorResponse
+from .security import AuthConfig, Principal, authorize
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +36,8 @@ Handler = Callable[[Frame], Awaitable[tuple[int, Any] | None]]
 OneWay = Callable[[Frame], None]
 
 MAX_IN_FLIGHT = 32
+# A client gets this long to finish the SCRAM exchange after connecting.
+AUTH_TIMEOUT_S = 10.0
 
 
 async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int) -> Frame:
@@ -40,9 +47,25 @@ async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int) -> Fram
     return decode_frame(rest, meta_len)
 
 
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"api {api_key}"
+
+
 def error_frame(correlation_id: int, code: ErrorCode, message: str) -> list[bytes | memoryview]:
     body, _ = encode(ErrorResponse(int(code), message))
     return encode_frame(int(ApiKey.ERROR), API_VERSION, correlation_id, "", body)
+
+
+def _auth_frame(correlation_id: int, response: AuthenticateResponse) -> list[bytes | memoryview]:
+    body, _ = encode(response)
+    return encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body)
+
+
+async def _denied(code: ErrorCode, message: str) -> tuple[int, Any]:
+    return int(ApiKey.ERROR), ErrorResponse(int(code), message)
 
 
 class Server:
@@ -54,17 +77,23 @@ class Server:
         one_way: OneWay,
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: AuthConfig | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self._handler = handler
         self._one_way = one_way
         self._max_frame = max_frame_bytes
+        self._ssl = ssl_context
+        self._auth = auth
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1 << 20)
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, limit=1 << 20, ssl=self._ssl
+        )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
 
@@ -80,6 +109,22 @@ class Server:
         assert task is not None
         self._conns.add(task)
         peer = writer.get_extra_info("peername")
+        principal: Principal | None = None
+        if self._auth is not None:
+            try:
+                principal = await asyncio.wait_for(
+                    self._authenticate(self._auth, reader, writer, peer), AUTH_TIMEOUT_S
+                )
+            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, FrameError):
+                log.warning("connection from %s closed before authenticating", peer)
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("authentication of %s failed", peer)
+            if principal is None:
+                await self._close(writer)
+                self._conns.discard(task)
+                return
         pending: asyncio.Queue[tuple[int, asyncio.Task[tuple[int, Any] | None]] | None] = (
             asyncio.Queue(MAX_IN_FLIGHT)
         )
@@ -93,6 +138,44 @@ class Server:
                     log.warning("closing connection from %s: %s", peer, exc)
                     writer.writelines(error_frame(0, exc.error_code, str(exc)))
                     break
+                if frame.api_key == ApiKey.AUTHENTICATE:
+                    await pending.put(
+                        (
+                            frame.correlation_id,
+                            asyncio.create_task(
+                                _denied(
+                                    ErrorCode.ILLEGAL_SASL_STATE,
+                                    "already authenticated"
+                                    if principal is not None
+                                    else "authentication is not enabled on this listener",
+                                )
+                            ),
+                        )
+                    )
+                    continue
+                if principal is not None:
+                    why = authorize(principal, frame)
+                    if why is not None:
+                        api = _api_name(frame.api_key)
+                        log.warning(
+                            "denied %s to principal %r (%s) from %s: %s",
+                            api,
+                            principal.name,
+                            principal.kind,
+                            peer,
+                            why,
+                        )
+                        if frame.api_key == ApiKey.RAFT:
+                            continue
+                        await pending.put(
+                            (
+                                frame.correlation_id,
+                                asyncio.create_task(
+                                    _denied(ErrorCode.AUTHORIZATION_FAILED, f"{api}: {why}")
+                                ),
+                            )
+                        )
+                        continue
                 if frame.api_key == ApiKey.RAFT:
                     try:
                         self._one_way(frame)
@@ -114,6 +197,95 @@ class Server:
                 responder.cancel()
             writer.close()
             self._conns.discard(task)
+
+    @staticmethod
+    async def _close(writer: asyncio.StreamWriter) -> None:
+        try:
+            await writer.drain()
+        except (ConnectionError, RuntimeError):
+            pass
+        writer.close()
+
+    async def _authenticate(
+        self,
+        auth: AuthConfig,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: object,
+    ) -> Principal | None:
+        """The SCRAM exchange: client-first -> server-first, client-final -> server-final.
+        Anything else first is ILLEGAL_SASL_STATE. Returns the principal, or None after
+        answering the failure (the caller closes the connection)."""
+        name = "?"
+
+        def fail(cid: int, code: ErrorCode, message: str, why: str) -> None:
+            log.warning("authentication failed for principal %r from %s: %s", name, peer, why)
+            writer.writelines(_auth_frame(cid, AuthenticateResponse(int(code), message, b"")))
+
+        frame = await read_frame(reader, self._max_frame)
+        if frame.api_key != ApiKey.AUTHENTICATE:
+            log.warning(
+                "connection from %s sent %s before authenticating; closing",
+                peer,
+                _api_name(frame.api_key),
+            )
+            writer.writelines(
+                error_frame(
+                    frame.correlation_id,
+                    ErrorCode.ILLEGAL_SASL_STATE,
+                    "this listener requires authentication (SCRAM-SHA-256) before any request",
+                )
+            )
+            return None
+        try:
+            first = decode_body(AuthenticateRequest, frame.body, b"")
+            if first.mechanism != scram.MECHANISM:
+                raise scram.ScramError(f"unsupported mechanism {first.mechanism!r}")
+            name, client_nonce = scram.parse_client_first(first.auth_bytes)
+        except (DecodeError, scram.ScramError) as exc:
+            fail(frame.correlation_id, ErrorCode.ILLEGAL_SASL_STATE, str(exc), str(exc))
+            return None
+        entry = auth.principals.get(name)
+        session = scram.ScramServerSession(
+            name,
+            client_nonce,
+            entry[1] if entry else scram.decoy_verifier(name, auth.decoy_key),
+            entry is not None,
+        )
+        writer.writelines(
+            _auth_frame(frame.correlation_id, AuthenticateResponse(0, "", session.first_message()))
+        )
+        frame = await read_frame(reader, self._max_frame)
+        if frame.api_key != ApiKey.AUTHENTICATE:
+            fail(
+                frame.correlation_id,
+                ErrorCode.ILLEGAL_SASL_STATE,
+                "expected the SCRAM client-final message",
+                f"sent {_api_name(frame.api_key)} mid-exchange",
+            )
+            return None
+        try:
+            final = decode_body(AuthenticateRequest, frame.body, b"")
+            server_final = session.verify_client_final(final.auth_bytes)
+        except (DecodeError, scram.ScramError) as exc:
+            why = "unknown principal" if entry is None else str(exc)
+            fail(
+                frame.correlation_id,
+                ErrorCode.SASL_AUTHENTICATION_FAILED,
+                "authentication failed: unknown principal or wrong secret",
+                why,
+            )
+            return None
+        assert entry is not None
+        principal = entry[0]
+        writer.writelines(
+            _auth_frame(
+                frame.correlation_id,
+                AuthenticateResponse(0, "", server_final, principal.kind),
+            )
+        )
+        log.debug("authenticated %r (%s) from %s", principal.name, principal.kind, peer)
+        return principal
 
     async def _respond(
         self,
@@ -153,13 +325,29 @@ class PeerLink:
     link is down are dropped (raft retries); reconnects back off with jitter."""
 
     def __init__(
-        self, node_id: int, host: str, port: int, client_id: str, rng: random.Random
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        client_id: str,
+        rng: random.Random,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] | None = None,
+        server_hostname: str | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
         self._client_id = client_id
         self._rng = rng
+        self._ssl = ssl_context
+        # The name the peer's certificate must carry: its --voters host, even when the
+        # link goes through another address.
+        self._server_hostname = server_hostname or host
+        # (principal, secret) this node authenticates as when the peer requires it.
+        self._credentials = credentials
+        self._warned = False
         self._queue: asyncio.Queue[list[bytes | memoryview]] = asyncio.Queue(4096)
         self._task: asyncio.Task[None] | None = None
         self.connected = False
@@ -186,11 +374,45 @@ class PeerLink:
         backoff = 0.05
         while True:
             try:
-                reader, writer = await asyncio.open_connection(self.host, self.port)
-            except OSError:
+                reader, writer = await asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=self._ssl,
+                    server_hostname=self._server_hostname if self._ssl is not None else None,
+                )
+            except OSError as exc:
+                if isinstance(exc, ssl.SSLError) and not self._warned:
+                    self._warned = True
+                    log.warning(
+                        "TLS handshake with node %d at %s:%d failed: %s",
+                        self.node_id,
+                        self.host,
+                        self.port,
+                        exc,
+                    )
                 await asyncio.sleep(backoff * (0.5 + self._rng.random()))
                 backoff = min(backoff * 2, 0.5)
                 continue
+            if self._credentials is not None:
+                try:
+                    await asyncio.wait_for(
+                        authenticate(reader, writer, *self._credentials), AUTH_TIMEOUT_S
+                    )
+                except (OSError, TimeoutError, asyncio.IncompleteReadError, AuthError) as exc:
+                    if not self._warned:
+                        self._warned = True
+                        log.warning(
+                            "authenticating to node %d at %s:%d failed: %s",
+                            self.node_id,
+                            self.host,
+                            self.port,
+                            exc,
+                        )
+                    writer.close()
+                    await asyncio.sleep(backoff * (0.5 + self._rng.random()))
+                    backoff = min(backoff * 2, 0.5)
+                    continue
+            self._warned = False
             backoff = 0.05
             self.connected = True
             drain_reader = asyncio.create_task(self._discard(reader))
@@ -216,3 +438,37 @@ class PeerLink:
         # Peers never answer one-way frames; a read returning b"" means the link closed.
         while await reader.read(65536):
             pass
+
+
+class AuthError(Exception):
+    """The peer refused our credentials, or did not prove it holds our verifier."""
+
+
+async def authenticate(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, principal: str, secret: str
+) -> str:
+    """Client side of the SCRAM exchange on an asyncio stream; returns the principal kind."""
+    client = scram.ScramClient(principal, secret)
+
+    async def step(correlation_id: int, auth_bytes: bytes) -> AuthenticateResponse:
+        body, _ = encode(AuthenticateRequest(scram.MECHANISM, auth_bytes))
+        writer.writelines(
+            encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body)
+        )
+        await writer.drain()
+        frame = await read_frame(reader, DEFAULT_MAX_FRAME_BYTES)
+        if frame.api_key == ApiKey.ERROR:
+            err = decode_body(ErrorResponse, frame.body)
+            raise AuthError(f"{ErrorCode(err.error).name}: {err.error_message}")
+        resp = decode_body(AuthenticateResponse, frame.body)
+        if resp.error != ErrorCode.NONE:
+            raise AuthError(f"{ErrorCode(resp.error).name}: {resp.error_message}")
+        return resp
+
+    try:
+        first = await step(1, client.first_message())
+        final = await step(2, client.final_message(first.auth_bytes))
+        client.verify_server_final(final.auth_bytes)
+    except (scram.ScramError, DecodeError, FrameError, ValueError) as exc:
+        raise AuthError(str(exc)) from exc
+    return final.principal_kind

@@ -25,6 +25,8 @@ class ApiKey(IntEnum):
     LIST_OFFSETS = 2
     METADATA = 3
     API_VERSIONS = 18
+    # SCRAM exchange, once per connection before any other request (Kafka's SaslAuthenticate).
+    AUTHENTICATE = 36
     CREATE_TOPIC = 19
     DELETE_TOPIC = 20
     OFFSETS_FOR_LEADER_EPOCH = 23
@@ -270,7 +272,26 @@ class RaftEnvelope:
     records: bytes = b""
 
 
+@dataclass(frozen=True, slots=True)
+class AuthenticateRequest:
+    """One SCRAM step: ``auth_bytes`` is the RFC 5802 client-first or client-final message."""
+
+    mechanism: str
+    auth_bytes: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticateResponse:
+    """The server-first or server-final message; ``principal_kind`` is set once authenticated."""
+
+    error: int
+    error_message: str
+    auth_bytes: bytes
+    principal_kind: str = ""
+
+
 REQUESTS: dict[ApiKey, tuple[type, type]] = {
+    ApiKey.AUTHENTICATE: (AuthenticateRequest, AuthenticateResponse),
     ApiKey.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse),
     ApiKey.METADATA: (MetadataRequest, MetadataResponse),
     ApiKey.PRODUCE: (ProduceRequest, ProduceResponse),

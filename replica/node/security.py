@@ -1,0 +1,197 @@
+"""TLS contexts, the principals file (``--auth-config``) and coarse authorization.
+
+The principals file is JSON; it holds SCRAM verifiers, never secrets::
+
+    {"principals": {
+        "node-1": {"kind": "node", "scram": {"mechanism": "SCRAM-SHA-256", "salt": "...",
+                   "iterations": 4096, "stored_key": "...", "server_key": "..."}},
+        "ingest": {"kind": "producer", "topics": ["events", "logs-*"], "scram": {...}},
+        "spark":  {"kind": "consumer", "topics": ["*"], "scram": {...}},
+        "ops":    {"kind": "admin", "scram": {...}}}}
+
+``topics`` are glob patterns (fnmatch). Kinds: node (raft traffic), producer (Produce to its
+topics), consumer (Fetch, ListOffsets, OffsetsForLeaderEpoch on its topics), admin
+(everything but raft: topic admin, force-leader, produce and read any topic). Metadata,
+ApiVersions, ListTopics and DescribeQuorum are open to every authenticated principal.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import os
+import secrets
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..protocol import REQUESTS, ApiKey, Frame, decode_body
+from ..protocol.scram import ScramError, Verifier
+
+log = logging.getLogger(__name__)
+
+KINDS = ("node", "producer", "consumer", "admin")
+
+_ANY_AUTHENTICATED = frozenset(
+    {ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.LIST_TOPICS, ApiKey.DESCRIBE_QUORUM}
+)
+_ADMIN_ONLY = frozenset({ApiKey.CREATE_TOPIC, ApiKey.DELETE_TOPIC, ApiKey.FORCE_LEADER})
+_PRODUCE = frozenset({ApiKey.PRODUCE})
+_CONSUME = frozenset({ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSETS_FOR_LEADER_EPOCH})
+
+
+class AuthConfigError(ValueError):
+    """A principals file that cannot be used; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    kind: str
+    topics: tuple[str, ...] = ()
+
+    def may_use_topic(self, topic: str) -> bool:
+        return any(fnmatch.fnmatchcase(topic, pattern) for pattern in self.topics)
+
+
+@dataclass
+class AuthConfig:
+    principals: dict[str, tuple[Principal, Verifier]] = field(default_factory=dict)
+    # Keys the decoy verifiers for unknown principals; fresh per process.
+    decoy_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> AuthConfig:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise AuthConfigError(f"cannot read auth config {path}: {exc}") from exc
+        return AuthConfig.from_json(doc, str(path))
+
+    @staticmethod
+    def from_json(doc: Any, where: str = "auth config") -> AuthConfig:
+        if not isinstance(doc, dict) or not isinstance(doc.get("principals"), dict):
+            raise AuthConfigError(f"{where}: expected {{'principals': {{name: entry}}}}")
+        out = AuthConfig()
+        for name, entry in doc["principals"].items():
+            if not isinstance(entry, dict):
+                raise AuthConfigError(f"{where}: principal {name!r} is not an object")
+            kind = entry.get("kind")
+            if kind not in KINDS:
+                raise AuthConfigError(
+                    f"{where}: principal {name!r} has kind {kind!r}; expected one of {KINDS}"
+                )
+            topics = entry.get("topics", [])
+            if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+                raise AuthConfigError(f"{where}: principal {name!r}: topics must be strings")
+            if "secret" in entry or "password" in entry:
+                raise AuthConfigError(
+                    f"{where}: principal {name!r} holds a plaintext secret; store a SCRAM "
+                    "verifier instead (quorumlog auth add-principal)"
+                )
+            try:
+                verifier = Verifier.from_json(entry.get("scram") or {})
+            except ScramError as exc:
+                raise AuthConfigError(f"{where}: principal {name!r}: {exc}") from exc
+            out.principals[name] = (Principal(name, kind, tuple(topics)), verifier)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        principals: dict[str, Any] = {}
+        for name, (p, v) in sorted(self.principals.items()):
+            entry: dict[str, Any] = {"kind": p.kind}
+            if p.topics:
+                entry["topics"] = list(p.topics)
+            entry["scram"] = v.to_json()
+            principals[name] = entry
+        return {"principals": principals}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        path = Path(path)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+
+
+def _topic_of(api: ApiKey, frame: Frame) -> str | None:
+    req_cls, _ = REQUESTS[api]
+    try:
+        req: Any = decode_body(req_cls, frame.body, b"")
+    except Exception:
+        return None  # malformed: the node answers INVALID_REQUEST itself
+    topic = getattr(req, "topic", None)
+    return topic if isinstance(topic, str) else None
+
+
+def authorize(principal: Principal, frame: Frame) -> str | None:
+    """None if allowed, else why not (for the AUTHORIZATION_FAILED message and the log)."""
+    try:
+        api = ApiKey(frame.api_key)
+    except ValueError:
+        return None  # unknown api: the node answers INVALID_REQUEST
+    kind = principal.kind
+    if api == ApiKey.RAFT:
+        return None if kind == "node" else "only node principals may send raft traffic"
+    if api in _ANY_AUTHENTICATED:
+        return None
+    if api in _ADMIN_ONLY:
+        return None if kind == "admin" else f"only admin principals may call {api.name}"
+    if kind == "admin":
+        return None
+    if (api in _PRODUCE and kind == "producer") or (api in _CONSUME and kind == "consumer"):
+        topic = _topic_of(api, frame)
+        if topic is None or principal.may_use_topic(topic):
+            return None
+        return f"{kind} principal {principal.name!r} is not granted topic {topic!r}"
+    return f"{kind} principals may not call {api.name}"
+
+
+# ---- TLS -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    cert_file: str
+    key_file: str
+    ca_file: str
+    # Require and verify client certificates (mutual TLS).
+    client_auth: bool = False
+
+
+def server_context(tls: TlsFiles) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    ctx.load_verify_locations(cafile=tls.ca_file)
+    ctx.verify_mode = ssl.CERT_REQUIRED if tls.client_auth else ssl.CERT_NONE
+    return ctx
+
+
+def peer_client_context(tls: TlsFiles) -> ssl.SSLContext:
+    """How a node connects to its peers: verify them against the CA; present its own
+    certificate (the peers may require it)."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=tls.ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    return ctx
+
+
+def read_secret(secret_file: str | None, secret_env: str | None, what: str) -> str | None:
+    """A secret from a file (first line) or an environment variable; never from argv."""
+    if secret_file:
+        try:
+            text = Path(secret_file).read_text().splitlines()
+        except OSError as exc:
+            raise ValueError(f"cannot read {what} secret file {secret_file}: {exc}") from exc
+        if not text or not text[0]:
+            raise ValueError(f"{what} secret file {secret_file} is empty")
+        return text[0]
+    if secret_env:
+        value = os.environ.get(secret_env)
+        if not value:
+            raise ValueError(f"{what}: environment variable {secret_env} is not set")
+        return value
+    return None
