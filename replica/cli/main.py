@@ -277,6 +277,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retention-bytes", type=int, default=None)
     p.add_argument("--retention-ms", type=int, default=None)
     p.add_argument(
+        "--peer-address",
+        action="append",
+        default=[],
+        metavar="ID@HOST:PORT",
+        help="connect to peer ID here for raft traffic instead of its --voters address "
+        "(repeatable or a comma list; e.g. through a fault-injecting proxy)",
+    )
+    p.add_argument(
         "--allow-insecure", action="store_true", help="allow plaintext on a non-loopback address"
     )
     g = p.add_argument_group("security (TLS and SCRAM authentication)")

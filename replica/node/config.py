@@ -34,6 +34,22 @@ def parse_voters(text: str) -> dict[int, tuple[str, int]]:
     return voters
 
 
+def parse_peer_addresses(items: list[str]) -> dict[int, tuple[str, int]]:
+    """``--peer-address ID@HOST:PORT`` (repeatable, or comma lists): where this node
+    connects to peer ID for raft traffic, instead of its ``--voters`` address."""
+    out: dict[int, tuple[str, int]] = {}
+    for text in items:
+        for item in text.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            ident, sep, addr = item.partition("@")
+            if not sep or not ident.isdigit():
+                raise ValueError(f"peer address {item!r} is not ID@HOST:PORT")
+            out[int(ident)] = parse_host_port(addr, f"peer {ident} address")
+    return out
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -63,6 +79,9 @@ class NodeConfig:
     # How long a follower's fetch may be parked at the leader waiting for data.
     replica_fetch_max_wait_ms: int = 250
     produce_timeout_ms: int = 30000
+    # Raft traffic to these peers goes here instead of their --voters address (e.g.
+    # through a fault-injecting proxy); Metadata still advertises --voters.
+    peer_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
     # Security (None: plaintext, no authentication; loopback only unless --allow-insecure).
     tls: TlsFiles | None = None
     auth_config: Path | None = None
@@ -78,6 +97,9 @@ class NodeConfig:
             )
         if not self.cluster_id:
             raise ValueError("--cluster-id must not be empty")
+        unknown = sorted(set(self.peer_addresses) - set(self.voters))
+        if unknown:
+            raise ValueError(f"--peer-address names node(s) {unknown} that are not --voters")
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> NodeConfig:
@@ -109,6 +131,7 @@ class NodeConfig:
             auth_config=auth_config,
             auth_principal=principal,
             auth_secret=secret,
+            peer_addresses=parse_peer_addresses(getattr(args, "peer_address", None) or []),
         )
 
 

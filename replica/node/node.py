@@ -231,6 +231,7 @@ class Node:
         await self.server.start()
         for nid, (host, port) in self.config.voters.items():
             if nid != self.node_id:
+                host, port = self.config.peer_addresses.get(nid, (host, port))
                 link = PeerLink(
                     nid,
                     host,
