@@ -301,6 +301,13 @@ class Client:
                 except _REFRESH_ERRORS as exc:
                     last = exc
                     self._controller_id = -1
+            if not self._nodes and isinstance(last, ConnectionLost):
+                # Never reached any node: the bootstrap is wrong or down; say so now.
+                raise BootstrapUnreachableError(
+                    "no quorumlog node reachable at bootstrap "
+                    + ",".join(f"{h}:{p}" for h, p in self._bootstrap)
+                    + f" ({last})"
+                )
             if time.monotonic() >= deadline:
                 raise RequestTimeoutError(
                     f"{api.name} did not succeed within {self.request_timeout_ms} ms: {last}"

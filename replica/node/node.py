@@ -124,6 +124,9 @@ class PartitionReplica:
     store: QuorumStateStore
     core: RaftReplica
     parked: list[Parked] = field(default_factory=list)
+    # The high watermark last sent to each replica in a fetch answer: an empty answer may be
+    # parked only if it tells that replica nothing new.
+    sent_hwm: dict[int, int] = field(default_factory=dict)
     # acks=quorum produces: (last offset, epoch, future completed when HWM passes it)
     waiters: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
     hwm_changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -368,20 +371,17 @@ class Node:
     def _send_raft(self, r: PartitionReplica, msg: Message) -> None:
         if isinstance(msg, FetchResponse) and msg.is_empty():
             req = self._parkable.pop((r.topic, r.partition, msg.dst, msg.request_id), None)
-            if req is not None and req.max_wait_ms > 0:
-                r.parked.append(Parked(req, now_ms() + req.max_wait_ms, r.core.high_watermark))
+            if (
+                req is not None
+                and req.max_wait_ms > 0
+                and r.sent_hwm.get(msg.dst) == msg.high_watermark
+            ):
+                r.parked.append(Parked(req, now_ms() + req.max_wait_ms, msg.high_watermark))
                 return
-        dst = msg.dst
-        if dst == self.node_id:
+        if msg.dst == self.node_id:
             self._process(r, r.core.handle(msg, now_ms()))
             return
-        link = self.peers.get(dst)
-        if link is None:
-            return
-        body, payload = encode(msg)
-        env = m.RaftEnvelope(r.topic, r.partition, type(msg).__name__, body, b"")
-        env_body, _ = encode(env)
-        link.send(env_body, payload)
+        self._send_raw(r, msg)
 
     def _handle_raft(self, frame: Frame) -> None:
         env = decode_body(m.RaftEnvelope, frame.body, frame.payload)
@@ -473,7 +473,7 @@ class Node:
             if (
                 resp is not None
                 and resp.is_empty()
-                and resp.high_watermark == p.high_watermark
+                and resp.high_watermark == r.sent_hwm.get(p.request.replica_id)
                 and not expired
                 and not force
             ):
@@ -496,6 +496,8 @@ class Node:
         link = self.peers.get(msg.dst)
         if link is None:
             return
+        if isinstance(msg, FetchResponse):
+            r.sent_hwm[msg.dst] = msg.high_watermark
         body, payload = encode(msg)
         env_body, _ = encode(m.RaftEnvelope(r.topic, r.partition, type(msg).__name__, body, b""))
         link.send(env_body, payload)

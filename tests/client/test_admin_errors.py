@@ -110,12 +110,6 @@ def test_malformed_bootstrap(bootstrap: str) -> None:
         Client(bootstrap)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Client._admin (list_topics, delete_topic) retries ConnectionLost until the "
-    "request timeout and raises RequestTimeoutError, not BootstrapUnreachableError, when "
-    "no bootstrap node was ever reachable (metadata() raises it at once)",
-)
 def test_list_topics_unreachable_bootstrap() -> None:
     (port,) = free_ports(1)
     with Client(f"127.0.0.1:{port}", request_timeout_ms=300) as c:

@@ -229,13 +229,6 @@ def test_wait_until_is_bounded(tmp_path: Path) -> None:
         wait_until(lambda: False, "never", timeout_s=0.1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="followers learn a new HWM ~250 ms (replica_fetch_max_wait_ms) after an acks=quorum "
-    "produce returns: the empty fetch answer carrying the new HWM is held as a long-poll "
-    "(node.py _send_raft/_wake_parked parking); popping the parkable entry when handle() "
-    "advances the HWM did not help, so the HWM likely advances on the leader's flush",
-)
 def test_followers_learn_the_high_watermark_without_waiting_a_long_poll(
     cluster: LocalCluster,
 ) -> None:
