@@ -253,6 +253,7 @@ class Node:
                 self.peers[nid] = link
         self._open_replica(METADATA_TOPIC, 0, sorted(self.config.voters))
         self._reopen_local_replicas()
+        self._replay_metadata()
         self._ticker = asyncio.create_task(self._tick_loop())
         log.info(
             "node %d serving on %s:%d (cluster %s, %d voters)",
@@ -552,8 +553,11 @@ class Node:
                 r.log.apply_retention(int(time.time() * 1000), max_offset=r.core.high_watermark)
 
     # ------------------------------------------------------------------ metadata
-    def _apply_metadata(self, r: PartitionReplica) -> None:
-        hwm = r.core.high_watermark
+    def _apply_metadata(self, r: PartitionReplica, upto: int | None = None) -> None:
+        """Apply committed metadata records up to the HWM (or ``upto``, an offset known to
+        be committed), then record how far, so a restart can re-apply at once."""
+        hwm = r.core.high_watermark if upto is None else min(upto, r.log.end_offset)
+        before = self.metadata.applied_offset
         while self.metadata.applied_offset < hwm:
             data = r.log.read(self.metadata.applied_offset, 1 << 20, max_offset=hwm)
             if not data:
@@ -574,7 +578,28 @@ class Node:
             if last is None:
                 break
             self.metadata.applied_offset = min(hwm, last.next_offset)
+        if self.metadata.applied_offset > before and upto is None:
+            self._save_metadata_checkpoint()
         self._reconcile_partitions()
+
+    def _metadata_checkpoint_path(self) -> Path:
+        return self.config.data_dir / "metadata-applied"
+
+    def _save_metadata_checkpoint(self) -> None:
+        # Like Kafka's high-watermark checkpoint: offsets below this are committed.
+        path = self._metadata_checkpoint_path()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{self.metadata.applied_offset}\n")
+        os.replace(tmp, path)
+
+    def _replay_metadata(self) -> None:
+        """At start-up, re-apply the local metadata log up to the last offset this node
+        knew to be committed, so it knows every topic before the quorum answers."""
+        try:
+            upto = int(self._metadata_checkpoint_path().read_text().strip())
+        except (OSError, ValueError):
+            return
+        self._apply_metadata(self.replicas[(METADATA_TOPIC, 0)], upto=upto)
 
     def _reconcile_partitions(self) -> None:
         wanted: dict[tuple[str, int], list[int]] = {}
