@@ -1,8 +1,13 @@
-"""The readers' planning, validation and read paths against a fake client (no cluster, no
-Spark): what Spark's driver and executors would call, in Spark's order."""
+"""The readers' planning, validation and read paths against real node processes
+(LocalCluster), without Spark: what Spark's driver and executors would call, in Spark's
+order. Faults (failover, unclean election, retention, deleted topics) are real ones; see
+cluster_helpers.py. Spark end to end is in test_spark_e2e.py."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -14,312 +19,555 @@ from quorumlog.connector.fetch import QuorumLogPartition, read_partition
 from quorumlog.connector.planning import QuorumLogSourceError
 from quorumlog.connector.schema import ARROW_SCHEMA
 from quorumlog.connector.stream import QuorumLogStreamReader
+from quorumlog.replica.protocol import messages as m
+from quorumlog.replica.storage.records import encode_batch
 
-from .fakes import FakeCluster
+from .cluster_helpers import (
+    end_position,
+    log_entries,
+    move_leader,
+    retry,
+    unclean_election,
+    values,
+    wait_replicated,
+    wait_until,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
 ALL = ReadAllAvailable()
+# Readers used while a node is paused (SIGSTOP): the client asks every node for metadata,
+# waiting up to min(requestTimeoutMs, 5 s) for each that does not answer.
+PAUSED_TIMEOUT_MS = "1000"
+Row = tuple[str, int, int, bytes]  # topic, partition, offset, value
 
 
-def stream(**options: str) -> QuorumLogStreamReader:
-    return QuorumLogStreamReader(
-        parse_options({"bootstrap": "fake:1", "topic": "events", **options})
-    )
+@pytest.fixture
+def stream(cluster: Any) -> Iterator[Callable[..., QuorumLogStreamReader]]:
+    """``stream(topic, **options)``: a stream reader on the module cluster (a new one per
+    call is a new driver process); every reader is stopped after the test."""
+    made: list[QuorumLogStreamReader] = []
+
+    def make(topic: str | None = None, **options: str) -> QuorumLogStreamReader:
+        raw = {"bootstrap": cluster.bootstrap, **options}
+        if topic is not None:
+            raw["topic"] = topic
+        reader = QuorumLogStreamReader(parse_options(raw))
+        made.append(reader)
+        return reader
+
+    yield make
+    for reader in made:
+        reader.stop()
 
 
-def rows(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[int, int, bytes]]:
-    out = []
+def rows(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[Row]:
+    """Plan the tasks of a micro-batch and run them (as executors would)."""
+    out: list[Row] = []
     for part in reader.partitions(start, end):
-        for batch in reader.read(part):
-            assert batch.schema == ARROW_SCHEMA
-            t = pa.Table.from_batches([batch])
-            out += list(
-                zip(
-                    t.column("partition").to_pylist(),
-                    t.column("offset").to_pylist(),
-                    t.column("value").to_pylist(),
-                    strict=True,
-                )
-            )
+        # executors get a pickled copy of the reader and the partition
+        executor = pickle.loads(pickle.dumps(reader))
+        out += batch_rows(executor.read(pickle.loads(pickle.dumps(part))))
     return sorted(out)
 
 
-def values(n: int, prefix: str = "v") -> list[bytes]:
-    return [f"{prefix}{i}".encode() for i in range(n)]
+def batch_rows(batches: Any) -> list[Row]:
+    out: list[Row] = []
+    for batch in batches:
+        assert batch.schema == ARROW_SCHEMA
+        t = pa.Table.from_batches([batch])
+        out += zip(
+            t.column("topic").to_pylist(),
+            t.column("partition").to_pylist(),
+            t.column("offset").to_pylist(),
+            t.column("value").to_pylist(),
+            strict=True,
+        )
+    return sorted(out)
 
 
-def test_micro_batches_exactly_once_with_control_gaps(fake: FakeCluster) -> None:
-    fake.create_topic("events", 2)
-    fake.produce("events", 0, values(5))
-    fake.produce("events", 1, values(2))
-    r = stream(startingOffsets="earliest")
+def produced(topic: str, partition: int, acks: list[Any], vals: list[bytes]) -> list[Row]:
+    return [(topic, partition, a.offset, v) for a, v in zip(acks, vals, strict=True)]
+
+
+def pos(offset: int, epoch: int) -> dict[str, int]:
+    return {"offset": offset, "epoch": epoch}
+
+
+def ofle(requests: list[tuple[str, Any]], topic: str) -> list[Any]:
+    return [args for kind, args in requests if kind == "ofle" and args[0] == topic]
+
+
+# ---- micro-batches, failover, restart ----------------------------------------------------
+
+
+def test_micro_batches_exactly_once_with_control_gaps(
+    cluster: Any, stream: Any, requests: list[Any]
+) -> None:
+    c = cluster
+    c.create_topic("gaps", 2)
+    a0 = c.produce("gaps", 0, values(5))
+    a1 = c.produce("gaps", 1, values(2))
+    # offset 0 of each partition is its first leader's control record (no row)
+    assert [a.offset for a in a0] == [1, 2, 3, 4, 5] and [a.offset for a in a1] == [1, 2]
+    r = stream("gaps", startingOffsets="earliest")
     start = r.initialOffset()
-    assert start == {"events": {"0": {"offset": 0, "epoch": -1}, "1": {"offset": 0, "epoch": -1}}}
+    assert start == {"gaps": {"0": pos(0, -1), "1": pos(0, -1)}}
     end = r.latestOffset(start, ALL)
-    assert end == {"events": {"0": {"offset": 6, "epoch": 0}, "1": {"offset": 3, "epoch": 0}}}
-    got = rows(r, start, end)
-    assert [(p, o) for p, o, _ in got] == [(0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (1, 1), (1, 2)]
-    # clean failover: a new epoch starts with a control record; nothing is truncated
-    fake.elect("events", 0)
-    fake.produce("events", 0, [b"after"])
+    assert end == {"gaps": {"0": pos(6, a0[-1].epoch), "1": pos(3, a1[-1].epoch)}}
+    assert rows(r, start, end) == produced("gaps", 0, a0, values(5)) + produced(
+        "gaps", 1, a1, values(2)
+    )
+
+    # clean failover (graceful stop of the leader): a new epoch starts with a control
+    # record; the running reader validates (the epoch changed) and finds no truncation
+    requests.clear()
+    new_epoch = move_leader(c, "gaps", 0, graceful=True)
+    (after,) = c.produce("gaps", 0, [b"after"])
+    assert after.epoch >= new_epoch and after.offset > 6  # a control record in between
     end2 = r.latestOffset(end, ALL)
-    assert end2["events"]["0"] == {"offset": 8, "epoch": 1}
-    assert end2["events"]["1"] == end["events"]["1"]
-    assert rows(r, end, end2) == [(0, 7, b"after")]
+    assert ("gaps", 0, a0[-1].epoch) in ofle(requests, "gaps")
+    assert end2["gaps"]["0"] == pos(after.offset + 1, after.epoch)
+    # partition 1 only moves if its leader moved too (a control record, no rows)
+    assert end2["gaps"]["1"] == end_position(c, "gaps", 1)
+    assert rows(r, end, end2) == [("gaps", 0, after.offset, b"after")]
     r.commit(end)
     # no new data: the same JSON as the start, so Spark runs no batch
     assert r.latestOffset(end2, ALL) == end2
 
 
-def test_restart_from_checkpoint_validates_and_continues(fake: FakeCluster) -> None:
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(4))
-    r = stream(startingOffsets="earliest")
+def test_restart_from_checkpoint_validates_and_continues(
+    cluster: Any, stream: Any, requests: list[Any]
+) -> None:
+    c = cluster
+    c.create_topic("restart", 1)
+    acks = c.produce("restart", 0, values(4))
+    r = stream("restart", startingOffsets="earliest")
     start = r.initialOffset()
     end = r.latestOffset(start, ALL)
-    fake.elect("events", 0)  # clean failover while the query is down
-    fake.produce("events", 0, [b"x"])
-    restarted = stream(startingOffsets="earliest")  # a new driver process, same checkpoint
+    assert end == {"restart": {"0": pos(5, acks[-1].epoch)}}
+    r.stop()  # the query stops; a clean failover happens while it is down
+    move_leader(c, "restart", 0, graceful=False)
+    (x,) = retry(lambda: c.produce("restart", 0, [b"x"]))
+    requests.clear()
+    restarted = stream("restart", startingOffsets="earliest")  # new driver, same checkpoint
     end2 = restarted.latestOffset(end, ALL)
-    assert ("ofle", ("events", 0, 0)) in fake.requests
-    assert rows(restarted, end, end2) == [(0, 6, b"x")]
+    assert ("restart", 0, acks[-1].epoch) in ofle(requests, "restart")  # validated
+    assert end2 == {"restart": {"0": pos(x.offset + 1, x.epoch)}}
+    assert rows(restarted, end, end2) == [("restart", 0, x.offset, b"x")]
 
 
-def truncated_setup(fake: FakeCluster) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Consume offsets up to 11 in epoch 0, then an unclean election keeps only 0..7 and
-    new records are written at the same offsets."""
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(10))
-    r = stream(startingOffsets="earliest")
+# ---- truncation (unclean leader election) ------------------------------------------------
+
+
+def consumed_then_truncated(
+    c: Any, stream: Any, topic: str, running: Callable[[Any, dict[str, Any]], None] | None = None
+) -> tuple[Any, dict[str, Any], dict[str, Any], Any]:
+    """A reader consumes 5 records and 5 more acknowledged ones (``running(reader, end)``
+    runs then); an unclean election truncates the last 5 (and maybe the record before
+    them). Returns (reader, start, end, Truncation)."""
+    c.create_topic(topic, 1)
+    c.produce(topic, 0, values(5))
+    # while a node is paused every metadata request waits for it up to requestTimeoutMs
+    r = stream(topic, startingOffsets="earliest", requestTimeoutMs=PAUSED_TIMEOUT_MS)
     start = r.initialOffset()
-    end = r.latestOffset(start, ALL)
-    assert end["events"]["0"] == {"offset": 11, "epoch": 0}
-    fake.elect("events", 0, truncate_to=8)  # control record at 8, epoch 1
-    return start, end
+    seen: dict[str, Any] = {}
+
+    def consume() -> None:
+        seen["end"] = r.latestOffset(start, ALL)
+        seen["rows"] = rows(r, start, seen["end"])
+        if running is not None:
+            running(r, seen["end"])
+
+    truncation = unclean_election(c, topic, 0, values(5, "old"), before_force=consume)
+    end = seen["end"]
+    assert end == {topic: {"0": pos(*truncation.position)}}
+    assert [o for *_, o, _ in seen["rows"]][-5:] == [a.offset for a in truncation.lost]
+    return r, start, end, truncation
 
 
-def test_truncation_fails_with_facts(fake: FakeCluster) -> None:
-    _, end = truncated_setup(fake)
-    fake.produce("events", 0, values(2, "new"))  # log end 11: not yet past the checkpoint
+def test_truncation_fails_with_facts(cluster: Any, stream: Any) -> None:
+    c = cluster
+    _, _, end, tr = consumed_then_truncated(c, stream, "trfail")
+    c.produce("trfail", 0, values(1, "new"))
+    assert c.client.list_offsets("trfail", 0, "latest").offset < tr.position[0]
     with pytest.raises(LogTruncationException) as info:
-        stream().latestOffset(end, ALL)
+        stream("trfail").latestOffset(end, ALL)  # a restarted query
     (t,) = info.value.truncations
-    assert (t.topic, t.partition, t.position_offset, t.position_epoch) == ("events", 0, 11, 0)
-    assert (t.divergence_offset, t.divergence_epoch, t.exact) == (8, 0, True)
-    assert "events/0: consumed position offset 11 (epoch 0), log diverges at offset 8" in str(
-        info.value
+    assert (t.topic, t.partition) == ("trfail", 0)
+    assert (t.position_offset, t.position_epoch) == tr.position
+    assert (t.divergence_offset, t.divergence_epoch, t.exact) == (
+        tr.divergence,
+        tr.position[1],
+        True,
+    )
+    assert (
+        f"trfail/0: consumed position offset {tr.position[0]} (epoch {tr.position[1]}), "
+        f"log diverges at offset {tr.divergence}" in str(info.value)
     )
 
 
-def test_truncation_seen_only_by_epoch_when_log_end_is_past_checkpoint(fake: FakeCluster) -> None:
-    _, end = truncated_setup(fake)
-    fake.produce("events", 0, values(10, "new"))  # log end 19 > checkpointed 11
-    with pytest.raises(LogTruncationException, match="diverges at offset 8"):
-        stream().latestOffset(end, ALL)
+def test_truncation_seen_only_by_epoch_when_log_end_is_past_checkpoint(
+    cluster: Any, stream: Any
+) -> None:
+    c = cluster
+    _, _, end, tr = consumed_then_truncated(c, stream, "trpast")
+    c.produce("trpast", 0, values(tr.position[0] - tr.divergence + 3, "new"))
+    assert c.client.list_offsets("trpast", 0, "latest").offset > tr.position[0]
+    with pytest.raises(LogTruncationException, match=f"diverges at offset {tr.divergence}"):
+        stream("trpast").latestOffset(end, ALL)
 
 
-def test_truncation_resume_rereads_from_divergence(fake: FakeCluster) -> None:
-    _, end = truncated_setup(fake)
-    fake.produce("events", 0, values(5, "new"))
-    r = stream(onTruncation="resume")
+def test_truncation_resume_rereads_from_divergence(cluster: Any, stream: Any) -> None:
+    c = cluster
+    _, _, end, tr = consumed_then_truncated(c, stream, "trresume")
+    new = c.produce("trresume", 0, values(5, "new"))
+    # the forced leader's epoch starts with its control record at the divergence offset
+    assert [a.offset for a in new] == [tr.divergence + 1 + i for i in range(5)]
+    r = stream("trresume", onTruncation="resume")
     end2 = r.latestOffset(end, ALL)
-    assert end2["events"]["0"] == {"offset": 14, "epoch": 1}
-    assert rows(r, end, end2) == [(0, 9 + i, f"new{i}".encode()) for i in range(5)]
+    assert end2 == {"trresume": {"0": pos(new[-1].offset + 1, tr.new_epoch)}}
+    expected = produced("trresume", 0, new, values(5, "new"))
+    assert rows(r, end, end2) == expected
     # a restarted process replaying the same batch finds the same divergence
-    assert rows(stream(onTruncation="resume"), end, end2) == rows(r, end, end2)
+    assert rows(stream("trresume", onTruncation="resume"), end, end2) == expected
 
 
-def test_truncation_found_by_leader_epoch_change_in_running_query(fake: FakeCluster) -> None:
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(10))
-    r = stream(startingOffsets="earliest")
-    start = r.initialOffset()
-    end = r.latestOffset(start, ALL)
-    assert rows(r, start, end)
-    fake.requests.clear()
-    assert r.latestOffset(end, ALL) == end  # same epoch: no validation request
-    assert not [q for q in fake.requests if q[0] == "ofle"]
-    fake.elect("events", 0, truncate_to=8)
-    fake.produce("events", 0, values(1, "new"))
-    with pytest.raises(LogTruncationException, match="diverges at offset 8"):
+def test_truncation_found_by_leader_epoch_change_in_running_query(
+    cluster: Any, stream: Any, requests: list[Any]
+) -> None:
+    c = cluster
+
+    def running(r: Any, end: dict[str, Any]) -> None:
+        requests.clear()
+        assert r.latestOffset(end, ALL) == end  # same epoch: no validation request
+        assert ofle(requests, "trrun") == []
+
+    r, _, end, tr = consumed_then_truncated(c, stream, "trrun", running=running)
+    c.produce("trrun", 0, values(1, "new"))
+    with pytest.raises(LogTruncationException, match=f"diverges at offset {tr.divergence}"):
         r.latestOffset(end, ALL)
 
 
-def test_max_offsets_per_trigger_splits_budget_with_exact_epochs(fake: FakeCluster) -> None:
-    fake.create_topic("events", 2)
-    fake.produce("events", 0, values(3))  # offsets 1..3 epoch 0
-    fake.elect("events", 0)  # control at 4, epoch 1
-    fake.produce("events", 0, values(5))  # 5..9 epoch 1
-    fake.produce("events", 1, values(9))  # 1..9
-    r = stream(startingOffsets="earliest", maxOffsetsPerTrigger="6")
+def test_starting_json_position_with_epoch_is_validated(cluster: Any, stream: Any) -> None:
+    c = cluster
+    c.create_topic("trjson", 1)
+    c.produce("trjson", 0, values(5))
+    tr = unclean_election(c, "trjson", 0, values(3, "old"))
+    offset, epoch = tr.position
+    r = stream(
+        "trjson", startingOffsets=f'{{"trjson": {{"0": {{"offset": {offset}, "epoch": {epoch}}}}}}}'
+    )
+    start = r.initialOffset()
+    assert start == {"trjson": {"0": pos(offset, epoch)}}
+    with pytest.raises(LogTruncationException, match=f"diverges at offset {tr.divergence}"):
+        r.latestOffset(start, ALL)
+    # without an epoch the position is trusted (documented: cannot be checked)
+    r2 = stream("trjson", startingOffsets=f'{{"trjson": {{"0": {tr.divergence}}}}}')
+    s2 = r2.initialOffset()
+    assert r2.latestOffset(s2, ALL)["trjson"]["0"] == pos(tr.divergence + 1, tr.new_epoch)
+
+
+# ---- admission control ---------------------------------------------------------------------
+
+
+def test_max_offsets_per_trigger_splits_budget_with_exact_epochs(cluster: Any, stream: Any) -> None:
+    c = cluster
+    c.create_topic("budget", 2)
+    first = c.produce("budget", 0, values(3))  # offsets 1..3
+    new_epoch = move_leader(c, "budget", 0, graceful=False, only_this_partition=True)
+    second = c.produce("budget", 0, values(5, "w"))  # control record at 4, then 5..9
+    p1 = c.produce("budget", 1, values(9))  # 1..9
+    assert [a.offset for a in second] == [5, 6, 7, 8, 9] and second[0].epoch == new_epoch
+    assert [a.offset for a in p1] == list(range(1, 10))
+    e0, e1 = first[0].epoch, p1[0].epoch
+
+    r = stream("budget", startingOffsets="earliest", maxOffsetsPerTrigger="6")
     assert r.getDefaultReadLimit() == ReadMaxRows(6)
     start = r.initialOffset()
     end = r.latestOffset(start, r.getDefaultReadLimit())
-    assert end == {"events": {"0": {"offset": 3, "epoch": 0}, "1": {"offset": 3, "epoch": 0}}}
+    assert end == {"budget": {"0": pos(3, e0), "1": pos(3, e1)}}
     end2 = r.latestOffset(end, ReadMaxRows(6))
-    assert end2["events"]["0"] == {"offset": 6, "epoch": 1}
-    got: list[tuple[int, int, bytes]] = []
-    pos = start
+    # the end epoch is the epoch of the record before the end offset (5: the new epoch)
+    assert end2 == {"budget": {"0": pos(6, new_epoch), "1": pos(6, e1)}}
+    got: list[Row] = []
+    position = start
     while True:
-        nxt = r.latestOffset(pos, ReadMaxRows(6))
-        if nxt == pos:
+        nxt = r.latestOffset(position, ReadMaxRows(6))
+        if nxt == position:
             break
-        got += rows(r, pos, nxt)
-        pos = nxt
-    assert sorted((p, o) for p, o, _ in got) == sorted(
-        [(0, o) for o in (1, 2, 3, 5, 6, 7, 8, 9)] + [(1, o) for o in range(1, 10)]
+        planned = sum(
+            nxt["budget"][p]["offset"] - position["budget"][p]["offset"] for p in ("0", "1")
+        )
+        assert planned <= 6
+        got += rows(r, position, nxt)
+        position = nxt
+    assert sorted(got) == sorted(
+        produced("budget", 0, first, values(3))
+        + produced("budget", 0, second, values(5, "w"))
+        + produced("budget", 1, p1, values(9))
     )
     # ReadAllAvailable overrides the option (e.g. the last AvailableNow batch)
-    assert r.latestOffset(start, ALL)["events"]["0"]["offset"] == 10
+    assert r.latestOffset(start, ALL)["budget"]["0"] == pos(10, new_epoch)
 
 
-def test_trigger_available_now_has_a_fixed_end(fake: FakeCluster) -> None:
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(3))
-    r = stream(startingOffsets="earliest")
+def test_trigger_available_now_has_a_fixed_end(cluster: Any, stream: Any) -> None:
+    c = cluster
+    c.create_topic("avnow", 1)
+    c.produce("avnow", 0, values(3))
+    r = stream("avnow", startingOffsets="earliest", maxOffsetsPerTrigger="2")
     start = r.initialOffset()
     r.prepareForTriggerAvailableNow()
-    fake.produce("events", 0, values(3, "late"))
-    end = r.latestOffset(start, ALL)
-    assert end["events"]["0"]["offset"] == 4
+    c.produce("avnow", 0, values(3, "late"))
+    end = r.latestOffset(start, ReadMaxRows(2))
+    assert end["avnow"]["0"]["offset"] == 2
+    end = r.latestOffset(end, ReadMaxRows(2))
+    assert end["avnow"]["0"]["offset"] == 4
+    assert r.latestOffset(end, ReadMaxRows(2)) == end
     assert r.latestOffset(end, ALL) == end
+    assert [v for *_, v in rows(r, start, end)] == values(3)
 
 
-def test_new_partitions_start_at_earliest_and_vanished_fail(fake: FakeCluster) -> None:
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(2))
-    r = stream(startingOffsets="latest")
+# ---- subscription changes --------------------------------------------------------------
+
+
+def test_new_partitions_start_at_earliest_and_vanished_fail(cluster: Any, stream: Any) -> None:
+    c = cluster
+    c.create_topic("npa", 1)
+    c.produce("npa", 0, values(2))
+    r = stream(topicPattern="np[ab]", startingOffsets="latest")
     start = r.initialOffset()
-    fake.topics["events"][1] = type(fake.topics["events"][0])()
-    fake.produce("events", 1, [b"p1"])
+    assert list(start) == ["npa"]
+    # topics cannot gain partitions: a second topic matching the pattern brings a new one
+    c.create_topic("npb", 1)
+    (p1,) = c.produce("npb", 0, [b"p1"])
     end = r.latestOffset(start, ALL)
-    assert rows(r, start, end) == [(1, 0, b"p1")]
-    del fake.topics["events"][1]
-    with pytest.raises(QuorumLogSourceError, match="events/1 no longer exists.*failOnDataLoss"):
+    assert rows(r, start, end) == [("npb", 0, p1.offset, b"p1")]
+    c.client.delete_topic("npb")
+    wait_until(lambda: "npb" not in c.client.metadata(None), 30, "npb deleted")
+    with pytest.raises(QuorumLogSourceError, match="npb/0 no longer exists.*failOnDataLoss"):
         r.latestOffset(end, ALL)
+    lenient = stream(topicPattern="np[ab]", failOnDataLoss="false")
+    assert lenient.latestOffset(end, ALL) == {"npa": end["npa"]}
 
 
-def test_starting_json_position_with_epoch_is_validated(fake: FakeCluster) -> None:
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(5))
-    fake.elect("events", 0, truncate_to=3)
-    r = stream(startingOffsets='{"events": {"0": {"offset": 5, "epoch": 0}}}')
-    start = r.initialOffset()
-    assert start == {"events": {"0": {"offset": 5, "epoch": 0}}}
-    with pytest.raises(LogTruncationException, match="diverges at offset 3"):
-        r.latestOffset(start, ALL)
-    # without an epoch the position is trusted (documented: cannot be checked)
-    r2 = stream(startingOffsets='{"events": {"0": 3}}')
-    s2 = r2.initialOffset()
-    assert r2.latestOffset(s2, ALL)["events"]["0"] == {"offset": 4, "epoch": 1}
+def test_data_loss_below_log_start(retention_cluster: Any) -> None:
+    c = retention_cluster
+    c.create_topic("ret", 1)
+    big = [bytes(200) + b"%d" % i for i in range(10)]
+    for _ in range(12):  # ~24 KiB in 12 batches: retention keeps at most 8 KiB
+        c.produce("ret", 0, big)
+    log_start = wait_until(
+        lambda: c.client.metadata(["ret"])["ret"].partitions[0].log_start_offset,
+        30,
+        "retention to remove the oldest segments",
+    )
+    # later passes remove nothing more: nothing is produced any more
+    hwm = c.client.list_offsets("ret", 0, "latest").offset
+    wanted = [e.offset for e in log_entries(c, "ret", 0) if not e.control]
+    assert wanted[0] >= log_start > 1
+
+    def reader(**options: str) -> QuorumLogStreamReader:
+        return QuorumLogStreamReader(
+            parse_options(
+                {
+                    "bootstrap": c.bootstrap,
+                    "topic": "ret",
+                    "startingOffsets": '{"ret": {"0": 1}}',
+                    **options,
+                }
+            )
+        )
+
+    strict = reader()
+    try:
+        with pytest.raises(
+            QuorumLogSourceError, match=f"below the log start offset {log_start}.*failOnDataLoss"
+        ):
+            strict.latestOffset(strict.initialOffset(), ALL)
+    finally:
+        strict.stop()
+    lenient = reader(failOnDataLoss="false")
+    try:
+        s = lenient.initialOffset()
+        end = lenient.latestOffset(s, ALL)
+        assert end["ret"]["0"]["offset"] == hwm
+        assert [o for _, _, o, _ in rows(lenient, s, end)] == wanted
+    finally:
+        lenient.stop()
+    # an executor whose range was removed after planning
+    part = task(c, "ret", start_offset=1, end_offset=hwm)
+    with pytest.raises(QuorumLogSourceError, match="were removed from the log .retention."):
+        offsets(part)
+    assert offsets(dataclasses.replace(part, fail_on_data_loss=False)) == wanted
 
 
-def test_data_loss_below_log_start(fake: FakeCluster) -> None:
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(5))
-    fake.part("events", 0).log_start = 3
-    with pytest.raises(QuorumLogSourceError, match="below the log start offset 3.*failOnDataLoss"):
-        r = stream(startingOffsets='{"events": {"0": 1}}')
-        r.latestOffset(r.initialOffset(), ALL)
-    r = stream(startingOffsets='{"events": {"0": 1}}', failOnDataLoss="false")
-    s = r.initialOffset()
-    assert [o for _, o, _ in rows(r, s, r.latestOffset(s, ALL))] == [3, 4, 5]
+# ---- executors --------------------------------------------------------------------------
 
 
-def task(**kw: Any) -> QuorumLogPartition:
-    base = dict(
-        bootstrap="fake:1",
-        topic="events",
+def task(c: Any, topic: str, **kw: Any) -> QuorumLogPartition:
+    pm = c.client.partition_metadata(topic, 0, refresh=True)
+    base: dict[str, Any] = dict(
+        bootstrap=c.bootstrap,
+        topic=topic,
         partition=0,
         start_offset=0,
         start_epoch=-1,
-        end_offset=11,
-        end_epoch=0,
-        leader_epoch=0,
+        end_offset=pm.high_watermark,
+        end_epoch=-1,
+        leader_epoch=pm.leader_epoch,
         fetch_max_bytes=1 << 20,
-        request_timeout_ms=2000,
+        request_timeout_ms=10_000,
         fail_on_data_loss=True,
         on_truncation="fail",
     )
     base.update(kw)
-    return QuorumLogPartition(**base)  # type: ignore[arg-type]
+    return QuorumLogPartition(**base)
 
 
-def read_all(p: QuorumLogPartition) -> list[int]:
+def offsets(p: QuorumLogPartition) -> list[int]:
     return [o for b in read_partition(p) for o in b.column("offset").to_pylist()]
 
 
-def test_executor_follows_clean_leader_change(fake: FakeCluster) -> None:
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(10))
-    calls = []
-
-    def hook(topic: str, partition: int, offset: int) -> None:
-        calls.append(offset)
-        if len(calls) == 2:
-            fake.elect("events", 0)  # fenced from now on; no data lost
-
-    fake.fetch_hook = hook
-    assert read_all(task()) == list(range(1, 11))
+def one_batch_per_record(c: Any, topic: str, vals: list[bytes]) -> list[Any]:
+    return [c.produce(topic, 0, [v])[0] for v in vals]
 
 
-def test_executor_detects_truncation_after_leader_change(fake: FakeCluster) -> None:
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(10))
-
-    def hook(topic: str, partition: int, offset: int) -> None:
-        if offset >= 6 and fake.part("events", 0).leader_epoch == 0:
-            fake.elect("events", 0, truncate_to=4)
-            fake.produce("events", 0, values(10, "other"))
-
-    fake.fetch_hook = hook
-    with pytest.raises(LogTruncationException, match="Detected by the Spark task"):
-        read_all(task())
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(10))
-    # resume: the task stops at the divergence; the driver re-reads from there next batch
-    assert read_all(task(on_truncation="resume")) == [1, 2, 3, 4, 5]
-
-
-def test_executor_never_reads_past_end_or_high_watermark(fake: FakeCluster) -> None:
-    fake.create_topic("events", 1)
-    fake.produce("events", 0, values(10))
-    assert read_all(task(start_offset=2, start_epoch=0, end_offset=7)) == [2, 3, 4, 5, 6]
-    fake.part("events", 0).hwm = 5
-    with pytest.raises(QuorumLogSourceError, match="high watermark 5 is below the planned end"):
-        read_all(task(start_offset=2, end_offset=7, request_timeout_ms=300))
+def test_executor_follows_leader_change(cluster: Any, stream: Any) -> None:
+    c = cluster
+    c.create_topic("exfollow", 1)
+    acks = one_batch_per_record(c, "exfollow", values(10))
+    r = stream("exfollow", startingOffsets="earliest", fetchMaxBytes="1")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ALL)
+    (part,) = r.partitions(start, end)
+    old_epoch = part.leader_epoch
+    # the leader dies (kill -9) between planning and the task's first fetch
+    move_leader(c, "exfollow", 0, graceful=False)
+    it = iter(r.read(part))
+    got = batch_rows([next(it)])
+    # and again mid-read: a graceful failover while the task is reading
+    move_leader(c, "exfollow", 0, graceful=True)
+    got += batch_rows(it)
+    assert c.client.partition_metadata("exfollow", 0, refresh=True).leader_epoch > old_epoch + 1
+    assert got == produced("exfollow", 0, acks, values(10))
 
 
-def test_batch_reader_ranges(fake: FakeCluster) -> None:
-    fake.create_topic("events", 2)
-    fake.produce("events", 0, values(5))
-    fake.produce("events", 1, values(3))
-    opts = parse_options(
-        {
-            "bootstrap": "fake:1",
-            "topic": "events",
-            "startingOffsets": '{"events": {"0": {"offset": 2, "epoch": 0}}}',
-            "endingOffsets": '{"events": {"0": 5, "1": -1}}',
-        }
+def test_executor_detects_truncation_after_leader_change(cluster: Any, stream: Any) -> None:
+    """Two tasks (fail, resume) planned while the records were committed have read part of
+    their range when an unclean election truncates it."""
+    c = cluster
+    c.create_topic("extrunc", 1)
+    kept = one_batch_per_record(c, "extrunc", values(4))
+    r = stream(
+        "extrunc",
+        startingOffsets="earliest",
+        fetchMaxBytes="1",
+        requestTimeoutMs=PAUSED_TIMEOUT_MS,
     )
-    parts = QuorumLogBatchReader(opts).partitions()
+    start = r.initialOffset()
+    tasks: dict[str, Any] = {}
+
+    def plan_and_start_reading() -> None:
+        end = r.latestOffset(start, ALL)
+        (part,) = r.partitions(start, end)
+        assert part.end_epoch >= 0
+        for mode in ("fail", "resume"):
+            it = iter(read_partition(dataclasses.replace(part, on_truncation=mode)))
+            tasks[mode] = (it, batch_rows([next(it), next(it)]))
+
+    tr = unclean_election(c, "extrunc", 0, values(4, "old"), before_force=plan_and_start_reading)
+    it, first = tasks["fail"]
+    assert [o for *_, o, _ in first] == [kept[0].offset, kept[1].offset]
+    with pytest.raises(LogTruncationException, match="Detected by the Spark task") as info:
+        list(it)
+    (t,) = info.value.truncations
+    assert t.divergence_offset == tr.divergence
+    # resume: the task stops at the divergence; the driver re-reads from there next batch
+    it, first = tasks["resume"]
+    rest = batch_rows(it)
+    assert [o for *_, o, _ in first + rest] == [
+        e.offset for e in log_entries(c, "extrunc", 0) if not e.control and e.offset < tr.divergence
+    ]
+    assert all(o < tr.divergence for *_, o, _ in rest)
+
+
+def test_executor_never_reads_past_end_or_high_watermark(retention_cluster: Any) -> None:
+    c = retention_cluster  # its leaders keep leading 9 s without followers
+    c.create_topic("exhwm", 1)
+    acks = c.produce("exhwm", 0, values(10))
+    e = acks[0].epoch
+    hwm = acks[-1].offset + 1
+    assert offsets(task(c, "exhwm", start_offset=2, start_epoch=e, end_offset=7, end_epoch=e)) == [
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
+    # records the leader holds beyond its high watermark: acks=leader, followers paused
+    leader = wait_replicated(c, "exhwm", 0)
+    planned = task(c, "exhwm", start_offset=2, end_offset=hwm + 5, request_timeout_ms=300)
+    followers = [n for n in sorted(c.ports) if n != leader]
+    for n in followers:
+        c.pause(n)
+    try:
+        res = c.client.produce("exhwm", 0, encode_batch(values(5, "u")), acks=m.ACKS_LEADER)
+        assert (res.base_offset, res.last_offset + 1) == (hwm, planned.end_offset)
+        seen: list[int] = []
+        with pytest.raises(
+            QuorumLogSourceError, match=f"high watermark {hwm} is below the planned end"
+        ):
+            for b in read_partition(planned):
+                seen += b.column("offset").to_pylist()
+        assert seen == list(range(2, hwm))
+    finally:
+        for n in followers:
+            c.resume(n)
+
+
+def test_batch_reader_ranges(cluster: Any) -> None:
+    c = cluster
+    c.create_topic("batch", 2)
+    a0 = c.produce("batch", 0, values(5))
+    a1 = c.produce("batch", 1, values(3))
+    e0 = a0[0].epoch
+
+    def opts(**o: str) -> Any:
+        return parse_options({"bootstrap": c.bootstrap, "topic": "batch", **o})
+
+    reader = QuorumLogBatchReader(
+        opts(
+            startingOffsets=f'{{"batch": {{"0": {{"offset": 2, "epoch": {e0}}}}}}}',
+            endingOffsets='{"batch": {"0": 5, "1": -1}}',
+        )
+    )
+    parts = reader.partitions()
     spans = sorted((p.partition, p.start_offset, p.end_offset) for p in parts)  # type: ignore[attr-defined]
     assert spans == [(0, 2, 5), (1, 0, 4)]
-    bad = parse_options(
-        {"bootstrap": "fake:1", "topic": "events", "endingOffsets": '{"events": {"0": 99}}'}
+    got = sorted(r for p in parts for r in batch_rows(reader.read(p)))
+    assert got == produced("batch", 0, a0[1:4], values(5)[1:4]) + produced(
+        "batch", 1, a1, values(3)
     )
     with pytest.raises(QuorumLogSourceError, match="up to offset 99, but its log ends at offset 6"):
-        QuorumLogBatchReader(bad).partitions()
-    missing = parse_options({"bootstrap": "fake:1", "topic": "nope"})
+        QuorumLogBatchReader(opts(endingOffsets='{"batch": {"0": 99}}')).partitions()
+    missing = parse_options({"bootstrap": c.bootstrap, "topic": "nope"})
     with pytest.raises(QuorumLogSourceError, match=r"Topic\(s\) \['nope'\].*Existing topics"):
         QuorumLogBatchReader(missing).partitions()
 
 
-def test_reader_pickles_without_client(fake: FakeCluster) -> None:
-    import pickle
-
-    fake.create_topic("events", 1)
-    r = stream(startingOffsets="earliest")
-    r.initialOffset()
+def test_reader_and_partitions_pickle_without_client(cluster: Any, stream: Any) -> None:
+    c = cluster
+    c.create_topic("pickled", 1)
+    acks = c.produce("pickled", 0, values(3))
+    r = stream("pickled", startingOffsets="earliest")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ALL)
+    assert r._client is not None
     copy = pickle.loads(pickle.dumps(r))
     assert copy._client is None and copy.options == r.options
-    assert pickle.loads(pickle.dumps(task())) == task()
+    (part,) = r.partitions(start, end)
+    shipped = pickle.loads(pickle.dumps(part))
+    assert shipped == part
+    # an executor's copy reads with only what the partition carries
+    assert batch_rows(copy.read(shipped)) == produced("pickled", 0, acks, values(3))

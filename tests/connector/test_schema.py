@@ -7,8 +7,9 @@ import datetime as dt
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from quorumlog.connector.schema import ARROW_SCHEMA, SPARK_SCHEMA, to_spark_batches
-
-from .fakes import PAYLOAD_SCHEMA
+from quorumlog.replica.storage.records import (
+    OUTPUT_SCHEMA as PAYLOAD_SCHEMA,
+)  # FetchResult.to_arrow
 
 
 def payload(n: int, start: int = 10) -> pa.Table:
