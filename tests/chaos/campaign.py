@@ -30,7 +30,7 @@ from quorumlog.connector.delta import DeltaSink, read_committed_positions
 from quorumlog.replica.client import Client, QuorumLogError
 from quorumlog.replica.storage import encode_batch
 
-from ..node.helpers import read_all, read_log_dir
+from ..node.helpers import local_view, read_all, read_log_dir
 from .checker import ConsumedBatch, Counts, ForcedElection, Record, check
 from .cluster import ProxiedCluster
 from .proxy import Mode
@@ -454,6 +454,13 @@ class Campaign:
         cluster.wait_ready(120)
         for p in range(self.partitions):
             cluster.wait_for_leader(TOPIC, p, 60)
+        # A restarted node serves Metadata without the topic until it has replayed the
+        # metadata log up to a high watermark it learns from the metadata leader.
+        wait_for(
+            lambda: all(local_view(cluster, n, TOPIC, 0) is not None for n in cluster.ports),
+            "every node to know the topic again",
+            60,
+        )
 
     # ---- the unclean election ---------------------------------------------------------
     def _unclean(self, cluster: ProxiedCluster, client: Client, table: str) -> ForcedElection:

@@ -50,8 +50,15 @@ def _run(spark: Any, **kwargs: Any) -> None:
 
 
 def test_three_nodes(spark: Any) -> None:
-    _run(spark, seed=7, duration_s=30, nodes=3)
+    _run(spark, seed=4, duration_s=40, nodes=3)
 
 
 def test_five_nodes(spark: Any) -> None:
-    _run(spark, seed=11, duration_s=15, nodes=5)
+    _run(spark, seed=16, duration_s=20, nodes=5)
+
+
+def test_unclean_election(spark: Any) -> None:
+    result = Campaign(spark, seed=3, duration_s=8, nodes=3, mode="unclean").run()
+    print(result.line())
+    assert result.ok, result.report()
+    assert result.truncations_recorded >= 1
