@@ -263,12 +263,17 @@ def test_truncation_fail_then_resume(spark: Any, tmp_path: Path) -> None:
         position = (lost[-1].offset + 1, lost[-1].epoch)
         assert max(o for _, o, _, _ in triples(spark.read.parquet(str(out)))) == position[0] - 1
 
-        # unclean election: the lagging replica leads without the records consumed above
+        # unclean election: the lagging replica leads without the records consumed above.
+        # The other follower is paused, not killed: a restarted one may not fetch from the
+        # forced leader within 1.5 x the fetch timeout, which then resigns, and the old
+        # majority's log (with the records) wins the next election.
         c.kill(leader)
-        c.kill(other)
+        c.pause(other)
         c.resume(lagging)
-        retry(lambda: c.force_leader("tr", 0, lagging))
-        c.restart(other)
+        try:
+            retry(lambda: c.force_leader("tr", 0, lagging))
+        finally:
+            c.resume(other)
         retry(lambda: c.produce("tr", 0, [b"new0"]))
         c.restart(leader)
         assert c.client.list_offsets("tr", 0, "latest").offset < position[0]
