@@ -7,8 +7,11 @@ from typing import Any
 
 import pytest
 
+from ..node.helpers import find_leader, local_view, wait_until
 from .campaign import Campaign, make_schedule
 from .checker import ConsumedBatch, ForcedElection, check
+from .cluster import ProxiedCluster
+from .proxy import Mode
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -62,3 +65,25 @@ def test_unclean_election(spark: Any) -> None:
     print(result.line())
     assert result.ok, result.report()
     assert result.truncations_recorded >= 1
+
+
+@pytest.mark.parametrize("mode", [Mode.BLACKHOLE, Mode.REFUSE])
+def test_partition_through_the_proxies_deposes_the_leader(tmp_path: Any, mode: Mode) -> None:
+    """The proxies cut real raft traffic: an isolated leader is replaced, and after healing
+    it follows the new leader (nodes reach each other only through the proxies)."""
+    with ProxiedCluster(3, tmp_path / "c", log_level="WARNING") as cluster:
+        cluster.create_topic("t", 1)
+        leader, epoch = find_leader(cluster, "t", 0, cluster.ports)
+        cluster.isolate(leader, mode)
+        others = [n for n in cluster.ports if n != leader]
+        new_leader, new_epoch = find_leader(cluster, "t", 0, others, min_epoch=epoch + 1)
+        assert new_leader != leader
+        cluster.heal()
+        wait_until(
+            lambda: (
+                (view := local_view(cluster, leader, "t", 0)) is not None
+                and view.leader_id == new_leader
+                and view.leader_epoch >= new_epoch
+            ),
+            f"n{leader} to follow n{new_leader} after healing",
+        )
