@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from quorumlog.replica.client import Client
 from quorumlog.replica.client.errors import QuorumLogError
 from quorumlog.replica.storage.records import iter_batches
-from quorumlog.replica.storage.types import EpochEndOffset, OffsetAndEpoch
+from quorumlog.replica.storage.types import OffsetAndEpoch
 
 T = TypeVar("T")
 
@@ -225,8 +225,3 @@ def diagnose(c: Any, topic: str, partition: int) -> str:
     for n in sorted(c.ports):
         out.append(f"--- node {n} (running={c.is_running(n)}):\n{c.tail(n, 25)}")
     return "\n".join(out)
-
-
-def oracle_divergence(c: Any, topic: str, partition: int, epoch: int) -> EpochEndOffset:
-    """OffsetsForLeaderEpoch straight from the cluster (to cross-check the reader)."""
-    return c.client.offsets_for_leader_epoch(topic, partition, epoch)

@@ -508,13 +508,8 @@ def test_executor_never_reads_past_end_or_high_watermark(retention_cluster: Any)
     acks = c.produce("exhwm", 0, values(10))
     e = acks[0].epoch
     hwm = acks[-1].offset + 1
-    assert offsets(task(c, "exhwm", start_offset=2, start_epoch=e, end_offset=7, end_epoch=e)) == [
-        2,
-        3,
-        4,
-        5,
-        6,
-    ]
+    within = task(c, "exhwm", start_offset=2, start_epoch=e, end_offset=7, end_epoch=e)
+    assert offsets(within) == list(range(2, 7))  # whole batches are fetched, rows sliced
     # records the leader holds beyond its high watermark: acks=leader, followers paused
     leader = wait_replicated(c, "exhwm", 0)
     planned = task(c, "exhwm", start_offset=2, end_offset=hwm + 5, request_timeout_ms=300)
