@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -124,6 +125,20 @@ def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
     return out
 
 
+METADATA_GRACE_S = 0.2
+
+
+def _leaders_known(answers: list[m.MetadataResponse]) -> bool:
+    """Whether the answers so far name a leader for every partition they mention."""
+    led: dict[tuple[str, int], bool] = {}
+    for resp in answers:
+        for t in resp.topics:
+            for p in t.partitions:
+                key = (t.name, p.partition)
+                led[key] = led.get(key, False) or p.leader_id >= 0
+    return all(led.values())
+
+
 class Client:
     def __init__(
         self,
@@ -145,12 +160,16 @@ class Client:
         self._leaders: dict[tuple[str, int], PartitionMetadata] = {}
         self._controller_id = -1
         self.cluster_id = ""
+        self._pool: ThreadPoolExecutor | None = None
 
     # ---- plumbing -------------------------------------------------------------------
     def close(self) -> None:
-        for conn in self._conns.values():
+        for conn in list(self._conns.values()):
             conn.close()
         self._conns.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     def __enter__(self) -> Client:
         return self
@@ -228,13 +247,48 @@ class Client:
         timeout_s = min(self.request_timeout_ms / 1000, 5.0)
         answers: list[m.MetadataResponse] = []
         errors: list[str] = []
-        for addr in self._addresses():
-            try:
-                answers.append(self._metadata_from(addr, topics, timeout_s))
-            except SecurityError:
-                raise  # the same settings fail on every node: say so, not "unreachable"
-            except (ConnectionLost, QuorumLogError) as exc:
-                errors.append(f"{addr[0]}:{addr[1]}: {exc}")
+        security_error: SecurityError | None = None
+        # Every node is asked at once. A node that does not answer (e.g. SIGSTOPped) is
+        # given up on once every partition's leader is known and a short grace has passed,
+        # so one hung node does not cost each planning step the whole timeout.
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="quorumlog-metadata")
+        futures = {
+            self._pool.submit(self._metadata_from, addr, topics, timeout_s): addr
+            for addr in self._addresses()
+        }
+        pending = set(futures)
+        deadline = time.monotonic() + timeout_s
+        first_answer_at: float | None = None
+        while pending:
+            done, pending = wait(pending, timeout=0.02, return_when=FIRST_COMPLETED)
+            for fut in done:
+                addr = futures[fut]
+                try:
+                    answers.append(fut.result())
+                except SecurityError as exc:
+                    security_error = exc
+                except (ConnectionLost, QuorumLogError, OSError) as exc:
+                    errors.append(f"{addr[0]}:{addr[1]}: {exc}")
+            now = time.monotonic()
+            if answers and first_answer_at is None:
+                first_answer_at = now
+            if security_error is not None or now >= deadline:
+                break
+            if (
+                first_answer_at is not None
+                and now - first_answer_at >= METADATA_GRACE_S
+                and _leaders_known(answers)
+            ):
+                break
+        for fut in pending:
+            addr = futures[fut]
+            conn = self._conns.pop(addr, None)
+            if conn is not None:
+                conn.abort()
+            errors.append(f"{addr[0]}:{addr[1]}: no answer in time")
+        if security_error is not None:
+            raise security_error  # the same settings fail on every node: say so
         if not answers:
             raise BootstrapUnreachableError(
                 "no quorumlog node reachable at bootstrap "
@@ -243,7 +297,7 @@ class Client:
                 + "; ".join(errors)
                 + ")"
             )
-        best: dict[tuple[str, int], tuple[tuple[int, int], m.PartitionInfo]] = {}
+        best: dict[tuple[str, int], tuple[tuple[int, int, int], m.PartitionInfo]] = {}
         names: set[str] = set()
         for resp in answers:
             for t in resp.topics:
@@ -251,7 +305,11 @@ class Client:
                     continue
                 names.add(t.name)
                 for p in t.partitions:
-                    rank = (1 if p.is_local_leader else 0, p.leader_epoch)
+                    rank = (
+                        1 if p.is_local_leader else 0,
+                        p.leader_epoch,
+                        1 if p.leader_id >= 0 else 0,
+                    )
                     key = (t.name, p.partition)
                     if key not in best or rank > best[key][0]:
                         best[key] = (rank, p)

@@ -221,6 +221,14 @@ class Connection:
             except OSError:
                 pass
 
+    def abort(self) -> None:
+        """Close from another thread: shutdown wakes a thread blocked reading this socket."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.close()
+
 
 def _ssl_reason(exc: ssl.SSLError) -> str:
     if isinstance(exc, ssl.SSLCertVerificationError):
