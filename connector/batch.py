@@ -133,21 +133,7 @@ class QuorumLogBatchReader(DataSourceReader):  # type: ignore[misc]
         finally:
             client.close()
         parts: list[InputPartition] = [
-            QuorumLogPartition(
-                bootstrap=opts.bootstrap,
-                topic=tp.topic,
-                partition=tp.partition,
-                start_offset=start.offset,
-                start_epoch=start.epoch,
-                end_offset=end.offset,
-                end_epoch=end.epoch,
-                leader_epoch=leader_epoch,
-                fetch_max_bytes=opts.fetch_max_bytes,
-                request_timeout_ms=opts.request_timeout_ms,
-                fail_on_data_loss=opts.fail_on_data_loss,
-                on_truncation=opts.on_truncation,
-                security=opts.security,
-            )
+            QuorumLogPartition.for_range(opts, tp, start, end, leader_epoch)
             for tp, start, end, leader_epoch in ranges
             if end.offset > start.offset
         ]

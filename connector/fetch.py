@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -33,6 +33,9 @@ from .offsets import UNKNOWN_EPOCH, Position, TopicPartition
 from .planning import FENCED_ERRORS, QuorumLogSourceError
 from .schema import to_spark_batches
 from .truncation import LogTruncationException, TruncatedPartition, check_position
+
+if TYPE_CHECKING:
+    from .options import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,32 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+    @classmethod
+    def for_range(
+        cls,
+        opts: SourceOptions,
+        tp: TopicPartition,
+        start: Position,
+        end: Position,
+        leader_epoch: int,
+    ) -> QuorumLogPartition:
+        """The task reading [start, end) of ``tp``, planned in ``leader_epoch``."""
+        return cls(
+            bootstrap=opts.bootstrap,
+            topic=tp.topic,
+            partition=tp.partition,
+            start_offset=start.offset,
+            start_epoch=start.epoch,
+            end_offset=end.offset,
+            end_epoch=end.epoch,
+            leader_epoch=leader_epoch,
+            fetch_max_bytes=opts.fetch_max_bytes,
+            request_timeout_ms=opts.request_timeout_ms,
+            fail_on_data_loss=opts.fail_on_data_loss,
+            on_truncation=opts.on_truncation,
+            security=opts.security,
+        )
 
 
 def read_partition(partition: Any) -> Iterator[pa.RecordBatch]:

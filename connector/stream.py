@@ -293,23 +293,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._known_epochs[tp] = leader_epoch
             if stop.offset <= begin.offset:
                 continue
-            out.append(
-                QuorumLogPartition(
-                    bootstrap=opts.bootstrap,
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    start_offset=begin.offset,
-                    start_epoch=begin.epoch,
-                    end_offset=stop.offset,
-                    end_epoch=stop.epoch,
-                    leader_epoch=leader_epoch,
-                    fetch_max_bytes=opts.fetch_max_bytes,
-                    request_timeout_ms=opts.request_timeout_ms,
-                    fail_on_data_loss=opts.fail_on_data_loss,
-                    on_truncation=opts.on_truncation,
-                    security=opts.security,
-                )
-            )
+            out.append(QuorumLogPartition.for_range(opts, tp, begin, stop, leader_epoch))
         settle_truncations(
             opts, truncations, "Found when planning the tasks of a micro-batch (driver)."
         )

@@ -19,24 +19,8 @@ def parse_host_port(text: str, what: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def parse_voters(text: str) -> dict[int, tuple[str, int]]:
-    voters: dict[int, tuple[str, int]] = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        ident, sep, addr = item.partition("@")
-        if not sep or not ident.isdigit():
-            raise ValueError(f"voter {item!r} is not ID@HOST:PORT")
-        voters[int(ident)] = parse_host_port(addr, f"voter {ident} address")
-    if not voters:
-        raise ValueError("--voters is empty: give ID@HOST:PORT for every voter")
-    return voters
-
-
-def parse_peer_addresses(items: list[str]) -> dict[int, tuple[str, int]]:
-    """``--peer-address ID@HOST:PORT`` (repeatable, or comma lists): where this node
-    connects to peer ID for raft traffic, instead of its ``--voters`` address."""
+def _parse_id_addresses(items: list[str], what: str, label: str) -> dict[int, tuple[str, int]]:
+    """Comma lists of ``ID@HOST:PORT``; ``what`` and ``label`` name them in errors."""
     out: dict[int, tuple[str, int]] = {}
     for text in items:
         for item in text.split(","):
@@ -45,9 +29,22 @@ def parse_peer_addresses(items: list[str]) -> dict[int, tuple[str, int]]:
                 continue
             ident, sep, addr = item.partition("@")
             if not sep or not ident.isdigit():
-                raise ValueError(f"peer address {item!r} is not ID@HOST:PORT")
-            out[int(ident)] = parse_host_port(addr, f"peer {ident} address")
+                raise ValueError(f"{what} {item!r} is not ID@HOST:PORT")
+            out[int(ident)] = parse_host_port(addr, f"{label} {ident} address")
     return out
+
+
+def parse_voters(text: str) -> dict[int, tuple[str, int]]:
+    voters = _parse_id_addresses([text], "voter", "voter")
+    if not voters:
+        raise ValueError("--voters is empty: give ID@HOST:PORT for every voter")
+    return voters
+
+
+def parse_peer_addresses(items: list[str]) -> dict[int, tuple[str, int]]:
+    """``--peer-address ID@HOST:PORT`` (repeatable, or comma lists): where this node
+    connects to peer ID for raft traffic, instead of its ``--voters`` address."""
+    return _parse_id_addresses(items, "peer address", "peer")
 
 
 def is_loopback(host: str) -> bool:
