@@ -86,8 +86,8 @@ def test_produce_stdin_and_consume(cluster: LocalCluster) -> None:
 
 
 def test_console_script_is_installed(cluster: LocalCluster) -> None:
-    if not CONSOLE_SCRIPT.exists():
-        pytest.skip(f"{CONSOLE_SCRIPT} not installed")
+    # make test installs the package, so a missing console script is a packaging defect.
+    assert CONSOLE_SCRIPT.exists(), f"{CONSOLE_SCRIPT} is not installed (see [project.scripts])"
     r = subprocess.run(
         [str(CONSOLE_SCRIPT), "topic", "list", "-b", cluster.bootstrap],
         capture_output=True,
