@@ -53,6 +53,9 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
 
+from ..replica.client import Client
+from ..replica.client.security import ClientSecurity
+
 logger = logging.getLogger(__name__)
 
 #: Key of the sink's entry in each commit's ``commitInfo``.
@@ -335,6 +338,35 @@ def batch_ranges(data: pa.Table) -> tuple[pa.Table, tuple[PartitionRange, ...]]:
 DivergenceResolver = Callable[[str, int, Position], int | None]
 
 
+class LogDivergenceResolver:
+    """KIP-320's answer for a re-delivered partition: OffsetsForLeaderEpoch for the epoch
+    of the table's last committed position gives where the log diverged from what the
+    table holds. Picklable (it keeps only how to reach the cluster); asks the cluster only
+    when a truncation is being reconciled."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        security: ClientSecurity | None = None,
+        request_timeout_ms: int = 30000,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.security = security
+        self.request_timeout_ms = request_timeout_ms
+
+    def __call__(self, topic: str, partition: int, position: Position) -> int | None:
+        if position.epoch < 0:
+            return None  # no epoch known: the log cannot say where it diverged
+        with Client(
+            self.bootstrap, request_timeout_ms=self.request_timeout_ms, security=self.security
+        ) as client:
+            answer = client.offsets_for_leader_epoch(topic, partition, position.epoch)
+        if answer.end_offset < 0:
+            return None
+        return min(position.offset, answer.end_offset)
+
+
 def plan_commit(
     app_id: str,
     batch_id: int,
@@ -407,6 +439,10 @@ class DeltaSink:
             replaced from the lowest re-delivered offset, so an old row at an offset the
             new log holds a control record at (the new leader's leader-change record sits
             at the divergence offset) would survive.
+        bootstrap: the quorumlog cluster the stream reads; when given (and no
+            ``resolve_divergence``), the sink asks it where the log diverged
+            (``LogDivergenceResolver``), so the table stays exact across truncation.
+        security: TLS/auth settings for that cluster (``ClientSecurity``).
         metadata_lookback: commits to search for the sink's positions when other
             writers committed after it.
     """
@@ -421,6 +457,8 @@ class DeltaSink:
         engine: Engine = "delta-rs",
         on_commit: Callable[[CommitResult], None] | None = None,
         resolve_divergence: DivergenceResolver | None = None,
+        bootstrap: str | None = None,
+        security: ClientSecurity | None = None,
         metadata_lookback: int = DEFAULT_METADATA_LOOKBACK,
     ) -> None:
         if engine not in ("delta-rs", "delta-spark", "auto"):
@@ -433,6 +471,8 @@ class DeltaSink:
         self.storage_options = storage_options
         self.engine = engine
         self.on_commit = on_commit
+        if resolve_divergence is None and bootstrap is not None:
+            resolve_divergence = LogDivergenceResolver(bootstrap, security=security)
         self.resolve_divergence = resolve_divergence
         self.metadata_lookback = metadata_lookback
         self._table: DeltaTable | None = None
