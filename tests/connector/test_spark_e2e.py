@@ -9,37 +9,25 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from quorumlog.connector import LogTruncationException, ending_offsets_json, next_offsets
-from quorumlog.replica.client.errors import QuorumLogError
+
+from . import cluster_helpers
+from .cluster_helpers import wait_until
+
+T = TypeVar("T")
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def wait_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def retry(fn: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except (QuorumLogError, OSError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+def retry(fn: Callable[[], T], timeout: float = 60.0) -> T:
+    return cluster_helpers.retry(fn, timeout)
 
 
 @pytest.fixture(scope="module")
