@@ -111,7 +111,6 @@ class WallClockLog(Log):
 class Parked:
     request: FetchRequest
     deadline_ms: int
-    high_watermark: int
 
 
 @dataclass
@@ -377,7 +376,7 @@ class Node:
                 and req.max_wait_ms > 0
                 and r.sent_hwm.get(msg.dst) == msg.high_watermark
             ):
-                r.parked.append(Parked(req, now_ms() + req.max_wait_ms, msg.high_watermark))
+                r.parked.append(Parked(req, now_ms() + req.max_wait_ms))
                 return
         if msg.dst == self.node_id:
             self._process(r, r.core.handle(msg, now_ms()))
@@ -458,9 +457,7 @@ class Node:
         t = now_ms()
         parked, r.parked = r.parked, []
         for p in parked:
-            self._parkable[(r.topic, r.partition, p.request.replica_id, p.request.request_id)] = (
-                p.request
-            )
+            # Parking is decided here, so this re-handled request is never parkable again.
             out = r.core.handle(p.request, t)
             resp = next(
                 (
@@ -484,13 +481,7 @@ class Node:
             elif resp is not None and resp.is_empty():
                 # Send the empty answer now (new HWM, expiry or forced).
                 out.messages.remove(resp)
-                self._parkable.pop(
-                    (r.topic, r.partition, p.request.replica_id, p.request.request_id), None
-                )
                 self._send_raw(r, resp)
-            self._parkable.pop(
-                (r.topic, r.partition, p.request.replica_id, p.request.request_id), None
-            )
             self._process(r, out)
 
     def _send_raw(self, r: PartitionReplica, msg: Message) -> None:
