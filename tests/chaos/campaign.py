@@ -310,10 +310,14 @@ class Campaign:
             logs, hwms = self._read_log(cluster)
             for p, records in logs.items():
                 if records:
-                    end = records[-1][0] + 1
+                    # Offset and epoch: after an unclean election the table's old position
+                    # can lie past the new log end until the stream re-reads and replaces.
+                    end, epoch = records[-1][0] + 1, records[-1][1]
                     wait_for(
-                        lambda p=p, end=end: _committed_end(table, p) >= end,
-                        f"the stream to drain p{p} to offset {end}",
+                        lambda p=p, end=end, epoch=epoch: (
+                            _committed_position(table, p) == (end, epoch)
+                        ),
+                        f"the stream to drain p{p} to offset {end} in epoch {epoch}",
                         120,
                     )
             exc = queries[0].exception()
@@ -551,12 +555,17 @@ class Campaign:
         return out
 
 
-def _committed_end(table: str, partition: int) -> int:
+def _committed_position(table: str, partition: int) -> tuple[int, int]:
+    """(end offset, epoch of the last row) the table's last commit records; (-1, -1) if none."""
     try:
         pos = read_committed_positions(table).get(TOPIC, {}).get(partition)
     except Exception:  # no table yet
-        return -1
-    return pos[0] if pos is not None else -1
+        return (-1, -1)
+    return (pos[0], pos[1]) if pos is not None else (-1, -1)
+
+
+def _committed_end(table: str, partition: int) -> int:
+    return _committed_position(table, partition)[0]
 
 
 def _read_table(table: str) -> dict[int, list[Record]]:
