@@ -10,6 +10,8 @@ meanwhile), and empty fetch answers are parked as long-polls.
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import logging
 import os
 import random
@@ -73,6 +75,8 @@ RAFT_CLASSES: dict[str, type] = {
 }
 
 TICK_S = 0.01
+# Held (flock) by the one process serving a data directory; contains its pid.
+LOCK_FILE = ".lock"
 
 
 def now_ms() -> int:
@@ -188,6 +192,7 @@ class Node:
             ssl_context=server_context(config.tls) if config.tls else None,
             auth=AuthConfig.load(config.auth_config) if config.auth_config else None,
         )
+        self._lock_fd: int | None = None
         self._stopping = asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
         self._pending_topics: set[str] = set()
@@ -211,9 +216,38 @@ class Node:
         }
 
     # ------------------------------------------------------------------ lifecycle
-    def _check_data_dir(self) -> None:
+    def _lock_data_dir(self) -> None:
+        """Take ``<data-dir>/.lock`` (as Kafka's ``.lock``) before anything else touches
+        the directory: two processes on one directory would both append to the same logs
+        and quorum-state files. flock is released by the kernel when the process dies,
+        so a kill -9 leaves no stale lock. A loser exits naming the holder's pid and
+        changes nothing (the file is opened without truncation)."""
         d = self.config.data_dir
         d.mkdir(parents=True, exist_ok=True)
+        path = d / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise SystemExit(
+                f"quorumlog: data dir {d} is in use by another quorumlog process (pid {holder}, "
+                f"holds {path}); one node process per data directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the only descriptor releases the flock
+            self._lock_fd = None
+
+    def _check_data_dir(self) -> None:
+        d = self.config.data_dir
         meta = d / "meta.properties"
         wanted = f"cluster.id={self.config.cluster_id}\nnode.id={self.node_id}\n"
         if meta.exists():
@@ -229,6 +263,7 @@ class Node:
             os.replace(tmp, meta)
 
     async def start(self) -> None:
+        self._lock_data_dir()
         self._check_data_dir()
         await self.server.start()
         for nid, (host, port) in self.config.voters.items():
@@ -282,6 +317,7 @@ class Node:
             await link.close()
         for r in self.replicas.values():
             self._close_replica(r)
+        self._unlock_data_dir()
         log.info("node %d stopped", self.node_id)
 
     def _reopen_local_replicas(self) -> None:
