@@ -155,31 +155,25 @@ def test_a_frame_over_the_frame_limit_is_answered_and_the_connection_kept(
 
 
 def test_a_batch_just_under_the_shipped_default_is_replicated(cluster: LocalCluster) -> None:
+    """The shipped default is also the largest limit allowed: a batch that size fits the
+    produce frame, the replica fetch answer inside the raft envelope and the consumer
+    fetch answer, and replicates without an election."""
+    assert DEFAULT_MAX_MESSAGE_BYTES == MAX_MESSAGE_BYTES_CEILING
     topic = "sizes-default"
     leader, epoch = _create(cluster, topic, None)
-    _assert_replicated_without_elections(
-        cluster, topic, _batch_of(DEFAULT_MAX_MESSAGE_BYTES), leader, epoch
-    )
+    batch = _batch_of(DEFAULT_MAX_MESSAGE_BYTES)
+    _assert_replicated_without_elections(cluster, topic, batch, leader, epoch)
+    res = cluster.client.fetch(topic, 0, 1, max_bytes=1)  # KIP-74: one whole batch anyway
+    assert len(res.records) == len(batch)  # the header is restamped, the size is the same
     t0 = time.monotonic()
     with pytest.raises(RecordTooLargeError):
         cluster.client.produce(topic, 0, _batch_of(DEFAULT_MAX_MESSAGE_BYTES + 64))
     assert time.monotonic() - t0 < 1.0
-
-
-def test_a_batch_of_the_largest_allowed_size_is_replicated(cluster: LocalCluster) -> None:
-    """The largest max.message.bytes a topic may set: its batch fits the produce frame,
-    the replica fetch answer inside the raft envelope and the consumer fetch answer, and
-    replicates without an election."""
-    topic = "sizes-ceiling"
-    ceiling = MAX_MESSAGE_BYTES_CEILING
-    leader, epoch = _create(cluster, topic, ceiling)
-    batch = _batch_of(ceiling)
-    _assert_replicated_without_elections(cluster, topic, batch, leader, epoch)
-    res = cluster.client.fetch(topic, 0, 1, max_bytes=1)  # KIP-74: one whole batch anyway
-    assert len(res.records) == len(batch)  # the header is restamped, the size is the same
-    # A topic cannot ask for more than a frame can carry.
+    # A topic cannot ask for more than one batch can safely be.
     with pytest.raises(InvalidRequestError, match="max.message.bytes must be 1"):
-        cluster.client.create_topic("sizes-too-big", 1, max_message_bytes=ceiling + 1)
+        cluster.client.create_topic(
+            "sizes-too-big", 1, max_message_bytes=MAX_MESSAGE_BYTES_CEILING + 1
+        )
 
 
 def test_replica_fetch_frame_with_a_largest_batch_fits_the_frame_limit() -> None:
