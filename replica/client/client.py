@@ -116,9 +116,6 @@ def check_batch_size(topic: str, partition: int, records: bytes, limit: int) -> 
     """Raise RecordTooLargeError if ``records`` holds a batch over ``limit`` (the topic's
     max.message.bytes; 0: unknown) or cannot fit one frame at all. Only headers are read,
     and only when the whole is over the limit."""
-    from ..storage.errors import CorruptRecordError
-    from ..storage.records import iter_batches
-
     ceiling = max_batch_bytes(DEFAULT_MAX_FRAME_BYTES)
     if len(records) > ceiling:
         raise RecordTooLargeError(
@@ -127,6 +124,9 @@ def check_batch_size(topic: str, partition: int, records: bytes, limit: int) -> 
         )
     if limit <= 0 or len(records) <= limit:
         return
+    from ..storage.errors import CorruptRecordError
+    from ..storage.records import iter_batches
+
     try:
         for h in iter_batches(records):
             if h.size > limit:
