@@ -116,7 +116,12 @@ def cmd_topic(args: argparse.Namespace) -> int:
 
     with _client(args) as c:
         if args.action == "create":
-            c.create_topic(args.name, args.partitions, args.replication_factor)
+            c.create_topic(
+                args.name,
+                args.partitions,
+                args.replication_factor,
+                max_message_bytes=args.max_message_bytes,
+            )
             c.wait_for_leaders(args.name)
             print(f"created topic {args.name} with {args.partitions} partition(s)")
         elif args.action == "delete":
@@ -277,6 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retention-bytes", type=int, default=None)
     p.add_argument("--retention-ms", type=int, default=None)
     p.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=None,
+        help="max.message.bytes for topics that set none: the largest record batch a "
+        "produce may carry (default 8 MiB)",
+    )
+    p.add_argument(
         "--peer-address",
         action="append",
         default=[],
@@ -328,6 +340,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bootstrap(p)
     p.add_argument("--partitions", "-p", type=int, default=1)
     p.add_argument("--replication-factor", "-r", type=int, default=None)
+    p.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=None,
+        help="the topic's max.message.bytes: the largest record batch a produce may carry "
+        "(default: each node's serve --max-message-bytes)",
+    )
     p.set_defaults(func=cmd_topic)
 
     p = sub.add_parser("produce", help="produce stdin lines (or a generated load)")

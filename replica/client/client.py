@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
-from ..protocol import ApiKey, ErrorCode
+from ..protocol import DEFAULT_MAX_FRAME_BYTES, ApiKey, ErrorCode, max_batch_bytes
 from ..protocol import messages as m
 from ..storage.types import EpochEndOffset, OffsetAndEpoch
 from .connection import Connection, ConnectionLost
@@ -25,6 +25,7 @@ from .errors import (
     LeaderNotAvailableError,
     NotLeaderError,
     QuorumLogError,
+    RecordTooLargeError,
     RequestTimeoutError,
     SecurityError,
     UnknownLeaderEpochError,
@@ -55,6 +56,8 @@ class PartitionMetadata:
     replicas: list[int]
     high_watermark: int
     log_start_offset: int
+    # The topic's max.message.bytes as the answering node enforces it; 0 if not told.
+    max_message_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,32 @@ class FetchResult:
         for b in iter_batches(self.records):
             last = OffsetAndEpoch(b.last_offset, b.leader_epoch)
         return last
+
+
+def check_batch_size(topic: str, partition: int, records: bytes, limit: int) -> None:
+    """Raise RecordTooLargeError if ``records`` holds a batch over ``limit`` (the topic's
+    max.message.bytes; 0: unknown) or cannot fit one frame at all. Only headers are read,
+    and only when the whole is over the limit."""
+    ceiling = max_batch_bytes(DEFAULT_MAX_FRAME_BYTES)
+    if len(records) > ceiling:
+        raise RecordTooLargeError(
+            f"MESSAGE_TOO_LARGE: {len(records)} bytes of records to {topic}/{partition} exceed "
+            f"the {ceiling} bytes one produce request can carry"
+        )
+    if limit <= 0 or len(records) <= limit:
+        return
+    from ..storage.errors import CorruptRecordError
+    from ..storage.records import iter_batches
+
+    try:
+        for h in iter_batches(records):
+            if h.size > limit:
+                raise RecordTooLargeError(
+                    f"MESSAGE_TOO_LARGE: record batch of {h.size} bytes to {topic}/{partition} "
+                    f"exceeds the topic's max.message.bytes {limit}"
+                )
+    except CorruptRecordError:
+        return  # malformed input: the node answers for it
 
 
 def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
@@ -297,7 +326,7 @@ class Client:
                 + "; ".join(errors)
                 + ")"
             )
-        best: dict[tuple[str, int], tuple[tuple[int, int, int], m.PartitionInfo]] = {}
+        best: dict[tuple[str, int], tuple[tuple[int, int, int], m.PartitionInfo, int]] = {}
         names: set[str] = set()
         for resp in answers:
             for t in resp.topics:
@@ -312,9 +341,9 @@ class Client:
                     )
                     key = (t.name, p.partition)
                     if key not in best or rank > best[key][0]:
-                        best[key] = (rank, p)
+                        best[key] = (rank, p, t.max_message_bytes)
         out: dict[str, TopicMetadata] = {n: TopicMetadata(n) for n in sorted(names)}
-        for (topic, part), (_, p) in best.items():
+        for (topic, part), (_, p, limit) in best.items():
             pm = PartitionMetadata(
                 topic,
                 part,
@@ -323,6 +352,7 @@ class Client:
                 list(p.replicas),
                 p.high_watermark,
                 p.log_start_offset,
+                limit,
             )
             out[topic].partitions[part] = pm
             self._leaders[(topic, part)] = pm
@@ -374,11 +404,20 @@ class Client:
             attempt += 1
 
     def create_topic(
-        self, name: str, partitions: int, replication_factor: int | None = None
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int | None = None,
+        *,
+        max_message_bytes: int | None = None,
     ) -> None:
+        """``max_message_bytes``: the topic's limit on one record batch (Kafka's
+        max.message.bytes); None: each node's ``serve --max-message-bytes`` applies."""
+        if max_message_bytes is not None and max_message_bytes <= 0:
+            raise ValueError(f"max_message_bytes must be > 0, got {max_message_bytes}")
         self._admin(
             ApiKey.CREATE_TOPIC,
-            m.CreateTopicRequest(name, partitions, replication_factor or 0),
+            m.CreateTopicRequest(name, partitions, replication_factor or 0, max_message_bytes or 0),
             m.CreateTopicResponse,
             controller=True,
         )
@@ -486,11 +525,18 @@ class Client:
         """Append encoded batches (see ``quorumlog.replica.storage.batch``). A retry after a
         timeout may append the same records twice (no idempotent producer yet)."""
         t = timeout_ms if timeout_ms is not None else self.request_timeout_ms
+
+        def request(pm: PartitionMetadata) -> m.ProduceRequest:
+            # Checked per attempt against the limit of the metadata it routes by; raised
+            # out of _leader_call at once, as no retry can make the batch fit.
+            check_batch_size(topic, partition, records, pm.max_message_bytes)
+            return m.ProduceRequest(topic, partition, acks, t, records)
+
         resp = self._leader_call(
             topic,
             partition,
             ApiKey.PRODUCE,
-            lambda pm: m.ProduceRequest(topic, partition, acks, t, records),
+            request,
             m.ProduceResponse,
             fenced_to_caller=False,
             timeout_ms=t,

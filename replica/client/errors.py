@@ -54,6 +54,14 @@ class InvalidRequestError(QuorumLogError):
     error_code = ErrorCode.INVALID_REQUEST
 
 
+class RecordTooLargeError(QuorumLogError):
+    """A record batch over the topic's max.message.bytes (Kafka's
+    RecordTooLargeException). Raised before sending when the client knows the limit, or
+    on the node's MESSAGE_TOO_LARGE answer; never retried: the same batch fails again."""
+
+    error_code = ErrorCode.MESSAGE_TOO_LARGE
+
+
 class SecurityError(QuorumLogError):
     """TLS or authentication failed on connect; retrying with the same settings will not help."""
 
@@ -84,6 +92,7 @@ _BY_CODE: dict[ErrorCode, type[QuorumLogError]] = {
     ErrorCode.TOPIC_ALREADY_EXISTS: TopicExistsError,
     ErrorCode.REQUEST_TIMED_OUT: RequestTimeoutError,
     ErrorCode.INVALID_REQUEST: InvalidRequestError,
+    ErrorCode.MESSAGE_TOO_LARGE: RecordTooLargeError,
 }
 
 

@@ -1,6 +1,10 @@
 """Producer: batches records per partition (linger, max batch bytes/records) and appends
 them with acks=quorum by default.
 
+Sizes: a batch over the topic's max.message.bytes is split in halves and sent again
+(nothing of it was appended); a single record that alone is over the limit is not sent,
+and RecordTooLargeError is raised once the rest of its batch has been sent.
+
 Retries: a produce that times out may have been appended anyway; retrying it may append the
 same records twice (there is no idempotent producer yet). Each record's (partition, offset,
 epoch) comes back in the ProduceResult of its batch.
@@ -15,6 +19,7 @@ from typing import Any
 
 from ..protocol.messages import ACKS_LEADER, ACKS_QUORUM
 from .client import Client, ProduceResult
+from .errors import RecordTooLargeError
 
 
 @dataclass
@@ -88,15 +93,40 @@ class Producer:
             self._send_pending(topic, partition)
 
     def _send_pending(self, topic: str, partition: int) -> None:
-        from ..storage.records import encode_batch
-
         p = self._pending.pop((topic, partition), None)
         if p is None or not p.values:
             return
-        data = encode_batch(p.values, keys=p.keys, timestamps=p.timestamps, headers=p.headers)
-        self._results.append(self.client.produce(topic, partition, data, acks=self.acks))
+        rejected: list[RecordTooLargeError] = []
+        rows = list(zip(p.values, p.keys, p.timestamps, p.headers, strict=True))
+        self._send_rows(topic, partition, rows, rejected)
         if topic in self._sticky:
             self._sticky[topic] += 1
+        if rejected:
+            raise RecordTooLargeError(
+                f"{len(rejected)} record(s) to {topic}/{partition} not sent, each alone over "
+                f"the topic's limit (the rest of the batch was sent): {rejected[0]}"
+            )
+
+    def _send_rows(
+        self,
+        topic: str,
+        partition: int,
+        rows: list[tuple[bytes | None, bytes | None, int, list[tuple[str, bytes]]]],
+        rejected: list[RecordTooLargeError],
+    ) -> None:
+        from ..storage.records import encode_batch
+
+        values, keys, timestamps, headers = (list(c) for c in zip(*rows, strict=True))
+        data = encode_batch(values, keys=keys, timestamps=timestamps, headers=headers)
+        try:
+            self._results.append(self.client.produce(topic, partition, data, acks=self.acks))
+        except RecordTooLargeError as exc:
+            if len(rows) == 1:
+                rejected.append(exc)
+                return
+            half = len(rows) // 2
+            self._send_rows(topic, partition, rows[:half], rejected)
+            self._send_rows(topic, partition, rows[half:], rejected)
 
     def send_batch(self, topic: str, partition: int, batch: Any) -> ProduceResult:
         """Append a pyarrow Table/RecordBatch (key, value[, timestamp, headers]) as is."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..protocol import DEFAULT_MAX_FRAME_BYTES
+from ..protocol import DEFAULT_MAX_FRAME_BYTES, max_batch_bytes
 from .security import TlsFiles, read_secret
 
 
@@ -47,6 +47,36 @@ def parse_peer_addresses(items: list[str]) -> dict[int, tuple[str, int]]:
     return _parse_id_addresses(items, "peer address", "peer")
 
 
+# max.message.bytes shipped default: the largest record batch a produce may carry, for
+# topics that set none. Kafka ships 1 MiB (+ overhead) because its batches are small
+# compressed record sets; ours are Arrow IPC batches and throughput comes from big ones:
+# `quorumlog perf produce` sends 10,000 x 100 B records per batch (~1.2 MB on the wire)
+# for >= 1M records/s, and a Spark/Delta writer may send larger tables. 8 MiB admits that
+# with room (a 10,000-record batch of 800 B values) while one batch stays far below the
+# 64 MiB frame limit and costs each replica ~0.1 s (CRC + write) on a loaded machine.
+DEFAULT_MAX_MESSAGE_BYTES = 8 << 20
+# The largest max.message.bytes a topic or node may set; topics may lower the limit, not
+# raise it. Not the frame limit (a 63 MiB batch fits every frame, see max_batch_bytes) but
+# time: each replica checks and writes one batch in one go on its event loop, and a
+# follower flushes it before its next fetch, all within the 800 ms fetch timeout (a
+# stalled loop times out every partition of the node at once). Measured on the loaded
+# 2-core test machine (load 5-7): 8 MiB batches replicate with no election in every
+# trial, 16 MiB ones now and then cause one, 32 MiB ones make leadership churn. A higher
+# ceiling needs a longer fetch timeout, or appends off the event loop.
+MAX_MESSAGE_BYTES_CEILING = DEFAULT_MAX_MESSAGE_BYTES
+
+
+def check_max_message_bytes(value: int, max_frame_bytes: int, what: str) -> str | None:
+    """Why ``value`` is not an allowed max.message.bytes, or None."""
+    ceiling = min(MAX_MESSAGE_BYTES_CEILING, max_batch_bytes(max_frame_bytes))
+    if not 1 <= value <= ceiling:
+        return (
+            f"{what} must be 1..{ceiling} bytes (one batch of that size must replicate "
+            f"well within the quorum fetch timeout and fit every frame), got {value}"
+        )
+    return None
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -73,6 +103,8 @@ class NodeConfig:
     retention_ms: int | None = None
     # Transport.
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    # max.message.bytes for topics that set none (see DEFAULT_MAX_MESSAGE_BYTES).
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     # How long a follower's fetch may be parked at the leader waiting for data.
     replica_fetch_max_wait_ms: int = 250
     produce_timeout_ms: int = 30000
@@ -97,6 +129,11 @@ class NodeConfig:
         unknown = sorted(set(self.peer_addresses) - set(self.voters))
         if unknown:
             raise ValueError(f"--peer-address names node(s) {unknown} that are not --voters")
+        problem = check_max_message_bytes(
+            self.max_message_bytes, self.max_frame_bytes, "--max-message-bytes"
+        )
+        if problem:
+            raise ValueError(problem)
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> NodeConfig:
@@ -124,6 +161,11 @@ class NodeConfig:
             segment_bytes=args.segment_bytes,
             retention_bytes=args.retention_bytes,
             retention_ms=args.retention_ms,
+            max_message_bytes=(
+                args.max_message_bytes
+                if getattr(args, "max_message_bytes", None) is not None
+                else DEFAULT_MAX_MESSAGE_BYTES
+            ),
             tls=tls,
             auth_config=auth_config,
             auth_principal=principal,

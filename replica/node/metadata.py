@@ -18,6 +18,8 @@ TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 class TopicAssignment:
     name: str
     replicas: list[list[int]]  # per partition, the replica node ids; the first is preferred
+    # The topic's max.message.bytes; None: the node's default applies.
+    max_message_bytes: int | None = None
 
 
 @dataclass
@@ -32,8 +34,11 @@ class MetadataState:
         op = record.get("op")
         if op == "create_topic":
             name = str(record["name"])
+            limit = record.get("max_message_bytes")
             self.topics[name] = TopicAssignment(
-                name, [list(map(int, r)) for r in record["replicas"]]
+                name,
+                [list(map(int, r)) for r in record["replicas"]],
+                None if limit is None else int(limit),
             )
             self.deleted.discard(name)
         elif op == "delete_topic":

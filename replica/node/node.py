@@ -10,6 +10,8 @@ meanwhile), and empty fetch answers are parked as long-polls.
 from __future__ import annotations
 
 import asyncio
+import errno
+import fcntl
 import logging
 import os
 import random
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..protocol import ApiKey, ErrorCode, Frame, decode_body, encode
+from ..protocol import ApiKey, ErrorCode, Frame, decode_body, encode, max_batch_bytes
 from ..protocol import messages as m
 from ..raft import (
     UNCLEAN_EPOCH_GAP,
@@ -41,10 +43,10 @@ from ..raft import (
     VoteResponse,
 )
 from ..storage import Log, LogConfig, QuorumState, QuorumStateStore, batches_to_table
+from ..storage.errors import CorruptRecordError, StorageError
 from ..storage.errors import OffsetOutOfRangeError as StorageOffsetOutOfRange
-from ..storage.errors import StorageError
 from ..storage.records import encode_batch, iter_batches
-from .config import NodeConfig
+from .config import NodeConfig, check_max_message_bytes
 from .metadata import (
     METADATA_TOPIC,
     MetadataState,
@@ -73,6 +75,8 @@ RAFT_CLASSES: dict[str, type] = {
 }
 
 TICK_S = 0.01
+# Held (flock) by the one process serving a data directory; contains its pid.
+LOCK_FILE = ".lock"
 
 
 def now_ms() -> int:
@@ -188,6 +192,7 @@ class Node:
             ssl_context=server_context(config.tls) if config.tls else None,
             auth=AuthConfig.load(config.auth_config) if config.auth_config else None,
         )
+        self._lock_fd: int | None = None
         self._stopping = asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
         self._pending_topics: set[str] = set()
@@ -211,9 +216,38 @@ class Node:
         }
 
     # ------------------------------------------------------------------ lifecycle
-    def _check_data_dir(self) -> None:
+    def _lock_data_dir(self) -> None:
+        """Take ``<data-dir>/.lock`` (as Kafka's ``.lock``) before anything else touches
+        the directory: two processes on one directory would both append to the same logs
+        and quorum-state files. flock is released by the kernel when the process dies,
+        so a kill -9 leaves no stale lock. A loser exits naming the holder's pid and
+        changes nothing (the file is opened without truncation)."""
         d = self.config.data_dir
         d.mkdir(parents=True, exist_ok=True)
+        path = d / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise SystemExit(
+                f"quorumlog: data dir {d} is in use by another quorumlog process (pid {holder}, "
+                f"holds {path}); one node process per data directory"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the only descriptor releases the flock
+            self._lock_fd = None
+
+    def _check_data_dir(self) -> None:
+        d = self.config.data_dir
         meta = d / "meta.properties"
         wanted = f"cluster.id={self.config.cluster_id}\nnode.id={self.node_id}\n"
         if meta.exists():
@@ -229,6 +263,7 @@ class Node:
             os.replace(tmp, meta)
 
     async def start(self) -> None:
+        self._lock_data_dir()
         self._check_data_dir()
         await self.server.start()
         for nid, (host, port) in self.config.voters.items():
@@ -282,6 +317,7 @@ class Node:
             await link.close()
         for r in self.replicas.values():
             self._close_replica(r)
+        self._unlock_data_dir()
         log.info("node %d stopped", self.node_id)
 
     def _reopen_local_replicas(self) -> None:
@@ -631,6 +667,29 @@ class Node:
         resp = await self._handlers[api](req)
         return int(api), resp
 
+    def _max_message_bytes(self, topic: str) -> int:
+        t = self.metadata.topics.get(topic)
+        if t is not None and t.max_message_bytes is not None:
+            return t.max_message_bytes
+        return self.config.max_message_bytes
+
+    def _oversized_batch(self, topic: str, records: bytes) -> str | None:
+        """Why a produce's records hold a batch over the topic's max.message.bytes, or None.
+        Only headers are parsed; malformed batches are left to the append path to reject."""
+        limit = self._max_message_bytes(topic)
+        if len(records) <= limit:
+            return None
+        try:
+            for h in iter_batches(records):
+                if h.size > limit:
+                    return (
+                        f"record batch of {h.size} bytes at position {h.position} exceeds "
+                        f"max.message.bytes {limit} of topic {topic!r}"
+                    )
+        except CorruptRecordError:
+            return None
+        return None
+
     def _replica_or_error(self, topic: str, partition: int) -> PartitionReplica | ErrorCode:
         r = self.replicas.get((topic, partition))
         if r is None or r.closed or topic == METADATA_TOPIC:
@@ -684,7 +743,7 @@ class Node:
                         core.is_leader,
                     )
                 )
-            topics.append(m.TopicInfo(0, name, parts))
+            topics.append(m.TopicInfo(0, name, parts, self._max_message_bytes(name)))
         nodes = [m.NodeInfo(i, h, p) for i, (h, p) in sorted(self.config.voters.items())]
         return m.MetadataResponse(
             0, "", self.config.cluster_id, self.node_id, controller, nodes, topics
@@ -699,6 +758,9 @@ class Node:
             return fail(r, f"{req.topic}/{req.partition} is not hosted here")
         if not req.records:
             return fail(ErrorCode.INVALID_REQUEST, "produce without records")
+        too_large = self._oversized_batch(req.topic, req.records)
+        if too_large is not None:
+            return fail(ErrorCode.MESSAGE_TOO_LARGE, too_large)
         try:
             info, epoch, out = r.core.append(req.records, now_ms())
         except NotLeaderError as exc:
@@ -764,8 +826,11 @@ class Node:
                     f"offset {req.fetch_offset} is outside [{r.log.start_offset}, {r.log.end_offset}]",
                 )
             if req.fetch_offset < hwm:
+                # At least one whole batch even above max_bytes (KIP-74, Log.read), and no
+                # more than one frame can carry: any single batch fits max_batch_bytes.
+                max_bytes = min(max(1, req.max_bytes), max_batch_bytes(self.config.max_frame_bytes))
                 try:
-                    data = r.log.read(req.fetch_offset, max(1, req.max_bytes), max_offset=hwm)
+                    data = r.log.read(req.fetch_offset, max_bytes, max_offset=hwm)
                 except StorageOffsetOutOfRange as exc:
                     return answer(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
                 return answer(ErrorCode.NONE, "", data)
@@ -906,6 +971,12 @@ class Node:
                 int(ErrorCode.INVALID_REPLICATION_FACTOR),
                 f"replication factor must be 1..{len(nodes)} (the number of nodes), got {rf}",
             )
+        if req.max_message_bytes:
+            problem = check_max_message_bytes(
+                req.max_message_bytes, self.config.max_frame_bytes, "max.message.bytes"
+            )
+            if problem:
+                return m.CreateTopicResponse(int(ErrorCode.INVALID_REQUEST), problem)
         if req.name in self.metadata.topics or req.name in self._pending_topics:
             return m.CreateTopicResponse(
                 int(ErrorCode.TOPIC_ALREADY_EXISTS), f"topic {req.name!r} already exists"
@@ -913,9 +984,10 @@ class Node:
         self._pending_topics.add(req.name)
         try:
             replicas = assign_replicas(req.name, req.partitions, rf, nodes)
-            err = await self._commit_metadata(
-                {"op": "create_topic", "name": req.name, "replicas": replicas}
-            )
+            record: dict[str, Any] = {"op": "create_topic", "name": req.name, "replicas": replicas}
+            if req.max_message_bytes:
+                record["max_message_bytes"] = req.max_message_bytes
+            err = await self._commit_metadata(record)
         finally:
             self._pending_topics.discard(req.name)
         if err is not None:

@@ -40,9 +40,41 @@ MAX_IN_FLIGHT = 32
 AUTH_TIMEOUT_S = 10.0
 
 
-async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int) -> Frame:
+# An oversized frame whose meta is at most this long is read past and answered.
+MAX_SKIPPED_META_BYTES = 64 << 10
+
+
+class OversizedFrame(FrameError):
+    """A frame over the limit that was read past (its payload discarded unread), so the
+    stream is still in sync: answer MESSAGE_TOO_LARGE and keep the connection."""
+
+    def __init__(self, message: str, frame: Frame) -> None:
+        super().__init__(message, ErrorCode.MESSAGE_TOO_LARGE)
+        self.frame = frame
+
+
+async def read_frame(
+    reader: asyncio.StreamReader, max_frame_bytes: int, *, skip_oversized: bool = False
+) -> Frame:
     prefix = await reader.readexactly(PREFIX.size)
-    total, meta_len = frame_length(prefix, max_frame_bytes)
+    try:
+        total, meta_len = frame_length(prefix, max_frame_bytes)
+    except FrameError as exc:
+        if not skip_oversized or exc.error_code != ErrorCode.MESSAGE_TOO_LARGE:
+            raise
+        total, meta_len = PREFIX.unpack(prefix)
+        if meta_len > min(MAX_SKIPPED_META_BYTES, total - 4):
+            raise
+        # A too-large produce (e.g. one record batch over every limit) is answered rather
+        # than met with a reset the client would take for a network fault and retry.
+        frame = decode_frame(await reader.readexactly(meta_len), meta_len)
+        left = total - 4 - meta_len
+        while left > 0:
+            chunk = await reader.read(min(left, 1 << 20))
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", left) from None
+            left -= len(chunk)
+        raise OversizedFrame(str(exc), frame) from None
     rest = await reader.readexactly(total - 4)
     return decode_frame(rest, meta_len)
 
@@ -132,7 +164,13 @@ class Server:
         try:
             while True:
                 try:
-                    frame = await read_frame(reader, self._max_frame)
+                    frame = await read_frame(reader, self._max_frame, skip_oversized=True)
+                except OversizedFrame as exc:
+                    log.info("answered an oversized frame from %s: %s", peer, exc)
+                    if exc.frame.api_key != ApiKey.RAFT:
+                        answer = _denied(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
+                        await pending.put((exc.frame.correlation_id, asyncio.create_task(answer)))
+                    continue
                 except FrameError as exc:
                     # The stream cannot be re-synchronised after a bad prefix: answer, then close.
                     log.warning("closing connection from %s: %s", peer, exc)

@@ -4,18 +4,21 @@ from .codec import DecodeError, decode_body, encode
 from .errors import ErrorCode
 from .framing import (
     DEFAULT_MAX_FRAME_BYTES,
+    FRAME_OVERHEAD_BYTES,
     PREFIX,
     Frame,
     FrameError,
     decode_frame,
     encode_frame,
     frame_length,
+    max_batch_bytes,
 )
 from .messages import API_VERSION, REQUESTS, ApiKey
 
 __all__ = [
     "API_VERSION",
     "DEFAULT_MAX_FRAME_BYTES",
+    "FRAME_OVERHEAD_BYTES",
     "PREFIX",
     "REQUESTS",
     "ApiKey",
@@ -28,4 +31,5 @@ __all__ = [
     "encode",
     "encode_frame",
     "frame_length",
+    "max_batch_bytes",
 ]

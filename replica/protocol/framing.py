@@ -17,6 +17,18 @@ from .errors import ErrorCode
 
 PREFIX = struct.Struct(">II")
 DEFAULT_MAX_FRAME_BYTES = 64 << 20
+# What a frame carrying one record batch may add around it: prefix, msgpack meta (api
+# key, ids, client id) and the body (a raft envelope: topic name <= 200 characters,
+# cluster id, epochs, offsets). The real figure is under 1 KiB; the margin keeps "one
+# batch of the largest allowed size fits every frame" true whatever path carries it.
+FRAME_OVERHEAD_BYTES = 1 << 20
+
+
+def max_batch_bytes(max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> int:
+    """The largest record batch (and so the ceiling of any ``max.message.bytes``) that
+    fits a frame of ``max_frame_bytes`` on every path: produce, replica fetch inside the
+    raft envelope, consumer fetch."""
+    return max_frame_bytes - FRAME_OVERHEAD_BYTES
 
 
 class FrameError(Exception):

@@ -95,6 +95,9 @@ class TopicInfo:
     error: int
     name: str
     partitions: list[PartitionInfo]
+    # The largest record batch a produce to this topic may carry (its max.message.bytes,
+    # or the answering node's default); 0 when unknown.
+    max_message_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +215,8 @@ class CreateTopicRequest:
     name: str
     partitions: int
     replication_factor: int
+    # The topic's max.message.bytes; 0: none set, each node's --max-message-bytes applies.
+    max_message_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,3 +160,49 @@ def test_unreachable_bootstrap_is_a_clear_error() -> None:
     assert r.returncode == 1
     assert "no quorumlog node reachable" in r.stderr
     assert f"127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_topic_max_message_bytes(cluster: LocalCluster) -> None:
+    b = cluster.bootstrap
+    r = run("topic", "create", "cli-small", "-b", b, "--max-message-bytes", "2000")
+    assert r.returncode == 0, r.stderr
+    r = run("produce", "cli-small", "-b", b, "--generate", "5", "--value-size", "100")
+    assert r.returncode == 0, r.stderr
+    r = run("produce", "cli-small", "-b", b, "--generate", "1", "--value-size", "3000")
+    assert r.returncode == 1, r.stderr
+    assert "quorumlog: error:" in r.stderr and "max.message.bytes 2000" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run("topic", "create", "cli-huge", "-b", b, "--max-message-bytes", str(1 << 30))
+    assert r.returncode == 1 and "max.message.bytes must be 1.." in r.stderr, r.stderr
+
+
+def test_serve_max_message_bytes(tmp_path: Path) -> None:
+    (port,) = free_ports(1)
+    bad = [
+        "serve",
+        "--node-id",
+        "1",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--voters",
+        f"1@127.0.0.1:{port}",
+        "--data-dir",
+        str(tmp_path / "bad"),
+        "--cluster-id",
+        "c",
+        "--max-message-bytes",
+        "0",
+    ]
+    r = run(*bad)
+    assert r.returncode == 1 and "--max-message-bytes must be 1.." in r.stderr, r.stderr
+    assert not (tmp_path / "bad").exists()
+
+    from quorumlog.replica.client import RecordTooLargeError
+    from quorumlog.replica.storage import encode_batch
+
+    with LocalCluster(1, tmp_path / "c", node_args=["--max-message-bytes", "100000"]) as c:
+        c.create_topic("served", 1)
+        assert c.client.metadata(["served"])["served"].partitions[0].max_message_bytes == 100000
+        with pytest.raises(RecordTooLargeError, match="max.message.bytes 100000"):
+            c.client.produce("served", 0, encode_batch([bytes(100000)]))
+        c.client.produce("served", 0, encode_batch([bytes(90000)]))
