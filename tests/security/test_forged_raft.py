@@ -132,8 +132,10 @@ def forge_and_check(cluster: LocalCluster, as_node: int | None, claimed: int, re
             ],
         )
     )
+    closed: list[tuple[int, int, int]] = []
     for target, topic, msgs in plan:
         conn = connect(cluster, target, as_node=as_node)
+        port = conn._sock.getsockname()[1]
         try:
             p = part if topic == TOPIC else 0
             send_raft(conn, topic, p, *msgs)  # type: ignore[arg-type]
@@ -142,14 +144,18 @@ def forge_and_check(cluster: LocalCluster, as_node: int | None, claimed: int, re
         finally:
             conn.close()
         wait_for_log(cluster, target, refusal)
+        closed.append((target, port, 2 * len(msgs)))
     # Nothing moved: the same leader and epoch everywhere, and a quorum produce still works
     # in that epoch (an EndQuorumEpoch, had it been applied, starts an election at once).
     assert quorum_view(cluster, TOPIC) == view
     res = cluster.client.produce(TOPIC, part, encode_batch([b"still-here"]), timeout_ms=10000)
     assert res.leader_epoch == epoch
     assert quorum_view(cluster, TOPIC) == view
-    for target, _, _ in plan:
-        wait_for_log(cluster, target, "closed after")
+    # One line when the first forged frame arrived, one with the count when it closed.
+    for target, port, n in closed:
+        summary = f"{port}) closed after {n} problems: {n} refused raft messages"
+        logs = wait_for_log(cluster, target, summary)
+        assert len([ln for ln in logs.splitlines() if f", {port})" in ln]) == 2, port
 
 
 def forge_fetch_and_check(cluster: LocalCluster, forger: int) -> None:
