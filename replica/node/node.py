@@ -55,6 +55,7 @@ from .metadata import (
 )
 from .security import (
     AuthConfig,
+    check_own_principal,
     check_raft_sender,
     cluster_auth_config,
     node_principal,
@@ -194,7 +195,7 @@ class Node:
             self._handle_raft,
             max_frame_bytes=config.max_frame_bytes,
             ssl_context=server_context(config.tls) if config.tls else None,
-            auth=AuthConfig.load(config.auth_config) if config.auth_config else None,
+            auth=self._load_auth(),
             # Plaintext: clients stay anonymous; only peers holding the cluster secret
             # authenticate, and only they may send raft traffic.
             node_auth=(
@@ -273,6 +274,15 @@ class Node:
             self.config.cluster_id,
             len(self.config.voters),
         )
+
+    def _load_auth(self) -> AuthConfig | None:
+        c = self.config
+        if c.auth_config is None:
+            return None
+        auth = AuthConfig.load(c.auth_config)
+        if c.auth_principal:
+            check_own_principal(auth, c.auth_principal, self.node_id, str(c.auth_config))
+        return auth
 
     def _peer_credentials(self) -> tuple[str, str] | None:
         """Who this node authenticates as to its peers: its node principal (secure), or

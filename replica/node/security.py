@@ -209,6 +209,21 @@ def check_raft_sender(msg: Message, sender: int) -> None:
         )
 
 
+def check_own_principal(auth: AuthConfig, name: str, node_id: int, where: str) -> None:
+    """Refuse to start as a principal the peers would not take for this node (they would
+    refuse every raft message it sends)."""
+    entry = auth.principals.get(name)
+    if entry is None:
+        return  # the peers' principals files may differ from ours: they will tell
+    p = entry[0]
+    if p.kind != "node" or p.node_id != node_id:
+        raise SystemExit(
+            f"quorumlog: this is node {node_id}, but its --auth-principal {name!r} is a "
+            f"{p.kind} principal for node {p.node_id} in {where}; its peers would refuse its "
+            f"raft traffic (give it node_id {node_id}, or use node-{node_id})"
+        )
+
+
 def node_secret(cluster_secret: str, node_id: int) -> str:
     """Node ``node_id``'s SCRAM secret in a plaintext cluster: keyed by the cluster secret,
     so every node can derive every voter's verifier and no node can derive it without it."""

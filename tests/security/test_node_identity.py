@@ -124,3 +124,23 @@ def test_a_raft_message_must_claim_its_connection_node() -> None:
     for msg, why in forged:
         with pytest.raises(ForgedSender, match=why):
             check_raft_sender(msg, 3)
+
+
+def test_a_node_refuses_to_start_as_another_nodes_principal(tmp_path: Path) -> None:
+    from quorumlog.replica.node.node import Node
+    from quorumlog.replica.node.security import Principal
+    from quorumlog.replica.protocol.scram import make_verifier
+
+    auth = AuthConfig()
+    for name, nid in [("node-1", 1), ("node-2", 2)]:
+        auth.principals[name] = (Principal(name, "node", (), nid), make_verifier("s"))
+    auth.principals["ops"] = (Principal("ops", "admin"), make_verifier("s"))
+    path = tmp_path / "auth.json"
+    auth.save(path)
+    secret = tmp_path / "n.secret"
+    secret.write_text("s\n")
+    base = ["--auth-config", str(path), "--auth-secret-file", str(secret)]
+    Node(serve_config(*base))  # node-1 as node 1
+    for principal in ["node-2", "ops"]:
+        with pytest.raises(SystemExit, match="peers would refuse its raft traffic"):
+            Node(serve_config(*base, "--auth-principal", principal))
