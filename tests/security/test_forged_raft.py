@@ -23,6 +23,7 @@ from quorumlog.replica.raft import (
 )
 from quorumlog.replica.storage import encode_batch
 
+from ..node.helpers import wait_until
 from .forge import (
     METADATA_TOPIC,
     connect,
@@ -36,20 +37,6 @@ from .forge import (
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 TOPIC = "forged"
-
-
-def wait_until(cond, what: str, timeout_s: float = 20.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = cond()
-        except (OSError, AssertionError):
-            value = None
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def stable_view(cluster: LocalCluster) -> dict[tuple[int, str, int], tuple[int, int]]:
