@@ -7,7 +7,7 @@ STRICT := replica/raft replica/storage replica/protocol
 SEEDS ?= 1000
 PYTEST_ARGS ?=
 
-.PHONY: test lint typecheck unit demo sim chaos venv clean
+.PHONY: test lint typecheck unit demo sim chaos fuzz venv clean
 
 venv: $(STAMP)
 
@@ -47,6 +47,12 @@ endif
 
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run --seed $(or $(SEED),1) --duration $(or $(DURATION),60)
+
+# The full fuzz: >= 100,000 malformed and forged frames at one node, and a longer random
+# fuzz (`make test` runs both smaller).
+fuzz: $(STAMP)
+	QUORUMLOG_FUZZ_FRAMES=$(or $(FUZZ_FRAMES),120000) QUORUMLOG_FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) \
+		$(BIN)/python -m pytest tests/node/test_fuzz.py -s $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

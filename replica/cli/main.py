@@ -54,7 +54,7 @@ def cmd_auth_add_principal(args: argparse.Namespace) -> int:
     import secrets as _secrets
     from pathlib import Path
 
-    from ..node.security import AuthConfig, Principal, read_secret
+    from ..node.security import AuthConfig, Principal, node_id_of_name, read_secret
     from ..protocol.scram import make_verifier
 
     path = Path(args.config)
@@ -64,8 +64,18 @@ def cmd_auth_add_principal(args: argparse.Namespace) -> int:
     if secret is None:
         secret = _secrets.token_urlsafe(24)
     topics = tuple(t.strip() for t in (args.topics or "").split(",") if t.strip())
+    node_id = args.node_id
+    if node_id is not None and args.kind != "node":
+        raise ValueError("--node-id is only for --kind node")
+    if args.kind == "node" and node_id is None:
+        node_id = node_id_of_name(args.name)
+        if node_id is None:
+            raise ValueError(
+                f"node principal {args.name!r} needs --node-id (or a name node-<id>): raft "
+                "messages on its connections must claim that node id"
+            )
     auth.principals[args.name] = (
-        Principal(args.name, args.kind, topics),
+        Principal(args.name, args.kind, topics, node_id),
         make_verifier(secret, iterations=args.iterations),
     )
     auth.save(path)
@@ -84,6 +94,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run_node(config)
 
 
+def cmd_cluster_new_secret(args: argparse.Namespace) -> int:
+    """Write a fresh cluster secret to a new file readable only by its owner; copy it to
+    every node and start each with ``serve --cluster-secret-file FILE``."""
+    from pathlib import Path
+
+    from ..node.security import new_cluster_secret, write_secret_file
+
+    path = Path(args.file)
+    if path.exists():
+        raise ValueError(f"{path} exists; refusing to replace a cluster secret")
+    write_secret_file(path, new_cluster_secret())
+    print(f"cluster secret written to {path} (mode 0600)", file=sys.stderr)
+    return 0
+
+
 def cmd_cluster_up(args: argparse.Namespace) -> int:
     from ..node.cluster import LocalCluster
 
@@ -100,6 +125,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     with cluster:
         print(f"quorumlog cluster of {args.nodes} nodes is up (data under {cluster.data_dir})")
         print(f"bootstrap: {cluster.bootstrap}")
+        print(f"cluster secret (node-to-node authentication): {cluster.cluster_secret_file}")
         print("Ctrl-C stops every node.")
         sys.stdout.flush()
         while not stop:
@@ -312,6 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--auth-secret-file", default=None, help="this node's secret, first line")
     g.add_argument("--auth-secret-env", default=None, help="env variable with this node's secret")
+    g.add_argument(
+        "--cluster-secret-file",
+        default=None,
+        help="plaintext clusters (no --auth-config): file whose first line is the cluster "
+        "secret nodes authenticate to each other with (`quorumlog cluster new-secret FILE`); "
+        "required with more than one voter",
+    )
+    g.add_argument(
+        "--cluster-secret-env", default=None, help="env variable holding the cluster secret"
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("auth", help="principals and SCRAM verifiers for --auth-config")
@@ -324,6 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--secret-file", default=None)
     ap.add_argument("--secret-env", default=None)
     ap.add_argument("--iterations", type=int, default=4096)
+    ap.add_argument(
+        "--node-id",
+        type=int,
+        default=None,
+        help="kind node: the node id this principal speaks for (default: N of a name node-N)",
+    )
     ap.set_defaults(func=cmd_auth_add_principal)
 
     p = sub.add_parser("cluster", help="embedded cluster on loopback")
@@ -333,6 +375,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", default=None)
     up.add_argument("--log-level", default="INFO")
     up.set_defaults(func=cmd_cluster_up)
+    ns = csub.add_parser(
+        "new-secret",
+        help="create a cluster secret file (mode 0600) for serve --cluster-secret-file",
+    )
+    ns.add_argument("file")
+    ns.set_defaults(func=cmd_cluster_new_secret)
 
     p = sub.add_parser("topic", help="create, list or delete topics")
     p.add_argument("action", choices=["create", "list", "delete"])

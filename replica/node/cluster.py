@@ -77,6 +77,8 @@ class LocalCluster:
         self.secrets: dict[str, str] = {}
         if self.secure:
             self._setup_security(principals or {})
+        else:
+            self._setup_cluster_secret()
 
     # ---- lifecycle ---------------------------------------------------------------
     @property
@@ -143,12 +145,36 @@ class LocalCluster:
         self.auth_config = self.security_dir / "auth.json"
         auth.save(self.auth_config)
 
+    @property
+    def cluster_secret_file(self) -> Path:
+        """Plaintext clusters: the secret every node proves membership with (mode 0600)."""
+        return self.data_dir / "cluster.secret"
+
+    def _setup_cluster_secret(self) -> None:
+        from .security import new_cluster_secret, read_secret, write_secret_file
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if not self.cluster_secret_file.exists():
+            write_secret_file(self.cluster_secret_file, new_cluster_secret())
+        secret = read_secret(str(self.cluster_secret_file), None, "cluster")
+        assert secret is not None
+        self.cluster_secret = secret
+
+    def node_credentials(self, node: int) -> tuple[str, str]:
+        """(principal, secret) node ``node`` authenticates to its peers with (what a test
+        needs to speak raft as that node)."""
+        if self.secure:
+            return f"node-{node}", self.secrets[f"node-{node}"]
+        from .security import node_principal, node_secret
+
+        return node_principal(node), node_secret(self.cluster_secret, node)
+
     def secret_file(self, principal: str) -> Path:
         return self.security_dir / f"{principal}.secret"
 
     def _security_args(self, node: int) -> list[str]:
         if not self.secure:
-            return []
+            return ["--cluster-secret-file", str(self.cluster_secret_file)]
         cert = self.node_certs[node]
         args = ["--tls-cert", cert.cert_file, "--tls-key", cert.key_file, "--tls-ca", self.ca_file]
         if self.mutual_tls:

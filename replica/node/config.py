@@ -117,6 +117,9 @@ class NodeConfig:
     # The principal and secret this node authenticates as to its peers.
     auth_principal: str | None = None
     auth_secret: str | None = field(default=None, repr=False)
+    # Plaintext clusters (no auth_config): the secret nodes prove membership with before
+    # the node accepts their raft traffic (security.node_secret).
+    cluster_secret: str | None = field(default=None, repr=False)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -134,11 +137,31 @@ class NodeConfig:
         )
         if problem:
             raise ValueError(problem)
+        if self.auth_config is not None and self.cluster_secret is not None:
+            raise ValueError(
+                "--cluster-secret-file/--cluster-secret-env is for plaintext clusters; with "
+                "--auth-config nodes authenticate as their node principals"
+            )
+        if self.auth_config is None and self.cluster_secret is None and len(self.voters) > 1:
+            raise ValueError(
+                f"a cluster of {len(self.voters)} voters without --auth-config needs the "
+                "cluster secret its nodes authenticate to each other with: "
+                "--cluster-secret-file FILE (or --cluster-secret-env VAR); "
+                "`quorumlog cluster new-secret FILE` creates one"
+            )
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> NodeConfig:
         host, port = parse_host_port(args.listen, "--listen")
         tls, auth_config, principal, secret = _security_from_args(args)
+        try:
+            cluster_secret = read_secret(
+                getattr(args, "cluster_secret_file", None),
+                getattr(args, "cluster_secret_env", None),
+                "cluster",
+            )
+        except ValueError as exc:
+            raise SystemExit(f"quorumlog: {exc}") from None
         if (
             not is_loopback(host)
             and not (tls is not None and auth_config is not None)
@@ -170,6 +193,7 @@ class NodeConfig:
             auth_config=auth_config,
             auth_principal=principal,
             auth_secret=secret,
+            cluster_secret=cluster_secret,
             peer_addresses=parse_peer_addresses(getattr(args, "peer_address", None) or []),
         )
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..protocol import ApiKey, ErrorCode, Frame, decode_body, encode, max_batch_bytes
+from ..protocol import ApiKey, DecodeError, ErrorCode, Frame, decode_body, encode, max_batch_bytes
 from ..protocol import messages as m
 from ..raft import (
     UNCLEAN_EPOCH_GAP,
@@ -55,7 +55,16 @@ from .metadata import (
     encode_record,
     validate_topic_name,
 )
-from .security import AuthConfig, peer_client_context, server_context
+from .security import (
+    AuthConfig,
+    check_own_principal,
+    check_raft_sender,
+    cluster_auth_config,
+    node_principal,
+    node_secret,
+    peer_client_context,
+    server_context,
+)
 from .transport import PeerLink, Server
 
 log = logging.getLogger(__name__)
@@ -190,7 +199,14 @@ class Node:
             self._handle_raft,
             max_frame_bytes=config.max_frame_bytes,
             ssl_context=server_context(config.tls) if config.tls else None,
-            auth=AuthConfig.load(config.auth_config) if config.auth_config else None,
+            auth=self._load_auth(),
+            # Plaintext: clients stay anonymous; only peers holding the cluster secret
+            # authenticate, and only they may send raft traffic.
+            node_auth=(
+                cluster_auth_config(config.cluster_secret, sorted(config.voters))
+                if config.cluster_secret and not config.auth_config
+                else None
+            ),
         )
         self._lock_fd: int | None = None
         self._stopping = asyncio.Event()
@@ -277,11 +293,7 @@ class Node:
                     self.rng,
                     ssl_context=peer_client_context(self.config.tls) if self.config.tls else None,
                     server_hostname=self.config.voters[nid][0],
-                    credentials=(
-                        (self.config.auth_principal, self.config.auth_secret)
-                        if self.config.auth_principal and self.config.auth_secret
-                        else None
-                    ),
+                    credentials=self._peer_credentials(),
                 )
                 link.start()
                 self.peers[nid] = link
@@ -297,6 +309,25 @@ class Node:
             self.config.cluster_id,
             len(self.config.voters),
         )
+
+    def _load_auth(self) -> AuthConfig | None:
+        c = self.config
+        if c.auth_config is None:
+            return None
+        auth = AuthConfig.load(c.auth_config)
+        if c.auth_principal:
+            check_own_principal(auth, c.auth_principal, self.node_id, str(c.auth_config))
+        return auth
+
+    def _peer_credentials(self) -> tuple[str, str] | None:
+        """Who this node authenticates as to its peers: its node principal (secure), or
+        node-<id> with the secret derived from the cluster secret (plaintext)."""
+        c = self.config
+        if c.auth_principal and c.auth_secret:
+            return c.auth_principal, c.auth_secret
+        if c.cluster_secret:
+            return node_principal(self.node_id), node_secret(c.cluster_secret, self.node_id)
+        return None
 
     async def stop(self, graceful: bool = True) -> None:
         if graceful:
@@ -419,17 +450,18 @@ class Node:
             return
         self._send_raw(r, msg)
 
-    def _handle_raft(self, frame: Frame) -> None:
+    def _handle_raft(self, frame: Frame, sender: int) -> None:
+        """A raft frame from a connection authenticated as node ``sender``. Raises
+        DecodeError for a malformed frame and ForgedSender for a message claiming another
+        sender; the transport counts and logs both (once per connection)."""
         env = decode_body(m.RaftEnvelope, frame.body, frame.payload)
-        r = self.replicas.get((env.topic, env.partition))
-        if r is None or r.closed:
-            return
         cls = RAFT_CLASSES.get(env.kind)
         if cls is None:
-            log.warning("unknown raft message kind %r", env.kind)
-            return
+            raise DecodeError(f"unknown raft message kind {env.kind!r}")
         msg = decode_body(cls, env.body, env.records)
-        if msg.dst != self.node_id:
+        check_raft_sender(msg, sender)
+        r = self.replicas.get((env.topic, env.partition))
+        if r is None or r.closed or msg.dst != self.node_id:
             return
         if isinstance(msg, FetchRequest):
             self._parkable[(env.topic, env.partition, msg.replica_id, msg.request_id)] = msg

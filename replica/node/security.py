@@ -13,11 +13,23 @@ The principals file is JSON; it holds SCRAM verifiers, never secrets::
 topics), consumer (Fetch, ListOffsets, OffsetsForLeaderEpoch on its topics), admin
 (everything but raft: topic admin, force-leader, produce and read any topic). Metadata,
 ApiVersions, ListTopics and DescribeQuorum are open to every authenticated principal.
+
+A node principal is bound to one node id: its ``node_id`` field, or the ``<id>`` of a name
+``node-<id>``. Raft messages on its connection must claim that id as their sender
+(``check_raft_sender``); a node principal with neither may send no raft traffic.
+
+A plaintext cluster has no principals file: its nodes prove membership with the cluster
+secret (``--cluster-secret-file``). Each node authenticates to its peers with SCRAM as
+``node-<id>`` with a secret derived from the cluster secret (``node_secret``), so a node can
+build the verifier of every voter without storing one (``cluster_auth_config``).
 """
 
 from __future__ import annotations
 
+import base64
 import fnmatch
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -28,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from ..protocol import REQUESTS, ApiKey, Frame, decode_body
-from ..protocol.scram import ScramError, Verifier
+from ..protocol.scram import ScramError, Verifier, make_verifier
+from ..raft import BeginQuorumEpochRequest, EndQuorumEpochRequest, Message
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +59,26 @@ class AuthConfigError(ValueError):
     """A principals file that cannot be used; the message names the file and the entry."""
 
 
+NODE_PRINCIPAL_PREFIX = "node-"
+
+
+def node_principal(node_id: int) -> str:
+    return f"{NODE_PRINCIPAL_PREFIX}{node_id}"
+
+
+def node_id_of_name(name: str) -> int | None:
+    """``node-<id>`` -> id; None for any other name."""
+    rest = name[len(NODE_PRINCIPAL_PREFIX) :] if name.startswith(NODE_PRINCIPAL_PREFIX) else ""
+    return int(rest) if rest.isdigit() and str(int(rest)) == rest else None
+
+
 @dataclass(frozen=True)
 class Principal:
     name: str
     kind: str
     topics: tuple[str, ...] = ()
+    # The node a node principal speaks for (raft messages must claim it); None otherwise.
+    node_id: int | None = None
 
     def may_use_topic(self, topic: str) -> bool:
         return any(fnmatch.fnmatchcase(topic, pattern) for pattern in self.topics)
@@ -91,11 +119,21 @@ class AuthConfig:
                     f"{where}: principal {name!r} holds a plaintext secret; store a SCRAM "
                     "verifier instead (quorumlog auth add-principal)"
                 )
+            node_id = entry.get("node_id")
+            if node_id is not None and (
+                kind != "node" or not isinstance(node_id, int) or isinstance(node_id, bool)
+            ):
+                raise AuthConfigError(
+                    f"{where}: principal {name!r}: node_id must be an integer, and only "
+                    "node principals have one"
+                )
+            if kind == "node" and node_id is None:
+                node_id = node_id_of_name(name)
             try:
                 verifier = Verifier.from_json(entry.get("scram") or {})
             except ScramError as exc:
                 raise AuthConfigError(f"{where}: principal {name!r}: {exc}") from exc
-            out.principals[name] = (Principal(name, kind, tuple(topics)), verifier)
+            out.principals[name] = (Principal(name, kind, tuple(topics), node_id), verifier)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -104,6 +142,8 @@ class AuthConfig:
             entry: dict[str, Any] = {"kind": p.kind}
             if p.topics:
                 entry["topics"] = list(p.topics)
+            if p.node_id is not None and p.node_id != node_id_of_name(name):
+                entry["node_id"] = p.node_id
             entry["scram"] = v.to_json()
             principals[name] = entry
         return {"principals": principals}
@@ -147,6 +187,74 @@ def authorize(principal: Principal, frame: Frame) -> str | None:
             return None
         return f"{kind} principal {principal.name!r} is not granted topic {topic!r}"
     return f"{kind} principals may not call {api.name}"
+
+
+# ---- node identity -------------------------------------------------------------------
+
+
+class ForgedSender(Exception):
+    """A raft message whose claimed sender is not the node its connection authenticated as."""
+
+
+def check_raft_sender(msg: Message, sender: int) -> None:
+    """Raise ``ForgedSender`` unless every node id ``msg`` claims to come from is ``sender``:
+    ``src`` (``replica_id`` for a Fetch), and for Begin/EndQuorumEpoch the leader it
+    announces, which is always its sender."""
+    claimed = msg.src
+    if claimed == sender and isinstance(msg, BeginQuorumEpochRequest | EndQuorumEpochRequest):
+        claimed = msg.leader_id
+    if claimed != sender:
+        raise ForgedSender(
+            f"{type(msg).__name__} claims node {claimed}, the connection is node {sender}"
+        )
+
+
+def check_own_principal(auth: AuthConfig, name: str, node_id: int, where: str) -> None:
+    """Refuse to start as a principal the peers would not take for this node (they would
+    refuse every raft message it sends)."""
+    entry = auth.principals.get(name)
+    if entry is None:
+        return  # the peers' principals files may differ from ours: they will tell
+    p = entry[0]
+    if p.kind != "node" or p.node_id != node_id:
+        raise SystemExit(
+            f"quorumlog: this is node {node_id}, but its --auth-principal {name!r} is a "
+            f"{p.kind} principal for node {p.node_id} in {where}; its peers would refuse its "
+            f"raft traffic (give it node_id {node_id}, or use node-{node_id})"
+        )
+
+
+def node_secret(cluster_secret: str, node_id: int) -> str:
+    """Node ``node_id``'s SCRAM secret in a plaintext cluster: keyed by the cluster secret,
+    so every node can derive every voter's verifier and no node can derive it without it."""
+    mac = hmac.new(
+        cluster_secret.encode(), f"quorumlog {node_principal(node_id)}".encode(), hashlib.sha256
+    )
+    return base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
+
+
+def cluster_auth_config(cluster_secret: str, voters: list[int]) -> AuthConfig:
+    """The node principals of a plaintext cluster (nothing else may authenticate)."""
+    out = AuthConfig()
+    for nid in voters:
+        name = node_principal(nid)
+        principal = Principal(name, "node", (), nid)
+        out.principals[name] = (principal, make_verifier(node_secret(cluster_secret, nid)))
+    return out
+
+
+def new_cluster_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def write_secret_file(path: Path, secret: str) -> None:
+    """Create ``path`` readable by its owner only, before the secret is written into it."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secret + "\n")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
 
 
 # ---- TLS -----------------------------------------------------------------------------

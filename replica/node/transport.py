@@ -4,10 +4,13 @@ in flight (pipelining with a bound, for back-pressure), and one-way links to pee
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import ssl
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..protocol import (
@@ -27,17 +30,21 @@ from ..protocol import (
     scram,
 )
 from ..protocol.messages import AuthenticateRequest, AuthenticateResponse, ErrorResponse
-from .security import AuthConfig, Principal, authorize
+from .security import AuthConfig, ForgedSender, Principal, authorize
 
 log = logging.getLogger(__name__)
 
 # A handler gets a frame and returns (api key, response message) or None for one-way frames.
 Handler = Callable[[Frame], Awaitable[tuple[int, Any] | None]]
-OneWay = Callable[[Frame], None]
+# A raft frame and the node id its connection authenticated as. Raises DecodeError for a
+# malformed frame, ForgedSender for a message that claims another sender.
+OneWay = Callable[[Frame, int], None]
 
 MAX_IN_FLIGHT = 32
 # A client gets this long to finish the SCRAM exchange after connecting.
 AUTH_TIMEOUT_S = 10.0
+# A connection yields to the event loop after this many frames read without waiting.
+YIELD_EVERY_FRAMES = 64
 
 
 # An oversized frame whose meta is at most this long is read past and answered.
@@ -100,6 +107,99 @@ async def _denied(code: ErrorCode, message: str) -> tuple[int, Any]:
     return int(ApiKey.ERROR), ErrorResponse(int(code), message)
 
 
+class LogBudget:
+    """A node-wide bound on bad-input log lines (a token bucket): a flood of bad connections
+    costs a few lines a second, and the next line that gets out says how many were held."""
+
+    def __init__(self, per_s: float = 5.0, burst: int = 100) -> None:
+        self._per_s = per_s
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._at = time.monotonic()
+        self.suppressed = 0
+
+    def log(self, level: int, message: str, *args: object, exc_info: bool = False) -> None:
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_s)
+        self._at = now
+        if self._tokens < 1:
+            self.suppressed += 1
+            return
+        self._tokens -= 1
+        if self.suppressed:
+            message += " (%d similar lines suppressed before this one)"
+            args = (*args, self.suppressed)
+            self.suppressed = 0
+        log.log(level, message, *args, exc_info=exc_info)
+
+
+@dataclass
+class WireStats:
+    """Node-wide counts of bad input, over every connection since start."""
+
+    bad_frames: int = 0  # frames that do not decode (the framing, or a raft message)
+    refused_raft: int = 0  # raft frames not applied: no node identity, or a forged sender
+    denied_requests: int = 0  # requests authorization refused
+    failed_requests: int = 0  # requests whose handler raised
+
+    def describe(self) -> str:
+        return (
+            f"{self.refused_raft} refused raft messages, {self.bad_frames} bad frames, "
+            f"{self.denied_requests} denied requests, {self.failed_requests} failed requests"
+        )
+
+
+# Categories of bad input, as counted per connection and in WireStats.
+_BAD, _REFUSED, _DENIED, _FAILED = "bad frames", "refused raft messages", "denied", "failed"
+_STAT_FIELD = {
+    _BAD: "bad_frames",
+    _REFUSED: "refused_raft",
+    _DENIED: "denied_requests",
+    _FAILED: "failed_requests",
+}
+
+
+class ConnectionProblems:
+    """Bad input on one connection, logged in proportion: the first problem of each kind at
+    once (one line, no traceback unless the node itself failed), the rest only counted, and
+    one summary line when the connection closes if anything went unlogged."""
+
+    def __init__(self, peer: object, stats: WireStats, budget: LogBudget) -> None:
+        self.peer = peer
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._stats = stats
+        self._budget = budget
+        self._logged: set[str] = set()
+
+    def note(
+        self, category: str, key: str, message: str, *args: object, exc_info: bool = False
+    ) -> None:
+        self.counts[category] += 1
+        field_name = _STAT_FIELD[category]
+        setattr(self._stats, field_name, getattr(self._stats, field_name) + 1)
+        if key not in self._logged:
+            self._logged.add(key)
+            self._budget.log(logging.WARNING, message, *args, exc_info=exc_info)
+
+    def close(self) -> None:
+        total = sum(self.counts.values())
+        if total > len(self._logged):
+            parts = ", ".join(f"{n} {what}" for what, n in sorted(self.counts.items()))
+            self._budget.log(
+                logging.WARNING,
+                "connection from %s closed after %d problems: %s (node totals: %s)",
+                self.peer,
+                total,
+                parts,
+                self._stats.describe(),
+            )
+
+
+def _short(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 class Server:
     def __init__(
         self,
@@ -111,7 +211,12 @@ class Server:
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         ssl_context: ssl.SSLContext | None = None,
         auth: AuthConfig | None = None,
+        node_auth: AuthConfig | None = None,
     ) -> None:
+        """``auth``: every connection authenticates first (secure cluster). ``node_auth``
+        (plaintext cluster): a connection may authenticate first as one of these node
+        principals; the others stay anonymous clients. Either way, raft frames are applied
+        only from a connection authenticated as a node, and only if they claim that node."""
         self.host = host
         self.port = port
         self._handler = handler
@@ -119,8 +224,11 @@ class Server:
         self._max_frame = max_frame_bytes
         self._ssl = ssl_context
         self._auth = auth
+        self._node_auth = node_auth if auth is None else None
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
+        self.stats = WireStats()
+        self._budget = LogBudget()
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -136,6 +244,28 @@ class Server:
             t.cancel()
         await asyncio.gather(*self._conns, return_exceptions=True)
 
+    async def _authenticate_in_time(
+        self,
+        auth: AuthConfig,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        peer: object,
+        first: Frame | None,
+    ) -> Principal | None:
+        try:
+            return await asyncio.wait_for(
+                self._authenticate(auth, reader, writer, peer, first), AUTH_TIMEOUT_S
+            )
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, FrameError):
+            self._budget.log(
+                logging.WARNING, "connection from %s closed before authenticating", peer
+            )
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            self._budget.log(logging.ERROR, "authentication of %s failed", peer, exc_info=True)
+        return None
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -143,24 +273,17 @@ class Server:
         peer = writer.get_extra_info("peername")
         principal: Principal | None = None
         if self._auth is not None:
-            try:
-                principal = await asyncio.wait_for(
-                    self._authenticate(self._auth, reader, writer, peer), AUTH_TIMEOUT_S
-                )
-            except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, FrameError):
-                log.warning("connection from %s closed before authenticating", peer)
-            except asyncio.CancelledError:
-                pass
-            except Exception:
-                log.exception("authentication of %s failed", peer)
+            principal = await self._authenticate_in_time(self._auth, reader, writer, peer, None)
             if principal is None:
                 await self._close(writer)
                 self._conns.discard(task)
                 return
+        problems = ConnectionProblems(peer, self.stats, self._budget)
         pending: asyncio.Queue[tuple[int, asyncio.Task[tuple[int, Any] | None]] | None] = (
             asyncio.Queue(MAX_IN_FLIGHT)
         )
-        responder = asyncio.create_task(self._respond(pending, writer, peer))
+        responder = asyncio.create_task(self._respond(pending, writer, peer, problems))
+        frames = 0
         try:
             while True:
                 try:
@@ -173,10 +296,22 @@ class Server:
                     continue
                 except FrameError as exc:
                     # The stream cannot be re-synchronised after a bad prefix: answer, then close.
-                    log.warning("closing connection from %s: %s", peer, exc)
+                    problems.note(_BAD, "frame", "closing connection from %s: %s", peer, exc)
                     writer.writelines(error_frame(0, exc.error_code, str(exc)))
                     break
+                frames += 1
+                if frames % YIELD_EVERY_FRAMES == 0:
+                    # Frames already buffered are read without suspending: let the ticks and
+                    # the other connections run during a long pipelined burst.
+                    await asyncio.sleep(0)
                 if frame.api_key == ApiKey.AUTHENTICATE:
+                    if frames == 1 and self._node_auth is not None:
+                        principal = await self._authenticate_in_time(
+                            self._node_auth, reader, writer, peer, frame
+                        )
+                        if principal is None:
+                            break
+                        continue
                     await pending.put(
                         (
                             frame.correlation_id,
@@ -185,17 +320,22 @@ class Server:
                                     ErrorCode.ILLEGAL_SASL_STATE,
                                     "already authenticated"
                                     if principal is not None
-                                    else "authentication is not enabled on this listener",
+                                    else "authentication is not enabled on this listener"
+                                    if self._node_auth is None
+                                    else "authentication must be the first request",
                                 )
                             ),
                         )
                     )
                     continue
-                if principal is not None:
+                if self._auth is not None and principal is not None:
                     why = authorize(principal, frame)
                     if why is not None:
                         api = _api_name(frame.api_key)
-                        log.warning(
+                        is_raft = frame.api_key == ApiKey.RAFT
+                        problems.note(
+                            _REFUSED if is_raft else _DENIED,
+                            f"denied {api}",
                             "denied %s to principal %r (%s) from %s: %s",
                             api,
                             principal.name,
@@ -203,7 +343,7 @@ class Server:
                             peer,
                             why,
                         )
-                        if frame.api_key == ApiKey.RAFT:
+                        if is_raft:
                             continue
                         await pending.put(
                             (
@@ -215,10 +355,7 @@ class Server:
                         )
                         continue
                 if frame.api_key == ApiKey.RAFT:
-                    try:
-                        self._one_way(frame)
-                    except Exception:
-                        log.exception("dropping bad raft message from %s", peer)
+                    self._raft(frame, principal, peer, problems)
                     continue
                 await pending.put((frame.correlation_id, asyncio.create_task(self._handler(frame))))
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -226,15 +363,60 @@ class Server:
         except asyncio.CancelledError:
             pass
         except Exception:
-            log.exception("connection from %s failed", peer)
+            self._budget.log(logging.ERROR, "connection from %s failed", peer, exc_info=True)
         finally:
             try:
                 await asyncio.wait_for(pending.put(None), 5)
                 await asyncio.wait_for(responder, 30)
             except (TimeoutError, asyncio.CancelledError):
                 responder.cancel()
+            problems.close()
             writer.close()
             self._conns.discard(task)
+
+    def _raft(
+        self, frame: Frame, principal: Principal | None, peer: object, problems: ConnectionProblems
+    ) -> None:
+        """Apply a raft frame only as the node this connection proved to be."""
+        sender = principal.node_id if principal is not None and principal.kind == "node" else None
+        if sender is None:
+            problems.note(
+                _REFUSED,
+                "unauthenticated",
+                "refused raft traffic from %s: the connection did not authenticate as a node%s",
+                peer,
+                ""
+                if principal is None
+                else f" (node principal {principal.name!r} has no node id: give it one in the "
+                "auth config)",
+            )
+            return
+        try:
+            self._one_way(frame, sender)
+        except ForgedSender as exc:
+            problems.note(
+                _REFUSED,
+                "forged",
+                "refused raft message from %s, authenticated as node %d: %s",
+                peer,
+                sender,
+                exc,
+            )
+        except DecodeError as exc:
+            problems.note(
+                _BAD, "raft", "bad raft frame from %s (node %d): %s", peer, sender, _short(exc)
+            )
+        except Exception as exc:
+            # Not a decoding problem: the node failed on a message it decoded. Show where once.
+            problems.note(
+                _BAD,
+                "raft-failed",
+                "raft message from %s (node %d) failed: %s",
+                peer,
+                sender,
+                _short(exc),
+                exc_info=True,
+            )
 
     @staticmethod
     async def _close(writer: asyncio.StreamWriter) -> None:
@@ -250,19 +432,28 @@ class Server:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         peer: object,
+        first_frame: Frame | None,
     ) -> Principal | None:
         """The SCRAM exchange: client-first -> server-first, client-final -> server-final.
         Anything else first is ILLEGAL_SASL_STATE. Returns the principal, or None after
-        answering the failure (the caller closes the connection)."""
+        answering the failure (the caller closes the connection). ``first_frame``: the
+        client-first message, if the caller already read it."""
         name = "?"
 
         def fail(cid: int, code: ErrorCode, message: str, why: str) -> None:
-            log.warning("authentication failed for principal %r from %s: %s", name, peer, why)
+            self._budget.log(
+                logging.WARNING,
+                "authentication failed for principal %r from %s: %s",
+                name,
+                peer,
+                why,
+            )
             writer.writelines(_auth_frame(cid, AuthenticateResponse(int(code), message, b"")))
 
-        frame = await read_frame(reader, self._max_frame)
+        frame = first_frame or await read_frame(reader, self._max_frame)
         if frame.api_key != ApiKey.AUTHENTICATE:
-            log.warning(
+            self._budget.log(
+                logging.WARNING,
                 "connection from %s sent %s before authenticating; closing",
                 peer,
                 _api_name(frame.api_key),
@@ -330,6 +521,7 @@ class Server:
         pending: asyncio.Queue[tuple[int, asyncio.Task[tuple[int, Any] | None]] | None],
         writer: asyncio.StreamWriter,
         peer: object,
+        problems: ConnectionProblems,
     ) -> None:
         while True:
             item = await pending.get()
@@ -341,7 +533,7 @@ class Server:
             except asyncio.CancelledError:
                 return
             except Exception as exc:
-                log.exception("request from %s failed", peer)
+                problems.note(_FAILED, "failed", "request from %s failed", peer, exc_info=True)
                 buffers = error_frame(
                     correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
                 )

@@ -7,12 +7,20 @@ from quorumlog.replica.cli.main import build_parser
 from quorumlog.replica.node.config import NodeConfig, parse_peer_addresses
 
 VOTERS = "1@127.0.0.1:9001,2@127.0.0.1:9002,3@127.0.0.1:9003"
+SECRET_ENV = "QUORUMLOG_TEST_CLUSTER_SECRET"
+
+
+@pytest.fixture(autouse=True)
+def _cluster_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A plaintext cluster of several voters needs its cluster secret.
+    monkeypatch.setenv(SECRET_ENV, "test-cluster-secret")
 
 
 def _config(*extra: str) -> NodeConfig:
     args = build_parser().parse_args(
         ["serve", "--node-id", "1", "--listen", "127.0.0.1:9001", "--voters", VOTERS,
-         "--data-dir", "/tmp/x", "--cluster-id", "c", *extra]
+         "--data-dir", "/tmp/x", "--cluster-id", "c", "--cluster-secret-env", SECRET_ENV,
+         *extra]
     )  # fmt: skip
     return NodeConfig.from_args(args)
 
