@@ -1,0 +1,103 @@
+"""Gray failure: the leader an existing Client talks to hangs (SIGSTOP: a stalled VM, a
+long GC, a hung disk). Each attempt has its own timeout inside the call's deadline, the
+hung connection is dropped, metadata comes from the nodes that answer, and the retry goes
+to the new leader: producing (acks=quorum) and fetching go on within 3 s."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from quorumlog.replica.client import Client
+from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.storage.records import encode_batch
+
+TOPIC = "hung"
+BAR_S = 3.0  # the issue's bar: within 3 s of the leader being SIGSTOPped
+
+
+class _Timed(threading.Thread):
+    """Runs ``fn`` once; records when it returned (or what it raised)."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__(daemon=True)
+        self.fn = fn
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done_at: float | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.fn()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        self.done_at = time.monotonic()
+
+
+@pytest.mark.cluster
+def test_existing_client_produces_and_fetches_within_3s_of_leader_sigstop(
+    tmp_path: Path,
+) -> None:
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic(TOPIC, 1)
+        # Two long-lived clients with default settings, both connected to the leader.
+        with Client(c.bootstrap) as producer, Client(c.bootstrap) as consumer:
+            first = producer.produce(TOPIC, 0, encode_batch([b"before"]))
+            end = first.last_offset + 1
+            assert consumer.fetch(TOPIC, 0, first.base_offset).records
+            leader = producer.partition_metadata(TOPIC, 0).leader_id
+            assert consumer.partition_metadata(TOPIC, 0).leader_id == leader
+            c.pause(leader)
+            paused_at = time.monotonic()
+            try:
+                # Both calls start while the old leader is hung and the cached metadata still
+                # names it: the first attempt of each goes to the hung socket.
+                produce = _Timed(lambda: producer.produce(TOPIC, 0, encode_batch([b"after"])))
+                first_answer: list[float] = []
+
+                def consume() -> list[dict[str, Any]]:
+                    """Long polls from ``end`` until a user record arrives (the new leader's
+                    control record comes first)."""
+                    pos = end
+                    for _ in range(100):
+                        res = consumer.fetch(TOPIC, 0, pos, max_wait_ms=5000)
+                        first_answer.append(time.monotonic())
+                        rows: list[dict[str, Any]] = res.to_arrow(start_offset=pos).to_pylist()
+                        if rows:
+                            return rows
+                        last = res.last_offset_and_epoch()
+                        if last is not None:
+                            pos = last.offset + 1
+                    raise AssertionError("no user record after 100 fetches")
+
+                fetch = _Timed(consume)
+                produce.start()
+                fetch.start()
+                produce.join(15)
+                fetch.join(15)
+                assert produce.done_at is not None, "produce still blocked 15 s after SIGSTOP"
+                assert fetch.done_at is not None, "fetch still blocked 15 s after SIGSTOP"
+                assert produce.error is None, produce.error
+                assert fetch.error is None, fetch.error
+                produce_gap = produce.done_at - paused_at
+                fetch_gap = fetch.done_at - paused_at
+                print(
+                    f"after SIGSTOP: produce acknowledged in {produce_gap:.2f} s, first fetch "
+                    f"answer in {first_answer[0] - paused_at:.2f} s, the new record fetched "
+                    f"in {fetch_gap:.2f} s"
+                )
+                assert produce.result.leader_epoch > first.leader_epoch
+                assert [r["value"] for r in fetch.result][:1] == [b"after"], fetch.result
+                assert produce_gap < BAR_S, f"produce recovered {produce_gap:.2f} s after SIGSTOP"
+                assert fetch_gap < BAR_S, f"fetch recovered {fetch_gap:.2f} s after SIGSTOP"
+                # It keeps going: later calls go to the new leader at once.
+                t0 = time.monotonic()
+                for i in range(5):
+                    producer.produce(TOPIC, 0, encode_batch([f"more{i}".encode()]))
+                    consumer.fetch(TOPIC, 0, end)
+                assert time.monotonic() - t0 < BAR_S
+            finally:
+                c.resume(leader)
