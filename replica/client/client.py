@@ -241,7 +241,7 @@ class Client:
             resp = conn.request(api, req, resp_cls)
         except BaseException as exc:
             if conn is not None and conn.closed and self._conns.get(addr) is conn:
-                del self._conns[addr]
+                self._conns.pop(addr, None)
             if isinstance(exc, AttemptTimedOut):
                 self._suspects[addr] = time.monotonic() + self.attempt_timeout_ms / 1000
                 log.info("%s:%d did not answer in time; suspected until it does", *addr)

@@ -182,6 +182,11 @@ class Connection:
         return self._sock
 
     def send(self, api_key: ApiKey, request: Any) -> int:
+        """Send one request; it and its answer (``receive``) get the connection's timeout."""
+        self._deadline = time.monotonic() + self._timeout_s
+        return self._send(api_key, request)
+
+    def _send(self, api_key: ApiKey, request: Any) -> int:
         sock = self._live_sock()
         correlation_id = self._next_id
         self._next_id += 1
@@ -302,7 +307,7 @@ class Connection:
     def _exchange(self, api_key: ApiKey, request: Any, response_cls: type[T]) -> T:
         answered = False
         try:
-            result = self.receive(self.send(api_key, request), response_cls)
+            result = self.receive(self._send(api_key, request), response_cls)
             answered = True
             return result
         except QuorumLogError as exc:
