@@ -274,9 +274,10 @@ class Client:
     def backoff_s(self, attempt: int) -> float:
         """The back-off before retry number ``attempt`` (0 first), for every retry of this
         client and of the connector's readers: exponential from ``retry_backoff_ms`` up to
-        ``retry_backoff_max_ms``, with +-20 % jitter so that clients that failed together
+        32 times that and at most ``retry_backoff_max_ms`` (a short back-off stays short
+        while a leader is elected), with +-20 % jitter so that clients that failed together
         do not retry together (Kafka's KIP-580)."""
-        term = min(self.retry_backoff_ms * float(2 ** min(attempt, 30)), self.retry_backoff_max_ms)
+        term = min(self.retry_backoff_ms * float(2 ** min(attempt, 5)), self.retry_backoff_max_ms)
         return max(self.retry_backoff_ms, term * random.uniform(0.8, 1.2)) / 1000
 
     def _backoff(self, deadline: float, attempt: int) -> None:
