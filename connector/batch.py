@@ -127,7 +127,13 @@ class QuorumLogBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
-        client = planning.connect(opts.bootstrap, opts.request_timeout_ms, "driver", opts.security)
+        client = planning.connect(
+            opts.bootstrap,
+            opts.request_timeout_ms,
+            "driver",
+            opts.security,
+            attempt_timeout_ms=opts.attempt_timeout_ms,
+        )
         try:
             ranges = plan_ranges(opts, Planner(opts, client))
         finally:
@@ -194,7 +200,13 @@ def ending_offsets_json(
     if topic_pattern is not None:
         raw["topicPattern"] = topic_pattern
     opts = parse_options(raw)
-    client = planning.connect(opts.bootstrap, opts.request_timeout_ms, "driver", opts.security)
+    client = planning.connect(
+        opts.bootstrap,
+        opts.request_timeout_ms,
+        "driver",
+        opts.security,
+        attempt_timeout_ms=opts.attempt_timeout_ms,
+    )
     try:
         planner = Planner(opts, client)
         positions = {

@@ -21,6 +21,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ..replica.client import (
+    DEFAULT_ATTEMPT_TIMEOUT_MS,
     Client,
     LeaderNotAvailableError,
     NotLeaderError,
@@ -61,6 +62,7 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
     on_truncation: str
     # TLS files and where the secret comes from (a secret itself only if option 'secret').
     security: ClientSecurity | None = None
+    attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS
 
     def __post_init__(self) -> None:
         self.value = None  # InputPartition's attribute; everything is in the fields
@@ -93,6 +95,7 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
             fail_on_data_loss=opts.fail_on_data_loss,
             on_truncation=opts.on_truncation,
             security=opts.security,
+            attempt_timeout_ms=opts.attempt_timeout_ms,
         )
 
 
@@ -107,7 +110,13 @@ def read_partition(partition: Any) -> Iterator[pa.RecordBatch]:
 
 
 def _read(p: QuorumLogPartition) -> Iterator[pa.RecordBatch]:
-    client = planning.connect(p.bootstrap, p.request_timeout_ms, "executor", p.security)
+    client = planning.connect(
+        p.bootstrap,
+        p.request_timeout_ms,
+        "executor",
+        p.security,
+        attempt_timeout_ms=p.attempt_timeout_ms,
+    )
     try:
         yield from _RangeReader(p, client).run()
     finally:
@@ -137,7 +146,7 @@ class _RangeReader:
                 f"made no progress at offset {self.pos} for {self.p.request_timeout_ms} ms: "
                 f"{why}. Raise option requestTimeoutMs or check the cluster."
             )
-        time.sleep(min(0.05 * (2**self._attempt), 1.0, max(0.0, self._deadline - now)))
+        time.sleep(min(self.client.backoff_s(self._attempt), max(0.0, self._deadline - now)))
         self._attempt += 1
 
     def _progress(self) -> None:

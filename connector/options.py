@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from ..replica.client import parse_bootstrap
+from ..replica.client import DEFAULT_ATTEMPT_TIMEOUT_MS, parse_bootstrap
 from ..replica.client.security import ClientSecurity
 from .offsets import EARLIEST, LATEST, OffsetsFormatError, Positions, parse_offsets_json
 
@@ -34,6 +34,7 @@ OPTION_NAMES = {
         "failOnDataLoss",
         "fetchMaxBytes",
         "requestTimeoutMs",
+        "attemptTimeoutMs",
         # Security: TLS (CA, optional client cert and key) and SCRAM authentication.
         "tlsCaFile",
         "tlsCertFile",
@@ -73,6 +74,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS
     security: ClientSecurity | None = None
 
     def subscribes(self, topic: str) -> bool:
@@ -250,6 +252,12 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "requestTimeoutMs",
             opts.get("requesttimeoutms", str(DEFAULT_REQUEST_TIMEOUT_MS)),
             "milliseconds a request, with its retries, may take",
+        ),
+        attempt_timeout_ms=_positive_int(
+            "attemptTimeoutMs",
+            opts.get("attempttimeoutms", str(DEFAULT_ATTEMPT_TIMEOUT_MS)),
+            "milliseconds one attempt of a request may take before its node is given up on "
+            "and the request retried on the current leader",
         ),
     )
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from ..replica.client import (
+    DEFAULT_ATTEMPT_TIMEOUT_MS,
     BootstrapUnreachableError,
     Client,
     FencedLeaderEpochError,
@@ -42,13 +43,19 @@ class _StaleMetadata(Exception):
 
 
 def connect(
-    bootstrap: str, request_timeout_ms: int, role: str, security: ClientSecurity | None = None
+    bootstrap: str,
+    request_timeout_ms: int,
+    role: str,
+    security: ClientSecurity | None = None,
+    *,
+    attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
 ) -> Client:
     """One Client per reader (driver) or per task (executor). Tests replace this."""
     return Client(
         bootstrap,
         client_id=f"quorumlog-spark-{role}",
         request_timeout_ms=request_timeout_ms,
+        attempt_timeout_ms=attempt_timeout_ms,
         security=security,
     )
 
@@ -133,7 +140,7 @@ class Planner:
                     f"{timeout_ms} ms (last: {last}); raise requestTimeoutMs or check the "
                     "cluster's health"
                 )
-            time.sleep(min(0.05 * (2**attempt), 1.0))
+            time.sleep(min(self.client.backoff_s(attempt), max(0.0, deadline - time.monotonic())))
             attempt += 1
             refresh = True
 

@@ -80,7 +80,11 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if self._planner is None:
             opts = self.options
             self._client = planning.connect(
-                opts.bootstrap, opts.request_timeout_ms, "driver", opts.security
+                opts.bootstrap,
+                opts.request_timeout_ms,
+                "driver",
+                opts.security,
+                attempt_timeout_ms=opts.attempt_timeout_ms,
             )
             self._planner = Planner(opts, self._client)
         return self._planner

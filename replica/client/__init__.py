@@ -1,6 +1,8 @@
 """Client: metadata cache, produce, fenced fetch, list offsets, offsets-for-epoch, describe."""
 
 from .client import (
+    DEFAULT_ATTEMPT_TIMEOUT_MS,
+    DEFAULT_REQUEST_TIMEOUT_MS,
     Client,
     FetchResult,
     PartitionMetadata,
@@ -29,6 +31,8 @@ from .errors import (
 from .security import ClientSecurity
 
 __all__ = [
+    "DEFAULT_ATTEMPT_TIMEOUT_MS",
+    "DEFAULT_REQUEST_TIMEOUT_MS",
     "AuthenticationError",
     "AuthorizationError",
     "BootstrapUnreachableError",

@@ -1,7 +1,17 @@
 """The synchronous client: metadata, produce, fenced fetch, list offsets, offsets-for-epoch.
 
-Leader routing uses a metadata cache refreshed on NOT_LEADER / FENCED / UNKNOWN epoch and on
-connection loss, with back-off, up to ``request_timeout_ms``. When a caller passes its own
+Timeouts as Kafka's clients: a call (produce, fetch, ...) may take ``request_timeout_ms`` in
+all (Kafka's ``delivery.timeout.ms`` / ``default.api.timeout.ms``), made of attempts that
+each take at most ``attempt_timeout_ms`` (Kafka's ``request.timeout.ms``), connecting
+included. What a node waits for inside an attempt (a long poll's max wait, an acks=quorum
+produce's wait for the quorum) is cut to fit in the attempt, so an attempt that outlives
+its timeout means a node that stopped answering (SIGSTOP, a stalled VM, a long GC): its
+connection is closed, the node is suspected until it answers again (for one attempt
+timeout at most), metadata is refreshed from the nodes that answer, and the retry goes to
+the partition's current leader. Retries back off with one formula (``backoff_s``).
+
+Leader routing uses a metadata cache refreshed on NOT_LEADER / FENCED / UNKNOWN epoch,
+on connection loss and on a timed-out attempt. When a caller passes its own
 ``current_leader_epoch``, fencing errors are raised to it instead of retried: the caller
 (a KIP-320 consumer) must re-validate its position before reading on.
 """
@@ -9,6 +19,7 @@ connection loss, with back-off, up to ``request_timeout_ms``. When a caller pass
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -18,7 +29,7 @@ from typing import Any, NamedTuple, TypeVar
 from ..protocol import DEFAULT_MAX_FRAME_BYTES, ApiKey, ErrorCode, max_batch_bytes
 from ..protocol import messages as m
 from ..storage.types import EpochEndOffset, OffsetAndEpoch
-from .connection import Connection, ConnectionLost
+from .connection import AttemptTimedOut, Connection, ConnectionLost
 from .errors import (
     BootstrapUnreachableError,
     FencedLeaderEpochError,
@@ -45,6 +56,15 @@ _REFRESH_ERRORS = (
     UnknownLeaderEpochError,
     ConnectionLost,
 )
+
+DEFAULT_REQUEST_TIMEOUT_MS = 30000
+# Long enough for a healthy node's answer on a loaded machine (a quorum commit takes tens
+# of ms), short enough that a call in flight when its leader hangs moves to the new leader
+# (elected ~1.2 s after the hang with the node's default fetch timeout) within ~2 s.
+DEFAULT_ATTEMPT_TIMEOUT_MS = 1500
+# A node's own wait inside an attempt (long poll, quorum wait) ends at this share of the
+# attempt, so its answer arrives before the attempt gives up on it.
+_SERVER_WAIT_SHARE = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +175,7 @@ def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
 
 
 METADATA_GRACE_S = 0.2
+METADATA_TIMEOUT_S = 5.0
 
 
 def _leaders_known(answers: list[m.MetadataResponse]) -> bool:
@@ -174,18 +195,35 @@ class Client:
         bootstrap: str | list[str],
         *,
         client_id: str = "quorumlog",
-        request_timeout_ms: int = 30000,
+        request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+        attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
         retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1000,
         security: ClientSecurity | None = None,
     ) -> None:
+        """``request_timeout_ms``: what one call may take, retries included;
+        ``attempt_timeout_ms``: what one attempt may take (connecting included) before
+        its node is given up on for this attempt; ``retry_backoff_ms`` /
+        ``retry_backoff_max_ms``: the back-off between attempts (see ``backoff_s``)."""
         self._bootstrap = parse_bootstrap(bootstrap)
+        for name, value in (
+            ("request_timeout_ms", request_timeout_ms),
+            ("attempt_timeout_ms", attempt_timeout_ms),
+        ):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
         self.security = security
         self._ssl_context = security.ssl_context() if security is not None else None
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
+        self.attempt_timeout_ms = attempt_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = max(retry_backoff_ms, retry_backoff_max_ms)
         self._nodes: dict[int, tuple[str, int]] = {}
         self._conns: dict[tuple[str, int], Connection] = {}
+        # node address -> until when it is suspected of hanging (an attempt to it timed
+        # out): leader-routed attempts wait for another leader or for it to answer again.
+        self._suspects: dict[tuple[str, int], float] = {}
         self._leaders: dict[tuple[str, int], PartitionMetadata] = {}
         self._controller_id = -1
         self.cluster_id = ""
@@ -206,37 +244,51 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _conn(self, addr: tuple[str, int], timeout_s: float) -> Connection:
-        conn = self._conns.get(addr)
-        if conn is None or conn.closed:
-            conn = Connection(
-                addr[0],
-                addr[1],
-                client_id=self.client_id,
-                timeout_s=min(timeout_s, 10.0),
-                ssl_context=self._ssl_context,
-                credentials=self.security.credentials() if self.security is not None else None,
-            )
-            self._conns[addr] = conn
-        conn.set_timeout(timeout_s)
-        return conn
-
     def _request(
         self, addr: tuple[str, int], api: ApiKey, req: Any, resp_cls: type[T], timeout_s: float
     ) -> T:
-        conn = self._conn(addr, timeout_s)
+        """One attempt on ``addr``'s connection (opened first if needed), all of it within
+        ``timeout_s``. A failed connection is dropped; a silent node becomes a suspect."""
+        conn = self._conns.get(addr)
         try:
-            return conn.request(api, req, resp_cls)
-        except ConnectionLost:
-            self._conns.pop(addr, None)
+            if conn is None or conn.closed:
+                conn = Connection(
+                    addr[0],
+                    addr[1],
+                    client_id=self.client_id,
+                    timeout_s=timeout_s,
+                    ssl_context=self._ssl_context,
+                    credentials=(
+                        self.security.credentials() if self.security is not None else None
+                    ),
+                    defer=True,
+                )
+                # Published before connecting, so metadata() can abort a hung establishment.
+                self._conns[addr] = conn
+                conn.establish(timeout_s)
+            conn.set_timeout(timeout_s)
+            resp = conn.request(api, req, resp_cls)
+        except BaseException as exc:
+            if conn is not None and conn.closed and self._conns.get(addr) is conn:
+                self._conns.pop(addr, None)
+            if isinstance(exc, AttemptTimedOut):
+                self._suspects[addr] = time.monotonic() + self.attempt_timeout_ms / 1000
+                log.info("%s:%d did not answer in time; suspected until it does", *addr)
             raise
+        self._suspects.pop(addr, None)
+        return resp
+
+    def _suspected(self, addr: tuple[str, int]) -> bool:
+        until = self._suspects.get(addr)
+        return until is not None and until > time.monotonic()
 
     def _addresses(self) -> list[tuple[str, int]]:
+        """Known nodes then the bootstrap, suspected ones last."""
         seen: list[tuple[str, int]] = []
         for addr in [*self._nodes.values(), *self._bootstrap]:
             if addr not in seen:
                 seen.append(addr)
-        return seen
+        return sorted(seen, key=self._suspected)
 
     def _deadline(self, timeout_ms: int | None = None) -> float:
         return (
@@ -244,12 +296,49 @@ class Client:
             + (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
         )
 
+    def _attempt_s(self, deadline: float) -> float:
+        """One attempt's time: the attempt timeout, or what is left of the call if less."""
+        return max(0.05, min(self.attempt_timeout_ms / 1000, deadline - time.monotonic()))
+
+    def backoff_s(self, attempt: int) -> float:
+        """The back-off before retry number ``attempt`` (0 first), for every retry of this
+        client and of the connector's readers: exponential from ``retry_backoff_ms`` up to
+        32 times that and at most ``retry_backoff_max_ms`` (a short back-off stays short
+        while a leader is elected), with +-20 % jitter so that clients that failed together
+        do not retry together (Kafka's KIP-580)."""
+        term = min(self.retry_backoff_ms * float(2 ** min(attempt, 5)), self.retry_backoff_max_ms)
+        return max(self.retry_backoff_ms, term * random.uniform(0.8, 1.2)) / 1000
+
     def _backoff(self, deadline: float, attempt: int) -> None:
-        delay = min(self.retry_backoff_ms * (2 ** min(attempt, 5)), 1000) / 1000
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        time.sleep(min(delay, remaining))
+        if remaining > 0:
+            time.sleep(min(self.backoff_s(attempt), remaining))
+
+    def _retrying(
+        self,
+        what: str,
+        timeout_ms: int,
+        attempt: Callable[[float], T],
+        retriable: tuple[type[Exception], ...],
+    ) -> T:
+        """The one retry loop: ``attempt(call deadline)`` until it returns, raises a
+        non-retriable error, or the call's ``timeout_ms`` is spent (RequestTimeoutError
+        naming the last failure)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                return attempt(deadline)
+            except retriable as exc:
+                last: Exception = exc
+                log.debug("%s: attempt %d failed: %s", what, attempts, exc)
+            if time.monotonic() >= deadline:
+                raise RequestTimeoutError(
+                    f"{what} did not succeed within {timeout_ms} ms ({attempts} attempts; "
+                    f"last: {last})"
+                )
+            self._backoff(deadline, attempts - 1)
 
     @staticmethod
     def _check(resp: Any) -> None:
@@ -270,10 +359,15 @@ class Client:
             self._controller_id = resp.controller_id
         return resp
 
-    def metadata(self, topics: list[str] | None = None) -> dict[str, TopicMetadata]:
+    def metadata(
+        self, topics: list[str] | None = None, *, timeout_s: float | None = None
+    ) -> dict[str, TopicMetadata]:
         """Fresh metadata from every reachable node, merged: a partition's leader speaks for
-        it (epoch, high watermark); otherwise the highest epoch any replica reports."""
-        timeout_s = min(self.request_timeout_ms / 1000, 5.0)
+        it (epoch, high watermark); otherwise the highest epoch any replica reports.
+        ``timeout_s``: how long to wait for the nodes (default the request timeout, at
+        most 5 s); retry loops pass their attempt's time."""
+        if timeout_s is None:
+            timeout_s = min(self.request_timeout_ms / 1000, METADATA_TIMEOUT_S)
         answers: list[m.MetadataResponse] = []
         errors: list[str] = []
         security_error: SecurityError | None = None
@@ -304,10 +398,15 @@ class Client:
                 first_answer_at = now
             if security_error is not None or now >= deadline:
                 break
+            # Suspected nodes (an attempt to them just timed out) get no grace: the others
+            # say who leads now. They are still asked, to learn when they answer again.
             if (
                 first_answer_at is not None
-                and now - first_answer_at >= METADATA_GRACE_S
                 and _leaders_known(answers)
+                and (
+                    now - first_answer_at >= METADATA_GRACE_S
+                    or all(self._suspected(futures[f]) for f in pending)
+                )
             ):
                 break
         for fut in pending:
@@ -366,24 +465,22 @@ class Client:
         return self._admin(ApiKey.LIST_TOPICS, m.ListTopicsRequest(), m.ListTopicsResponse).topics
 
     def _admin(self, api: ApiKey, req: Any, resp_cls: type[T], *, controller: bool = False) -> T:
-        deadline = self._deadline()
-        attempt = 0
-        while True:
+        """A request any node answers (or, ``controller``, the metadata leader): each
+        attempt tries the known nodes in turn, each within the attempt timeout."""
+
+        def attempt(deadline: float) -> T:
             if controller and self._controller_id < 0:
                 try:
-                    self.metadata()
+                    self.metadata(timeout_s=self._attempt_s(deadline))
                 except BootstrapUnreachableError:
-                    if time.monotonic() >= deadline:
-                        raise
+                    pass  # the nodes below are tried anyway; a clear error if none answers
             targets = self._addresses()
             if controller and self._controller_id in self._nodes:
                 targets = [self._nodes[self._controller_id]]
-            last: Exception | None = None
+            last: Exception = LeaderNotAvailableError("no node to ask")
             for addr in targets:
                 try:
-                    resp = self._request(
-                        addr, api, req, resp_cls, max(0.1, deadline - time.monotonic())
-                    )
+                    resp = self._request(addr, api, req, resp_cls, self._attempt_s(deadline))
                     self._check(resp)
                     return resp
                 except _REFRESH_ERRORS as exc:
@@ -396,12 +493,9 @@ class Client:
                     + ",".join(f"{h}:{p}" for h, p in self._bootstrap)
                     + f" ({last})"
                 )
-            if time.monotonic() >= deadline:
-                raise RequestTimeoutError(
-                    f"{api.name} did not succeed within {self.request_timeout_ms} ms: {last}"
-                )
-            self._backoff(deadline, attempt)
-            attempt += 1
+            raise last
+
+        return self._retrying(api.name, self.request_timeout_ms, attempt, _REFRESH_ERRORS)
 
     def create_topic(
         self,
@@ -433,7 +527,7 @@ class Client:
         attempt = 0
         while True:
             try:
-                meta = self.metadata([topic])[topic]
+                meta = self.metadata([topic], timeout_s=self._attempt_s(deadline))[topic]
                 if meta.partitions and all(p.leader_id >= 0 for p in meta.partitions.values()):
                     return meta
                 missing = [p.partition for p in meta.partitions.values() if p.leader_id < 0]
@@ -449,11 +543,11 @@ class Client:
 
     # ---- leader-routed requests -----------------------------------------------------
     def partition_metadata(
-        self, topic: str, partition: int, *, refresh: bool = False
+        self, topic: str, partition: int, *, refresh: bool = False, timeout_s: float | None = None
     ) -> PartitionMetadata:
         key = (topic, partition)
         if refresh or key not in self._leaders or self._leaders[key].leader_id < 0:
-            meta = self.metadata([topic])
+            meta = self.metadata([topic], timeout_s=timeout_s)
             if partition not in meta[topic].partitions:
                 raise UnknownTopicError(f"topic {topic!r} has no partition {partition}")
         return self._leaders[key]
@@ -463,55 +557,57 @@ class Client:
         topic: str,
         partition: int,
         api: ApiKey,
-        make_request: Callable[[PartitionMetadata], Any],
+        make_request: Callable[[PartitionMetadata, float], Any],
         resp_cls: type[T],
         *,
         fenced_to_caller: bool,
         timeout_ms: int | None = None,
     ) -> T:
-        deadline = self._deadline(timeout_ms)
-        attempt = 0
+        """``make_request(partition metadata, attempt seconds)`` sent to the partition's
+        leader, retried (metadata refreshed first) on the errors a leader change or a hung
+        or restarted node gives, within the call's timeout."""
         refresh = False
-        while True:
-            try:
-                pm = self.partition_metadata(topic, partition, refresh=refresh)
-                if pm.leader_id < 0 or pm.leader_id not in self._nodes:
-                    raise LeaderNotAvailableError(f"{topic}/{partition} has no leader yet")
-                resp = self._request(
-                    self._nodes[pm.leader_id],
-                    api,
-                    make_request(pm),
-                    resp_cls,
-                    max(0.1, deadline - time.monotonic()),
+
+        def attempt(deadline: float) -> T:
+            nonlocal refresh
+            pm = self.partition_metadata(
+                topic, partition, refresh=refresh, timeout_s=self._attempt_s(deadline)
+            )
+            refresh = True  # whatever fails next, the retry asks who leads now
+            if pm.leader_id < 0 or pm.leader_id not in self._nodes:
+                raise LeaderNotAvailableError(f"{topic}/{partition} has no leader yet")
+            addr = self._nodes[pm.leader_id]
+            if self._suspected(addr):
+                raise LeaderNotAvailableError(
+                    f"leader {pm.leader_id} of {topic}/{partition} (epoch {pm.leader_epoch}) "
+                    "did not answer in time; waiting for a new leader or for it to answer"
                 )
-                if resp.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                    # A node that just restarted may not host the partition yet; a topic
-                    # that does not exist at all fails at the metadata refresh instead.
-                    raise LeaderNotAvailableError(
-                        f"node {pm.leader_id} does not host {topic}/{partition} yet"
-                    )
-                self._check(resp)
-                return resp
-            except (FencedLeaderEpochError, UnknownLeaderEpochError):
-                if fenced_to_caller:
-                    raise
-                refresh = True
-                last: Exception = LeaderNotAvailableError("fenced")
-            except (
-                NotLeaderError,
-                LeaderNotAvailableError,
-                ConnectionLost,
-                BootstrapUnreachableError,
-            ) as exc:
-                refresh = True
-                last = exc
-            if time.monotonic() >= deadline:
-                raise RequestTimeoutError(
-                    f"{api.name} on {topic}/{partition} did not succeed within "
-                    f"{timeout_ms if timeout_ms is not None else self.request_timeout_ms} ms: {last}"
+            attempt_s = self._attempt_s(deadline)
+            resp = self._request(addr, api, make_request(pm, attempt_s), resp_cls, attempt_s)
+            if resp.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                # A node that just restarted may not host the partition yet; a topic
+                # that does not exist at all fails at the metadata refresh instead.
+                raise LeaderNotAvailableError(
+                    f"node {pm.leader_id} does not host {topic}/{partition} yet"
                 )
-            self._backoff(deadline, attempt)
-            attempt += 1
+            self._check(resp)
+            return resp
+
+        retriable: tuple[type[Exception], ...] = (
+            NotLeaderError,
+            LeaderNotAvailableError,
+            ConnectionLost,
+            BootstrapUnreachableError,
+            RequestTimeoutError,  # the node's own wait (quorum) ran out: Kafka retries it
+        )
+        if not fenced_to_caller:
+            retriable += (FencedLeaderEpochError, UnknownLeaderEpochError)
+        return self._retrying(
+            f"{api.name} on {topic}/{partition}",
+            timeout_ms if timeout_ms is not None else self.request_timeout_ms,
+            attempt,
+            retriable,
+        )
 
     def produce(
         self,
@@ -522,25 +618,39 @@ class Client:
         acks: int = m.ACKS_QUORUM,
         timeout_ms: int | None = None,
     ) -> ProduceResult:
-        """Append encoded batches (see ``quorumlog.replica.storage.batch``). A retry after a
-        timeout may append the same records twice (no idempotent producer yet)."""
+        """Append encoded batches (see ``quorumlog.replica.storage.batch``), at least once:
+        an attempt that timed out or lost its connection may have appended them, and the
+        retry appends them again (no idempotent producer yet). With acks=quorum the
+        leader waits for the quorum within the attempt (its REQUEST_TIMED_OUT is retried)."""
         t = timeout_ms if timeout_ms is not None else self.request_timeout_ms
+        sent = 0
 
-        def request(pm: PartitionMetadata) -> m.ProduceRequest:
+        def request(pm: PartitionMetadata, attempt_s: float) -> m.ProduceRequest:
+            nonlocal sent
             # Checked per attempt against the limit of the metadata it routes by; raised
             # out of _leader_call at once, as no retry can make the batch fit.
             check_batch_size(topic, partition, records, pm.max_message_bytes)
-            return m.ProduceRequest(topic, partition, acks, t, records)
+            sent += 1
+            quorum_wait_ms = max(1, int(attempt_s * 1000 * _SERVER_WAIT_SHARE))
+            return m.ProduceRequest(topic, partition, acks, quorum_wait_ms, records)
 
-        resp = self._leader_call(
-            topic,
-            partition,
-            ApiKey.PRODUCE,
-            request,
-            m.ProduceResponse,
-            fenced_to_caller=False,
-            timeout_ms=t,
-        )
+        try:
+            resp = self._leader_call(
+                topic,
+                partition,
+                ApiKey.PRODUCE,
+                request,
+                m.ProduceResponse,
+                fenced_to_caller=False,
+                timeout_ms=t,
+            )
+        except RequestTimeoutError as exc:
+            if not sent:
+                raise
+            raise RequestTimeoutError(
+                f"{exc}. The records may have been appended anyway (an attempt that timed "
+                "out or lost its connection can still commit)"
+            ) from None
         return ProduceResult(
             topic, partition, resp.base_offset, resp.last_offset, resp.leader_epoch
         )
@@ -555,16 +665,32 @@ class Client:
         max_bytes: int = 8 << 20,
         max_wait_ms: int = 0,
     ) -> FetchResult:
+        """Records from ``offset``. A long poll (``max_wait_ms``) is sent as polls that each
+        fit in an attempt, until records come or ``max_wait_ms`` has passed, so a hung
+        leader is noticed within an attempt timeout however long the poll."""
         epoch = m.NO_EPOCH if current_leader_epoch is None else current_leader_epoch
-        resp = self._leader_call(
-            topic,
-            partition,
-            ApiKey.FETCH,
-            lambda pm: m.FetchRequest(topic, partition, epoch, offset, max_wait_ms, 1, max_bytes),
-            m.FetchResponse,
-            fenced_to_caller=current_leader_epoch is not None,
-            timeout_ms=max(self.request_timeout_ms, max_wait_ms + 5000),
-        )
+        now = time.monotonic()
+        wait_until = now + max(0, max_wait_ms) / 1000
+        call_deadline = now + max(self.request_timeout_ms, max_wait_ms + 5000) / 1000
+
+        def request(pm: PartitionMetadata, attempt_s: float) -> m.FetchRequest:
+            left_ms = int((wait_until - time.monotonic()) * 1000)
+            poll_ms = max(0, min(left_ms, int(attempt_s * 1000 * _SERVER_WAIT_SHARE)))
+            return m.FetchRequest(topic, partition, epoch, offset, poll_ms, 1, max_bytes)
+
+        while True:
+            resp = self._leader_call(
+                topic,
+                partition,
+                ApiKey.FETCH,
+                request,
+                m.FetchResponse,
+                fenced_to_caller=current_leader_epoch is not None,
+                timeout_ms=max(1, int((call_deadline - time.monotonic()) * 1000)),
+            )
+            now = time.monotonic()
+            if resp.records or now >= wait_until or now >= call_deadline:
+                break
         return FetchResult(
             topic,
             partition,
@@ -592,7 +718,7 @@ class Client:
             topic,
             partition,
             ApiKey.LIST_OFFSETS,
-            lambda pm: m.ListOffsetsRequest(topic, partition, epoch, ts),
+            lambda pm, _: m.ListOffsetsRequest(topic, partition, epoch, ts),
             m.ListOffsetsResponse,
             fenced_to_caller=current_leader_epoch is not None,
         )
@@ -606,7 +732,7 @@ class Client:
             topic,
             partition,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH,
-            lambda pm: m.OffsetsForLeaderEpochRequest(topic, partition, epoch, leader_epoch),
+            lambda pm, _: m.OffsetsForLeaderEpochRequest(topic, partition, epoch, leader_epoch),
             m.OffsetsForLeaderEpochResponse,
             fenced_to_caller=current_leader_epoch is not None,
         )
@@ -617,7 +743,7 @@ class Client:
             topic,
             partition,
             ApiKey.DESCRIBE_QUORUM,
-            lambda pm: m.DescribeQuorumRequest(topic, partition),
+            lambda pm, _: m.DescribeQuorumRequest(topic, partition),
             m.DescribeQuorumResponse,
             fenced_to_caller=False,
         )

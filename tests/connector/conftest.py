@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from quorumlog.connector import planning
-from quorumlog.replica.client import Client
+from quorumlog.replica.client import DEFAULT_ATTEMPT_TIMEOUT_MS, Client
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,7 @@ def requests(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
             bootstrap,
             client_id=f"quorumlog-spark-{role}",
             request_timeout_ms=request_timeout_ms,
+            attempt_timeout_ms=k.get("attempt_timeout_ms", DEFAULT_ATTEMPT_TIMEOUT_MS),
             requests=seen,
         )
 

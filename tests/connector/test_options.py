@@ -122,3 +122,15 @@ def test_request_timeout_ms_bad() -> None:
 def test_unknown_option_with_kafka_hint() -> None:
     bad(r"Unknown option 'subscribe'.*did you mean 'topic'", subscribe="events")
     bad(r"Unknown option 'startingoffset'.*Accepted options", startingOffset="earliest")
+
+
+def test_attempt_timeout_ms_reaches_the_tasks() -> None:
+    from quorumlog.connector.fetch import QuorumLogPartition
+
+    assert parse_options(BASE).attempt_timeout_ms == 1500
+    o = parse_options({**BASE, "attemptTimeoutMs": "250"})
+    assert o.attempt_timeout_ms == 250
+    tp = TopicPartition("events", 0)
+    task = QuorumLogPartition.for_range(o, tp, Position(0, -1), Position(5, 1), 1)
+    assert task.attempt_timeout_ms == 250
+    bad(r"option 'attemptTimeoutMs': '0'.*positive integer", attemptTimeoutMs="0")

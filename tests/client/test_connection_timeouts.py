@@ -1,0 +1,83 @@
+"""Establishing a connection (TCP, TLS handshake, SCRAM) is bounded by the attempt's
+timeout as a whole, and a hung establishment can be aborted from another thread. A node
+that stopped answering looks like a listener that never reads: the kernel completes the
+TCP handshake and nothing more. That costs one timeout and a retriable error
+(``AttemptTimedOut``), never a security error that would stop the retries."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from quorumlog.replica.client import Client, RequestTimeoutError
+from quorumlog.replica.client.connection import AttemptTimedOut, Connection, ConnectionLost
+
+
+@pytest.fixture
+def silent() -> Iterator[tuple[str, int]]:
+    """A loopback listener that never accepts nor reads (what a SIGSTOPped node is)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    try:
+        host, port = server.getsockname()[:2]
+        yield host, port
+    finally:
+        server.close()
+
+
+def _tls_context() -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the handshake never gets as far as a certificate
+    return ctx
+
+
+def test_tls_handshake_with_a_silent_node_times_out_retriably(silent: tuple[str, int]) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(AttemptTimedOut, match="TLS handshake"):
+        Connection(*silent, client_id="t", timeout_s=0.3, ssl_context=_tls_context())
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_scram_with_a_silent_node_times_out_retriably(silent: tuple[str, int]) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(AttemptTimedOut):
+        Connection(*silent, client_id="t", timeout_s=0.3, credentials=("alice", "secret"))
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_abort_wakes_a_hung_tls_handshake(silent: tuple[str, int]) -> None:
+    conn = Connection(*silent, client_id="t", timeout_s=30, ssl_context=_tls_context(), defer=True)
+    failure: list[BaseException] = []
+
+    def establish() -> None:
+        try:
+            conn.establish(30)
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=establish, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while conn._sock is None and time.monotonic() < deadline:  # connected, in the handshake
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    conn.abort()
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - t0 < 1.0
+    assert isinstance(failure[0], ConnectionLost) and "aborted" in str(failure[0])
+
+
+def test_client_call_against_a_silent_node_is_bounded_by_its_timeout(
+    silent: tuple[str, int],
+) -> None:
+    """Each attempt is cut at the attempt timeout; the call ends at its own deadline."""
+    host, port = silent
+    with Client(f"{host}:{port}", request_timeout_ms=1000, attempt_timeout_ms=200) as c:
+        t0 = time.monotonic()
+        with pytest.raises(RequestTimeoutError):
+            c.describe_quorum("t", 0)
+        assert time.monotonic() - t0 < 2.0
