@@ -277,6 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retention-bytes", type=int, default=None)
     p.add_argument("--retention-ms", type=int, default=None)
     p.add_argument(
+        "--scrub-bytes-per-second",
+        type=int,
+        default=None,
+        help="background CRC check of sealed segments, bytes per second for the node "
+        "(default 4 MiB; 0 = off); damage found is repaired from the leader",
+    )
+    p.add_argument(
         "--peer-address",
         action="append",
         default=[],

@@ -76,6 +76,9 @@ class NodeConfig:
     # How long a follower's fetch may be parked at the leader waiting for data.
     replica_fetch_max_wait_ms: int = 250
     produce_timeout_ms: int = 30000
+    # Background CRC scrub of sealed segments, for the whole node (0: off). 4 MiB/s
+    # reads 1 TiB in about 3 days for well under 1% of a core (crc32 runs at GB/s).
+    scrub_bytes_per_second: int = 4 << 20
     # Raft traffic to these peers goes here instead of their --voters address (e.g.
     # through a fault-injecting proxy); Metadata still advertises --voters.
     peer_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
@@ -124,6 +127,11 @@ class NodeConfig:
             segment_bytes=args.segment_bytes,
             retention_bytes=args.retention_bytes,
             retention_ms=args.retention_ms,
+            scrub_bytes_per_second=(
+                4 << 20
+                if getattr(args, "scrub_bytes_per_second", None) is None
+                else args.scrub_bytes_per_second
+            ),
             tls=tls,
             auth_config=auth_config,
             auth_principal=principal,
