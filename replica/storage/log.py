@@ -102,7 +102,7 @@ class Log:
 
     Open with ``Log(directory)``: recovers after an unclean shutdown (see ``_recover``).
     ``repair=True`` truncates at a corrupt batch even when valid batches follow it
-    (losing them) instead of raising CorruptLogError.
+    (losing them, and recording ``catch_up_offset``) instead of raising CorruptLogError.
     """
 
     def __init__(
@@ -126,6 +126,7 @@ class Log:
         # Scrub cursor: (segment base offset, position, expected offset at position).
         self._scrub_at = (-1, 0, 0)
         self.scrub_passes = 0
+        self.scrubbed_bytes = 0
         self._cache = self._open_cache()
         self._recover()
         self._end_offset = self._segments[-1].end_offset
@@ -353,7 +354,7 @@ class Log:
         try:
             first = seg.locate(offset)
         except CorruptRecordError as exc:
-            raise self._find_corruption(seg, offset, str(exc)) from exc
+            raise self._detected(self._find_corruption(seg, offset, str(exc))) from exc
         if max_offset is not None and first.base_offset >= max_offset:
             return b""
         limit = seg.size
@@ -372,7 +373,7 @@ class Log:
             return data
         if valid:
             return data[:valid]
-        raise CorruptDataError(seg.path, first.base_offset, first.position, reason)
+        raise self._detected(CorruptDataError(seg.path, first.base_offset, first.position, reason))
 
     # -- truncation and retention ----------------------------------------------------
 
@@ -578,6 +579,7 @@ class Log:
                 continue
             data = os.pread(seg.fd, min(max(budget, HEADER_SIZE), seg.size - position), position)
             budget -= len(data)
+            self.scrubbed_bytes += len(data)
             valid, reason = _valid_prefix(data, expected)
             if not valid and len(data) >= HEADER_SIZE and not reason:
                 # The first batch is larger than the budget: read it whole.
@@ -594,6 +596,17 @@ class Log:
             position += valid
         self._scrub_at = (seg.base_offset, position, expected)
         return None
+
+    @staticmethod
+    def _detected(exc: CorruptDataError) -> CorruptDataError:
+        log.error(
+            "%s: damaged batch at offset %d (position %d) found by a read, not served: %s",
+            exc.path,
+            exc.offset,
+            exc.position,
+            exc.reason,
+        )
+        return exc
 
     def _find_corruption(self, seg: Segment, offset: int, reason: str) -> CorruptDataError:
         """Walk ``seg`` from its nearest index entry at or below ``offset`` and name the
@@ -623,6 +636,7 @@ class Log:
         with self._flush_lock:
             active = self._segments[-1]
             atomic_write(active.index_path, active.index_bytes())
+            self._set_recovery_point(self._end_offset)
             atomic_write(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE), b"")
             with self._lock:
                 self._closed = True
@@ -654,12 +668,16 @@ class Log:
 
     def _recover(self) -> None:
         """Open every segment. A segment is trusted without a scan when its index file is
-        intact and matches it exactly (written after the segment was fsync'd), unless the
-        last shutdown was unclean and it is the last segment. Other segments, and all
-        after the first one scanned, are scanned batch by batch (header + CRC); the epoch
-        cache is rebuilt from their headers. A torn or corrupt tail is truncated at the
-        last valid batch; a corrupt batch with valid batches after it raises
-        CorruptLogError. Finally epoch entries past the log end are dropped (KIP-101)."""
+        intact and matches it exactly (written after the segment was fsync'd) and either
+        the last shutdown was clean or the segment ends at or below the recovery point
+        (after an unclean shutdown every segment past it is CRC-checked, not only the
+        last). Other segments, and all after the first one scanned, are scanned batch by
+        batch (header + CRC); the epoch cache is rebuilt from their headers. A torn or
+        corrupt tail is truncated at the last valid batch; a corrupt batch with valid
+        batches after it raises CorruptLogError, or with ``repair`` is cut there after
+        recording how far the damaged log reached as ``catch_up_offset``. Finally epoch
+        entries past the log end are dropped (KIP-101). Latent damage in trusted
+        segments is found by reads (every batch served is CRC-checked) and ``scrub``."""
         directory = self.directory
         marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
         clean = os.path.exists(marker)
