@@ -315,6 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
         "produce may carry (default 8 MiB)",
     )
     p.add_argument(
+        "--scrub-bytes-per-second",
+        type=int,
+        default=None,
+        help="background CRC check of sealed segments, bytes per second for the node "
+        "(default 4 MiB; 0 = off); damage found is repaired from the leader",
+    )
+    p.add_argument(
         "--peer-address",
         action="append",
         default=[],

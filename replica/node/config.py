@@ -55,6 +55,9 @@ def parse_peer_addresses(items: list[str]) -> dict[int, tuple[str, int]]:
 # with room (a 10,000-record batch of 800 B values) while one batch stays far below the
 # 64 MiB frame limit and costs each replica ~0.1 s (CRC + write) on a loaded machine.
 DEFAULT_MAX_MESSAGE_BYTES = 8 << 20
+# Background CRC scrub of sealed segments, for the whole node (0: off). 4 MiB/s reads
+# 1 TiB in about 3 days for well under 1% of a core (crc32 runs at GB/s).
+DEFAULT_SCRUB_BYTES_PER_SECOND = 4 << 20
 # The largest max.message.bytes a topic or node may set; topics may lower the limit, not
 # raise it. Not the frame limit (a 63 MiB batch fits every frame, see max_batch_bytes) but
 # time: each replica checks and writes one batch in one go on its event loop, and a
@@ -108,6 +111,7 @@ class NodeConfig:
     # How long a follower's fetch may be parked at the leader waiting for data.
     replica_fetch_max_wait_ms: int = 250
     produce_timeout_ms: int = 30000
+    scrub_bytes_per_second: int = DEFAULT_SCRUB_BYTES_PER_SECOND
     # Raft traffic to these peers goes here instead of their --voters address (e.g.
     # through a fault-injecting proxy); Metadata still advertises --voters.
     peer_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
@@ -188,6 +192,11 @@ class NodeConfig:
                 args.max_message_bytes
                 if getattr(args, "max_message_bytes", None) is not None
                 else DEFAULT_MAX_MESSAGE_BYTES
+            ),
+            scrub_bytes_per_second=(
+                DEFAULT_SCRUB_BYTES_PER_SECOND
+                if getattr(args, "scrub_bytes_per_second", None) is None
+                else args.scrub_bytes_per_second
             ),
             tls=tls,
             auth_config=auth_config,

@@ -43,7 +43,7 @@ from ..raft import (
     VoteResponse,
 )
 from ..storage import Log, LogConfig, QuorumState, QuorumStateStore, batches_to_table
-from ..storage.errors import CorruptRecordError, StorageError
+from ..storage.errors import CorruptDataError, CorruptRecordError, StorageError
 from ..storage.errors import OffsetOutOfRangeError as StorageOffsetOutOfRange
 from ..storage.records import encode_batch, iter_batches
 from .config import NodeConfig, check_max_message_bytes
@@ -213,6 +213,10 @@ class Node:
         self._ticker: asyncio.Task[None] | None = None
         self._pending_topics: set[str] = set()
         self._retention_at = 0.0
+        # Background scrub of sealed segments: replicas visited in turn, at most
+        # config.scrub_bytes_per_second for the whole node.
+        self._scrub_at = time.monotonic()
+        self._scrub_next = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         # Replica fetches being handled now, by (topic, partition, replica, request id):
         # an empty answer to one of them is parked as a long-poll instead of sent.
@@ -372,7 +376,9 @@ class Node:
 
     def _open_replica(self, topic: str, partition: int, replicas: list[int]) -> PartitionReplica:
         d = self._replica_dir(topic, partition)
-        lg = WallClockLog(str(d), self.log_config)
+        # repair=True: damage recovery finds mid-log is cut, with the catch-up mark, and
+        # re-fetched from the leader (see RaftReplica.on_corruption), not fatal.
+        lg = WallClockLog(str(d), self.log_config, repair=True)
         store = QuorumStateStore(str(d))
         persisted = _to_election_state(store.read())
         core = RaftReplica(
@@ -597,11 +603,48 @@ class Node:
                 if time.monotonic() >= self._retention_at:
                     self._retention_at = time.monotonic() + 5
                     self._apply_retention()
+                if time.monotonic() >= self._scrub_at + 1:
+                    self._scrub()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("tick failed")
             await asyncio.sleep(TICK_S)
+
+    def _scrub(self) -> None:
+        """Verify sealed segments in the background, ``scrub_bytes_per_second`` for the
+        whole node: replicas take turns; a damaged batch is repaired at once."""
+        t = time.monotonic()
+        budget = int(self.config.scrub_bytes_per_second * min(t - self._scrub_at, 5.0))
+        self._scrub_at = t
+        replicas = [r for r in self.replicas.values() if not r.closed]
+        if budget <= 0 or not replicas:
+            return
+        for _ in range(len(replicas)):
+            r = replicas[self._scrub_next % len(replicas)]
+            before, passes = r.log.scrubbed_bytes, r.log.scrub_passes
+            found = r.log.scrub(budget)
+            budget -= r.log.scrubbed_bytes - before
+            if found is not None:
+                self._on_corruption(r, found, "scrub")
+            elif r.log.scrub_passes == passes and budget <= 0:
+                return  # this replica continues next time
+            self._scrub_next += 1
+            if budget <= 0:
+                return
+
+    def _on_corruption(self, r: PartitionReplica, exc: CorruptDataError, how: str) -> None:
+        if how == "scrub":  # a read already logged what it found (replica.storage)
+            log.error(
+                "%s: corrupt batch at offset %d in %s (position %d), found by the scrub: "
+                "%s; cutting the log there and re-fetching from the leader",
+                r.name,
+                exc.offset,
+                exc.path,
+                exc.position,
+                exc.reason,
+            )
+        self._process(r, r.core.on_corruption(exc.offset, now_ms()))
 
     def _apply_retention(self) -> None:
         if self.log_config.retention_bytes is None and self.log_config.retention_ms is None:
@@ -618,7 +661,11 @@ class Node:
         hwm = r.core.high_watermark if upto is None else min(upto, r.log.end_offset)
         before = self.metadata.applied_offset
         while self.metadata.applied_offset < hwm:
-            data = r.log.read(self.metadata.applied_offset, 1 << 20, max_offset=hwm)
+            try:
+                data = r.log.read(self.metadata.applied_offset, 1 << 20, max_offset=hwm)
+            except CorruptDataError as exc:
+                self._on_corruption(r, exc, "a metadata read")
+                break
             if not data:
                 break
             table = batches_to_table(data)
@@ -865,6 +912,10 @@ class Node:
                     data = r.log.read(req.fetch_offset, max_bytes, max_offset=hwm)
                 except StorageOffsetOutOfRange as exc:
                     return answer(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
+                except CorruptDataError as exc:
+                    # Never serve damaged bytes: resign, repair, send the client elsewhere.
+                    self._on_corruption(r, exc, "a consumer fetch")
+                    return answer(ErrorCode.NOT_LEADER, f"damaged data at offset {exc.offset}")
                 return answer(ErrorCode.NONE, "", data)
             remaining = deadline - time.monotonic()
             if remaining <= 0:

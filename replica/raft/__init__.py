@@ -15,6 +15,7 @@ API::
     out = core.on_log_flushed(now_ms)      # after every log.flush() (group commit)
     out = core.begin_shutdown(now_ms)      # leader resigns: EndQuorumEpoch + successors
     out = core.force_leader(now_ms, min_epoch)  # operator's unclean election
+    out = core.on_corruption(offset, now_ms)   # the driver found damaged data in the log
     core.check_leader_epoch(current_leader_epoch) -> ErrorCode
     core.describe(now_ms) -> QuorumDescription
     core.role / state_name / epoch / leader_id / voted_id / high_watermark /
@@ -57,6 +58,16 @@ HWM and commit over records the lost disk had acknowledged in a later epoch (the
 simulator finds this). A fresh replica (``persisted=None`` and an empty log) is only
 safe as a voter when the partition is new.
 
+Damaged data: ``log.read`` never returns a batch that fails its CRC; it raises
+``CorruptDataError`` for the first one. The core handles that on replica fetches itself;
+damage the driver finds (consumer reads, a background scrub, recovery) it reports with
+``on_corruption``. Either way a leader resigns, the log is cut at the damage with
+``log.truncate_corrupt`` (which durably records the old durable end as
+``catch_up_offset`` first) and the replica re-fetches; until its durable end is back at
+that offset it neither votes, nor stands, nor counts towards the HWM (its fetches say
+``catching_up``), so no majority can form without a record it acknowledged.
+``out.repaired_at`` tells the driver the log was cut (its HWM may go back to the new end).
+
 Consumers: a ``FetchRequest`` with ``replica_id=-1`` is served up to the HWM and never
 counts; observers (replica ids not in ``voters``) are served everything and are listed
 in ``describe()`` but never count towards the HWM. ListOffsets and OffsetsForLeaderEpoch
@@ -71,6 +82,7 @@ from .log import (
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
     AppendInfo,
+    CorruptDataError,
     EpochEndOffset,
     OffsetAndEpoch,
     ReplicaLog,
@@ -98,6 +110,7 @@ __all__ = [
     "AppendInfo",
     "BeginQuorumEpochRequest",
     "BeginQuorumEpochResponse",
+    "CorruptDataError",
     "ElectionState",
     "EndQuorumEpochRequest",
     "EndQuorumEpochResponse",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ..storage.errors import CorruptDataError
 from ..storage.types import (
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
@@ -23,6 +24,7 @@ __all__ = [
     "UNDEFINED_EPOCH",
     "UNDEFINED_OFFSET",
     "AppendInfo",
+    "CorruptDataError",
     "EpochEndOffset",
     "OffsetAndEpoch",
     "ReplicaLog",
@@ -43,6 +45,13 @@ class ReplicaLog(Protocol):
     @property
     def durable_end_offset(self) -> int:
         """End offset of what has been fsync'd; only this may count towards the HWM."""
+        ...
+
+    @property
+    def catch_up_offset(self) -> int:
+        """-1, or the durable end the log had before ``truncate_corrupt`` cut it (kept
+        durably until the durable end is back there): the replica may lack records it
+        acknowledged, so it neither votes, nor stands, nor counts towards the HWM."""
         ...
 
     def last_epoch(self) -> int:
@@ -84,11 +93,19 @@ class ReplicaLog(Protocol):
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Whole batches starting with the one that holds ``offset``; at least one batch
         if any exists at or after offset even if larger than max_bytes; never a batch
-        starting at or past ``max_offset`` when given."""
+        starting at or past ``max_offset`` when given. Every batch is checked (CRC)
+        first: damaged bytes are never returned; the result stops before a damaged
+        batch, and if the first one is damaged it raises ``CorruptDataError`` whose
+        ``offset`` is where the damage starts."""
         ...
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or above ``offset`` (and epoch entries from there)."""
+        ...
+
+    def truncate_corrupt(self, offset: int) -> None:
+        """Cut the log at damage found at ``offset``: first raise ``catch_up_offset``
+        durably to the durable end, then ``truncate_to(offset)``."""
         ...
 
     def flush(self) -> int:

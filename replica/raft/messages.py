@@ -102,7 +102,9 @@ class FetchRequest:
     """``replica_id`` is the sender: a voter, an observer, or -1 for a consumer.
     ``fetch_offset`` is the fetcher's log end offset and, from a replica, durable (the
     driver flushes before sending it); ``last_fetched_epoch`` is the epoch of the record
-    before it. ``current_leader_epoch`` -1 (consumers only) skips the epoch check."""
+    before it. ``current_leader_epoch`` -1 (consumers only) skips the epoch check.
+    ``catching_up``: the fetcher lost data it may have acknowledged and has not yet
+    re-fetched past its old log end, so the leader must not count it towards the HWM."""
 
     cluster_id: str
     replica_id: int
@@ -113,6 +115,7 @@ class FetchRequest:
     max_wait_ms: int
     max_bytes: int
     request_id: int = 0
+    catching_up: bool = False
 
     @property
     def src(self) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..protocol.errors import ErrorCode
 from .config import QuorumConfig
-from .log import UNDEFINED_EPOCH, AppendInfo, ReplicaLog
+from .log import UNDEFINED_EPOCH, AppendInfo, CorruptDataError, ReplicaLog
 from .messages import (
     CONSUMER_REPLICA_ID,
     BeginQuorumEpochRequest,
@@ -67,6 +67,7 @@ class Output:
     fetch_wakeup: bool = False  # re-handle parked fetch long-polls: new data or new HWM
     truncated_to: int | None = None  # a follower truncated its log to this offset
     truncated_below_high_watermark: bool = False  # committed data removed (unclean only)
+    repaired_at: int | None = None  # damaged data found: the log was cut to this offset
 
     def merge(self, other: Output) -> None:
         """Fold a later step's output into this one (persist: the later state wins)."""
@@ -81,6 +82,8 @@ class Output:
         if other.truncated_to is not None:
             self.truncated_to = other.truncated_to
         self.truncated_below_high_watermark |= other.truncated_below_high_watermark
+        if other.repaired_at is not None:
+            self.repaired_at = other.repaired_at
 
 
 class NotLeaderError(Exception):
@@ -156,7 +159,7 @@ class RaftReplica:
         elif self._leader_id == node_id:
             # It led this epoch and may have lost unflushed data: never lead it again.
             self._become_resigned(now_ms, self._startup, successors=())
-        elif self._voted_id == node_id and self._leader_id is None:
+        elif self._voted_id == node_id and self._leader_id is None and not self.catching_up:
             self._become_candidate_in_current_epoch(now_ms, self._startup, retries=0)
         elif self._leader_id is not None:
             self._become_follower(self._epoch, self._leader_id, now_ms, self._startup)
@@ -215,6 +218,12 @@ class RaftReplica:
     @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters
+
+    @property
+    def catching_up(self) -> bool:
+        """The log lost data it may have acknowledged (``truncate_corrupt``) and is not
+        yet durably back past its old end: no votes, no candidacy, no HWM count."""
+        return self.log.catch_up_offset > self.log.durable_end_offset
 
     @property
     def is_leader(self) -> bool:
@@ -300,6 +309,16 @@ class RaftReplica:
             self._become_resigned(now_ms, out, successors=self._ranked_successors(self._state))
         elif isinstance(self._state, UnattachedState):
             self._state.election_at = None
+        return out
+
+    def on_corruption(self, offset: int, now_ms: int) -> Output:
+        """The driver found damaged data at ``offset`` in this replica's log (a read, a
+        scrub, recovery). A leader resigns; then the log is cut there, remembering its
+        old durable end (``catch_up_offset``); the replica re-fetches from the leader
+        and, until it is back past that end, neither votes, stands, nor counts towards
+        the HWM: so no majority can form without a record it acknowledged."""
+        out = Output()
+        self._repair(offset, now_ms, out)
         return out
 
     def force_leader(self, now_ms: int, min_epoch: int = 0) -> Output:
@@ -394,7 +413,12 @@ class RaftReplica:
         )
 
     def _can_elect(self) -> bool:
-        return self.is_voter and not self._shutting_down
+        return self.is_voter and not self._shutting_down and not self.catching_up
+
+    def _may_vote(self) -> bool:
+        """A replica that lost data it may have acknowledged must not help elect a
+        leader that lacks it."""
+        return self.is_voter and not self.catching_up
 
     def _become_unattached(
         self, now_ms: int, out: Output, *, epoch: int | None = None, direct_at: int | None = None
@@ -403,7 +427,8 @@ class RaftReplica:
             self._set_election(epoch, None, None, out)
         was_leader = self._role is Role.LEADER
         self._role = Role.UNATTACHED
-        if not self.is_voter:
+        if not self.is_voter or (self.catching_up and not self._shutting_down):
+            # Observers, and voters that may not stand: look for the leader to fetch from.
             self._state = UnattachedState(None, discover_at=now_ms)
         elif self._shutting_down:
             self._state = UnattachedState(None)
@@ -561,7 +586,10 @@ class RaftReplica:
                 else:
                     self._become_prospective(now_ms, out, retries=0)
             elif st.discover_at is not None and now_ms >= st.discover_at:
-                self._discover_leader(st, now_ms, out)
+                if self._can_elect():
+                    self._become_unattached(now_ms, out)  # caught up: a voter again
+                else:
+                    self._discover_leader(st, now_ms, out)
         elif isinstance(st, ProspectiveState):
             if st.retry_at is not None:
                 if now_ms >= st.retry_at:
@@ -701,6 +729,7 @@ class RaftReplica:
                 self.config.fetch_max_wait_ms,
                 self.config.fetch_max_bytes,
                 st.fetch_request_id,
+                self.catching_up,
             )
         )
 
@@ -718,6 +747,7 @@ class RaftReplica:
                 0,
                 self.config.fetch_max_bytes,
                 0,
+                self.catching_up,
             )
         )
         st.discover_at = now_ms + self.config.retry_backoff_ms + self.config.request_timeout_ms
@@ -740,7 +770,7 @@ class RaftReplica:
 
     def _ranked_successors(self, st: LeaderState) -> tuple[int, ...]:
         rows = sorted(st.progress.values(), key=lambda r: (-r.end_offset, r.replica_id))
-        return tuple(r.replica_id for r in rows)
+        return tuple(r.replica_id for r in rows if r.replica_id not in st.catching_up)
 
     # ------------------------------------------------------------------ votes
 
@@ -764,7 +794,7 @@ class RaftReplica:
 
     def _vote_grantable(self, req: VoteRequest) -> bool:
         return (
-            self.is_voter
+            self._may_vote()
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE)
             and self._leader_id is None
             and self._voted_id in (None, req.src)
@@ -796,7 +826,7 @@ class RaftReplica:
             if req.candidate_epoch == self._epoch:
                 granted = self._vote_grantable(req)
             else:
-                granted = self.is_voter and self._log_at_least_ours(
+                granted = self._may_vote() and self._log_at_least_ours(
                     req.last_offset_epoch, req.last_offset
                 )
             # Our leader asking means it gave up leading; anyone else must wait for it.
@@ -977,6 +1007,10 @@ class RaftReplica:
 
         is_voter = req.replica_id in st.progress
         if is_voter:
+            if req.catching_up:
+                st.catching_up.add(req.replica_id)
+            else:
+                st.catching_up.discard(req.replica_id)
             st.fetched_since_check.add(req.replica_id)
             if len(st.fetched_since_check) + 1 >= self.majority:
                 self._reset_check_quorum(st, now_ms)
@@ -1000,7 +1034,11 @@ class RaftReplica:
         if diverging is None and req.fetch_offset < self.log.end_offset:
             max_offset = None if is_replica else self._high_watermark
             if max_offset is None or req.fetch_offset < max_offset:
-                records = self.log.read(req.fetch_offset, req.max_bytes, max_offset)
+                try:
+                    records = self.log.read(req.fetch_offset, req.max_bytes, max_offset)
+                except CorruptDataError as exc:
+                    self._repair(exc.offset, now_ms, out)
+                    return self._fetch_error(req, ErrorCode.NOT_LEADER)
         return FetchResponse(
             self.cluster_id,
             self.node_id,
@@ -1020,9 +1058,12 @@ class RaftReplica:
         """HWM = the largest offset durable on a majority of voters, once that covers
         the leader's own epoch start; observers never count; never moves back."""
         offsets = sorted(
-            [self.log.durable_end_offset] + [r.end_offset for r in st.progress.values()],
+            [self.log.durable_end_offset]
+            + [r.end_offset for r in st.progress.values() if r.replica_id not in st.catching_up],
             reverse=True,
         )
+        if len(offsets) < self.majority:
+            return
         candidate = offsets[self.majority - 1]
         if candidate > st.epoch_start_offset and candidate > self._high_watermark:
             self._high_watermark = candidate
@@ -1065,6 +1106,36 @@ class RaftReplica:
                 out.high_watermark = hwm
                 out.fetch_wakeup = True
         self._send_fetch(st, now_ms, out)
+
+    def _repair(self, offset: int, now_ms: int, out: Output) -> None:
+        if offset >= self.log.end_offset:
+            return
+        st = self._state
+        logger.error(
+            "replica %s (%s, epoch %s): damaged data at offset %s; cutting the log there "
+            "and re-fetching from the leader",
+            self.node_id,
+            self._role.value,
+            self._epoch,
+            offset,
+        )
+        if isinstance(st, LeaderState):
+            # Resign first: it must neither lead nor serve with a log it is cutting.
+            self._become_resigned(now_ms, out, self._ranked_successors(st))
+        self.log.truncate_corrupt(offset)
+        end = self.log.end_offset
+        out.repaired_at = end
+        out.truncated_to = end
+        self._high_watermark = min(self._high_watermark, end)
+        st = self._state
+        if isinstance(st, FollowerState):
+            self._send_fetch(st, now_ms, out)
+        elif isinstance(st, ResignedState):
+            if not self._can_elect():
+                st.election_at = None
+        elif isinstance(st, ProspectiveState | CandidateState | UnattachedState):
+            if not self._can_elect():
+                self._become_unattached(now_ms, out)
 
     def _truncate_to_diverging(self, diverging: tuple[int, int], out: Output) -> None:
         epoch, leader_end = diverging

@@ -101,6 +101,7 @@ class LeaderState:
     begin_unacked: set[int] = field(default_factory=set)
     begin_resend_at: int | None = None
     fetched_since_check: set[int] = field(default_factory=set)
+    catching_up: set[int] = field(default_factory=set)  # voters not counted for the HWM
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ cache and the quorum-state file. Disk only; imports nothing else of quorumlog.""
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from .errors import (
     CorruptCheckpointError,
+    CorruptDataError,
     CorruptLogError,
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -45,6 +46,7 @@ __all__ = [
     "AppendInfo",
     "BatchHeader",
     "CorruptCheckpointError",
+    "CorruptDataError",
     "CorruptLogError",
     "CorruptRecordError",
     "EpochEndOffset",

@@ -28,6 +28,22 @@ class CorruptLogError(StorageError):
         self.position = position
 
 
+class CorruptDataError(StorageError):
+    """Bytes already in the log fail their batch checks (header or payload CRC, bad
+    magic, a length that does not fit): latent corruption found by a read, a scrub or
+    recovery. ``offset`` is where the damage starts: the log is intact below it, so the
+    replica truncates there and re-fetches the rest from the leader."""
+
+    def __init__(self, path: str, offset: int, position: int, reason: str) -> None:
+        super().__init__(
+            f"corrupt batch in {path} at position {position} (offset {offset}): {reason}"
+        )
+        self.path = path
+        self.offset = offset
+        self.position = position
+        self.reason = reason
+
+
 class CorruptCheckpointError(StorageError):
     """A checkpoint file (leader-epoch-checkpoint, quorum-state) cannot be parsed."""
 

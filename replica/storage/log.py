@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from .errors import (
     CorruptCheckpointError,
+    CorruptDataError,
     CorruptLogError,
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -42,11 +43,20 @@ from .records import (
 from .segment import Segment
 from .types import UNDEFINED_EPOCH, AppendInfo, EpochEndOffset
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "Log", "LogConfig"]
+__all__ = ["CATCH_UP_FILE", "CLEAN_SHUTDOWN_FILE", "RECOVERY_POINT_FILE", "Log", "LogConfig"]
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".clean-shutdown"
+# Kafka's recovery-point-offset-checkpoint, per partition directory: "0\n<offset>\n"
+# (format version, offset). Everything below the offset was fsync'd and verified, so
+# recovery after an unclean shutdown re-checks (CRC) only the segments past it.
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+# "0\n<offset>\n": the log lost data it may have acknowledged (corruption repaired by
+# truncation) and held, durably, everything below <offset> before. Written before the
+# truncation; removed once the durable end reaches the offset again.
+CATCH_UP_FILE = "catch-up-offset"
+_OFFSET_FILE_VERSION = 0
 _IOV_MAX = 512
 _MAX_RELATIVE = (1 << 31) - 1
 
@@ -92,7 +102,7 @@ class Log:
 
     Open with ``Log(directory)``: recovers after an unclean shutdown (see ``_recover``).
     ``repair=True`` truncates at a corrupt batch even when valid batches follow it
-    (losing them) instead of raising CorruptLogError.
+    (losing them, and recording ``catch_up_offset``) instead of raising CorruptLogError.
     """
 
     def __init__(
@@ -109,10 +119,23 @@ class Log:
         self._closed = False
         self._rebuild_cache = False
         os.makedirs(directory, exist_ok=True)
+        self._recovery_point_path = os.path.join(directory, RECOVERY_POINT_FILE)
+        self._catch_up_path = os.path.join(directory, CATCH_UP_FILE)
+        self._recovery_point = _read_offset_file(self._recovery_point_path, 0)
+        self._catch_up_offset = _read_offset_file(self._catch_up_path, -1)
+        # Scrub cursor: (segment base offset, position, expected offset at position).
+        self._scrub_at = (-1, 0, 0)
+        self.scrub_passes = 0
+        self.scrubbed_bytes = 0
         self._cache = self._open_cache()
         self._recover()
         self._end_offset = self._segments[-1].end_offset
         self._durable_end_offset = self._end_offset
+        # Everything now in the log was verified (trusted below the old recovery point,
+        # CRC-scanned past it) and is durable.
+        self._set_recovery_point(self._end_offset)
+        if 0 <= self._catch_up_offset <= self._end_offset:
+            self._clear_catch_up()
 
     # -- ReplicaLog properties -------------------------------------------------------
 
@@ -139,6 +162,18 @@ class Log:
     @property
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
+
+    @property
+    def recovery_point(self) -> int:
+        """Offsets below this were fsync'd and verified: recovery trusts them."""
+        return self._recovery_point
+
+    @property
+    def catch_up_offset(self) -> int:
+        """The durable end this log had before it lost data to corruption (-1: none
+        lost). Until the durable end is back at it, the replica may lack records it
+        acknowledged: it must not vote, stand, or count towards the HWM."""
+        return self._catch_up_offset
 
     def last_epoch(self) -> int:
         return self._cache.latest_epoch
@@ -316,15 +351,29 @@ class Log:
         if offset == self._end_offset or (max_offset is not None and offset >= max_offset):
             return b""
         seg = self._segments[bisect.bisect_right(self._bases, offset) - 1]
-        first = seg.locate(offset)
+        try:
+            first = seg.locate(offset)
+        except CorruptRecordError as exc:
+            raise self._detected(self._find_corruption(seg, offset, str(exc))) from exc
         if max_offset is not None and first.base_offset >= max_offset:
             return b""
         limit = seg.size
         if max_offset is not None and max_offset < seg.end_offset:
-            limit = seg.locate(max_offset - 1).end
+            try:
+                limit = seg.locate(max_offset - 1).end
+            except CorruptRecordError:
+                limit = first.end  # the damage lies past the first batch: checked below
         target = min(limit, first.position + max(max_bytes, 0))
         end = first.end if target <= first.end else seg.boundary_before(first.position, target)
-        return os.pread(seg.fd, end - first.position, first.position)
+        data = os.pread(seg.fd, end - first.position, first.position)
+        # Never serve damaged bytes: CRC-check every batch (header and payload). A
+        # damaged batch ends the result; if it is the first, raise CorruptDataError.
+        valid, reason = _valid_prefix(data)
+        if valid == len(data):
+            return data
+        if valid:
+            return data[:valid]
+        raise self._detected(CorruptDataError(seg.path, first.base_offset, first.position, reason))
 
     # -- truncation and retention ----------------------------------------------------
 
@@ -335,30 +384,48 @@ class Log:
         The truncation is fsync'd before returning."""
         self._check_open()
         with self._flush_lock:
-            if offset >= self._end_offset:
-                return
-            if offset < self.start_offset:
-                self._truncate_fully(offset)
-                return
-            index = bisect.bisect_right(self._bases, offset) - 1
-            seg = self._segments[index]
-            batch = seg.locate(offset)
-            for later in self._segments[index + 1 :]:
-                self._delete_segment(later)
-            _unlink(seg.index_path)
-            os.ftruncate(seg.fd, batch.position)
-            os.fsync(seg.fd)
-            with self._lock:
-                del self._segments[index + 1 :]
-                del self._bases[index + 1 :]
-                seg.index_durable = False
-                seg.truncate_index(batch.position)
-                self._end_offset = batch.base_offset
-                self._durable_end_offset = min(self._durable_end_offset, batch.base_offset)
-            fsync_dir(self.directory)
-            self._cache.truncate_from_end(batch.base_offset)
-            self._cache.flush()
-            log.info("%s: truncated to offset %d", self.directory, batch.base_offset)
+            self._truncate_locked(offset)
+
+    def _truncate_locked(self, offset: int) -> None:
+        if offset >= self._end_offset:
+            return
+        if offset < self.start_offset:
+            self._truncate_fully(offset)
+            return
+        index = bisect.bisect_right(self._bases, offset) - 1
+        seg = self._segments[index]
+        batch = seg.locate_lenient(offset)
+        for later in self._segments[index + 1 :]:
+            self._delete_segment(later)
+        _unlink(seg.index_path)
+        os.ftruncate(seg.fd, batch.position)
+        os.fsync(seg.fd)
+        with self._lock:
+            del self._segments[index + 1 :]
+            del self._bases[index + 1 :]
+            seg.index_durable = False
+            seg.truncate_index(batch.position)
+            self._end_offset = batch.base_offset
+            self._durable_end_offset = min(self._durable_end_offset, batch.base_offset)
+        fsync_dir(self.directory)
+        self._cache.truncate_from_end(batch.base_offset)
+        self._cache.flush()
+        # Offsets at and past the new end will hold new, unflushed data.
+        self._set_recovery_point(min(self._recovery_point, batch.base_offset))
+        log.info("%s: truncated to offset %d", self.directory, batch.base_offset)
+
+    def truncate_corrupt(self, offset: int) -> None:
+        """Repair latent corruption found at ``offset``: durably remember the durable
+        end as ``catch_up_offset`` (what the replica may have acknowledged), then
+        ``truncate_to(offset)``. A crash in between leaves the mark and the damaged
+        batch, which is found again."""
+        self._check_open()
+        with self._flush_lock:
+            floor = max(self._catch_up_offset, self._durable_end_offset)
+            if offset < floor and floor != self._catch_up_offset:
+                _write_offset_file(self._catch_up_path, floor)
+                self._catch_up_offset = floor
+            self._truncate_locked(offset)
 
     def _truncate_fully(self, offset: int) -> None:
         for seg in self._segments:
@@ -372,6 +439,7 @@ class Log:
         fsync_dir(self.directory)
         self._cache.clear()
         self._cache.flush()
+        self._set_recovery_point(offset)
         log.info("%s: emptied, restarting at offset %d", self.directory, offset)
 
     def apply_retention(self, now_ms: int | None = None, max_offset: int | None = None) -> int:
@@ -449,13 +517,116 @@ class Log:
                 self._cache.flush()
             for seg in sealed:
                 atomic_write(seg.index_path, seg.index_bytes())
+            if sealed and target > self._recovery_point:
+                # A roll: everything below target is durable and was checked when it
+                # was appended (the active segment's tail is rescanned after a crash).
+                self._set_recovery_point(target)
             with self._lock:
                 for seg, size in work:
                     seg.synced_size = max(seg.synced_size, size)
                 for seg in sealed:
                     seg.index_durable = True
                 self._durable_end_offset = max(self._durable_end_offset, target)
-                return self._durable_end_offset
+                durable = self._durable_end_offset
+            if 0 <= self._catch_up_offset <= durable:
+                self._clear_catch_up()
+            return durable
+
+    def _set_recovery_point(self, offset: int) -> None:
+        if offset != self._recovery_point or not os.path.exists(self._recovery_point_path):
+            _write_offset_file(self._recovery_point_path, offset)
+            self._recovery_point = offset
+
+    def _clear_catch_up(self) -> None:
+        log.info(
+            "%s: caught up past offset %d, the log end before data was lost",
+            self.directory,
+            self._catch_up_offset,
+        )
+        self._catch_up_offset = -1
+        _unlink(self._catch_up_path)
+
+    # -- verification ----------------------------------------------------------------
+
+    def scrub(self, max_bytes: int) -> CorruptDataError | None:
+        """Verify (header and payload CRC, offsets continuous) about ``max_bytes`` of
+        sealed segments from where the last call stopped, wrapping around to the first
+        sealed segment after the last (``scrub_passes`` counts finished passes). Returns
+        the first damage found (the cursor stays there) or None. The caller bounds the
+        rate by the budget it passes per call."""
+        self._check_open()
+        sealed = len(self._segments) - 1
+        if sealed <= 0:
+            self._scrub_at = (-1, 0, 0)
+            return None
+        base, position, expected = self._scrub_at
+        index = bisect.bisect_left(self._bases, base)
+        if index >= sealed:
+            index, position = 0, 0
+        seg = self._segments[index]
+        if seg.base_offset != base:
+            position, expected = 0, seg.base_offset
+        budget = max(max_bytes, 1)
+        while budget > 0:
+            if position >= seg.size:
+                index += 1
+                if index >= sealed:
+                    self.scrub_passes += 1
+                    self._scrub_at = (-1, 0, 0)
+                    return None
+                seg = self._segments[index]
+                position, expected = 0, seg.base_offset
+                continue
+            data = os.pread(seg.fd, min(max(budget, HEADER_SIZE), seg.size - position), position)
+            budget -= len(data)
+            self.scrubbed_bytes += len(data)
+            valid, reason = _valid_prefix(data, expected)
+            if not valid and len(data) >= HEADER_SIZE and not reason:
+                # The first batch is larger than the budget: read it whole.
+                try:
+                    header = parse_header(data, 0)
+                    data = os.pread(seg.fd, min(header.size, seg.size - position), position)
+                    valid, reason = _valid_prefix(data, expected)
+                except CorruptRecordError as exc:
+                    reason = str(exc)
+            if not valid:
+                self._scrub_at = (seg.base_offset, position, expected)
+                return CorruptDataError(seg.path, expected, position, reason or "torn batch")
+            expected = _next_offset_after(data, valid)
+            position += valid
+        self._scrub_at = (seg.base_offset, position, expected)
+        return None
+
+    @staticmethod
+    def _detected(exc: CorruptDataError) -> CorruptDataError:
+        log.error(
+            "%s: damaged batch at offset %d (position %d) found by a read, not served: %s",
+            exc.path,
+            exc.offset,
+            exc.position,
+            exc.reason,
+        )
+        return exc
+
+    def _find_corruption(self, seg: Segment, offset: int, reason: str) -> CorruptDataError:
+        """Walk ``seg`` from its nearest index entry at or below ``offset`` and name the
+        first damaged batch (an index entry is trusted: it was written with a CRC)."""
+        position, expected = seg.index_floor(offset)
+        while position < seg.size:
+            data = os.pread(seg.fd, min(8 * 1024 * 1024, seg.size - position), position)
+            valid, why = _valid_prefix(data, expected)
+            if not valid:
+                try:
+                    header = parse_header(data, 0)
+                    data = os.pread(seg.fd, header.size, position)
+                    valid, why = _valid_prefix(data, expected)
+                except CorruptRecordError as exc:
+                    why = str(exc)
+                if not valid:
+                    return CorruptDataError(seg.path, expected, position, why or reason)
+            expected = _next_offset_after(data, valid)
+            position += valid
+        return CorruptDataError(seg.path, expected, position, reason)
 
     def close(self) -> None:
         """Flush, write every index and a clean-shutdown marker, close files."""
@@ -465,6 +636,7 @@ class Log:
         with self._flush_lock:
             active = self._segments[-1]
             atomic_write(active.index_path, active.index_bytes())
+            self._set_recovery_point(self._end_offset)
             atomic_write(os.path.join(self.directory, CLEAN_SHUTDOWN_FILE), b"")
             with self._lock:
                 self._closed = True
@@ -496,12 +668,16 @@ class Log:
 
     def _recover(self) -> None:
         """Open every segment. A segment is trusted without a scan when its index file is
-        intact and matches it exactly (written after the segment was fsync'd), unless the
-        last shutdown was unclean and it is the last segment. Other segments, and all
-        after the first one scanned, are scanned batch by batch (header + CRC); the epoch
-        cache is rebuilt from their headers. A torn or corrupt tail is truncated at the
-        last valid batch; a corrupt batch with valid batches after it raises
-        CorruptLogError. Finally epoch entries past the log end are dropped (KIP-101)."""
+        intact and matches it exactly (written after the segment was fsync'd) and either
+        the last shutdown was clean or the segment ends at or below the recovery point
+        (after an unclean shutdown every segment past it is CRC-checked, not only the
+        last). Other segments, and all after the first one scanned, are scanned batch by
+        batch (header + CRC); the epoch cache is rebuilt from their headers. A torn or
+        corrupt tail is truncated at the last valid batch; a corrupt batch with valid
+        batches after it raises CorruptLogError, or with ``repair`` is cut there after
+        recording how far the damaged log reached as ``catch_up_offset``. Finally epoch
+        entries past the log end are dropped (KIP-101). Latent damage in trusted
+        segments is found by reads (every batch served is CRC-checked) and ``scrub``."""
         directory = self.directory
         marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
         clean = os.path.exists(marker)
@@ -531,7 +707,12 @@ class Log:
         cut_at: int | None = None
         for i, seg in enumerate(segments):
             is_last = i == len(segments) - 1
-            if not scanning and not (is_last and not clean) and seg.load_index():
+            if (
+                not scanning
+                and (clean or not is_last)
+                and seg.load_index()
+                and (clean or seg.end_offset <= self._recovery_point)
+            ):
                 seg.index_durable = True
                 if not is_last and seg.end_offset != segments[i + 1].base_offset:
                     raise CorruptLogError(
@@ -662,11 +843,109 @@ class Log:
                     break
         if follower is not None and not self._repair:
             raise CorruptLogError(seg.path, expected, position, reason)
+        if follower is not None:
+            # Valid data follows: this is damage, not a torn tail. Remember how far the
+            # log reached, durably, before cutting it (see catch_up_offset).
+            lost_end = max(
+                [_max_valid_end(seg, position + 8, file_size)]
+                + [_max_valid_end(other, 0, os.fstat(other.fd).st_size) for other in later]
+            )
+            if lost_end > max(self._catch_up_offset, expected):
+                _write_offset_file(self._catch_up_path, lost_end)
+                self._catch_up_offset = lost_end
+            log.error(
+                "%s: corrupt batch at offset %d (position %d): %s; truncating the log "
+                "there, it must catch up past offset %d from the leader",
+                seg.path,
+                expected,
+                position,
+                reason,
+                lost_end,
+            )
         log.warning(
             "%s: truncating at position %d (offset %d): %s", seg.path, position, expected, reason
         )
         os.ftruncate(seg.fd, position)
         os.fsync(seg.fd)
+
+
+def _valid_prefix(data: bytes, expected: int | None = None) -> tuple[int, str]:
+    """Length of the longest prefix of whole, intact batches (header and payload CRC;
+    base offsets continuing from ``expected`` when given) and why it stops ("" when it
+    stops at a batch cut off by the end of ``data``, or at the end)."""
+    position = 0
+    total = len(data)
+    while position < total:
+        try:
+            header = parse_header(data, position)
+        except CorruptRecordError as exc:
+            if total - position < HEADER_SIZE:
+                return position, ""
+            return position, str(exc)
+        if header.end > total:
+            return position, ""
+        try:
+            validate_payload(data, header)
+        except CorruptRecordError as exc:
+            return position, str(exc)
+        if expected is not None:
+            if header.base_offset != expected:
+                return position, f"base offset {header.base_offset}, expected {expected}"
+            expected = header.next_offset
+        position = header.end
+    return position, ""
+
+
+def _next_offset_after(data: bytes, length: int) -> int:
+    """Next offset after the whole batches in ``data[:length]`` (length > 0)."""
+    last = 0
+    position = 0
+    while position < length:
+        last = position
+        position = parse_header(data, position).end
+    return parse_header(data, last).next_offset
+
+
+def _max_valid_end(seg: Segment, start: int, file_size: int) -> int:
+    """Largest next offset of any intact batch at an 8-aligned position in
+    [start, file_size) (-1 if none): how far a damaged segment's data reached."""
+    start += (-start) % 8
+    if start >= file_size:
+        return -1
+    data = os.pread(seg.fd, file_size - start, start)
+    best = -1
+    found = data.find(MAGIC)
+    while found >= 0:
+        nxt = found + 1
+        if found % 8 == 0:
+            try:
+                header = parse_header(data, found)
+                validate_payload(data, header)
+                best = max(best, header.next_offset)
+                nxt = header.end
+            except CorruptRecordError:
+                pass
+        found = data.find(MAGIC, nxt)
+    return best
+
+
+def _read_offset_file(path: str, default: int) -> int:
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read().split()
+    except FileNotFoundError:
+        return default
+    try:
+        if len(lines) != 2 or int(lines[0]) != _OFFSET_FILE_VERSION or int(lines[1]) < 0:
+            raise ValueError(lines)
+        return int(lines[1])
+    except ValueError:
+        log.warning("%s is malformed; ignoring it", path)
+        return default
+
+
+def _write_offset_file(path: str, offset: int) -> None:
+    atomic_write(path, f"{_OFFSET_FILE_VERSION}\n{offset}\n".encode())
 
 
 def _find_valid_batch(seg: Segment, start: int, file_size: int) -> int | None:

@@ -112,6 +112,32 @@ class Segment:
             if position >= self.size:
                 raise CorruptRecordError(f"{self.path}: offset {offset} not found")
 
+    def locate_lenient(self, offset: int) -> BatchHeader:
+        """``locate``, except that a damaged header met on the way at the batch that
+        would hold ``offset`` is returned as a stand-in (its position, base offset =
+        the offset the walk expected there): what truncating at damage needs."""
+        index = bisect.bisect_right(self._offsets, offset) - 1
+        position = self._positions[index] if index >= 0 else 0
+        expected = self._offsets[index] if index >= 0 else self.base_offset
+        while position < self.size:
+            try:
+                header = self.header_at(position)
+            except CorruptRecordError:
+                if expected <= offset:
+                    return BatchHeader(position, expected, 0, 1, -1, 8, 0, 0)
+                raise
+            if header.next_offset > offset:
+                return header
+            position, expected = header.end, header.next_offset
+        raise CorruptRecordError(f"{self.path}: offset {offset} not found")
+
+    def index_floor(self, offset: int) -> tuple[int, int]:
+        """(position, base offset) of the nearest index entry at or below ``offset``."""
+        index = bisect.bisect_right(self._offsets, offset) - 1
+        if index < 0:
+            return 0, self.base_offset
+        return self._positions[index], self._offsets[index]
+
     def boundary_before(self, start: int, target: int) -> int:
         """Largest batch boundary in [start, target], ``start`` being a boundary. Walks
         headers from the nearest index entry, so at most an index interval's worth."""

@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 from quorumlog.connector import LogTruncationException
 from quorumlog.connector.delta import DeltaSink, read_committed_positions
 from quorumlog.replica.client import Client, QuorumLogError
-from quorumlog.replica.storage import encode_batch
+from quorumlog.replica.storage import HEADER_SIZE, encode_batch, iter_batches
+from quorumlog.replica.storage.log import CATCH_UP_FILE
 
 from ..node.helpers import local_view, read_all, read_log_dir
 from .checker import ConsumedBatch, Counts, ForcedElection, Record, check
@@ -39,7 +40,17 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 TOPIC = "chaos"
-FAULT_KINDS = ("kill", "pause-leader", "terminate", "isolate", "oneway-in", "oneway-out")
+FAULT_KINDS = (
+    "kill",
+    "pause-leader",
+    "terminate",
+    "isolate",
+    "oneway-in",
+    "oneway-out",
+    "corrupt",
+)
+# Small segments, so a "corrupt" fault finds sealed segments to damage.
+SEGMENT_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -231,6 +242,7 @@ class Campaign:
         partitions: int = 2,
         mode: str = "clean",
         work_dir: Path | None = None,
+        kinds: Sequence[str] = FAULT_KINDS,
     ) -> None:
         if mode not in ("clean", "unclean"):
             raise ValueError(f"mode must be 'clean' or 'unclean', not {mode!r}")
@@ -241,7 +253,7 @@ class Campaign:
         self.partitions = partitions
         self.mode = mode
         self.work_dir = work_dir
-        self.schedule = make_schedule(seed, duration_s, nodes, partitions)
+        self.schedule = make_schedule(seed, duration_s, nodes, partitions, kinds)
         self.result = CampaignResult(
             seed, nodes, mode, duration_s, [f.describe() for f in self.schedule]
         )
@@ -267,7 +279,12 @@ class Campaign:
         self.result.history.append(entry)
 
     def _run(self, work: Path) -> None:
-        cluster = ProxiedCluster(self.nodes, work / "cluster", log_level="WARNING")
+        cluster = ProxiedCluster(
+            self.nodes,
+            work / "cluster",
+            log_level="WARNING",
+            node_args=["--segment-bytes", str(SEGMENT_BYTES)],
+        )
         producer: Producer | None = None
         queries: list[Any] = []
         resolver: Client | None = None
@@ -413,6 +430,13 @@ class Campaign:
             cluster.terminate(f.target)
             self._note(f"SIGTERM n{f.target}")
             return lambda: self._restart(cluster, f.target)
+        if f.kind == "corrupt":
+            # Latent corruption of one replica: a clean restart trusts the damaged sealed
+            # segment; the node's scrub (or a read) must find it and repair from a healthy
+            # copy, and no damaged byte may reach the stream.
+            cluster.terminate(f.target)
+            self._note(f"SIGTERM n{f.target}; {_damage_sealed_batch(cluster, f.target, rng)}")
+            return lambda: self._restart(cluster, f.target)
         if f.kind == "pause-leader":
             try:
                 node = cluster.leader_of(TOPIC, f.target)
@@ -463,6 +487,13 @@ class Campaign:
         wait_for(
             lambda: all(local_view(cluster, n, TOPIC, 0) is not None for n in cluster.ports),
             "every node to know the topic again",
+            60,
+        )
+        # A replica repairing damage (a "corrupt" fault) must not vote until it has caught
+        # up: let it, so the next fault never meets two replicas of a quorum down.
+        wait_for(
+            lambda: not any(cluster.data_dir.glob(f"node-*/{TOPIC}-*/{CATCH_UP_FILE}")),
+            "damaged replicas to catch up",
             60,
         )
 
@@ -553,6 +584,30 @@ class Campaign:
                     o: (None if control else (v or b"")) for o, _, v, control in contents.records
                 }
         return out
+
+
+def _damage_sealed_batch(cluster: ProxiedCluster, node: int, rng: random.Random) -> str:
+    """Flip one payload byte of a random batch in a random sealed segment of one of the
+    (stopped) node's partition replicas; says what it did."""
+    dirs = sorted(cluster.node_dir(node).glob(f"{TOPIC}-*"))
+    rng.shuffle(dirs)
+    for d in dirs:
+        sealed = sorted(p for p in d.iterdir() if p.suffix == ".log")[:-1]
+        if not sealed:
+            continue
+        seg = rng.choice(sealed)
+        batches = list(iter_batches(seg.read_bytes()))
+        if not batches:
+            continue
+        batch = rng.choice(batches)
+        at = batch.position + HEADER_SIZE + rng.randrange(batch.payload_length)
+        with open(seg, "r+b") as fh:
+            fh.seek(at)
+            byte = fh.read(1)
+            fh.seek(at)
+            fh.write(bytes([byte[0] ^ 0xFF]))
+        return f"damaged the batch at offset {batch.base_offset} in {d.name}/{seg.name}"
+    return "no sealed segment to damage yet"
 
 
 def _committed_position(table: str, partition: int) -> tuple[int, int]:

@@ -65,9 +65,17 @@ class HwmIgnoresEpochStart(RaftReplica):
             out.fetch_wakeup = True
 
 
+class VotesWhileCatchingUp(RaftReplica):
+    """Grants votes after losing data to corruption, before it has caught back up."""
+
+    def _may_vote(self) -> bool:
+        return self.is_voter
+
+
 BROKEN = {
     "two-votes-per-epoch": TwoVotesPerEpoch,
     "hwm-counts-observers": HwmCountsObservers,
     "hwm-counts-unflushed": HwmCountsUnflushed,
     "hwm-ignores-epoch-start": HwmIgnoresEpochStart,
+    "votes-while-catching-up": VotesWhileCatchingUp,
 }

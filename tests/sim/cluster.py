@@ -15,8 +15,18 @@ Invariants, checked after every event:
 * ``log-matching``: every node's log below its HWM equals the committed history;
 * ``acked-lost``: an acknowledged record is committed at the offset it was acked at;
 * ``truncated-below-hwm``: a follower never truncates below its HWM;
+* ``corrupt-served``: no damaged batch is ever sent, to a follower or to a consumer
+  (a simulated consumer reads committed offsets from the leader's log, as the node's
+  consumer fetch does, and reports damage to the core);
 * ``liveness``: after faults stop (all nodes up, network healed) a leader commits a new
   client record within ``liveness_bound_ms``.
+
+Latent corruption (``corruption`` > 0): a fault damages one batch durably held by one
+voter; that voter finds it by a scrub a little later, or sooner when it reads it to serve
+a fetch, and repairs (``on_corruption``). Until it has caught back up it may lack
+acknowledged records: ``majority-holds`` counts it as physically damaged, as a lost disk,
+and every other invariant stays on. One damaged replica at a time (a second one, while
+the first catches up, can leave no majority able to elect: a real loss of availability).
 
 With an injected unclean election (``force_leader``) the data invariants are off and
 ``truncation-visible`` takes over: a reader positioned after a committed record that a
@@ -34,6 +44,7 @@ from typing import Any
 
 from quorumlog.replica.raft import (
     UNCLEAN_EPOCH_GAP,
+    CorruptDataError,
     ElectionState,
     FetchRequest,
     FetchResponse,
@@ -50,7 +61,9 @@ from .memlog import MemLog, client_batch, decode_batches
 CLUSTER_ID = "sim-cluster"
 
 # Event kinds (ints keep the heap cheap).
-DELIVER, TICK, FLUSH, CLIENT, FAULT, RESTART, PARK_EXPIRE, STOP, UNFAULT, HEAL = range(10)
+DELIVER, TICK, FLUSH, CLIENT, FAULT, RESTART, PARK_EXPIRE, STOP, UNFAULT, HEAL, SCRUB, CONSUME = (
+    range(12)
+)
 KIND_NAMES = [
     "deliver",
     "tick",
@@ -62,6 +75,8 @@ KIND_NAMES = [
     "stop",
     "unfault",
     "heal",
+    "scrub",
+    "consume",
 ]
 
 ReplicaFactory = Callable[..., RaftReplica]
@@ -89,12 +104,15 @@ class SimParams:
     client_every_ms: tuple[int, int] = (10, 60)
     disk_loss: bool = False
     unclean: bool = False
+    corruption: float = 0.0  # chance that a fault damages a batch (3+ voters only)
     config: QuorumConfig = field(default_factory=QuorumConfig)
 
     @classmethod
     def for_seed(cls, seed: int) -> SimParams:
         """Vary the cluster shape and fault mix by seed (its own RNG stream)."""
         r = random.Random(seed * 7919 + 1)
+        # Its own stream, so every other choice stays what it was before it existed.
+        corruption = random.Random(seed * 7919 + 2).choice([0.0, 0.0, 0.2])
         fast = QuorumConfig(
             election_timeout_ms=300,
             fetch_timeout_ms=800,
@@ -111,6 +129,7 @@ class SimParams:
             delay_ms=r.choice([(1, 5), (1, 20), (5, 60)]),
             disk_loss=r.random() < 0.15,
             unclean=r.random() < 0.05,
+            corruption=corruption,
         )
 
 
@@ -188,6 +207,12 @@ class Simulation:
         self.trace: deque[tuple[int, int, Any]] = deque(maxlen=trace_len)
         self.faults: list[str] = []
         self.stats = {"events": 0, "acked": 0, "elections": 0, "messages": 0}
+        self.corrupt_on = (
+            self.p.corruption > 0
+            and len(self.voter_ids) >= 3
+            and not self.p.disk_loss
+            and not self.p.unclean
+        )
 
     # ------------------------------------------------------------------ plumbing
 
@@ -211,6 +236,8 @@ class Simulation:
             self.push(self.rng.randint(*self.p.fault_every_ms), FAULT, None)
             self.push(self.rng.randint(*self.p.client_every_ms), CLIENT, None)
             self.push(self.p.fault_ms, HEAL, None)
+            if self.corrupt_on:
+                self.push(self.rng.randint(50, 300), CONSUME, None)
             end = self.p.fault_ms + self.p.liveness_bound_ms
             while self.events:
                 at, _, kind, data = heapq.heappop(self.events)
@@ -253,7 +280,7 @@ class Simulation:
                 ids = [i for *_, batch in decode_batches(msg.records) for i in batch]
                 text = text.replace(repr(msg.records), f"<ids {ids}>")
             return f"t={at} deliver {text}"
-        if kind in (TICK, FLUSH, RESTART, STOP):
+        if kind in (TICK, FLUSH, RESTART, STOP, SCRUB):
             node = self.nodes[data[0]]
             core = node.core
             state = f"{core.state_name} e{core.epoch} hwm{core.high_watermark}" if core else "down"
@@ -313,6 +340,11 @@ class Simulation:
                 )
         elif kind == HEAL:
             self.heal()
+        elif kind == SCRUB:
+            self.scrub(self.nodes[data[0]])
+        elif kind == CONSUME:
+            self.consume()
+            self.push(self.now + self.rng.randint(50, 300), CONSUME, None)
         self.check_global()
 
     # ------------------------------------------------------------------ driver
@@ -353,6 +385,11 @@ class Simulation:
         if out.persist is not None:
             node.persisted = out.persist  # durable before any send below
         follow: Output | None = None
+        if out.repaired_at is not None:
+            # The log lost data on purpose (damage repaired): restart the HWM checks.
+            self.stats["repairs"] = self.stats.get("repairs", 0) + 1
+            node.last_hwm = core.high_watermark
+            node.checked_upto = min(node.checked_upto, out.repaired_at)
         if out.flush_log:
             node.log.flush()
             follow = core.on_log_flushed(self.local(node))
@@ -392,6 +429,8 @@ class Simulation:
             self.push(node.flush_at, FLUSH, (node.id, node.incarnation))
 
     def send(self, node: SimNode, msg: Message) -> None:
+        if isinstance(msg, FetchResponse) and msg.records:
+            self.check_undamaged(node, msg.records, f"to node {msg.dst}")
         dst = msg.dst
         if dst not in self.nodes or (node.id, dst) in self.blocked:
             return
@@ -442,12 +481,62 @@ class Simulation:
             node.pending_acks.append((off, epoch, uid))
         self.apply(node, out)
 
+    def consume(self) -> None:
+        """A consumer reads committed records from a leader's log (node ``_fetch``):
+        damage is reported to the core, never served."""
+        leaders = [
+            n for n in self.nodes.values() if n.alive and n.core and n.core.role is Role.LEADER
+        ]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        core = node.core
+        assert core is not None
+        hwm = core.high_watermark
+        if hwm <= 0:
+            return
+        offset = self.rng.randrange(hwm)
+        try:
+            data = node.log.read(offset, 64, max_offset=hwm)
+        except CorruptDataError as exc:
+            self.apply(node, core.on_corruption(exc.offset, self.local(node)))
+            return
+        self.check_undamaged(node, data, "to a consumer")
+        for base, epoch, _, ids in decode_batches(data):
+            for i, uid in enumerate(ids):
+                off = base + i
+                if off < len(self.committed) and self.committed[off] != (epoch, uid):
+                    raise Violation(
+                        "log-matching",
+                        f"node {node.id} served {(epoch, uid)} at committed offset {off}, "
+                        f"committed history has {self.committed[off]}",
+                    )
+
+    def check_undamaged(self, node: SimNode, data: bytes, where: str) -> None:
+        for base, *_ in decode_batches(data):
+            if base in node.log.damaged:
+                raise Violation(
+                    "corrupt-served", f"node {node.id} sent its damaged batch {base} {where}"
+                )
+
+    def scrub(self, node: SimNode) -> None:
+        if not node.alive or node.core is None:
+            if node.log.damaged:
+                self.push(self.now + self.rng.randint(200, 1000), SCRUB, (node.id,))
+            return
+        found = node.log.first_damage()
+        if found is not None:
+            self.apply(node, node.core.on_corruption(found, self.local(node)))
+
     # ------------------------------------------------------------------ faults
 
     def alive_nodes(self) -> list[SimNode]:
         return [n for n in self.nodes.values() if n.alive and not n.stopping]
 
     def inject_fault(self) -> None:
+        if self.corrupt_on and self.rng.random() < self.p.corruption:
+            self.inject_corruption()
+            return
         r = self.rng.random()
         alive = self.alive_nodes()
         ids = list(self.nodes)
@@ -516,6 +605,18 @@ class Simulation:
             self.unclean_snapshot = list(self.committed)
             out = node.core.force_leader(self.local(node), min_epoch=top + UNCLEAN_EPOCH_GAP)
             self.apply(node, out)
+
+    def inject_corruption(self) -> None:
+        if any(n.log.damaged or n.log.catch_up_offset >= 0 for n in self.nodes.values() if n.voter):
+            return  # one damaged replica at a time
+        candidates = [self.nodes[v] for v in self.voter_ids if self.nodes[v].log.durable > 0]
+        if not candidates:
+            return
+        node = self.rng.choice(candidates)
+        offset = self.rng.randrange(node.log.durable)
+        base = node.log.damage(offset)
+        self.fault(f"damage node {node.id}'s batch at {base} (durable end {node.log.durable})")
+        self.push(self.now + self.rng.randint(50, 3000), SCRUB, (node.id,))
 
     def unfault(self, data: tuple[str, Any]) -> None:
         kind, value = data
@@ -606,10 +707,12 @@ class Simulation:
         wiped = 0
         for v in self.voter_ids:
             log = self.nodes[v].log
-            if log.durable > top and log.record(top) == rec:
+            if log.holds(top, rec):
                 holders += 1
             elif self.nodes[v].disk_lost:
                 wiped += 1  # a lost disk is a physical fault, not a protocol one
+            elif any(b <= top for b in log.damaged) or log.catch_up > top:
+                wiped += 1  # so is damage, until the replica has caught back up
         if holders + wiped < self.majority:
             raise Violation(
                 "majority-holds",

@@ -5,6 +5,10 @@ length) then ``count`` 8-byte signed record ids. Control batches carry flag 1 an
 ``-(epoch * 1000 + leader_id) - 1``. The log keeps an epoch cache with Kafka's
 ``end_offset_for`` semantics and tracks the durable end: ``crash()`` drops what was not
 flushed, as a power loss would.
+
+Latent corruption: ``damage(offset)`` marks the batch holding ``offset`` as damaged on
+"disk". ``read`` never returns it (it stops before it, or raises ``CorruptDataError`` if
+it is the first batch), as ``replica.storage.Log`` does with its CRCs.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 
 from quorumlog.replica.raft import UNDEFINED_EPOCH, UNDEFINED_OFFSET, AppendInfo, EpochEndOffset
+from quorumlog.replica.raft.log import CorruptDataError
 
 HEADER = struct.Struct(">qiiBi")
 RECORD = struct.Struct(">q")
@@ -52,6 +57,8 @@ class MemLog:
         self.entries: list[tuple[int, int, int, int]] = []
         self.epochs: list[tuple[int, int]] = []  # (epoch, start offset), epochs ascending
         self.durable = 0
+        self.damaged: set[int] = set()  # base offsets of damaged batches
+        self.catch_up = -1
 
     # --- ReplicaLog -------------------------------------------------------------
     @property
@@ -65,6 +72,10 @@ class MemLog:
     @property
     def durable_end_offset(self) -> int:
         return self.durable
+
+    @property
+    def catch_up_offset(self) -> int:
+        return self.catch_up
 
     def last_epoch(self) -> int:
         return self.epochs[-1][0] if self.epochs else UNDEFINED_EPOCH
@@ -126,6 +137,10 @@ class MemLog:
             if max_offset is not None and pos >= max_offset:
                 break
             epoch, _, base, flags = self.entries[pos]
+            if base in self.damaged:
+                if out:
+                    break
+                raise CorruptDataError("memlog", base, base, "damaged batch")
             end = pos
             while end < len(self.entries) and self.entries[end][2] == base:
                 end += 1
@@ -143,15 +158,42 @@ class MemLog:
         while self.epochs and self.epochs[-1][1] >= offset:
             self.epochs.pop()
         self.durable = min(self.durable, offset)
+        self.damaged = {b for b in self.damaged if b < offset}
+
+    def truncate_corrupt(self, offset: int) -> None:
+        floor = max(self.catch_up, self.durable)
+        if offset < floor:
+            self.catch_up = floor
+        self.truncate_to(offset)
 
     def flush(self) -> int:
         self.durable = len(self.entries)
+        if 0 <= self.catch_up <= self.durable:
+            self.catch_up = -1
         return self.durable
 
     # --- simulator helpers --------------------------------------------------------
     def crash(self) -> None:
         """Power loss: everything not flushed is gone."""
         self.truncate_to(self.durable)
+
+    def damage(self, offset: int) -> int:
+        """Damage the batch holding ``offset`` on disk; returns its base offset."""
+        base = self.entries[offset][2]
+        self.damaged.add(base)
+        return base
+
+    def first_damage(self) -> int | None:
+        """What a scrub finds: the first damaged batch."""
+        return min(self.damaged) if self.damaged else None
+
+    def holds(self, offset: int, rec: tuple[int, int]) -> bool:
+        """Durably holds ``rec`` at ``offset``, undamaged."""
+        return (
+            self.durable > offset
+            and self.record(offset) == rec
+            and self.entries[offset][2] not in self.damaged
+        )
 
     def record(self, offset: int) -> tuple[int, int]:
         """(epoch, record id) at offset, for invariant checks."""

@@ -1,0 +1,103 @@
+"""Damaged data (issue 12, item 3): a replica that finds it cuts its log there (a leader
+resigns first) and re-fetches; until it is durably back past its old log end it neither
+votes, nor stands, nor counts towards the high watermark."""
+
+from __future__ import annotations
+
+from quorumlog.replica.raft import (
+    ElectionState,
+    ErrorCode,
+    FetchRequest,
+    FetchResponse,
+    Role,
+    VoteRequest,
+    VoteResponse,
+)
+
+from tests.raft.harness import CLUSTER, Cluster, leader_log, make_replica
+from tests.raft.test_replication import answer, fetch, new_leader
+from tests.sim.memlog import client_batch
+
+
+def catching_up_fetch(src: int, epoch: int, offset: int, last_epoch: int) -> FetchRequest:
+    return FetchRequest(CLUSTER, src, 1, epoch, offset, last_epoch, 500, 1 << 20, 7, True)
+
+
+def test_a_catching_up_voter_does_not_count_towards_the_hwm() -> None:
+    leader = new_leader(epoch=2)
+    leader.append(client_batch([1, 2, 3]), 0)
+    leader.log.flush()
+    leader.on_log_flushed(0)
+    answer(leader, catching_up_fetch(2, 2, 4, 2))
+    assert leader.high_watermark == 0
+    assert 2 not in leader.begin_shutdown(0).messages[0].preferred_successors  # type: ignore[union-attr]
+    leader = new_leader(epoch=2)
+    leader.append(client_batch([1, 2, 3]), 0)
+    leader.log.flush()
+    leader.on_log_flushed(0)
+    answer(leader, fetch(2, 2, 4, 2))  # the same fetch, caught up: counts
+    assert leader.high_watermark == 4
+
+
+def test_a_follower_that_finds_damage_cuts_its_log_and_fetches_again() -> None:
+    c = Cluster()
+    leader = c.elect()
+    for i in range(5):
+        c.produce([10 * i, 10 * i + 1])
+    c.advance(200)
+    follower = next(n for n in c.voters if n != leader)
+    log = c.logs[follower]
+    old_end = log.end_offset
+    assert old_end == log.durable_end_offset > 5
+    base = log.damage(5)
+    out = c.cores[follower].on_corruption(base, c.now)
+    assert out.repaired_at == base and log.end_offset == base
+    assert log.catch_up_offset == old_end and c.cores[follower].catching_up
+    fetches = [m for m in out.messages if isinstance(m, FetchRequest)]
+    assert fetches and fetches[0].fetch_offset == base and fetches[0].catching_up
+    c.apply(follower, out)
+    c.advance(500)
+    assert log.end_offset >= old_end and log.catch_up_offset == -1
+    assert not c.cores[follower].catching_up
+    assert [log.record(o) for o in range(old_end)] == [
+        c.logs[leader].record(o) for o in range(old_end)
+    ]
+
+
+def test_a_leader_that_finds_damage_resigns_then_cuts_its_log() -> None:
+    leader = new_leader(leader_log((1, 5)), epoch=2)
+    leader.append(client_batch([1, 2, 3]), 0)
+    leader.log.flush()
+    leader.on_log_flushed(0)
+    answer(leader, fetch(2, 2, 9, 2))
+    assert leader.high_watermark == 9
+    base = leader.log.damage(3)  # type: ignore[attr-defined]
+    # A follower far behind asks for the damaged batch: never served.
+    out = leader.handle(fetch(3, 2, 3, 1), 0)
+    (resp,) = [m for m in out.messages if isinstance(m, FetchResponse)]
+    assert resp.error == ErrorCode.NOT_LEADER and resp.records == b""
+    assert leader.role is Role.RESIGNED and out.leader_changed
+    assert leader.log.end_offset == base and out.repaired_at == base
+    assert leader.catching_up and leader.high_watermark <= base
+    assert leader._state.election_at is None  # type: ignore[union-attr]
+
+
+def test_a_restarted_replica_still_catching_up_does_not_stand() -> None:
+    log = leader_log((1, 5))
+    log.truncate_corrupt(2)
+    assert log.catch_up_offset == 5
+    # It had voted for itself as a candidate: it must not run again.
+    r = make_replica(1, log=log, persisted=ElectionState(3, None, 1))
+    assert r.role is Role.UNATTACHED and r.catching_up
+    out = r.tick(10**6)
+    assert r.role is Role.UNATTACHED
+    assert all(isinstance(m, FetchRequest) and m.catching_up for m in out.messages)
+    # Nor vote, even for a candidate with a better log; the same replica caught up would.
+    vote = VoteRequest(CLUSTER, 2, 1, 4, 9, 100, False)
+    (resp,) = r.handle(vote, 10**6).messages
+    assert isinstance(resp, VoteResponse) and not resp.vote_granted
+    log.append_as_leader(client_batch([7, 8, 9]), 1)
+    log.flush()
+    assert log.catch_up_offset == -1 and not r.catching_up
+    (resp,) = r.handle(VoteRequest(CLUSTER, 2, 1, 5, 9, 100, False), 10**6).messages
+    assert isinstance(resp, VoteResponse) and resp.vote_granted
