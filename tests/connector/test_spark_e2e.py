@@ -226,7 +226,9 @@ def test_truncation_fail_then_resume(spark: Any, tmp_path: Path) -> None:
     with LocalCluster(nodes=3, data_dir=tmp_path / "c") as c:
         c.create_topic("tr", 1)
         c.produce("tr", 0, [b"a", b"b"])
-        leader = c.wait_for_leader("tr", 0)
+        # acks=quorum needs one follower: wait until both hold a and b, so the divergence
+        # below is known (under load the lagging one may not have fetched them yet).
+        leader = cluster_helpers.wait_replicated(c, "tr", 0)
         lagging, other = [n for n in sorted(c.ports) if n != leader]
         c.pause(lagging)
         c.produce("tr", 0, [b"absorbed"])  # answers the fetch it had parked; then it hears nothing
