@@ -83,6 +83,7 @@ def wait_repaired(c: LocalCluster, node: int) -> None:
     wait_until(
         lambda: not (partition_dir(c, node) / CATCH_UP_FILE).exists(),
         f"node {node} caught back up",
+        timeout_s=60,  # re-fetching the cut log; slow only on a loaded machine
     )
     leader, _ = find_leader(c, TOPIC, 0, c.ports)
     wait_caught_up(c, leader, TOPIC, 0, [node])
