@@ -129,7 +129,10 @@ class QuorumLogBatchReader(DataSourceReader):  # type: ignore[misc]
         opts = self.options
         client = planning.connect(opts.bootstrap, opts.request_timeout_ms, "driver", opts.security)
         try:
-            ranges = plan_ranges(opts, Planner(opts, client))
+            planner = Planner(opts, client)
+            ranges = planner.split(
+                [r for r in plan_ranges(opts, planner) if r[2].offset > r[1].offset]
+            )
         finally:
             client.close()
         parts: list[InputPartition] = [

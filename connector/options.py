@@ -30,6 +30,8 @@ OPTION_NAMES = {
         "startingOffsets",
         "endingOffsets",
         "maxOffsetsPerTrigger",
+        "minPartitions",
+        "maxRecordsPerPartition",
         "onTruncation",
         "failOnDataLoss",
         "fetchMaxBytes",
@@ -69,6 +71,9 @@ class SourceOptions:
     starting_offsets: OffsetSpec | None = None
     ending_offsets: OffsetSpec | None = None
     max_offsets_per_trigger: int | None = None
+    # Split large offset ranges into several Spark tasks (Spark Kafka source's options).
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     on_truncation: Literal["fail", "resume"] = "fail"
     fail_on_data_loss: bool = True
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
@@ -222,6 +227,22 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "the most offsets one micro-batch reads, split across partitions",
         )
 
+    min_partitions = None
+    if "minpartitions" in opts:
+        min_partitions = _positive_int(
+            "minPartitions",
+            opts["minpartitions"],
+            "the least number of Spark tasks a batch is split into; large offset ranges "
+            "are divided",
+        )
+    max_records = None
+    if "maxrecordsperpartition" in opts:
+        max_records = _positive_int(
+            "maxRecordsPerPartition",
+            opts["maxrecordsperpartition"],
+            "the most offsets one Spark task reads; larger ranges are divided",
+        )
+
     on_truncation = opts.get("ontruncation", "fail").strip().lower()
     if on_truncation not in ("fail", "resume"):
         raise _bad(
@@ -239,6 +260,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         starting_offsets=starting,
         ending_offsets=ending,
         max_offsets_per_trigger=max_offsets,
+        min_partitions=min_partitions,
+        max_records_per_partition=max_records,
         on_truncation="fail" if on_truncation == "fail" else "resume",
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         fetch_max_bytes=_positive_int(

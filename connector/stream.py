@@ -262,7 +262,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         planner = self._plan()
         meta = self._meta or self._refresh()
         opts = self.options
-        out: list[InputPartition] = []
+        ranges: list[tuple[TopicPartition, Position, Position, int]] = []
         truncations: list[TruncatedPartition] = []
         for tp, end_position in ends.items():
             if tp not in meta:
@@ -293,10 +293,14 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._known_epochs[tp] = leader_epoch
             if stop.offset <= begin.offset:
                 continue
-            out.append(QuorumLogPartition.for_range(opts, tp, begin, stop, leader_epoch))
+            ranges.append((tp, begin, stop, leader_epoch))
         settle_truncations(
             opts, truncations, "Found when planning the tasks of a micro-batch (driver)."
         )
+        out = [
+            QuorumLogPartition.for_range(opts, tp, begin, stop, leader_epoch)
+            for tp, begin, stop, leader_epoch in planner.split(ranges)
+        ]
         log.debug("planned %d task(s) for %s -> %s", len(out), start, end)
         return out
 

@@ -103,6 +103,13 @@ def test_max_offsets_per_trigger_bad() -> None:
     bad(r"option 'maxOffsetsPerTrigger': 'ten'", maxOffsetsPerTrigger="ten")
 
 
+def test_min_partitions_and_max_records_per_partition() -> None:
+    o = parse_options({**BASE, "minPartitions": "8", "maxRecordsPerPartition": "1000"})
+    assert (o.min_partitions, o.max_records_per_partition) == (8, 1000)
+    bad(r"option 'minPartitions': '0'.*positive integer", minPartitions="0")
+    bad(r"option 'maxRecordsPerPartition': 'many'.*positive integer", maxRecordsPerPartition="many")
+
+
 def test_on_truncation_bad() -> None:
     bad(r"option 'onTruncation': 'ignore'.*'fail'.*'resume'", onTruncation="ignore")
 
