@@ -61,6 +61,7 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
     on_truncation: str
     # TLS files and where the secret comes from (a secret itself only if option 'secret').
     security: ClientSecurity | None = None
+    include_headers: bool = False  # option includeHeaders: else the column is NULL
 
     def __post_init__(self) -> None:
         self.value = None  # InputPartition's attribute; everything is in the fields
@@ -93,6 +94,7 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
             fail_on_data_loss=opts.fail_on_data_loss,
             on_truncation=opts.on_truncation,
             security=opts.security,
+            include_headers=opts.include_headers,
         )
 
 
@@ -164,7 +166,7 @@ class _RangeReader:
                 continue
             table = result.to_arrow(self.pos, self.limit)
             if table.num_rows:
-                yield from to_spark_batches(table, p.topic, p.partition)
+                yield from to_spark_batches(table, p.topic, p.partition, p.include_headers)
             last = result.last_offset_and_epoch()
             if last is None or last.offset < self.pos:
                 # Nothing at pos yet: the leader's high watermark is below the planned end

@@ -6,6 +6,7 @@ Names follow Spark's Kafka source where the meaning is the same. Every bad value
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,9 +14,18 @@ from typing import Literal
 
 from ..replica.client import parse_bootstrap
 from ..replica.client.security import ClientSecurity
-from .offsets import EARLIEST, LATEST, OffsetsFormatError, Positions, parse_offsets_json
+from .offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetsFormatError,
+    Positions,
+    TopicPartition,
+    parse_offsets_json,
+)
 
 OffsetSpec = Literal["earliest", "latest"] | Positions
+# A timestamp (ms) for every partition, or one per listed partition.
+TimestampSpec = int | dict[TopicPartition, int]
 
 DEFAULT_FETCH_MAX_BYTES = 8 << 20
 DEFAULT_REQUEST_TIMEOUT_MS = 30000
@@ -29,6 +39,11 @@ OPTION_NAMES = {
         "topicPattern",
         "startingOffsets",
         "endingOffsets",
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "endingTimestamp",
+        "endingOffsetsByTimestamp",
+        "includeHeaders",
         "maxOffsetsPerTrigger",
         "minPartitions",
         "maxRecordsPerPartition",
@@ -70,6 +85,12 @@ class SourceOptions:
     # None: the reader's default, as in Spark's Kafka source (stream: latest, batch: earliest)
     starting_offsets: OffsetSpec | None = None
     ending_offsets: OffsetSpec | None = None
+    # startingTimestamp / startingOffsetsByTimestamp (and ending*): the first offset whose
+    # record timestamp is >= the timestamp (ListOffsets); they take precedence over
+    # startingOffsets / endingOffsets as in Spark's Kafka source.
+    starting_timestamps: TimestampSpec | None = None
+    ending_timestamps: TimestampSpec | None = None
+    include_headers: bool = False
     max_offsets_per_trigger: int | None = None
     # Split large offset ranges into several Spark tasks (Spark Kafka source's options).
     min_partitions: int | None = None
@@ -79,6 +100,12 @@ class SourceOptions:
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     security: ClientSecurity | None = None
+
+    def timestamp_for(self, tp: TopicPartition, *, ending: bool) -> int | None:
+        spec = self.ending_timestamps if ending else self.starting_timestamps
+        if spec is None or isinstance(spec, int):
+            return spec
+        return spec.get(tp)
 
     def subscribes(self, topic: str) -> bool:
         if self.topic_pattern is not None:
@@ -135,6 +162,34 @@ def _spec(option: str, value: str, *, ending: bool) -> OffsetSpec:
         )
     except OffsetsFormatError as exc:
         raise QuorumLogOptionError(str(exc)) from None
+
+
+def _timestamp(option: str, value: str) -> int:
+    text = value.strip()
+    if not re.fullmatch(r"[+]?\d+", text):
+        raise _bad(option, value, "a timestamp in milliseconds since the epoch (an integer >= 0)")
+    return int(text)
+
+
+def _timestamps_json(option: str, value: str) -> dict[TopicPartition, int]:
+    accepted = (
+        'a JSON object of timestamps in ms per partition, like {"events": {"0": 1700000000000}}'
+    )
+    try:
+        raw = json.loads(value)
+    except json.JSONDecodeError:
+        raise _bad(option, value, accepted) from None
+    if not isinstance(raw, dict) or not raw:
+        raise _bad(option, value, accepted)
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in raw.items():
+        if not isinstance(parts, dict) or not parts:
+            raise _bad(option, value, accepted)
+        for p, ts in parts.items():
+            if not str(p).isdigit() or isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise _bad(option, value, accepted)
+            out[TopicPartition(str(topic), int(p))] = ts
+    return out
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
@@ -219,6 +274,27 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
                     "Accepted: offsets only for subscribed topics."
                 )
 
+    timestamps: list[TimestampSpec | None] = []
+    for single, per_partition in (
+        ("startingTimestamp", "startingOffsetsByTimestamp"),
+        ("endingTimestamp", "endingOffsetsByTimestamp"),
+    ):
+        spec: TimestampSpec | None = None
+        if single.lower() in opts:  # takes precedence, as in Spark
+            spec = _timestamp(single, opts[single.lower()])
+        elif per_partition.lower() in opts:
+            spec = _timestamps_json(per_partition, opts[per_partition.lower()])
+            foreign = sorted(
+                {tp.topic for tp in spec if not _subscribed(tp.topic, topics, pattern)}
+            )
+            if foreign:
+                raise _bad(
+                    per_partition,
+                    opts[per_partition.lower()],
+                    f"timestamps only for subscribed topics (not {foreign})",
+                )
+        timestamps.append(spec)
+
     max_offsets = None
     if "maxoffsetspertrigger" in opts:
         max_offsets = _positive_int(
@@ -259,6 +335,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         topic_pattern=pattern,
         starting_offsets=starting,
         ending_offsets=ending,
+        starting_timestamps=timestamps[0],
+        ending_timestamps=timestamps[1],
+        include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
         max_offsets_per_trigger=max_offsets,
         min_partitions=min_partitions,
         max_records_per_partition=max_records,
@@ -275,6 +354,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "milliseconds a request, with its retries, may take",
         ),
     )
+
+
+def _subscribed(topic: str, topics: tuple[str, ...], pattern: str | None) -> bool:
+    return topic in topics if pattern is None else re.fullmatch(pattern, topic) is not None
 
 
 def _security(opts: Mapping[str, str]) -> ClientSecurity | None:

@@ -176,6 +176,15 @@ class Planner:
         )
         return Position(found.offset, found.epoch if found.offset > 0 else UNKNOWN_EPOCH)
 
+    def at_timestamp(self, tp: TopicPartition, pm: PartitionMetadata, timestamp: int) -> Position:
+        """The first offset whose record timestamp is >= ``timestamp`` (ListOffsets), with
+        the epoch of the record before it; the log end (latest) when every record is
+        older."""
+        found = self.client.list_offsets(
+            tp.topic, tp.partition, timestamp, current_leader_epoch=pm.leader_epoch
+        )
+        return Position(found.offset, found.epoch if found.offset > 0 else UNKNOWN_EPOCH)
+
     def validate(
         self, tp: TopicPartition, position: Position, pm: PartitionMetadata
     ) -> Divergence | None:

@@ -22,7 +22,9 @@ class QuorumLogDataSource(DataSource):  # type: ignore[misc]
     """Reads a quorumlog topic as a KIP-320 consumer-follower.
 
     Options: bootstrap (required), topic | topicPattern, startingOffsets, endingOffsets
-    (batch only), maxOffsetsPerTrigger, onTruncation (fail | resume), failOnDataLoss,
+    (batch only), startingTimestamp, startingOffsetsByTimestamp, endingTimestamp and
+    endingOffsetsByTimestamp (batch only), includeHeaders, maxOffsetsPerTrigger,
+    minPartitions, maxRecordsPerPartition, onTruncation (fail | resume), failOnDataLoss,
     fetchMaxBytes, requestTimeoutMs. See the README's connector section."""
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -51,6 +53,11 @@ class QuorumLogDataSource(DataSource):  # type: ignore[misc]
 
     def streamReader(self, schema: StructType) -> QuorumLogStreamReader:
         self._check_schema(schema)
+        if self.source_options.ending_timestamps is not None:
+            raise QuorumLogOptionError(
+                "Options 'endingTimestamp' and 'endingOffsetsByTimestamp' are only for batch "
+                "reads (spark.read); a streaming query reads until it is stopped."
+            )
         if self.source_options.ending_offsets is not None:
             raise QuorumLogOptionError(
                 "Option 'endingOffsets' is only for batch reads (spark.read); a streaming "

@@ -133,9 +133,18 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         for tp in meta:
             wanted = spec.get(tp, Position(EARLIEST)) if isinstance(spec, dict) else None
 
+            ts = self.options.timestamp_for(tp, ending=False)
+            if ts is not None:
+                wanted = None  # startingTimestamp / startingOffsetsByTimestamp win
+
             def lookup(
-                pm: PartitionMetadata, tp: TopicPartition = tp, wanted: Position | None = wanted
+                pm: PartitionMetadata,
+                tp: TopicPartition = tp,
+                wanted: Position | None = wanted,
+                ts: int | None = ts,
             ) -> tuple[Position, int]:
+                if ts is not None:
+                    return planner.at_timestamp(tp, pm, ts), pm.leader_epoch
                 if spec == "earliest" or (wanted is not None and wanted.offset == EARLIEST):
                     return planner.earliest(tp, pm), pm.leader_epoch
                 if spec == "latest" or (wanted is not None and wanted.offset == LATEST):

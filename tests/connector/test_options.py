@@ -110,6 +110,39 @@ def test_min_partitions_and_max_records_per_partition() -> None:
     bad(r"option 'maxRecordsPerPartition': 'many'.*positive integer", maxRecordsPerPartition="many")
 
 
+def test_timestamp_options() -> None:
+    o = parse_options({**BASE, "startingTimestamp": "1700000000000", "endingTimestamp": "5"})
+    assert (o.starting_timestamps, o.ending_timestamps) == (1700000000000, 5)
+    o = parse_options({**BASE, "startingOffsetsByTimestamp": '{"events": {"0": 10, "1": 20}}'})
+    assert o.starting_timestamps == {
+        TopicPartition("events", 0): 10,
+        TopicPartition("events", 1): 20,
+    }
+    assert o.timestamp_for(TopicPartition("events", 1), ending=False) == 20
+    assert o.timestamp_for(TopicPartition("events", 2), ending=False) is None
+    # the single timestamp wins over the per-partition one, as in Spark
+    o = parse_options(
+        {**BASE, "endingTimestamp": "7", "endingOffsetsByTimestamp": '{"events": {"0": 1}}'}
+    )
+    assert o.ending_timestamps == 7
+    bad(r"option 'startingTimestamp': 'yesterday'.*milliseconds", startingTimestamp="yesterday")
+    bad(r"option 'endingTimestamp': '-5'.*milliseconds", endingTimestamp="-5")
+    bad(
+        r"option 'startingOffsetsByTimestamp': '\{\"events\": 5\}'.*JSON object of timestamps",
+        startingOffsetsByTimestamp='{"events": 5}',
+    )
+    bad(
+        r"option 'endingOffsetsByTimestamp'.*subscribed topics \(not \['other'\]\)",
+        endingOffsetsByTimestamp='{"other": {"0": 5}}',
+    )
+
+
+def test_include_headers() -> None:
+    assert parse_options(BASE).include_headers is False  # Spark's default
+    assert parse_options({**BASE, "includeHeaders": "TRUE"}).include_headers is True
+    bad(r"option 'includeHeaders': 'yes'.*'true' or 'false'", includeHeaders="yes")
+
+
 def test_on_truncation_bad() -> None:
     bad(r"option 'onTruncation': 'ignore'.*'fail'.*'resume'", onTruncation="ignore")
 
