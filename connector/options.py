@@ -29,6 +29,15 @@ TimestampSpec = int | dict[TopicPartition, int]
 
 DEFAULT_FETCH_MAX_BYTES = 8 << 20
 DEFAULT_REQUEST_TIMEOUT_MS = 30000
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's Kafka source: 15m
+_DURATION_UNITS_MS = {
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
 
 # lower-case option key -> canonical name (Spark passes keys case-insensitively)
 OPTION_NAMES = {
@@ -45,6 +54,8 @@ OPTION_NAMES = {
         "endingOffsetsByTimestamp",
         "includeHeaders",
         "maxOffsetsPerTrigger",
+        "minOffsetsPerTrigger",
+        "maxTriggerDelay",
         "minPartitions",
         "maxRecordsPerPartition",
         "onTruncation",
@@ -92,6 +103,10 @@ class SourceOptions:
     ending_timestamps: TimestampSpec | None = None
     include_headers: bool = False
     max_offsets_per_trigger: int | None = None
+    # A micro-batch waits until this many offsets are available, or maxTriggerDelay passed
+    # since the last batch fired.
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     # Split large offset ranges into several Spark tasks (Spark Kafka source's options).
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
@@ -162,6 +177,17 @@ def _spec(option: str, value: str, *, ending: bool) -> OffsetSpec:
         )
     except OffsetsFormatError as exc:
         raise QuorumLogOptionError(str(exc)) from None
+
+
+def _duration_ms(option: str, value: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", value.lower())
+    if not match:
+        raise _bad(
+            option,
+            value,
+            "a duration like '15m', '30s', '500ms', '1h' or '2d' (a number alone: ms)",
+        )
+    return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2) or "ms"]
 
 
 def _timestamp(option: str, value: str) -> int:
@@ -303,6 +329,23 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "the most offsets one micro-batch reads, split across partitions",
         )
 
+    min_offsets = None
+    if "minoffsetspertrigger" in opts:
+        min_offsets = _positive_int(
+            "minOffsetsPerTrigger",
+            opts["minoffsetspertrigger"],
+            "the least offsets a micro-batch waits for, up to maxTriggerDelay",
+        )
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise _bad(
+            "minOffsetsPerTrigger",
+            opts["minoffsetspertrigger"],
+            f"at most maxOffsetsPerTrigger ({max_offsets})",
+        )
+    max_delay = DEFAULT_MAX_TRIGGER_DELAY_MS
+    if "maxtriggerdelay" in opts:
+        max_delay = _duration_ms("maxTriggerDelay", opts["maxtriggerdelay"])
+
     min_partitions = None
     if "minpartitions" in opts:
         min_partitions = _positive_int(
@@ -339,6 +382,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         ending_timestamps=timestamps[1],
         include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
         max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=max_delay,
         min_partitions=min_partitions,
         max_records_per_partition=max_records,
         on_truncation="fail" if on_truncation == "fail" else "resume",

@@ -137,6 +137,22 @@ def test_timestamp_options() -> None:
     )
 
 
+def test_min_offsets_per_trigger_and_max_trigger_delay() -> None:
+    o = parse_options(BASE)
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (None, 15 * 60 * 1000)
+    o = parse_options({**BASE, "minOffsetsPerTrigger": "100", "maxTriggerDelay": "30s"})
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (100, 30000)
+    assert parse_options({**BASE, "maxTriggerDelay": "250"}).max_trigger_delay_ms == 250
+    assert parse_options({**BASE, "maxTriggerDelay": "2min"}).max_trigger_delay_ms == 120000
+    bad(r"option 'minOffsetsPerTrigger': '-1'.*positive integer", minOffsetsPerTrigger="-1")
+    bad(r"option 'maxTriggerDelay': 'soon'.*duration like '15m'", maxTriggerDelay="soon")
+    bad(
+        r"option 'minOffsetsPerTrigger': '50'.*at most maxOffsetsPerTrigger \(10\)",
+        minOffsetsPerTrigger="50",
+        maxOffsetsPerTrigger="10",
+    )
+
+
 def test_include_headers() -> None:
     assert parse_options(BASE).include_headers is False  # Spark's default
     assert parse_options({**BASE, "includeHeaders": "TRUE"}).include_headers is True
