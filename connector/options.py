@@ -401,6 +401,69 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     )
 
 
+SINK_OPTION_NAMES = {
+    name.lower(): name
+    for name in (
+        "bootstrap",
+        "topic",
+        "requestTimeoutMs",
+        "tlsCaFile",
+        "tlsCertFile",
+        "tlsKeyFile",
+        "principal",
+        "secretFile",
+        "secretEnv",
+        "secret",
+    )
+}
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SourceOptions:
+    """The sink's options (``df.write.format("quorumlog")``): bootstrap, an optional single
+    ``topic`` (else a 'topic' column), requestTimeoutMs and the security options."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    for key in opts:
+        # Spark hands a streaming sink the query's checkpointLocation too
+        if key in SINK_OPTION_NAMES or key in _IGNORED or key == "checkpointlocation":
+            continue
+        hint = _KAFKA_HINTS.get(key)
+        raise QuorumLogOptionError(
+            f"Unknown option '{key}' for writing format 'quorumlog'"
+            + (f" (did you mean '{hint}'?)" if hint else "")
+            + ". Accepted options: "
+            + ", ".join(sorted(SINK_OPTION_NAMES.values()))
+            + "."
+        )
+    if "bootstrap" not in opts or not opts["bootstrap"].strip():
+        raise QuorumLogOptionError(
+            "Missing required option 'bootstrap': give the cluster's addresses as "
+            "host:port[,host:port...], e.g. .option('bootstrap', '127.0.0.1:9092')."
+        )
+    bootstrap = opts["bootstrap"].strip()
+    try:
+        parse_bootstrap(bootstrap)
+    except ValueError as exc:
+        raise _bad("bootstrap", opts["bootstrap"], f"host:port[,host:port...] ({exc})") from None
+    topics: tuple[str, ...] = ()
+    if "topic" in opts:
+        topic = opts["topic"].strip()
+        if not topic or re.search(r"[\s,]", topic):
+            raise _bad(
+                "topic", opts["topic"], "one topic name (rows may name theirs in a 'topic' column)"
+            )
+        topics = (topic,)
+    return SourceOptions(
+        bootstrap=bootstrap,
+        topics=topics,
+        request_timeout_ms=_positive_int(
+            "requestTimeoutMs",
+            opts.get("requesttimeoutms", str(DEFAULT_REQUEST_TIMEOUT_MS)),
+            "milliseconds a request, with its retries, may take",
+        ),
+        security=_security(opts),
+    )
+
+
 def _subscribed(topic: str, topics: tuple[str, ...], pattern: str | None) -> bool:
     return topic in topics if pattern is None else re.fullmatch(pattern, topic) is not None
 

@@ -15,6 +15,12 @@ from pyspark.sql.types import StructType
 from .batch import QuorumLogBatchReader
 from .options import QuorumLogOptionError, SourceOptions, parse_options
 from .schema import SPARK_SCHEMA, schema_matches
+from .sink import (
+    QuorumLogBatchWriter,
+    QuorumLogStreamWriter,
+    check_sink_schema,
+    sink_options,
+)
 from .stream import QuorumLogStreamReader
 
 
@@ -29,15 +35,33 @@ class QuorumLogDataSource(DataSource):  # type: ignore[misc]
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        # Parsed here, i.e. when the DataFrame is defined: a bad option fails at once.
-        self.source_options: SourceOptions = parse_options(options)
+        self._source_options: SourceOptions | None = None
+
+    @property
+    def source_options(self) -> SourceOptions:
+        """The read options, parsed by ``schema()``, i.e. when a read's DataFrame is
+        defined: a bad option fails at once. (A write has options of its own.)"""
+        if self._source_options is None:
+            self._source_options = parse_options(self.options)
+        return self._source_options
 
     @classmethod
     def name(cls) -> str:
         return "quorumlog"
 
     def schema(self) -> StructType:
+        self.source_options  # noqa: B018 (parse now: bad read options fail at load())
         return SPARK_SCHEMA
+
+    def writer(self, schema: StructType, overwrite: bool) -> QuorumLogBatchWriter:
+        opts = sink_options(self.options)
+        check_sink_schema(schema, opts.topic)
+        return QuorumLogBatchWriter(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> QuorumLogStreamWriter:
+        opts = sink_options(self.options)
+        check_sink_schema(schema, opts.topic)
+        return QuorumLogStreamWriter(opts)
 
     def _check_schema(self, schema: Any) -> None:
         if schema is not None and not schema_matches(schema):
