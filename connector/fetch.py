@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from ..replica.client import (
@@ -116,6 +117,15 @@ def _read(p: QuorumLogPartition) -> Iterator[pa.RecordBatch]:
         client.close()
 
 
+def _in_range(table: pa.Table, start: int, end: int) -> pa.Table:
+    """Rows with start <= offset < end. A fetch's offsets ascend, so the range is one
+    zero-copy slice (a filter would copy every value)."""
+    offsets = table.column("offset")
+    first = pc.sum(pc.less(offsets, start)).as_py() or 0
+    last = pc.sum(pc.less(offsets, end)).as_py() or 0
+    return table.slice(first, max(0, last - first))
+
+
 class _RangeReader:
     def __init__(self, p: QuorumLogPartition, client: Client) -> None:
         self.p = p
@@ -164,7 +174,7 @@ class _RangeReader:
             except OffsetOutOfRangeError as exc:
                 self._out_of_range(exc)
                 continue
-            table = result.to_arrow(self.pos, self.limit)
+            table = _in_range(result.to_arrow(), self.pos, self.limit)
             if table.num_rows:
                 yield from to_spark_batches(table, p.topic, p.partition, p.include_headers)
             last = result.last_offset_and_epoch()
