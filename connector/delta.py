@@ -1,7 +1,10 @@
 """The Delta sink with truncation-safe checkpoints.
 
 ``df.writeStream.foreachBatch(DeltaSink(path)).option("checkpointLocation", ...).start()``
-writes every micro-batch to a Delta table with ``deltalake`` (delta-rs) on the driver.
+writes every micro-batch to a Delta table with ``deltalake`` (delta-rs): the executors
+write the Parquet files (``delta_files.FileWriter`` in ``df.mapInArrow``) and the driver
+commits them in one transaction, so the driver's memory does not grow with the batch
+(object-store paths: the batch is written from the driver).
 
 Exactly once
     Each micro-batch is one Delta commit carrying an app transaction
@@ -819,7 +822,8 @@ class DeltaSink:
         stay)? When the table cannot be read, assume it did (never delete a live file)."""
         try:
             table = _open_table(self.path, self.storage_options)
-            return table is not None and (table.transaction_version(app_id) or -1) >= batch_id
+            version = None if table is None else table.transaction_version(app_id)
+            return version is not None and version >= batch_id
         except Exception:
             logger.warning(
                 "Delta sink %s: cannot tell whether batch %d committed", self.path, batch_id
