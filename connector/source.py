@@ -35,14 +35,21 @@ class QuorumLogDataSource(DataSource):  # type: ignore[misc]
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
+        # Read options are parsed here, when the DataFrame is defined. A write has options
+        # of its own (no 'topic' needed with a topic column), so a read-option error is
+        # raised by the read methods (schema() runs at load()), not by the writers.
         self._source_options: SourceOptions | None = None
+        self._read_error: QuorumLogOptionError | None = None
+        try:
+            self._source_options = parse_options(options)
+        except QuorumLogOptionError as exc:
+            self._read_error = exc
 
     @property
     def source_options(self) -> SourceOptions:
-        """The read options, parsed by ``schema()``, i.e. when a read's DataFrame is
-        defined: a bad option fails at once. (A write has options of its own.)"""
         if self._source_options is None:
-            self._source_options = parse_options(self.options)
+            assert self._read_error is not None
+            raise self._read_error
         return self._source_options
 
     @classmethod
