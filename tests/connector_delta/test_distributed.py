@@ -103,7 +103,7 @@ try:
 
     # A truncation repair: partition 0 re-delivered from its middle in a new epoch (as
     # after an unclean election); the file holding both sides is rewritten by a task.
-    end = out["log"][0][3] + 1
+    end = out["log"][0][4] + 1  # (partition, n, d, lo, hi, x): hi
     cut = end // 2
     starting = json.dumps({{TOPIC: {{"0": cut, "1": -1}}}})
     redelivered = (spark.read.format("quorumlog").option("bootstrap", BOOT)
@@ -125,6 +125,7 @@ try:
         F.min(F.when(F.col("value") == F.lit(b"new"), F.col("offset"))),
         F.min(F.when(F.col("leaderEpoch") >= 100, F.col("offset")))).collect())
     print("RESULT " + json.dumps(out), flush=True)
+    print("REPAIR " + json.dumps(out["repair_metrics"]), file=sys.stderr, flush=True)
 finally:
     spark.stop()
 """
@@ -198,15 +199,15 @@ def test_five_million_rows_written_by_executors_with_a_flat_driver(
     cut = out["cut"]
     per_partition = RECORDS // PARTITIONS
     assert [(t["partition"], t["divergenceOffset"]) for t in out["truncations"]] == [(0, cut)]
+    assert out["repair_rss_growth_mb"] < RSS_LIMIT_MB, out
     # partition 0's old file removed; added: the batch's file(s) and the rewrite of the old
     # file's rows below the cut (the driver writes no data file: FileRewriter on a task)
-    metrics = out["repair_metrics"]
-    assert metrics["num_removed_files"] >= 1 and metrics["num_added_files"] >= 2, out
-    assert metrics["num_added_rows"] == per_partition, out  # new rows + the kept ones
-    assert out["repair_rss_growth_mb"] < RSS_LIMIT_MB, out
     p0, p1 = out["after"]
     _, n0, _, lo0, hi0, _ = out["log"][0]
     assert n0 == hi0 - lo0 + 1 == per_partition  # rows at consecutive offsets
     assert lo0 < cut <= hi0
     assert p0 == [0, per_partition, per_partition, hi0 - cut + 1, cut, cut], out
     assert p1 == [1, per_partition, per_partition, 0, None, None], out
+    metrics = out["repair_metrics"]
+    assert metrics["num_removed_files"] >= 1 and metrics["num_added_files"] >= 2, out
+    assert metrics["num_added_rows"] == per_partition, out  # new rows + the kept ones
