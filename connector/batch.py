@@ -76,16 +76,23 @@ def plan_ranges(
         want_start = _wanted(starting, tp, EARLIEST)
         want_end = _wanted(ending, tp, LATEST)
 
+        start_ts = options.timestamp_for(tp, ending=False)
+        end_ts = options.timestamp_for(tp, ending=True)
+
         def resolve(
             pm: PartitionMetadata,
             tp: TopicPartition = tp,
             want_start: Position = want_start,
             want_end: Position = want_end,
+            start_ts: int | None = start_ts,
+            end_ts: int | None = end_ts,
         ) -> tuple[Position, Position, Position, int, list[TruncatedPartition]]:
             found: list[TruncatedPartition] = []
             latest = planner.latest(tp, pm)
 
-            def position(wanted: Position) -> Position:
+            def position(wanted: Position, ts: int | None = None) -> Position:
+                if ts is not None:
+                    return planner.at_timestamp(tp, pm, ts)
                 if wanted.offset == EARLIEST:
                     return planner.earliest(tp, pm)
                 if wanted.offset == LATEST:
@@ -96,7 +103,13 @@ def plan_ranges(
                 found.append(TruncatedPartition.of(tp, wanted, divergence))
                 return divergence_position(divergence)
 
-            return position(want_start), position(want_end), latest, pm.leader_epoch, found
+            return (
+                position(want_start, start_ts),
+                position(want_end, end_ts),
+                latest,
+                pm.leader_epoch,
+                found,
+            )
 
         start, end, latest, leader_epoch, found = planner.with_leader(tp, resolve)
         truncations.extend(found)
@@ -135,7 +148,10 @@ class QuorumLogBatchReader(DataSourceReader):  # type: ignore[misc]
             attempt_timeout_ms=opts.attempt_timeout_ms,
         )
         try:
-            ranges = plan_ranges(opts, Planner(opts, client))
+            planner = Planner(opts, client)
+            ranges = planner.split(
+                [r for r in plan_ranges(opts, planner) if r[2].offset > r[1].offset]
+            )
         finally:
             client.close()
         parts: list[InputPartition] = [

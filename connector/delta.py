@@ -1,7 +1,10 @@
 """The Delta sink with truncation-safe checkpoints.
 
 ``df.writeStream.foreachBatch(DeltaSink(path)).option("checkpointLocation", ...).start()``
-writes every micro-batch to a Delta table with ``deltalake`` (delta-rs) on the driver.
+writes every micro-batch to a Delta table with ``deltalake`` (delta-rs): the executors
+write the Parquet files (``delta_files.FileWriter`` in ``df.mapInArrow``) and the driver
+commits them in one transaction, so the driver's memory does not grow with the batch
+(object-store paths: the batch is written from the driver).
 
 Exactly once
     Each micro-batch is one Delta commit carrying an app transaction
@@ -51,10 +54,13 @@ from typing import Any, Literal, NamedTuple
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from ..replica.client import Client
 from ..replica.client.security import ClientSecurity
+from .delta_files import FILES_SCHEMA, FileRewriter, FileWriter, now_ms, partition_value
 
 logger = logging.getLogger(__name__)
 
@@ -405,6 +411,224 @@ def plan_commit(
     return CommitPlan(app_id, batch_id, tuple(ranges), positions, tuple(truncations))
 
 
+def _local_root(path: str) -> str | None:
+    """The table's directory when executors can write it as files (a local or mounted
+    path, or ``file://``); None for object stores."""
+    if path.startswith("file://"):
+        return os.path.abspath(path[len("file://") :])
+    if "://" in path:
+        return None
+    return os.path.abspath(path)
+
+
+def _remove_empty_dirs(root: str, start: str, remove_root: bool) -> None:
+    here = os.path.abspath(start)
+    while here.startswith(root) and (here != root or remove_root):
+        try:
+            os.rmdir(here)  # only if empty
+        except OSError:
+            return
+        if here == root:
+            return
+        here = os.path.dirname(here)
+
+
+def _remove_new_root(root: str, existed: bool) -> None:
+    """After a failed first write: remove the directories the tasks made (empty ones only),
+    so the path is again what it was (a new path stays absent)."""
+    if existed or not os.path.isdir(root):
+        return
+    for dirpath, _dirs, _files in sorted(os.walk(root), key=lambda w: -len(w[0])):
+        _remove_empty_dirs(root, dirpath, remove_root=True)
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A Parquet file a task wrote, as it described it (``delta_files.FILES_SCHEMA``)."""
+
+    action: str
+    path: str | None
+    size: int
+    modification_time: int
+    partition_values: dict[str, str | None]
+    stats: str
+    topic: str
+    partition: int
+    min_offset: int
+    max_offset: int
+    first_epoch: int
+    last_epoch: int
+    rows: int
+    duplicate_offset: int | None
+    replaces: str | None
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WrittenFile:
+        values = row.get("partition_values")
+        return cls(
+            action=row["action"],
+            path=row["path"],
+            size=int(row["size"] or 0),
+            modification_time=int(row["modification_time"] or 0),
+            partition_values=json.loads(values) if values else {},
+            stats=row["stats"] or "{}",
+            topic=row["topic"] or "",
+            partition=int(row["partition"] if row["partition"] is not None else -1),
+            min_offset=int(row["min_offset"] if row["min_offset"] is not None else -1),
+            max_offset=int(row["max_offset"] if row["max_offset"] is not None else -1),
+            first_epoch=int(row["first_epoch"] if row["first_epoch"] is not None else -1),
+            last_epoch=int(row["last_epoch"] if row["last_epoch"] is not None else -1),
+            rows=int(row["rows"] or 0),
+            duplicate_offset=row["duplicate_offset"],
+            replaces=row["replaces"],
+            error=row["error"],
+        )
+
+    def add_action(self) -> AddAction:
+        assert self.path is not None
+        return AddAction(
+            self.path, self.size, self.partition_values, self.modification_time, True, self.stats
+        )
+
+
+@dataclass
+class FileBatch:
+    """One micro-batch written by the executors, not yet committed (driver side)."""
+
+    session: Any
+    root: str
+    partition_by: list[str]
+    files: list[WrittenFile]
+    schema: pa.Schema | None  # the table's schema when the commit creates the table
+
+    def discard(self, root_existed: bool) -> None:
+        """Remove the files of a batch that will not be committed (best effort)."""
+        for f in self.files:
+            if f.path is None:
+                continue
+            full = os.path.join(self.root, f.path)
+            try:
+                os.remove(full)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                logger.warning("cannot remove uncommitted file %s", full, exc_info=True)
+            _remove_empty_dirs(self.root, os.path.dirname(full), remove_root=False)
+        _remove_new_root(self.root, root_existed)
+
+
+def _ranges_of_files(batch: FileBatch) -> tuple[PartitionRange, ...]:
+    """The batch's summary per topic-partition from the files' descriptions (each file
+    holds one topic-partition). Offsets held twice are found per file by its task; across
+    files of one topic-partition only when their ranges overlap (a repartitioned
+    DataFrame), then by a Spark query over those files' offsets."""
+    by_tp: dict[tuple[str, int], list[WrittenFile]] = {}
+    for f in batch.files:
+        by_tp.setdefault((f.topic, f.partition), []).append(f)
+    ranges = []
+    for (topic, partition), files in sorted(by_tp.items()):
+        files.sort(key=lambda f: f.min_offset)
+        dup = min(
+            (f.duplicate_offset for f in files if f.duplicate_offset is not None), default=None
+        )
+        if dup is None and any(
+            b.min_offset <= max(a.max_offset for a in files[:i]) for i, b in enumerate(files) if i
+        ):
+            dup = _duplicate_across(batch, files)
+        if dup is not None:
+            raise DeltaSinkError(
+                f"The micro-batch holds offset {dup} of {topic}/{partition} twice; a batch "
+                "must hold each (topic, partition, offset) once."
+            )
+        last = max(files, key=lambda f: f.max_offset)
+        ranges.append(
+            PartitionRange(
+                topic=topic,
+                partition=partition,
+                min_offset=files[0].min_offset,
+                max_offset=last.max_offset,
+                first_epoch=files[0].first_epoch,
+                last_epoch=last.last_epoch,
+                rows=sum(f.rows for f in files),
+            )
+        )
+    return tuple(ranges)
+
+
+def _duplicate_across(batch: FileBatch, files: Sequence[WrittenFile]) -> int | None:
+    from pyspark.sql import functions as F
+
+    paths = [os.path.join(batch.root, f.path) for f in files if f.path]
+    found = (
+        batch.session.read.schema("offset long")
+        .parquet(*paths)
+        .groupBy("offset")
+        .count()
+        .where(F.col("count") > 1)
+        .agg(F.min("offset").alias("offset"))
+        .collect()
+    )
+    return None if not found or found[0]["offset"] is None else int(found[0]["offset"])
+
+
+def _repair(batch: FileBatch, plan: CommitPlan, table: DeltaTable) -> list[RemoveAction]:
+    """Truncation repair: the table's files that may hold rows of a truncated partition
+    at or above its divergence offset (partition values and offset statistics say which,
+    from the snapshot; no data file is read for that) are removed; the executors rewrite
+    the rows below the divergence of those that also hold some (``FileRewriter``), and
+    the rewritten files join ``batch.files``."""
+    cuts = [(t.topic, t.partition, t.divergence_offset) for t in plan.truncations]
+    actions = pa.table(table.get_add_actions(flatten=True))
+    names = set(actions.column_names)
+    whole: list[dict[str, Any]] = []
+    rewrite: list[dict[str, Any]] = []
+    for row in actions.to_pylist():
+        values = {c: partition_value(row.get(f"partition.{c}")) for c in batch.partition_by}
+        low, high = row.get("min.offset"), row.get("max.offset")
+        hit = []
+        for topic, partition, offset in cuts:
+            if "topic" in values and values["topic"] != topic:
+                continue
+            if "partition" in values and values["partition"] != str(partition):
+                continue
+            if high is not None and "max.offset" in names and high < offset:
+                continue
+            hit.append((topic, partition, offset))
+        if not hit:
+            continue
+        item = {
+            "path": row["path"],
+            "size": row.get("size_bytes"),
+            "partition_values": json.dumps(values),
+            "cuts": json.dumps(hit),
+        }
+        single_tp = {"topic", "partition"} <= values.keys()
+        if single_tp and low is not None and low >= hit[0][2]:
+            whole.append(item)  # every row of the file is replaced
+        else:
+            rewrite.append(item)
+    outcomes: list[WrittenFile] = []
+    if rewrite:
+        described = (
+            batch.session.createDataFrame(
+                [(i["path"], i["partition_values"], i["cuts"]) for i in rewrite],
+                "path string, partition_values string, cuts string",
+            )
+            .repartition(min(len(rewrite), 64))
+            .mapInArrow(FileRewriter(batch.root), FILES_SCHEMA)
+            .collect()
+        )
+        outcomes = [WrittenFile.from_row(r.asDict()) for r in described]
+    batch.files.extend(f for f in outcomes if f.action == "add")
+    dropped = {f.replaces for f in outcomes if f.action in ("add", "remove")}
+    deleted = now_ms()
+    return [
+        RemoveAction(i["path"], True, deleted, i["size"], json.loads(i["partition_values"]))
+        for i in [*whole, *(r for r in rewrite if r["path"] in dropped)]
+    ]
+
+
 def delta_spark_available(spark: Any) -> bool:
     """True if the session is configured for delta-spark and its classes load."""
     try:
@@ -511,6 +735,15 @@ class DeltaSink:
         engine = self._engine(df)
         if engine == "delta-spark":
             return self._write_delta_spark(df, batch_id, app_id, table)
+        if _local_root(self.path) is None:
+            return self._write_on_driver(df, batch_id, app_id, table)
+        return self._write_distributed(df, batch_id, app_id, table)
+
+    def _write_on_driver(
+        self, df: Any, batch_id: int, app_id: str, table: DeltaTable | None
+    ) -> CommitResult | None:
+        """Object stores (a URI with a scheme): the batch as one Arrow table on the driver,
+        written by delta-rs. Executors cannot be handed the store's credentials here."""
         data = df.toArrow()
         if data.num_rows == 0:
             # No rows, no new positions; the next batch's txn version supersedes this one.
@@ -524,6 +757,78 @@ class DeltaSink:
         else:
             self._append(data, plan, table)
         return self._committed(plan, data.num_rows)
+
+    def _write_distributed(
+        self, df: Any, batch_id: int, app_id: str, table: DeltaTable | None
+    ) -> CommitResult | None:
+        """Executors write the batch's Parquet files (``FileWriter`` in ``mapInArrow``) and
+        describe them; the driver plans from the descriptions and commits them."""
+        root = _local_root(self.path)
+        assert root is not None
+        partition_by = (
+            list(table.metadata().partition_columns) if table is not None else self.partition_by
+        ) or []
+        missing = [c for c in partition_by if c not in df.columns]
+        if missing:
+            raise DeltaSinkError(
+                f"Delta sink {self.path}: partition columns {missing} are not in the "
+                f"DataFrame (has {df.columns})."
+            )
+        existed = os.path.isdir(root)
+        try:
+            described = df.mapInArrow(FileWriter(root, tuple(partition_by)), FILES_SCHEMA).collect()
+        except Exception as exc:
+            _remove_new_root(root, existed)
+            raise DeltaSinkError(
+                f"Delta sink {self.path}: writing the files of batch {batch_id} of app "
+                f"{app_id} failed: {exc}"
+            ) from exc
+        files = [WrittenFile.from_row(r.asDict()) for r in described]
+        batch = FileBatch(
+            session=df.sparkSession,
+            root=root,
+            partition_by=partition_by,
+            files=[f for f in files if f.action == "add"],
+            schema=None if table is not None else df.limit(0).toArrow().schema,
+        )
+        committing = False
+        try:
+            errors = [f.error for f in files if f.error]
+            if errors:
+                raise DeltaSinkError(f"Delta sink {self.path}: batch {batch_id}: {errors[0]}")
+            if not batch.files:
+                logger.debug(
+                    "Delta sink %s: batch %d is empty; nothing to commit", self.path, batch_id
+                )
+                return None
+            ranges = _ranges_of_files(batch)
+            rows = sum(r.rows for r in ranges)
+            plan = plan_commit(
+                app_id, batch_id, ranges, self._previous_positions(table), self.resolve_divergence
+            )
+            committing = True
+            if plan.replaces:
+                self._replace(batch, plan, table)
+            else:
+                self._append(batch, plan, table)
+        except BaseException:
+            if not committing or not self._commit_landed(app_id, batch_id):
+                batch.discard(existed)
+            raise
+        return self._committed(plan, rows)
+
+    def _commit_landed(self, app_id: str, batch_id: int) -> bool:
+        """After a failed commit call: did the commit happen anyway (then its files must
+        stay)? When the table cannot be read, assume it did (never delete a live file)."""
+        try:
+            table = _open_table(self.path, self.storage_options)
+            version = None if table is None else table.transaction_version(app_id)
+            return version is not None and version >= batch_id
+        except Exception:
+            logger.warning(
+                "Delta sink %s: cannot tell whether batch %d committed", self.path, batch_id
+            )
+            return True
 
     def _resolve_app_id(self, df: Any) -> str:
         if self.app_id is not None:
@@ -575,7 +880,12 @@ class DeltaSink:
     def _target(self, table: DeltaTable | None) -> str | DeltaTable:
         return table if table is not None else self.path
 
-    def _append(self, data: pa.Table, plan: CommitPlan, table: DeltaTable | None) -> None:
+    def _append(
+        self, data: pa.Table | FileBatch, plan: CommitPlan, table: DeltaTable | None
+    ) -> None:
+        if isinstance(data, FileBatch):
+            self._commit_files(data, plan, table, removes=[])
+            return
         try:
             write_deltalake(
                 self._target(table),
@@ -588,7 +898,9 @@ class DeltaSink:
         except DeltaError as exc:
             raise self._write_error(plan, exc) from exc
 
-    def _replace(self, data: pa.Table, plan: CommitPlan, table: DeltaTable | None) -> None:
+    def _replace(
+        self, data: pa.Table | FileBatch, plan: CommitPlan, table: DeltaTable | None
+    ) -> None:
         for t in plan.truncations:
             logger.warning(
                 "Delta sink %s: batch %d re-delivers %s/%d from offset %d (epoch %d) below the "
@@ -603,6 +915,17 @@ class DeltaSink:
                 t.old_epoch,
                 t.divergence_offset,
             )
+        if isinstance(data, FileBatch):
+            if table is None:  # a truncation compares with a committed position
+                raise self._write_error(plan, RuntimeError("the table vanished"))
+            try:
+                removes = _repair(data, plan, table)
+            except DeltaSinkError:
+                raise
+            except Exception as exc:
+                raise self._write_error(plan, exc) from exc
+            self._commit_files(data, plan, table, removes)
+            return
         try:
             write_deltalake(
                 self._target(table),
@@ -612,6 +935,53 @@ class DeltaSink:
                 storage_options=self.storage_options,
                 commit_properties=self._commit_properties(plan),
             )
+        except DeltaError as exc:
+            raise self._write_error(plan, exc) from exc
+
+    def _commit_files(
+        self,
+        batch: FileBatch,
+        plan: CommitPlan,
+        table: DeltaTable | None,
+        removes: Sequence[RemoveAction],
+    ) -> None:
+        """One Delta commit of the executors' files: adds (and, for a repair, removes), the
+        app transaction and the sink's metadata. ``operationParameters.predicate`` says
+        which rows a repair replaced, as an overwrite's commit would."""
+        adds = [f.add_action() for f in batch.files]
+        metadata: dict[str, Any] = dict(plan.metadata())
+        metrics = {
+            "num_added_files": len(adds),
+            "num_removed_files": len(removes),
+            "num_added_rows": sum(f.rows for f in batch.files),
+        }
+        metadata["operationMetrics"] = metrics
+        if plan.replaces:
+            metadata["operationParameters"] = {"predicate": plan.predicate()}
+        props = CommitProperties(
+            custom_metadata=metadata,
+            app_transactions=[Transaction(plan.app_id, plan.batch_id)],
+        )
+        try:
+            if table is None:
+                assert batch.schema is not None
+                create_table_with_add_actions(
+                    self.path,
+                    DeltaSchema.from_arrow(batch.schema),
+                    adds,
+                    mode="error",
+                    partition_by=batch.partition_by or None,
+                    storage_options=self.storage_options,
+                    commit_properties=props,
+                )
+            else:
+                table.create_write_transaction(
+                    [*adds, *removes],
+                    mode="append",
+                    schema=table.schema(),
+                    partition_by=batch.partition_by or None,
+                    commit_properties=props,
+                )
         except DeltaError as exc:
             raise self._write_error(plan, exc) from exc
 

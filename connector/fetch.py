@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from ..replica.client import (
@@ -63,6 +64,7 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
     # TLS files and where the secret comes from (a secret itself only if option 'secret').
     security: ClientSecurity | None = None
     attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS
+    include_headers: bool = False  # option includeHeaders: else the column is NULL
 
     def __post_init__(self) -> None:
         self.value = None  # InputPartition's attribute; everything is in the fields
@@ -96,6 +98,7 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
             on_truncation=opts.on_truncation,
             security=opts.security,
             attempt_timeout_ms=opts.attempt_timeout_ms,
+            include_headers=opts.include_headers,
         )
 
 
@@ -121,6 +124,15 @@ def _read(p: QuorumLogPartition) -> Iterator[pa.RecordBatch]:
         yield from _RangeReader(p, client).run()
     finally:
         client.close()
+
+
+def _in_range(table: pa.Table, start: int, end: int) -> pa.Table:
+    """Rows with start <= offset < end. A fetch's offsets ascend, so the range is one
+    zero-copy slice (a filter would copy every value)."""
+    offsets = table.column("offset")
+    first = pc.sum(pc.less(offsets, start)).as_py() or 0
+    last = pc.sum(pc.less(offsets, end)).as_py() or 0
+    return table.slice(first, max(0, last - first))
 
 
 class _RangeReader:
@@ -171,9 +183,9 @@ class _RangeReader:
             except OffsetOutOfRangeError as exc:
                 self._out_of_range(exc)
                 continue
-            table = result.to_arrow(self.pos, self.limit)
+            table = _in_range(result.to_arrow(), self.pos, self.limit)
             if table.num_rows:
-                yield from to_spark_batches(table, p.topic, p.partition)
+                yield from to_spark_batches(table, p.topic, p.partition, p.include_headers)
             last = result.last_offset_and_epoch()
             if last is None or last.offset < self.pos:
                 # Nothing at pos yet: the leader's high watermark is below the planned end

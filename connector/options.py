@@ -6,6 +6,7 @@ Names follow Spark's Kafka source where the meaning is the same. Every bad value
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,12 +14,30 @@ from typing import Literal
 
 from ..replica.client import DEFAULT_ATTEMPT_TIMEOUT_MS, parse_bootstrap
 from ..replica.client.security import ClientSecurity
-from .offsets import EARLIEST, LATEST, OffsetsFormatError, Positions, parse_offsets_json
+from .offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetsFormatError,
+    Positions,
+    TopicPartition,
+    parse_offsets_json,
+)
 
 OffsetSpec = Literal["earliest", "latest"] | Positions
+# A timestamp (ms) for every partition, or one per listed partition.
+TimestampSpec = int | dict[TopicPartition, int]
 
 DEFAULT_FETCH_MAX_BYTES = 8 << 20
 DEFAULT_REQUEST_TIMEOUT_MS = 30000
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's Kafka source: 15m
+_DURATION_UNITS_MS = {
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
 
 # lower-case option key -> canonical name (Spark passes keys case-insensitively)
 OPTION_NAMES = {
@@ -29,7 +48,16 @@ OPTION_NAMES = {
         "topicPattern",
         "startingOffsets",
         "endingOffsets",
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "endingTimestamp",
+        "endingOffsetsByTimestamp",
+        "includeHeaders",
         "maxOffsetsPerTrigger",
+        "minOffsetsPerTrigger",
+        "maxTriggerDelay",
+        "minPartitions",
+        "maxRecordsPerPartition",
         "onTruncation",
         "failOnDataLoss",
         "fetchMaxBytes",
@@ -69,13 +97,32 @@ class SourceOptions:
     # None: the reader's default, as in Spark's Kafka source (stream: latest, batch: earliest)
     starting_offsets: OffsetSpec | None = None
     ending_offsets: OffsetSpec | None = None
+    # startingTimestamp / startingOffsetsByTimestamp (and ending*): the first offset whose
+    # record timestamp is >= the timestamp (ListOffsets); they take precedence over
+    # startingOffsets / endingOffsets as in Spark's Kafka source.
+    starting_timestamps: TimestampSpec | None = None
+    ending_timestamps: TimestampSpec | None = None
+    include_headers: bool = False
     max_offsets_per_trigger: int | None = None
+    # A micro-batch waits until this many offsets are available, or maxTriggerDelay passed
+    # since the last batch fired.
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    # Split large offset ranges into several Spark tasks (Spark Kafka source's options).
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
     on_truncation: Literal["fail", "resume"] = "fail"
     fail_on_data_loss: bool = True
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS
     security: ClientSecurity | None = None
+
+    def timestamp_for(self, tp: TopicPartition, *, ending: bool) -> int | None:
+        spec = self.ending_timestamps if ending else self.starting_timestamps
+        if spec is None or isinstance(spec, int):
+            return spec
+        return spec.get(tp)
 
     def subscribes(self, topic: str) -> bool:
         if self.topic_pattern is not None:
@@ -132,6 +179,45 @@ def _spec(option: str, value: str, *, ending: bool) -> OffsetSpec:
         )
     except OffsetsFormatError as exc:
         raise QuorumLogOptionError(str(exc)) from None
+
+
+def _duration_ms(option: str, value: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", value.lower())
+    if not match:
+        raise _bad(
+            option,
+            value,
+            "a duration like '15m', '30s', '500ms', '1h' or '2d' (a number alone: ms)",
+        )
+    return int(match.group(1)) * _DURATION_UNITS_MS[match.group(2) or "ms"]
+
+
+def _timestamp(option: str, value: str) -> int:
+    text = value.strip()
+    if not re.fullmatch(r"[+]?\d+", text):
+        raise _bad(option, value, "a timestamp in milliseconds since the epoch (an integer >= 0)")
+    return int(text)
+
+
+def _timestamps_json(option: str, value: str) -> dict[TopicPartition, int]:
+    accepted = (
+        'a JSON object of timestamps in ms per partition, like {"events": {"0": 1700000000000}}'
+    )
+    try:
+        raw = json.loads(value)
+    except json.JSONDecodeError:
+        raise _bad(option, value, accepted) from None
+    if not isinstance(raw, dict) or not raw:
+        raise _bad(option, value, accepted)
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in raw.items():
+        if not isinstance(parts, dict) or not parts:
+            raise _bad(option, value, accepted)
+        for p, ts in parts.items():
+            if not str(p).isdigit() or isinstance(ts, bool) or not isinstance(ts, int) or ts < 0:
+                raise _bad(option, value, accepted)
+            out[TopicPartition(str(topic), int(p))] = ts
+    return out
 
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
@@ -216,12 +302,66 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
                     "Accepted: offsets only for subscribed topics."
                 )
 
+    timestamps: list[TimestampSpec | None] = []
+    for single, per_partition in (
+        ("startingTimestamp", "startingOffsetsByTimestamp"),
+        ("endingTimestamp", "endingOffsetsByTimestamp"),
+    ):
+        spec: TimestampSpec | None = None
+        if single.lower() in opts:  # takes precedence, as in Spark
+            spec = _timestamp(single, opts[single.lower()])
+        elif per_partition.lower() in opts:
+            spec = _timestamps_json(per_partition, opts[per_partition.lower()])
+            foreign = sorted(
+                {tp.topic for tp in spec if not _subscribed(tp.topic, topics, pattern)}
+            )
+            if foreign:
+                raise _bad(
+                    per_partition,
+                    opts[per_partition.lower()],
+                    f"timestamps only for subscribed topics (not {foreign})",
+                )
+        timestamps.append(spec)
+
     max_offsets = None
     if "maxoffsetspertrigger" in opts:
         max_offsets = _positive_int(
             "maxOffsetsPerTrigger",
             opts["maxoffsetspertrigger"],
             "the most offsets one micro-batch reads, split across partitions",
+        )
+
+    min_offsets = None
+    if "minoffsetspertrigger" in opts:
+        min_offsets = _positive_int(
+            "minOffsetsPerTrigger",
+            opts["minoffsetspertrigger"],
+            "the least offsets a micro-batch waits for, up to maxTriggerDelay",
+        )
+    if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
+        raise _bad(
+            "minOffsetsPerTrigger",
+            opts["minoffsetspertrigger"],
+            f"at most maxOffsetsPerTrigger ({max_offsets})",
+        )
+    max_delay = DEFAULT_MAX_TRIGGER_DELAY_MS
+    if "maxtriggerdelay" in opts:
+        max_delay = _duration_ms("maxTriggerDelay", opts["maxtriggerdelay"])
+
+    min_partitions = None
+    if "minpartitions" in opts:
+        min_partitions = _positive_int(
+            "minPartitions",
+            opts["minpartitions"],
+            "the least number of Spark tasks a batch is split into; large offset ranges "
+            "are divided",
+        )
+    max_records = None
+    if "maxrecordsperpartition" in opts:
+        max_records = _positive_int(
+            "maxRecordsPerPartition",
+            opts["maxrecordsperpartition"],
+            "the most offsets one Spark task reads; larger ranges are divided",
         )
 
     on_truncation = opts.get("ontruncation", "fail").strip().lower()
@@ -240,7 +380,14 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         topic_pattern=pattern,
         starting_offsets=starting,
         ending_offsets=ending,
+        starting_timestamps=timestamps[0],
+        ending_timestamps=timestamps[1],
+        include_headers=_bool("includeHeaders", opts.get("includeheaders", "false")),
         max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=max_delay,
+        min_partitions=min_partitions,
+        max_records_per_partition=max_records,
         on_truncation="fail" if on_truncation == "fail" else "resume",
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
         fetch_max_bytes=_positive_int(
@@ -260,6 +407,73 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "and the request retried on the current leader",
         ),
     )
+
+
+SINK_OPTION_NAMES = {
+    name.lower(): name
+    for name in (
+        "bootstrap",
+        "topic",
+        "requestTimeoutMs",
+        "tlsCaFile",
+        "tlsCertFile",
+        "tlsKeyFile",
+        "principal",
+        "secretFile",
+        "secretEnv",
+        "secret",
+    )
+}
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SourceOptions:
+    """The sink's options (``df.write.format("quorumlog")``): bootstrap, an optional single
+    ``topic`` (else a 'topic' column), requestTimeoutMs and the security options."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    for key in opts:
+        # Spark hands a streaming sink the query's checkpointLocation too
+        if key in SINK_OPTION_NAMES or key in _IGNORED or key == "checkpointlocation":
+            continue
+        hint = _KAFKA_HINTS.get(key)
+        raise QuorumLogOptionError(
+            f"Unknown option '{key}' for writing format 'quorumlog'"
+            + (f" (did you mean '{hint}'?)" if hint else "")
+            + ". Accepted options: "
+            + ", ".join(sorted(SINK_OPTION_NAMES.values()))
+            + "."
+        )
+    if "bootstrap" not in opts or not opts["bootstrap"].strip():
+        raise QuorumLogOptionError(
+            "Missing required option 'bootstrap': give the cluster's addresses as "
+            "host:port[,host:port...], e.g. .option('bootstrap', '127.0.0.1:9092')."
+        )
+    bootstrap = opts["bootstrap"].strip()
+    try:
+        parse_bootstrap(bootstrap)
+    except ValueError as exc:
+        raise _bad("bootstrap", opts["bootstrap"], f"host:port[,host:port...] ({exc})") from None
+    topics: tuple[str, ...] = ()
+    if "topic" in opts:
+        topic = opts["topic"].strip()
+        if not topic or re.search(r"[\s,]", topic):
+            raise _bad(
+                "topic", opts["topic"], "one topic name (rows may name theirs in a 'topic' column)"
+            )
+        topics = (topic,)
+    return SourceOptions(
+        bootstrap=bootstrap,
+        topics=topics,
+        request_timeout_ms=_positive_int(
+            "requestTimeoutMs",
+            opts.get("requesttimeoutms", str(DEFAULT_REQUEST_TIMEOUT_MS)),
+            "milliseconds a request, with its retries, may take",
+        ),
+        security=_security(opts),
+    )
+
+
+def _subscribed(topic: str, topics: tuple[str, ...], pattern: str | None) -> bool:
+    return topic in topics if pattern is None else re.fullmatch(pattern, topic) is not None
 
 
 def _security(opts: Mapping[str, str]) -> ClientSecurity | None:

@@ -82,6 +82,33 @@ def split_budget(
     return {tp: min(ends[tp], starts.get(tp, ends[tp]) + take[tp]) for tp in ends}
 
 
+def split_ranges(
+    sizes: Mapping[T, int], min_partitions: int | None, max_records: int | None
+) -> dict[T, int]:
+    """How many Spark tasks read each range (Spark Kafka's KafkaOffsetRangeCalculator):
+    ``maxRecordsPerPartition`` first caps every task's offsets; then, while there are fewer
+    tasks than ``minPartitions``, each non-empty range gets a share of ``minPartitions``
+    proportional to its size (at least the pieces it already has)."""
+    pieces = {
+        key: max(1, math.ceil(size / max_records)) if max_records and size > 0 else 1
+        for key, size in sizes.items()
+    }
+    total = sum(size for size in sizes.values() if size > 0)
+    if min_partitions and total and sum(pieces.values()) < min_partitions:
+        for key, size in sizes.items():
+            if size > 0:
+                share = max(1, round(size / total * min_partitions))
+                pieces[key] = min(size, max(pieces[key], share))
+    return pieces
+
+
+def piece_bounds(start: int, end: int, pieces: int) -> list[int]:
+    """``pieces + 1`` increasing offsets from ``start`` to ``end`` cutting [start, end) into
+    near-equal parts."""
+    size = end - start
+    return [start + size * i // pieces for i in range(pieces + 1)]
+
+
 class Planner:
     """The driver's view of the cluster for one reader (one Client, reused)."""
 
@@ -156,6 +183,15 @@ class Planner:
         )
         return Position(found.offset, found.epoch if found.offset > 0 else UNKNOWN_EPOCH)
 
+    def at_timestamp(self, tp: TopicPartition, pm: PartitionMetadata, timestamp: int) -> Position:
+        """The first offset whose record timestamp is >= ``timestamp`` (ListOffsets), with
+        the epoch of the record before it; the log end (latest) when every record is
+        older."""
+        found = self.client.list_offsets(
+            tp.topic, tp.partition, timestamp, current_leader_epoch=pm.leader_epoch
+        )
+        return Position(found.offset, found.epoch if found.offset > 0 else UNKNOWN_EPOCH)
+
     def validate(
         self, tp: TopicPartition, position: Position, pm: PartitionMetadata
     ) -> Divergence | None:
@@ -180,6 +216,33 @@ class Planner:
             divergence,
         )
         return divergence
+
+    def split(
+        self, ranges: list[tuple[TopicPartition, Position, Position, int]]
+    ) -> list[tuple[TopicPartition, Position, Position, int]]:
+        """minPartitions / maxRecordsPerPartition: each range cut into pieces; an inner cut
+        carries the epoch of the record before it (OffsetsForLeaderEpoch), so every task
+        can validate its end like any planned end."""
+        opts = self.options
+        if opts.min_partitions is None and opts.max_records_per_partition is None:
+            return ranges
+        counts = split_ranges(
+            {i: end.offset - start.offset for i, (_, start, end, _) in enumerate(ranges)},
+            opts.min_partitions,
+            opts.max_records_per_partition,
+        )
+        out = []
+        for i, (tp, start, end, leader_epoch) in enumerate(ranges):
+            bounds = piece_bounds(start.offset, end.offset, counts[i])
+            cuts = [start]
+            for offset in bounds[1:-1]:
+                epoch = self.with_leader(
+                    tp, lambda pm, tp=tp, o=offset: self.epoch_at(tp, o - 1, pm)
+                )
+                cuts.append(Position(offset, epoch))
+            cuts.append(end)
+            out.extend((tp, a, b, leader_epoch) for a, b in zip(cuts, cuts[1:], strict=False))
+        return out
 
     def epoch_at(self, tp: TopicPartition, offset: int, pm: PartitionMetadata) -> int:
         """Leader epoch of the record at ``offset`` (control records included), found by

@@ -88,9 +88,12 @@ def _timestamp(column: pa.Array) -> pa.Array:
     return pc.cast(column, _ARROW_TIMESTAMP)
 
 
-def to_spark_batches(payload: pa.Table, topic: str, partition: int) -> Iterator[pa.RecordBatch]:
+def to_spark_batches(
+    payload: pa.Table, topic: str, partition: int, include_headers: bool = True
+) -> Iterator[pa.RecordBatch]:
     """Fetched rows (key, value, timestamp, headers, offset, leaderEpoch) -> RecordBatches
-    with ``ARROW_SCHEMA``. Empty input yields nothing."""
+    with ``ARROW_SCHEMA``; ``headers`` NULL unless ``include_headers`` (option
+    includeHeaders, as Spark's Kafka source). Empty input yields nothing."""
     topic_scalar = pa.scalar(topic, pa.string())
     partition_scalar = pa.scalar(partition, pa.int32())
     for batch in payload.to_batches():
@@ -106,7 +109,9 @@ def to_spark_batches(payload: pa.Table, topic: str, partition: int) -> Iterator[
                 batch.column("offset").cast(pa.int64()),
                 batch.column("leaderEpoch").cast(pa.int32()),
                 _timestamp(batch.column("timestamp")),
-                _headers(batch.column("headers")),
+                _headers(batch.column("headers"))
+                if include_headers
+                else pa.nulls(n, _ARROW_HEADERS),
             ],
             schema=ARROW_SCHEMA,
         )

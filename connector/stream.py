@@ -15,6 +15,7 @@ planned (and found again by validation after a restart), so a batch re-reads fro
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -69,6 +70,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._new_partition_starts: dict[TopicPartition, Position] = {}
         self._target: Positions | None = None
         self._latest: Positions | None = None
+        self._last_trigger: float | None = None  # monotonic time the last batch fired
 
     # The driver's client never travels to executors.
     def __getstate__(self) -> dict[str, Any]:
@@ -137,9 +139,18 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         for tp in meta:
             wanted = spec.get(tp, Position(EARLIEST)) if isinstance(spec, dict) else None
 
+            ts = self.options.timestamp_for(tp, ending=False)
+            if ts is not None:
+                wanted = None  # startingTimestamp / startingOffsetsByTimestamp win
+
             def lookup(
-                pm: PartitionMetadata, tp: TopicPartition = tp, wanted: Position | None = wanted
+                pm: PartitionMetadata,
+                tp: TopicPartition = tp,
+                wanted: Position | None = wanted,
+                ts: int | None = ts,
             ) -> tuple[Position, int]:
+                if ts is not None:
+                    return planner.at_timestamp(tp, pm, ts), pm.leader_epoch
                 if spec == "earliest" or (wanted is not None and wanted.offset == EARLIEST):
                     return planner.earliest(tp, pm), pm.leader_epoch
                 if spec == "latest" or (wanted is not None and wanted.offset == LATEST):
@@ -234,6 +245,9 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 end = begin
             ends[tp] = end
 
+        if self._delay_batch(froms, ends):
+            return start
+
         max_rows = _max_rows(limit)
         if max_rows is not None:
             capped = split_budget(
@@ -257,6 +271,33 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._remember(tp, end, end)  # planned here: trusted in this leader epoch
         return to_offset_dict(ends)
 
+    def _delay_batch(self, froms: Positions, ends: Positions) -> bool:
+        """minOffsetsPerTrigger: hold the batch back (Spark then runs none) while fewer
+        offsets are available, until maxTriggerDelay has passed since the last batch fired
+        (the first check fires, as in Spark's Kafka source). Not under
+        Trigger.AvailableNow, which must reach its target."""
+        wanted = self.options.min_offsets_per_trigger
+        if wanted is None or self._target is not None:
+            return False
+        available = sum(max(0, end.offset - froms[tp].offset) for tp, end in ends.items())
+        now = time.monotonic()
+        waited = None if self._last_trigger is None else now - self._last_trigger
+        if (
+            available >= wanted
+            or waited is None
+            or waited * 1000 >= self.options.max_trigger_delay_ms
+        ):
+            self._last_trigger = now
+            return False
+        log.debug(
+            "minOffsetsPerTrigger=%d: %d offsets available, waited %.1f s of %d ms; delaying",
+            wanted,
+            available,
+            waited,
+            self.options.max_trigger_delay_ms,
+        )
+        return True
+
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return to_offset_dict(self._latest) if self._latest else None
 
@@ -266,7 +307,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         planner = self._plan()
         meta = self._meta or self._refresh()
         opts = self.options
-        out: list[InputPartition] = []
+        ranges: list[tuple[TopicPartition, Position, Position, int]] = []
         truncations: list[TruncatedPartition] = []
         for tp, end_position in ends.items():
             if tp not in meta:
@@ -297,10 +338,14 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._known_epochs[tp] = leader_epoch
             if stop.offset <= begin.offset:
                 continue
-            out.append(QuorumLogPartition.for_range(opts, tp, begin, stop, leader_epoch))
+            ranges.append((tp, begin, stop, leader_epoch))
         settle_truncations(
             opts, truncations, "Found when planning the tasks of a micro-batch (driver)."
         )
+        out = [
+            QuorumLogPartition.for_range(opts, tp, begin, stop, leader_epoch)
+            for tp, begin, stop, leader_epoch in planner.split(ranges)
+        ]
         log.debug("planned %d task(s) for %s -> %s", len(out), start, end)
         return out
 

@@ -15,11 +15,14 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def build_spark_session(master: str = "local[2]", app: str = "quorumlog-tests") -> Any:
+def build_spark_session(master: str = "local[2]", app: str = "quorumlog-tests", **conf: str) -> Any:
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
     return (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -460,6 +460,7 @@ PERF = {
     "produce": "replica.cli.perf_produce",
     "failover": "replica.cli.perf_failover",
     "spark-read": "replica.cli.perf_spark",
+    "delta": "replica.cli.perf_delta",
 }
 
 

@@ -24,11 +24,16 @@ from .perfutil import Progress, emit
 CEILING_NAME = "quorumlog_perf_ceiling"
 
 
-def _produce(cluster: LocalCluster, topic: str, args: argparse.Namespace) -> int:
+def produce(
+    cluster: LocalCluster, topic: str, args: argparse.Namespace, partitions: int | None = None
+) -> int:
+    """``args.records`` records of ``args.value_size`` bytes spread over the topic's
+    partitions, in batches of ``args.batch_records``, one producing thread per partition."""
     from ..storage.records import encode_batch
 
     payload = encode_batch([b"v" * args.value_size] * args.batch_records)
-    per_partition = max(1, args.records // args.batch_records // args.partitions)
+    partitions = args.partitions if partitions is None else partitions
+    per_partition = max(1, args.records // args.batch_records // partitions)
     errors: list[BaseException] = []
     done = [0]
     lock = threading.Lock()
@@ -43,10 +48,8 @@ def _produce(cluster: LocalCluster, topic: str, args: argparse.Namespace) -> int
         except BaseException as exc:  # reported after the run
             errors.append(exc)
 
-    progress = Progress(per_partition * args.partitions * args.batch_records, "produce")
-    threads = [
-        threading.Thread(target=worker, args=(p,), daemon=True) for p in range(args.partitions)
-    ]
+    progress = Progress(per_partition * partitions * args.batch_records, "produce")
+    threads = [threading.Thread(target=worker, args=(p,), daemon=True) for p in range(partitions)]
     for t in threads:
         t.start()
     while any(t.is_alive() for t in threads):
@@ -111,7 +114,9 @@ def _ceiling_source(rows_per_partition: int, batch_rows: int, value_size: int) -
     return CeilingSource
 
 
-def _session(master: str) -> Any:
+def session(master: str, app: str = "quorumlog-perf-spark-read") -> Any:
+    """The perf commands' Spark session: loopback only, and no console progress bar (it
+    would share the terminal with the figures and glue itself to the JSON line)."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -119,8 +124,9 @@ def _session(master: str) -> Any:
 
     return (
         SparkSession.builder.master(master)
-        .appName("quorumlog-perf-spark-read")
+        .appName(app)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
@@ -145,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fetch-max-bytes", type=int, default=8 << 20)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument(
+        "--min-partitions",
+        type=int,
+        default=8,
+        help="also read a 1-partition topic (a fifth of --records) with this minPartitions",
+    )
     ap.add_argument("--json", action="store_true", help="print only the final JSON line")
     args = ap.parse_args(argv)
 
@@ -154,9 +166,19 @@ def main(argv: list[str] | None = None) -> int:
     with LocalCluster(args.nodes, args.data_dir, log_level="WARNING") as cluster:
         cluster.create_topic(topic, args.partitions)
         t0 = time.monotonic()
-        records = _produce(cluster, topic, args)
+        records = produce(cluster, topic, args)
         produce_s = time.monotonic() - t0
-        spark = _session(args.master)
+        split_topic = "perf-one"
+        split_records = 0
+        if args.min_partitions > 1:
+            cluster.create_topic(split_topic, 1)
+            split_records = produce(
+                cluster,
+                split_topic,
+                argparse.Namespace(**{**vars(args), "records": args.records // 5}),
+                1,
+            )
+        spark = session(args.master)
         try:
             register(spark)  # discovery works too; explicit keeps editable installs working
             spark.dataSource.register(
@@ -173,16 +195,18 @@ def main(argv: list[str] | None = None) -> int:
                     .save()
                 )
 
-            def source(stream: bool) -> Any:
+            def source(stream: bool, name: str = topic, **options: str) -> Any:
                 reader = spark.readStream if stream else spark.read
-                return (
+                reader = (
                     reader.format("quorumlog")
                     .option("bootstrap", cluster.bootstrap)
-                    .option("topic", topic)
+                    .option("topic", name)
                     .option("startingOffsets", "earliest")
                     .option("fetchMaxBytes", str(args.fetch_max_bytes))
-                    .load()
                 )
+                for key, value in options.items():
+                    reader = reader.option(key, value)
+                return reader.load()
 
             def batch() -> None:
                 source(False).write.format("noop").mode("overwrite").save()
@@ -203,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
             ceiling_s = _timed(ceiling)
             batch_s = _timed(batch)
             stream_s = _timed(stream)
+            split_tasks, split_s = 0, float("nan")
+            if split_records:
+                split_df = source(False, split_topic, minPartitions=str(args.min_partitions))
+                split_tasks = split_df.rdd.getNumPartitions()
+                split_s = _timed(lambda: split_df.write.format("noop").mode("overwrite").save())
         finally:
             spark.stop()
 
@@ -223,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
         "stream_available_now_rows_per_s": round(rate["stream"]),
         "batch_vs_ceiling": round(rate["batch"] / rate["ceiling"], 3),
         "stream_vs_ceiling": round(rate["stream"] / rate["ceiling"], 3),
+        "min_partitions": args.min_partitions,
+        "min_partitions_records": split_records,
+        "min_partitions_tasks": split_tasks,
+        "min_partitions_rows_per_s": round(split_records / split_s) if split_records else 0,
     }
     lines = (
         []
@@ -235,6 +268,14 @@ def main(argv: list[str] | None = None) -> int:
             f"stream AvailableNow -> noop       {rate['stream']:>12,.0f} rows/s  "
             f"({rate['stream'] / rate['ceiling']:.2f} of ceiling)",
         ]
+        + (
+            [
+                f"1-partition topic, minPartitions={args.min_partitions}: {split_tasks} tasks, "
+                f"{figures['min_partitions_rows_per_s']:,} rows/s ({split_records:,} records)"
+            ]
+            if split_records
+            else []
+        )
     )
     emit(figures, lines)
     return 0

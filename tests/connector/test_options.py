@@ -103,6 +103,62 @@ def test_max_offsets_per_trigger_bad() -> None:
     bad(r"option 'maxOffsetsPerTrigger': 'ten'", maxOffsetsPerTrigger="ten")
 
 
+def test_min_partitions_and_max_records_per_partition() -> None:
+    o = parse_options({**BASE, "minPartitions": "8", "maxRecordsPerPartition": "1000"})
+    assert (o.min_partitions, o.max_records_per_partition) == (8, 1000)
+    bad(r"option 'minPartitions': '0'.*positive integer", minPartitions="0")
+    bad(r"option 'maxRecordsPerPartition': 'many'.*positive integer", maxRecordsPerPartition="many")
+
+
+def test_timestamp_options() -> None:
+    o = parse_options({**BASE, "startingTimestamp": "1700000000000", "endingTimestamp": "5"})
+    assert (o.starting_timestamps, o.ending_timestamps) == (1700000000000, 5)
+    o = parse_options({**BASE, "startingOffsetsByTimestamp": '{"events": {"0": 10, "1": 20}}'})
+    assert o.starting_timestamps == {
+        TopicPartition("events", 0): 10,
+        TopicPartition("events", 1): 20,
+    }
+    assert o.timestamp_for(TopicPartition("events", 1), ending=False) == 20
+    assert o.timestamp_for(TopicPartition("events", 2), ending=False) is None
+    # the single timestamp wins over the per-partition one, as in Spark
+    o = parse_options(
+        {**BASE, "endingTimestamp": "7", "endingOffsetsByTimestamp": '{"events": {"0": 1}}'}
+    )
+    assert o.ending_timestamps == 7
+    bad(r"option 'startingTimestamp': 'yesterday'.*milliseconds", startingTimestamp="yesterday")
+    bad(r"option 'endingTimestamp': '-5'.*milliseconds", endingTimestamp="-5")
+    bad(
+        r"option 'startingOffsetsByTimestamp': '\{\"events\": 5\}'.*JSON object of timestamps",
+        startingOffsetsByTimestamp='{"events": 5}',
+    )
+    bad(
+        r"option 'endingOffsetsByTimestamp'.*subscribed topics \(not \['other'\]\)",
+        endingOffsetsByTimestamp='{"other": {"0": 5}}',
+    )
+
+
+def test_min_offsets_per_trigger_and_max_trigger_delay() -> None:
+    o = parse_options(BASE)
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (None, 15 * 60 * 1000)
+    o = parse_options({**BASE, "minOffsetsPerTrigger": "100", "maxTriggerDelay": "30s"})
+    assert (o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (100, 30000)
+    assert parse_options({**BASE, "maxTriggerDelay": "250"}).max_trigger_delay_ms == 250
+    assert parse_options({**BASE, "maxTriggerDelay": "2min"}).max_trigger_delay_ms == 120000
+    bad(r"option 'minOffsetsPerTrigger': '-1'.*positive integer", minOffsetsPerTrigger="-1")
+    bad(r"option 'maxTriggerDelay': 'soon'.*duration like '15m'", maxTriggerDelay="soon")
+    bad(
+        r"option 'minOffsetsPerTrigger': '50'.*at most maxOffsetsPerTrigger \(10\)",
+        minOffsetsPerTrigger="50",
+        maxOffsetsPerTrigger="10",
+    )
+
+
+def test_include_headers() -> None:
+    assert parse_options(BASE).include_headers is False  # Spark's default
+    assert parse_options({**BASE, "includeHeaders": "TRUE"}).include_headers is True
+    bad(r"option 'includeHeaders': 'yes'.*'true' or 'false'", includeHeaders="yes")
+
+
 def test_on_truncation_bad() -> None:
     bad(r"option 'onTruncation': 'ignore'.*'fail'.*'resume'", onTruncation="ignore")
 

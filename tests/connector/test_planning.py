@@ -35,3 +35,22 @@ def test_budget_properties(ranges: list[tuple[int, int]], limit: int) -> None:
     taken = sum(got[tp] - starts[tp] for tp in tps)
     available = sum(ends[tp] - starts[tp] for tp in tps)
     assert taken == min(limit, available)
+
+
+def test_split_ranges_min_partitions_proportional() -> None:
+    from quorumlog.connector.planning import piece_bounds, split_ranges
+
+    assert split_ranges({A: 1000}, 8, None) == {A: 8}
+    assert split_ranges({A: 300, B: 100, C: 0}, 8, None) == {A: 6, B: 2, C: 1}
+    assert split_ranges({A: 3}, 8, None) == {A: 3}  # never more tasks than offsets
+    assert split_ranges({A: 100, B: 100}, 2, None) == {A: 1, B: 1}  # already enough
+    assert piece_bounds(10, 20, 3) == [10, 13, 16, 20]
+
+
+def test_split_ranges_max_records_then_min_partitions() -> None:
+    from quorumlog.connector.planning import split_ranges
+
+    assert split_ranges({A: 1000, B: 10}, None, 300) == {A: 4, B: 1}
+    # both: about the larger of the two counts
+    assert split_ranges({A: 1000}, 8, 300) == {A: 8}
+    assert split_ranges({A: 1000}, 2, 300) == {A: 4}

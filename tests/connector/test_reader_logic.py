@@ -576,3 +576,34 @@ def test_reader_and_partitions_pickle_without_client(cluster: Any, stream: Any) 
     assert shipped == part
     # an executor's copy reads with only what the partition carries
     assert batch_rows(copy.read(shipped)) == produced("pickled", 0, acks, values(3))
+
+
+def test_min_offsets_per_trigger_waits_for_data_or_the_delay(cluster: Any, stream: Any) -> None:
+    c = cluster
+    c.create_topic("minoff", 1)
+    c.produce("minoff", 0, values(3))
+    r = stream("minoff", startingOffsets="earliest", minOffsetsPerTrigger="10")
+    start = r.initialOffset()
+    first = r.latestOffset(start, ALL)
+    assert first != start  # the first check fires, as in Spark's Kafka source
+    c.produce("minoff", 0, values(4, "b"))
+    assert r.latestOffset(first, ALL) == first  # 4 < 10 offsets and 15 min not passed
+    c.produce("minoff", 0, values(6, "c"))
+    ready = r.latestOffset(first, ALL)
+    assert ready != first
+    assert ready["minoff"]["0"]["offset"] - first["minoff"]["0"]["offset"] >= 10
+
+    # past maxTriggerDelay a batch fires with fewer offsets
+    late = stream(
+        "minoff", startingOffsets="earliest", minOffsetsPerTrigger="1000", maxTriggerDelay="200ms"
+    )
+    s0 = late.initialOffset()
+    fired = late.latestOffset(s0, ALL)
+    c.produce("minoff", 0, values(2, "d"))
+    assert late.latestOffset(fired, ALL) == fired
+    wait_until(lambda: late.latestOffset(fired, ALL) != fired, 10, "the delayed batch to fire")
+    # Trigger.AvailableNow never waits for minOffsetsPerTrigger
+    now = stream("minoff", startingOffsets="earliest", minOffsetsPerTrigger="1000")
+    now.prepareForTriggerAvailableNow()
+    s1 = now.initialOffset()
+    assert now.latestOffset(s1, ALL) != s1

@@ -21,8 +21,11 @@ def test_discovery_module_shape() -> None:
 
 
 def test_bad_option_fails_when_the_source_is_created() -> None:
-    with pytest.raises(QuorumLogOptionError, match="option 'fetchMaxBytes'"):
-        QuorumLogDataSource({**OPTS, "fetchMaxBytes": "0"})
+    # parsed at construction, raised by the read methods (the writers take other options)
+    source = QuorumLogDataSource({**OPTS, "fetchMaxBytes": "0"})
+    for read in (source.schema, lambda: source.reader(None), lambda: source.streamReader(None)):
+        with pytest.raises(QuorumLogOptionError, match="option 'fetchMaxBytes'"):
+            read()
 
 
 def test_readers_and_schema() -> None:
