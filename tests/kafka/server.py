@@ -1,0 +1,316 @@
+"""A tiny single-broker Kafka server for tests, built on the codec: one node (itself),
+topics created on first Metadata, one partition each, leader epoch 0.
+
+It stores what producers send as quorumlog batches (Kafka -> Arrow conversion) and serves
+Fetch by converting them back, so a real client round trip exercises the whole codec.
+Runs an asyncio loop in a thread; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from quorumlog.replica.kafka import messages as m
+from quorumlog.replica.kafka.codec import (
+    UnsupportedRequest,
+    api_versions_body,
+    decode_request,
+    encode_response,
+)
+from quorumlog.replica.kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka
+from quorumlog.replica.kafka.errors import KafkaError
+from quorumlog.replica.kafka.records import KafkaRecordBatch, iter_batches
+from quorumlog.replica.kafka.schema import Api, Message
+from quorumlog.replica.kafka.wire import FrameDecoder, KafkaDecodeError, frame
+from quorumlog.replica.storage.records import restamp_header, parse_header
+
+NODE_ID = 1
+LEADER_EPOCH = 0
+PRODUCER_ID = 4242
+
+
+@dataclass
+class Partition:
+    stored: list[bytes] = field(default_factory=list)  # quorumlog batches, offsets assigned
+    end_offset: int = 0
+
+
+@dataclass
+class KafkaTestBroker:
+    host: str = "127.0.0.1"
+    port: int = 0
+    topics: dict[str, Partition] = field(default_factory=dict)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    produced: list[KafkaRecordBatch] = field(default_factory=list)
+    versions_used: Counter[tuple[str, int]] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _server: asyncio.AbstractServer | None = None
+    _data: asyncio.Condition | None = None
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+
+            async def main() -> None:
+                self._data = asyncio.Condition()
+                self._server = await asyncio.start_server(self._serve, self.host, 0)
+                self.port = self._server.sockets[0].getsockname()[1]
+                ready.set()
+                async with self._server:
+                    await self._server.serve_forever()
+
+            try:
+                loop.run_until_complete(main())
+            except asyncio.CancelledError:
+                pass
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="kafka-test-broker", daemon=True)
+        self._thread.start()
+        if not ready.wait(10):
+            raise RuntimeError("test broker did not start in 10 s")
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is not None:
+
+            def cancel_all() -> None:
+                for task in asyncio.all_tasks(loop):
+                    task.cancel()
+
+            try:
+                loop.call_soon_threadsafe(cancel_all)
+            except RuntimeError:  # the loop already ended
+                pass
+        if self._thread is not None:
+            self._thread.join(10)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # --- connection ------------------------------------------------------------------
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frames = FrameDecoder()
+        try:
+            while True:
+                data = await reader.read(1 << 20)
+                if not data:
+                    return
+                for payload in frames.feed(data):
+                    response = await self._handle(payload)
+                    if response is not None:
+                        writer.write(frame(response))
+                await writer.drain()
+        except (KafkaDecodeError, ConnectionError) as exc:
+            self.errors.append(repr(exc))
+        finally:
+            writer.close()
+
+    async def _handle(self, payload: bytes) -> bytes | None:
+        try:
+            header, api, body = decode_request(payload)
+        except UnsupportedRequest as exc:
+            if exc.header.api_key == m.API_VERSIONS.key:
+                answer = api_versions_body(0, error_code=KafkaError.UNSUPPORTED_VERSION)
+                return encode_response(m.API_VERSIONS, 0, exc.header.correlation_id, answer)
+            raise
+        version = header.api_version
+        self.versions_used[(api.name, version)] += 1
+        handler = getattr(self, "_on_" + api.name, None)
+        if handler is None:
+            self.errors.append(f"unexpected request {api.name} v{version}")
+            return None
+        result: Message | None = await handler(api, version, body)
+        if result is None:
+            return None
+        return encode_response(api, version, header.correlation_id, result)
+
+    # --- APIs --------------------------------------------------------------------------
+    async def _on_ApiVersions(self, api: Api, version: int, body: Message) -> Message:
+        return api_versions_body(version)
+
+    def _topic(self, name: str) -> Partition:
+        if name not in self.topics:
+            self.topics[name] = Partition()
+            self.topic_ids[name] = uuid.uuid4()
+        return self.topics[name]
+
+    async def _on_Metadata(self, api: Api, version: int, body: Message) -> Message:
+        requested = body["topics"]
+        names = list(self.topics) if requested is None else [t["name"] for t in requested]
+        out = api.default_response(version)
+        out["brokers"] = [{"node_id": NODE_ID, "host": self.host, "port": self.port, "rack": None}]
+        out["cluster_id"] = "quorumlog-test"
+        out["controller_id"] = NODE_ID
+        topics = []
+        for name in names:
+            self._topic(name)
+            topics.append(
+                {
+                    "error_code": 0,
+                    "name": name,
+                    "topic_id": self.topic_ids[name],
+                    "is_internal": False,
+                    "partitions": [
+                        {
+                            "error_code": 0,
+                            "partition_index": 0,
+                            "leader_id": NODE_ID,
+                            "leader_epoch": LEADER_EPOCH,
+                            "replica_nodes": [NODE_ID],
+                            "isr_nodes": [NODE_ID],
+                            "offline_replicas": [],
+                        }
+                    ],
+                    "topic_authorized_operations": -2147483648,
+                }
+            )
+        out["topics"] = topics
+        return out
+
+    async def _on_InitProducerId(self, api: Api, version: int, body: Message) -> Message:
+        out = api.default_response(version)
+        out["producer_id"] = PRODUCER_ID
+        out["producer_epoch"] = 0
+        return out
+
+    async def _on_Produce(self, api: Api, version: int, body: Message) -> Message | None:
+        responses = []
+        for topic in body["topic_data"]:
+            partition = self._topic(topic["name"])
+            parts = []
+            for pdata in topic["partition_data"]:
+                base = partition.end_offset
+                for batch in iter_batches(pdata["records"] or b""):
+                    self.produced.append(batch)
+                    stored = kafka_to_quorumlog(batch, leader_epoch=LEADER_EPOCH)
+                    header = parse_header(stored)
+                    stored = restamp_header(header, partition.end_offset, LEADER_EPOCH) + stored[48:]
+                    partition.stored.append(stored)
+                    partition.end_offset += batch.record_count
+                parts.append({"index": pdata["index"], "error_code": 0, "base_offset": base})
+            responses.append({"name": topic["name"], "partition_responses": parts})
+        assert self._data is not None
+        async with self._data:
+            self._data.notify_all()
+        if body["acks"] == 0:
+            return None
+        out = api.default_response(version)
+        out["responses"] = responses
+        return out
+
+    def _by_name_or_id(self, topic: Message) -> str:
+        if topic.get("topic"):
+            return str(topic["topic"])
+        if topic.get("name"):
+            return str(topic["name"])
+        for name, tid in self.topic_ids.items():
+            if tid == topic.get("topic_id"):
+                return name
+        raise KeyError(topic)
+
+    async def _on_ListOffsets(self, api: Api, version: int, body: Message) -> Message:
+        topics = []
+        for topic in body["topics"]:
+            partition = self._topic(topic["name"])
+            parts = []
+            for p in topic["partitions"]:
+                offset = 0 if p["timestamp"] == -2 else partition.end_offset
+                parts.append(
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": 0,
+                        "timestamp": -1,
+                        "offset": offset,
+                        "leader_epoch": LEADER_EPOCH,
+                    }
+                )
+            topics.append({"name": topic["name"], "partitions": parts})
+        out = api.default_response(version)
+        out["topics"] = topics
+        return out
+
+    async def _on_OffsetForLeaderEpoch(self, api: Api, version: int, body: Message) -> Message:
+        topics = []
+        for topic in body["topics"]:
+            partition = self._topic(topic["topic"])
+            parts = [
+                {
+                    "error_code": 0,
+                    "partition": p["partition"],
+                    "leader_epoch": LEADER_EPOCH,
+                    "end_offset": partition.end_offset,
+                }
+                for p in topic["partitions"]
+            ]
+            topics.append({"topic": topic["topic"], "partitions": parts})
+        out = api.default_response(version)
+        out["topics"] = topics
+        return out
+
+    async def _on_FindCoordinator(self, api: Api, version: int, body: Message) -> Message:
+        out = api.default_response(version)
+        keys = body["coordinator_keys"] or [body["key"]]
+        node = {"node_id": NODE_ID, "host": self.host, "port": self.port}
+        out.update(node)
+        out["coordinators"] = [
+            {"key": k, **node, "error_code": 0, "error_message": None} for k in keys
+        ]
+        return out
+
+    async def _on_Fetch(self, api: Api, version: int, body: Message) -> Message:
+        def answer() -> tuple[list[Message], bool]:
+            topics = []
+            any_data = False
+            for topic in body["topics"]:
+                name = self._by_name_or_id(topic)
+                partition = self._topic(name)
+                parts = []
+                for p in topic["partitions"]:
+                    chosen = [
+                        b
+                        for b in partition.stored
+                        if parse_header(b).next_offset > p["fetch_offset"]
+                    ]
+                    records = quorumlog_to_kafka(b"".join(chosen)) if chosen else b""
+                    any_data = any_data or bool(records)
+                    parts.append(
+                        {
+                            "partition_index": p["partition"],
+                            "error_code": 0,
+                            "high_watermark": partition.end_offset,
+                            "last_stable_offset": partition.end_offset,
+                            "log_start_offset": 0,
+                            "aborted_transactions": None,
+                            "preferred_read_replica": -1,
+                            "records": records,
+                        }
+                    )
+                topics.append({"topic": name, "topic_id": self.topic_ids[name], "partitions": parts})
+            return topics, any_data
+
+        topics, any_data = answer()
+        if not any_data and body["max_wait_ms"] > 0:
+            # Long poll: wait for a produce, at most max_wait_ms (capped for test speed).
+            assert self._data is not None
+            async with self._data:
+                try:
+                    await asyncio.wait_for(self._data.wait(), min(body["max_wait_ms"], 500) / 1000)
+                except TimeoutError:
+                    pass
+            topics, _ = answer()
+        out = api.default_response(version)
+        out["responses"] = topics
+        return out

@@ -1,0 +1,122 @@
+"""A real librdkafka client (confluent-kafka) against a test broker built on the codec."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from .server import PRODUCER_ID, KafkaTestBroker
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+
+RECORDS = 1000
+TOPIC = "events"
+BASE_TS = 1_700_000_000_000
+
+
+@pytest.fixture
+def broker() -> Iterator[KafkaTestBroker]:
+    b = KafkaTestBroker()
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _expected(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]], int]:
+    key = f"key-{i}".encode()
+    value = bytes([i % 251]) * 100
+    headers = [("source", b"test"), ("n", str(i).encode())]
+    return key, value, headers, BASE_TS + i
+
+
+def _produce(bootstrap: str, idempotent: bool) -> list[object]:
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": idempotent,
+            "linger.ms": 5,
+            "message.timeout.ms": 20000,
+        }
+    )
+    outcomes: list[object] = []
+
+    def delivered(err: object, msg: object) -> None:
+        outcomes.append(err)
+
+    for i in range(RECORDS):
+        key, value, headers, ts = _expected(i)
+        producer.produce(
+            TOPIC, value=value, key=key, headers=headers, timestamp=ts, on_delivery=delivered
+        )
+        producer.poll(0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} records still queued after 30 s"
+    return outcomes
+
+
+def _check_produced(broker: KafkaTestBroker) -> list[tuple[bytes | None, bytes | None, list, int]]:
+    got = []
+    for batch in broker.produced:
+        for k, v, h, ts in zip(batch.keys, batch.values, batch.headers, batch.timestamps, strict=True):
+            got.append((k, v, h, ts))
+    assert len(got) == RECORDS
+    for i, (k, v, h, ts) in enumerate(got):
+        key, value, headers, expected_ts = _expected(i)
+        assert (k, v, h, ts) == (key, value, headers, expected_ts), f"record {i}"
+    return got
+
+
+def test_confluent_producer_delivers_through_the_codec(broker: KafkaTestBroker) -> None:
+    outcomes = _produce(broker.bootstrap, idempotent=False)
+    assert outcomes == [None] * RECORDS
+    _check_produced(broker)
+    assert not broker.errors
+    assert all(b.producer_id == -1 for b in broker.produced)
+    assert any(name == "Produce" for name, _ in broker.versions_used)
+
+
+def test_idempotent_producer_then_consumer_reads_back(broker: KafkaTestBroker) -> None:
+    outcomes = _produce(broker.bootstrap, idempotent=True)
+    assert outcomes == [None] * RECORDS
+    _check_produced(broker)
+    assert all(b.producer_id == PRODUCER_ID and b.producer_epoch == 0 for b in broker.produced)
+    sequences = [b.base_sequence for b in broker.produced]
+    counts = [b.record_count for b in broker.produced]
+    assert sequences == [sum(counts[:i]) for i in range(len(counts))]
+
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "codec-test",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
+        seen = []
+        deadline = time.monotonic() + 30
+        while len(seen) < RECORDS and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                seen.append(msg)
+        assert len(seen) == RECORDS, f"consumed {len(seen)} of {RECORDS} in 30 s"
+        for i, msg in enumerate(seen):
+            key, value, headers, ts = _expected(i)
+            assert msg.offset() == i
+            assert (msg.key(), msg.value(), msg.headers(), msg.timestamp()[1]) == (
+                key,
+                value,
+                headers,
+                ts,
+            )
+            assert msg.leader_epoch() == 0
+    finally:
+        consumer.close()
+    assert not broker.errors, broker.errors
+    assert any(name == "Fetch" for name, _ in broker.versions_used)
