@@ -26,7 +26,7 @@ from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.records import KafkaRecordBatch, iter_batches
 from quorumlog.replica.kafka.schema import Api, Message
 from quorumlog.replica.kafka.wire import FrameDecoder, KafkaDecodeError, frame
-from quorumlog.replica.storage.records import restamp_header, parse_header
+from quorumlog.replica.storage.records import parse_header, restamp_header
 
 NODE_ID = 1
 LEADER_EPOCH = 0
@@ -115,6 +115,8 @@ class KafkaTestBroker:
                 await writer.drain()
         except (KafkaDecodeError, ConnectionError) as exc:
             self.errors.append(repr(exc))
+        except asyncio.CancelledError:
+            pass  # stop(): end quietly
         finally:
             writer.close()
 
@@ -197,7 +199,9 @@ class KafkaTestBroker:
                     self.produced.append(batch)
                     stored = kafka_to_quorumlog(batch, leader_epoch=LEADER_EPOCH)
                     header = parse_header(stored)
-                    stored = restamp_header(header, partition.end_offset, LEADER_EPOCH) + stored[48:]
+                    stored = (
+                        restamp_header(header, partition.end_offset, LEADER_EPOCH) + stored[48:]
+                    )
                     partition.stored.append(stored)
                     partition.end_offset += batch.record_count
                 parts.append({"index": pdata["index"], "error_code": 0, "base_offset": base})
@@ -298,7 +302,9 @@ class KafkaTestBroker:
                             "records": records,
                         }
                     )
-                topics.append({"topic": name, "topic_id": self.topic_ids[name], "partitions": parts})
+                topics.append(
+                    {"topic": name, "topic_id": self.topic_ids[name], "partitions": parts}
+                )
             return topics, any_data
 
         topics, any_data = answer()

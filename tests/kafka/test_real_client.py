@@ -62,7 +62,9 @@ def _produce(bootstrap: str, idempotent: bool) -> list[object]:
 def _check_produced(broker: KafkaTestBroker) -> list[tuple[bytes | None, bytes | None, list, int]]:
     got = []
     for batch in broker.produced:
-        for k, v, h, ts in zip(batch.keys, batch.values, batch.headers, batch.timestamps, strict=True):
+        for k, v, h, ts in zip(
+            batch.keys, batch.values, batch.headers, batch.timestamps, strict=True
+        ):
             got.append((k, v, h, ts))
     assert len(got) == RECORDS
     for i, (k, v, h, ts) in enumerate(got):
@@ -95,6 +97,8 @@ def test_idempotent_producer_then_consumer_reads_back(broker: KafkaTestBroker) -
             "group.id": "codec-test",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 100,
+            # librdkafka skips the CRC32C check by default; make it verify our encoder's.
+            "check.crcs": True,
         }
     )
     try:
