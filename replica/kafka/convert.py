@@ -88,9 +88,7 @@ def kafka_to_quorumlog(batch: KafkaRecordBatch, *, leader_epoch: int = UNDEFINED
 def _header_lists(column: pa.Array | pa.ChunkedArray) -> list[list[Header]] | None:
     if column.null_count == len(column):
         return None
-    return [
-        [(h["key"], h["value"]) for h in hs] if hs else [] for hs in column.to_pylist()
-    ]
+    return [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in column.to_pylist()]
 
 
 def table_to_kafka(

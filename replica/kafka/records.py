@@ -430,5 +430,3 @@ def encode_batch(
     crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
     struct.pack_into(">I", header, 17, crc)
     return bytes(header) + payload
-
-
