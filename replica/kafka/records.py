@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -207,104 +207,112 @@ def decode_batch(buf: Buffer, position: int = 0, *, verify_crc: bool = True) -> 
 
 
 def _decode_records(data: bytes, count: int, base_ts: int, batch: KafkaRecordBatch) -> None:
-    offset_deltas = batch.offset_deltas
-    timestamps = batch.timestamps
-    keys = batch.keys
-    values = batch.values
-    headers = batch.headers
+    # The hot loop of a Kafka produce: one pass, varints of one or two bytes inline (the
+    # common case), longer ones through _uvarint_slow. Reads past the end raise IndexError,
+    # which decode_batch turns into KafkaDecodeError; overruns inside the buffer are caught
+    # by the record-length check at the end of each record.
+    ts_append = batch.timestamps.append
+    od_append = batch.offset_deltas.append
+    key_append = batch.keys.append
+    value_append = batch.values.append
+    headers_append = batch.headers.append
+    uvar = _uvarint_slow
     end = len(data)
     pos = 0
     for _ in range(count):
-        # record length (zigzag varint)
         b = data[pos]
         if b < 0x80:
-            v = b
+            pos += 1
+        else:
+            b, pos = uvar(data, pos, 5)
+        record_end = pos + ((b >> 1) ^ -(b & 1))
+        if record_end <= pos or record_end > end:
+            raise KafkaDecodeError(f"record length at {pos} outside the batch")
+        b = data[pos + 1]  # after the record attributes (unused in v2)
+        if b < 0x80:
+            pos += 2
+        elif data[pos + 2] < 0x80:
+            b = (b & 0x7F) | (data[pos + 2] << 7)
+            pos += 3
+        else:
+            b, pos = uvar(data, pos + 1, 10)
+        ts_append(base_ts + ((b >> 1) ^ -(b & 1)))
+        b = data[pos]
+        if b < 0x80:
             pos += 1
         elif data[pos + 1] < 0x80:
-            v = (b & 0x7F) | (data[pos + 1] << 7)
+            b = (b & 0x7F) | (data[pos + 1] << 7)
             pos += 2
         else:
-            v, pos = _uvarint_slow(data, pos, 5)
-        length = (v >> 1) ^ -(v & 1)
-        record_end = pos + length
-        if length < 1 or record_end > end:
-            raise KafkaDecodeError(f"record length {length} at {pos} outside the batch")
-        pos += 1  # record attributes: unused in v2
+            b, pos = uvar(data, pos, 5)
+        od_append((b >> 1) ^ -(b & 1))
         b = data[pos]
         if b < 0x80:
-            v = b
             pos += 1
-        elif data[pos + 1] < 0x80:
-            v = (b & 0x7F) | (data[pos + 1] << 7)
-            pos += 2
         else:
-            v, pos = _uvarint_slow(data, pos, 10)
-        timestamps.append(base_ts + ((v >> 1) ^ -(v & 1)))
+            b, pos = uvar(data, pos, 5)
+        n = (b >> 1) ^ -(b & 1)
+        if n >= 0:
+            key_append(data[pos : pos + n])
+            pos += n
+        elif n == -1:
+            key_append(None)
+        else:
+            raise KafkaDecodeError(f"negative key length {n} in a record")
         b = data[pos]
         if b < 0x80:
-            v = b
             pos += 1
-        elif data[pos + 1] < 0x80:
-            v = (b & 0x7F) | (data[pos + 1] << 7)
-            pos += 2
         else:
-            v, pos = _uvarint_slow(data, pos, 5)
-        offset_deltas.append((v >> 1) ^ -(v & 1))
-        # key, value
-        for column in (keys, values):
-            b = data[pos]
-            if b < 0x80:
-                v = b
-                pos += 1
-            else:
-                v, pos = _uvarint_slow(data, pos, 5)
-            n = (v >> 1) ^ -(v & 1)
-            if n < 0:
-                if n != -1:
-                    raise KafkaDecodeError(f"negative length {n} in a record")
-                column.append(None)
-            else:
-                if pos + n > record_end:
-                    raise KafkaDecodeError(f"record field of {n} bytes overruns its record")
-                column.append(data[pos : pos + n])
-                pos += n
+            b, pos = uvar(data, pos, 5)
+        n = (b >> 1) ^ -(b & 1)
+        if n >= 0:
+            value_append(data[pos : pos + n])
+            pos += n
+        elif n == -1:
+            value_append(None)
+        else:
+            raise KafkaDecodeError(f"negative value length {n} in a record")
         b = data[pos]
-        if b < 0x80:
-            v = b
+        if b == 0:
             pos += 1
+            headers_append([])
         else:
-            v, pos = _uvarint_slow(data, pos, 5)
-        n_headers = (v >> 1) ^ -(v & 1)
-        if n_headers == 0:
-            headers.append([])
-        else:
-            if n_headers < 0 or n_headers > record_end - pos:
-                raise KafkaDecodeError(f"header count {n_headers} at {pos}")
-            hs: list[Header] = []
-            for _ in range(n_headers):
-                v, pos = _uvarint_slow(data, pos, 5)
-                n = (v >> 1) ^ -(v & 1)
-                if n < 0 or pos + n > record_end:
-                    raise KafkaDecodeError(f"header key length {n} at {pos}")
-                try:
-                    hkey = str(data[pos : pos + n], "utf-8")
-                except UnicodeDecodeError as exc:
-                    raise KafkaDecodeError(f"header key at {pos} is not UTF-8") from exc
-                pos += n
-                v, pos = _uvarint_slow(data, pos, 5)
-                n = (v >> 1) ^ -(v & 1)
-                if n < -1 or pos + n > record_end:
-                    raise KafkaDecodeError(f"header value length {n} at {pos}")
-                if n == -1:
-                    hs.append((hkey, None))
-                else:
-                    hs.append((hkey, data[pos : pos + n]))
-                    pos += n
-            headers.append(hs)
+            pos = _decode_headers(data, pos, record_end, headers_append)
         if pos != record_end:
             raise KafkaDecodeError(f"record ends at {pos}, its length says {record_end}")
     if pos != end:
         raise KafkaDecodeError(f"{end - pos} bytes after the last of {count} records")
+
+
+def _decode_headers(
+    data: bytes, pos: int, record_end: int, append: Callable[[list[Header]], None]
+) -> int:
+    v, pos = _uvarint_slow(data, pos, 5)
+    n_headers = (v >> 1) ^ -(v & 1)
+    if n_headers < 0 or n_headers > record_end - pos:
+        raise KafkaDecodeError(f"header count {n_headers} at {pos}")
+    hs: list[Header] = []
+    for _ in range(n_headers):
+        v, pos = _uvarint_slow(data, pos, 5)
+        n = (v >> 1) ^ -(v & 1)
+        if n < 0 or pos + n > record_end:
+            raise KafkaDecodeError(f"header key length {n} at {pos}")
+        try:
+            hkey = str(data[pos : pos + n], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise KafkaDecodeError(f"header key at {pos} is not UTF-8") from exc
+        pos += n
+        v, pos = _uvarint_slow(data, pos, 5)
+        n = (v >> 1) ^ -(v & 1)
+        if n < -1 or pos + n > record_end:
+            raise KafkaDecodeError(f"header value length {n} at {pos}")
+        if n == -1:
+            hs.append((hkey, None))
+        else:
+            hs.append((hkey, data[pos : pos + n]))
+            pos += n
+    append(hs)
+    return pos
 
 
 def iter_batches(

@@ -52,6 +52,7 @@ class KafkaTestBroker:
     _thread: threading.Thread | None = None
     _server: asyncio.AbstractServer | None = None
     _data: asyncio.Condition | None = None
+    _main: asyncio.Task[None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -59,6 +60,7 @@ class KafkaTestBroker:
 
         def run() -> None:
             loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
             self._loop = loop
 
             async def main() -> None:
@@ -69,11 +71,18 @@ class KafkaTestBroker:
                 async with self._server:
                     await self._server.serve_forever()
 
+            self._main = loop.create_task(main())
             try:
-                loop.run_until_complete(main())
+                loop.run_until_complete(self._main)
             except asyncio.CancelledError:
                 pass
             finally:
+                # End the connections' tasks inside the loop before closing it.
+                pending = asyncio.all_tasks(loop)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
                 loop.close()
 
         self._thread = threading.Thread(target=run, name="kafka-test-broker", daemon=True)
@@ -82,19 +91,15 @@ class KafkaTestBroker:
             raise RuntimeError("test broker did not start in 10 s")
 
     def stop(self) -> None:
-        loop = self._loop
-        if loop is not None:
-
-            def cancel_all() -> None:
-                for task in asyncio.all_tasks(loop):
-                    task.cancel()
-
+        loop, main = self._loop, self._main
+        if loop is not None and main is not None:
             try:
-                loop.call_soon_threadsafe(cancel_all)
+                loop.call_soon_threadsafe(main.cancel)
             except RuntimeError:  # the loop already ended
                 pass
         if self._thread is not None:
             self._thread.join(10)
+            assert not self._thread.is_alive(), "test broker thread did not stop in 10 s"
 
     @property
     def bootstrap(self) -> str:
