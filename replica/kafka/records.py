@@ -24,8 +24,11 @@ key (VARINT length, -1 = null), value (likewise), header count VARINT, then per 
 key (VARINT length, UTF-8) and a value (VARINT length, -1 = null).
 
 Records are decoded into columns (lists per field), which is what the Arrow conversion
-wants. Compression: none and gzip (the standard library has it); snappy, lz4 and zstd
-raise :class:`UnsupportedCompression` (a listener answers UNSUPPORTED_COMPRESSION_TYPE).
+wants. Compression: none, gzip (the standard library) and snappy (pyarrow's codec; raw
+as librdkafka writes it or xerial-framed as the Java client does). lz4 and zstd raise
+:class:`UnsupportedCompression` (a listener answers UNSUPPORTED_COMPRESSION_TYPE): Kafka's
+lz4/zstd frames need not state their decompressed size, which pyarrow's one-shot codecs
+require.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from crc32c import crc32c
 
 from .wire import Buffer, KafkaDecodeError
@@ -45,6 +49,7 @@ __all__ = [
     "BATCH_HEADER_SIZE",
     "COMPRESSION_GZIP",
     "COMPRESSION_NONE",
+    "COMPRESSION_SNAPPY",
     "Header",
     "KafkaRecordBatch",
     "UnsupportedCompression",
@@ -59,6 +64,7 @@ _LENGTH_OVERHEAD = 12  # base_offset + batch_length precede what batch_length co
 _CRC_START = 21
 COMPRESSION_NONE = 0
 COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
 _COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _COMPRESSION_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
@@ -73,7 +79,9 @@ Header = tuple[str, bytes | None]
 class UnsupportedCompression(KafkaDecodeError):
     def __init__(self, codec: int) -> None:
         name = _COMPRESSION_NAMES.get(codec, f"unknown ({codec})")
-        super().__init__(f"record batch compression {name} is not supported (none, gzip are)")
+        super().__init__(
+            f"record batch compression {name} is not supported (none, gzip, snappy are)"
+        )
         self.codec = codec
 
 
@@ -147,7 +155,52 @@ def _decompress(codec: int, data: bytes) -> bytes:
         if inflater.unconsumed_tail:
             raise KafkaDecodeError(f"gzip records inflate past {MAX_DECOMPRESSED} bytes")
         return out
+    if codec == COMPRESSION_SNAPPY:
+        return _snappy_decompress(data)
     raise UnsupportedCompression(codec)
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _snappy_block(block: bytes) -> bytes:
+    # A raw snappy block starts with its uncompressed length as an unsigned varint;
+    # pyarrow's codec needs that length, and a hostile one is refused before inflating.
+    try:
+        size, _ = _uvarint_slow(block, 0, 5)
+    except IndexError as exc:
+        raise KafkaDecodeError("empty snappy block") from exc
+    if size > MAX_DECOMPRESSED:
+        raise KafkaDecodeError(f"snappy block inflates to {size} bytes")
+    try:
+        out: bytes = pa.Codec("snappy").decompress(block, decompressed_size=size, asbytes=True)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise KafkaDecodeError(f"corrupt snappy records: {exc}") from exc
+    return out
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    """Raw snappy (librdkafka) or xerial-framed snappy (the Java client)."""
+    if not data.startswith(_XERIAL_MAGIC):
+        return _snappy_block(data)
+    # xerial: magic, INT32 version, INT32 compatible version, then [INT32 length, block]...
+    pos = len(_XERIAL_MAGIC) + 8
+    parts: list[bytes] = []
+    total = 0
+    while pos < len(data):
+        if len(data) - pos < 4:
+            raise KafkaDecodeError("truncated xerial snappy block length")
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if n < 0 or n > len(data) - pos:
+            raise KafkaDecodeError(f"xerial snappy block of {n} bytes overruns the batch")
+        part = _snappy_block(data[pos : pos + n])
+        total += len(part)
+        if total > MAX_DECOMPRESSED:
+            raise KafkaDecodeError(f"snappy records inflate past {MAX_DECOMPRESSED} bytes")
+        parts.append(part)
+        pos += n
+    return b"".join(parts)
 
 
 def decode_batch(buf: Buffer, position: int = 0, *, verify_crc: bool = True) -> KafkaRecordBatch:
@@ -413,6 +466,8 @@ def encode_batch(
     if compression == COMPRESSION_GZIP:
         compressor = zlib.compressobj(wbits=31)
         payload = compressor.compress(records) + compressor.flush()
+    elif compression == COMPRESSION_SNAPPY:
+        payload = pa.Codec("snappy").compress(records, asbytes=True)
     elif compression == COMPRESSION_NONE:
         payload = bytes(records)
     else:

@@ -84,7 +84,8 @@ def test_mutated_record_batches() -> None:
         producer_id=5,
     )
     gz = encode_batch([b"x" * 50] * 5, compression=1)
-    for source in (batch, gz):
+    snappy = encode_batch([b"y" * 50] * 5, compression=2)
+    for source in (batch, gz, snappy):
         for mutated in _mutations(rng, source, 3000):
             # Skip the CRC so mutations reach the record parser.
             _only_decode_errors(lambda d: list(iter_batches(d, verify_crc=False)), mutated)

@@ -33,12 +33,13 @@ def _expected(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]], int]:
     return key, value, headers, BASE_TS + i
 
 
-def _produce(bootstrap: str, idempotent: bool) -> list[object]:
+def _produce(bootstrap: str, idempotent: bool, compression: str = "none") -> list[object]:
     producer = confluent_kafka.Producer(
         {
             "bootstrap.servers": bootstrap,
             "acks": "all",
             "enable.idempotence": idempotent,
+            "compression.type": compression,
             "linger.ms": 5,
             "message.timeout.ms": 20000,
         }
@@ -73,11 +74,16 @@ def _check_produced(broker: KafkaTestBroker) -> list[tuple[bytes | None, bytes |
     return got
 
 
-def test_confluent_producer_delivers_through_the_codec(broker: KafkaTestBroker) -> None:
-    outcomes = _produce(broker.bootstrap, idempotent=False)
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy"])
+def test_confluent_producer_delivers_through_the_codec(
+    broker: KafkaTestBroker, compression: str
+) -> None:
+    outcomes = _produce(broker.bootstrap, idempotent=False, compression=compression)
     assert outcomes == [None] * RECORDS
     _check_produced(broker)
     assert not broker.errors
+    codec = {"none": 0, "gzip": 1, "snappy": 2}[compression]
+    assert all(b.compression == codec for b in broker.produced)
     assert all(b.producer_id == -1 for b in broker.produced)
     assert any(name == "Produce" for name, _ in broker.versions_used)
 
