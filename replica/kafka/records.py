@@ -51,8 +51,10 @@ __all__ = [
     "COMPRESSION_NONE",
     "COMPRESSION_SNAPPY",
     "Header",
+    "InvalidRecord",
     "KafkaRecordBatch",
     "UnsupportedCompression",
+    "check_produced",
     "decode_batch",
     "encode_batch",
     "iter_batches",
@@ -74,6 +76,11 @@ ATTR_CONTROL = 0x20
 MAX_DECOMPRESSED = 64 * 1024 * 1024
 
 Header = tuple[str, bytes | None]
+
+
+class InvalidRecord(KafkaDecodeError):
+    """A well-formed batch a producer may not send (Kafka's InvalidRecordException:
+    answer the partition with INVALID_RECORD)."""
 
 
 class UnsupportedCompression(KafkaDecodeError):
@@ -366,6 +373,27 @@ def _decode_headers(
             pos += n
     append(hs)
     return pos
+
+
+def check_produced(batch: KafkaRecordBatch) -> None:
+    """What a broker checks of a producer's batch beyond its framing and CRC (Kafka's
+    LogValidator for magic 2): offset deltas 0..n-1 matching lastOffsetDelta, no control
+    batch, and producer fields that are either all unset or all set."""
+    count = batch.record_count
+    if count == 0:
+        raise InvalidRecord("a produced batch holds no records")
+    if batch.last_offset_delta != count - 1 or batch.offset_deltas != list(range(count)):
+        raise InvalidRecord(
+            f"offset deltas of the {count} records are not 0..{count - 1} "
+            f"(lastOffsetDelta {batch.last_offset_delta})"
+        )
+    if batch.is_control:
+        raise InvalidRecord("clients may not produce control batches")
+    if batch.producer_id >= 0 and (batch.producer_epoch < 0 or batch.base_sequence < 0):
+        raise InvalidRecord(
+            f"producer id {batch.producer_id} with epoch {batch.producer_epoch} and base "
+            f"sequence {batch.base_sequence}"
+        )
 
 
 def iter_batches(

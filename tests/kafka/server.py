@@ -23,7 +23,7 @@ from quorumlog.replica.kafka.codec import (
 )
 from quorumlog.replica.kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka
 from quorumlog.replica.kafka.errors import KafkaError
-from quorumlog.replica.kafka.records import KafkaRecordBatch, iter_batches
+from quorumlog.replica.kafka.records import KafkaRecordBatch, check_produced, iter_batches
 from quorumlog.replica.kafka.schema import Api, Message
 from quorumlog.replica.kafka.wire import FrameDecoder, KafkaDecodeError, frame
 from quorumlog.replica.storage.records import parse_header, restamp_header
@@ -203,6 +203,7 @@ class KafkaTestBroker:
             for pdata in topic["partition_data"]:
                 base = partition.end_offset
                 for batch in iter_batches(pdata["records"] or b""):
+                    check_produced(batch)
                     self.produced.append(batch)
                     stored = kafka_to_quorumlog(batch, leader_epoch=LEADER_EPOCH)
                     header = parse_header(stored)

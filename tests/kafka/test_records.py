@@ -19,8 +19,10 @@ from quorumlog.replica.kafka.records import (
     BATCH_HEADER_SIZE,
     COMPRESSION_GZIP,
     COMPRESSION_SNAPPY,
+    InvalidRecord,
     KafkaRecordBatch,
     UnsupportedCompression,
+    check_produced,
     decode_batch,
     encode_batch,
     iter_batches,
@@ -239,3 +241,19 @@ def test_xerial_framed_snappy_as_the_java_client_writes_it() -> None:
     struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
     got = decode_batch(bytes(data))
     assert (got.keys, got.values, got.timestamps) == (plain.keys, plain.values, plain.timestamps)
+
+
+def test_check_produced_refuses_what_a_broker_refuses() -> None:
+    check_produced(
+        decode_batch(encode_batch([b"a", b"b"], producer_id=3, producer_epoch=0, base_sequence=0))
+    )
+    control = decode_batch(encode_batch([b"a"], attributes=ATTR_CONTROL))
+    with pytest.raises(InvalidRecord, match="control"):
+        check_produced(control)
+    gap = decode_batch(encode_batch([b"a", b"b"]))
+    gap.offset_deltas[1] = 5
+    with pytest.raises(InvalidRecord, match="offset deltas"):
+        check_produced(gap)
+    half = decode_batch(encode_batch([b"a"], producer_id=3, producer_epoch=-1))
+    with pytest.raises(InvalidRecord, match="producer id"):
+        check_produced(half)
