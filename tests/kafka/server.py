@@ -53,6 +53,10 @@ class KafkaTestBroker:
     _server: asyncio.AbstractServer | None = None
     _data: asyncio.Condition | None = None
     _main: asyncio.Task[None] | None = None
+    # A one-generation-at-a-time group coordinator: enough for one consumer per group.
+    committed: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    generation: int = 0
+    assignments: dict[str, bytes] = field(default_factory=dict)
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -280,6 +284,98 @@ class KafkaTestBroker:
         out["coordinators"] = [
             {"key": k, **node, "error_code": 0, "error_message": None} for k in keys
         ]
+        return out
+
+    async def _on_JoinGroup(self, api: Api, version: int, body: Message) -> Message:
+        self.generation += 1
+        member_id = body["member_id"] or f"member-{self.generation}"
+        protocol = body["protocols"][0]
+        out = api.default_response(version)
+        out.update(
+            generation_id=self.generation,
+            protocol_type=body["protocol_type"],
+            protocol_name=protocol["name"],
+            leader=member_id,
+            member_id=member_id,
+            members=[
+                {
+                    "member_id": member_id,
+                    "group_instance_id": None,
+                    "metadata": protocol["metadata"],
+                }
+            ],
+        )
+        return out
+
+    async def _on_SyncGroup(self, api: Api, version: int, body: Message) -> Message:
+        for a in body["assignments"]:
+            self.assignments[a["member_id"]] = a["assignment"]
+        out = api.default_response(version)
+        out.update(
+            protocol_type=body["protocol_type"],
+            protocol_name=body["protocol_name"],
+            assignment=self.assignments.get(body["member_id"], b""),
+        )
+        return out
+
+    async def _on_Heartbeat(self, api: Api, version: int, body: Message) -> Message:
+        return api.default_response(version)
+
+    async def _on_LeaveGroup(self, api: Api, version: int, body: Message) -> Message:
+        out = api.default_response(version)
+        out["members"] = [
+            {"member_id": mm["member_id"], "group_instance_id": None, "error_code": 0}
+            for mm in body["members"]
+        ]
+        return out
+
+    async def _on_OffsetCommit(self, api: Api, version: int, body: Message) -> Message:
+        topics = []
+        for t in body["topics"]:
+            for p in t["partitions"]:
+                key = (body["group_id"], t["name"], p["partition_index"])
+                self.committed[key] = p["committed_offset"]
+            topics.append(
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {"partition_index": p["partition_index"], "error_code": 0}
+                        for p in t["partitions"]
+                    ],
+                }
+            )
+        out = api.default_response(version)
+        out["topics"] = topics
+        return out
+
+    def _offsets(self, group: str, topics: list[Message] | None) -> list[Message]:
+        wanted = topics or [{"name": n, "partition_indexes": [0]} for n in self.topics]
+        return [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": i,
+                        "committed_offset": self.committed.get((group, t["name"], i), -1),
+                        "committed_leader_epoch": -1,
+                        "metadata": "",
+                        "error_code": 0,
+                    }
+                    for i in t["partition_indexes"]
+                ],
+            }
+            for t in wanted
+        ]
+
+    async def _on_OffsetFetch(self, api: Api, version: int, body: Message) -> Message:
+        out = api.default_response(version)
+        if version >= 8:
+            out["groups"] = [
+                {"group_id": g["group_id"], "topics": self._offsets(g["group_id"], g["topics"])}
+                for g in body["groups"]
+            ]
+        else:
+            out["topics"] = self._offsets(body["group_id"], body["topics"])
         return out
 
     async def _on_Fetch(self, api: Api, version: int, body: Message) -> Message:

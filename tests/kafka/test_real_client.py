@@ -130,3 +130,53 @@ def test_idempotent_producer_then_consumer_reads_back(broker: KafkaTestBroker) -
         consumer.close()
     assert not broker.errors, broker.errors
     assert any(name == "Fetch" for name, _ in broker.versions_used)
+
+
+def _consume(consumer: object, count: int) -> list[object]:
+    seen: list[object] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < count and time.monotonic() < deadline:
+        for msg in consumer.consume(num_messages=500, timeout=0.5):  # type: ignore[attr-defined]
+            assert msg.error() is None, msg.error()
+            seen.append(msg)
+    assert len(seen) == count, f"consumed {len(seen)} of {count} in 30 s"
+    return seen
+
+
+def test_group_consumer_subscribes_commits_and_resumes(broker: KafkaTestBroker) -> None:
+    assert _produce(broker.bootstrap, idempotent=False) == [None] * RECORDS
+    config = {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": "resumers",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+        "check.crcs": True,
+    }
+    first = confluent_kafka.Consumer(config)
+    try:
+        first.subscribe([TOPIC])
+        seen = _consume(first, RECORDS)
+        assert [m.offset() for m in seen] == list(range(RECORDS))
+        first.commit(asynchronous=False)
+    finally:
+        first.close()
+    assert broker.committed[("resumers", TOPIC, 0)] == RECORDS
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(10):
+        producer.produce(TOPIC, value=b"late-%d" % i)
+    assert producer.flush(30) == 0
+
+    second = confluent_kafka.Consumer(config)
+    try:
+        second.subscribe([TOPIC])
+        late = _consume(second, 10)
+    finally:
+        second.close()
+    assert [(m.offset(), m.value()) for m in late] == [
+        (RECORDS + i, b"late-%d" % i) for i in range(10)
+    ]
+    assert not broker.errors, broker.errors
+    used = {name for name, _ in broker.versions_used}
+    assert {"JoinGroup", "SyncGroup", "OffsetFetch", "OffsetCommit", "LeaveGroup"} <= used
