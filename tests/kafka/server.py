@@ -57,6 +57,9 @@ class KafkaTestBroker:
     committed: dict[tuple[str, str, int], int] = field(default_factory=dict)
     generation: int = 0
     assignments: dict[str, bytes] = field(default_factory=dict)
+    # SASL/PLAIN credentials this broker accepts (None: any); outcomes of SaslAuthenticate.
+    sasl_users: dict[str, str] | None = None
+    authentications: list[tuple[str, bool]] = field(default_factory=list)
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -376,6 +379,86 @@ class KafkaTestBroker:
             ]
         else:
             out["topics"] = self._offsets(body["group_id"], body["topics"])
+        return out
+
+    async def _on_CreateTopics(self, api: Api, version: int, body: Message) -> Message:
+        out = api.default_response(version)
+        results = []
+        for t in body["topics"]:
+            exists = t["name"] in self.topics
+            if not exists and not body["validate_only"]:
+                self._topic(t["name"])
+            results.append(
+                {
+                    "name": t["name"],
+                    "topic_id": self.topic_ids.get(t["name"], uuid.UUID(int=0)),
+                    "error_code": int(KafkaError.TOPIC_ALREADY_EXISTS if exists else 0),
+                    "error_message": "exists" if exists else None,
+                    "num_partitions": 1,
+                    "replication_factor": 1,
+                    "configs": [],
+                }
+            )
+        out["topics"] = results
+        return out
+
+    async def _on_DeleteTopics(self, api: Api, version: int, body: Message) -> Message:
+        names = list(body["topic_names"]) + [t["name"] for t in body["topics"] if t["name"]]
+        out = api.default_response(version)
+        out["responses"] = []
+        for name in names:
+            known = self.topics.pop(name, None) is not None
+            out["responses"].append(
+                {
+                    "name": name,
+                    "topic_id": self.topic_ids.pop(name, uuid.UUID(int=0)),
+                    "error_code": 0 if known else int(KafkaError.UNKNOWN_TOPIC_OR_PARTITION),
+                    "error_message": None,
+                }
+            )
+        return out
+
+    async def _on_DescribeConfigs(self, api: Api, version: int, body: Message) -> Message:
+        out = api.default_response(version)
+        out["results"] = [
+            {
+                "error_code": 0,
+                "error_message": None,
+                "resource_type": r["resource_type"],
+                "resource_name": r["resource_name"],
+                "configs": [
+                    {
+                        "name": "retention.ms",
+                        "value": "604800000",
+                        "read_only": False,
+                        "is_default": True,
+                        "config_source": 5,
+                        "is_sensitive": False,
+                        "synonyms": [],
+                        "config_type": 5,
+                        "documentation": None,
+                    }
+                ],
+            }
+            for r in body["resources"]
+        ]
+        return out
+
+    async def _on_SaslHandshake(self, api: Api, version: int, body: Message) -> Message:
+        out = api.default_response(version)
+        out["mechanisms"] = ["PLAIN"]
+        if body["mechanism"] != "PLAIN":
+            out["error_code"] = int(KafkaError.UNSUPPORTED_SASL_MECHANISM)
+        return out
+
+    async def _on_SaslAuthenticate(self, api: Api, version: int, body: Message) -> Message:
+        _, user, password = bytes(body["auth_bytes"]).decode().split("\x00")
+        ok = self.sasl_users is None or self.sasl_users.get(user) == password
+        self.authentications.append((user, ok))
+        out = api.default_response(version)
+        if not ok:
+            out["error_code"] = int(KafkaError.SASL_AUTHENTICATION_FAILED)
+            out["error_message"] = f"authentication failed for {user}"
         return out
 
     async def _on_Fetch(self, api: Api, version: int, body: Message) -> Message:

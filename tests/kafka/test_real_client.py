@@ -180,3 +180,58 @@ def test_group_consumer_subscribes_commits_and_resumes(broker: KafkaTestBroker) 
     assert not broker.errors, broker.errors
     used = {name for name, _ in broker.versions_used}
     assert {"JoinGroup", "SyncGroup", "OffsetFetch", "OffsetCommit", "LeaveGroup"} <= used
+
+
+def test_admin_client_creates_describes_and_deletes_topics(broker: KafkaTestBroker) -> None:
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("made", 1, 1)])["made"].result(timeout=20)
+    assert "made" in broker.topics
+    again = admin.create_topics([NewTopic("made", 1, 1)])["made"]
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        again.result(timeout=20)
+    assert info.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS
+    resource = ConfigResource("topic", "made")
+    configs = admin.describe_configs([resource])[resource].result(timeout=20)
+    assert configs["retention.ms"].value == "604800000"
+    admin.delete_topics(["made"])["made"].result(timeout=20)
+    assert "made" not in broker.topics
+    assert not broker.errors, broker.errors
+    used = {name for name, _ in broker.versions_used}
+    assert {"CreateTopics", "DescribeConfigs", "DeleteTopics"} <= used
+
+
+@pytest.mark.parametrize("password", ["right", "wrong"])
+def test_sasl_plain_handshake_and_authenticate(broker: KafkaTestBroker, password: str) -> None:
+    broker.sasl_users = {"alice": "right"}
+    errors: list[object] = []
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": password,
+            "message.timeout.ms": 5000,
+            "error_cb": errors.append,
+        }
+    )
+    outcomes: list[object] = []
+    producer.produce(TOPIC, value=b"v", on_delivery=lambda err, msg: outcomes.append(err))
+
+    def auth_failed() -> bool:
+        return any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors)
+
+    deadline = time.monotonic() + 20
+    while not (outcomes or auth_failed()) and time.monotonic() < deadline:
+        producer.poll(0.1)
+    if password == "right":
+        assert outcomes == [None]
+        assert broker.authentications and all(ok for _, ok in broker.authentications)
+    else:
+        assert auth_failed(), errors
+        assert ("alice", False) in broker.authentications
+        assert None not in outcomes  # nothing was delivered
+        producer.purge()
+    producer.flush(1)
