@@ -58,6 +58,9 @@ class KafkaTestBroker:
     generation: int = 0
     assignments: dict[str, bytes] = field(default_factory=dict)
     # SASL/PLAIN credentials this broker accepts (None: any); outcomes of SaslAuthenticate.
+    # The partitions' leader epoch (bump_leader_epoch moves it), and where each epoch began.
+    leader_epoch: int = LEADER_EPOCH
+    epoch_starts: dict[str, dict[int, int]] = field(default_factory=dict)
     sasl_users: dict[str, str] | None = None
     authentications: list[tuple[str, bool]] = field(default_factory=list)
 
@@ -184,7 +187,7 @@ class KafkaTestBroker:
                             "error_code": 0,
                             "partition_index": 0,
                             "leader_id": NODE_ID,
-                            "leader_epoch": LEADER_EPOCH,
+                            "leader_epoch": self.leader_epoch,
                             "replica_nodes": [NODE_ID],
                             "isr_nodes": [NODE_ID],
                             "offline_replicas": [],
@@ -212,11 +215,13 @@ class KafkaTestBroker:
                 for batch in iter_batches(pdata["records"] or b""):
                     check_produced(batch)
                     self.produced.append(batch)
-                    stored = kafka_to_quorumlog(batch, leader_epoch=LEADER_EPOCH)
-                    header = parse_header(stored)
-                    stored = (
-                        restamp_header(header, partition.end_offset, LEADER_EPOCH) + stored[48:]
+                    epoch = self.leader_epoch
+                    self.epoch_starts.setdefault(topic["name"], {}).setdefault(
+                        epoch, partition.end_offset
                     )
+                    stored = kafka_to_quorumlog(batch, leader_epoch=epoch)
+                    header = parse_header(stored)
+                    stored = restamp_header(header, partition.end_offset, epoch) + stored[48:]
                     partition.stored.append(stored)
                     partition.end_offset += batch.record_count
                 parts.append({"index": pdata["index"], "error_code": 0, "base_offset": base})
@@ -265,15 +270,22 @@ class KafkaTestBroker:
         topics = []
         for topic in body["topics"]:
             partition = self._topic(topic["topic"])
-            parts = [
-                {
-                    "error_code": 0,
-                    "partition": p["partition"],
-                    "leader_epoch": LEADER_EPOCH,
-                    "end_offset": partition.end_offset,
-                }
-                for p in topic["partitions"]
-            ]
+            starts = self.epoch_starts.get(topic["topic"], {})
+            parts = []
+            for p in topic["partitions"]:
+                # KIP-101: the largest epoch <= the asked one, and the start of the next
+                # epoch after it (the log end for the current epoch).
+                asked = p["leader_epoch"]
+                known = [e for e in starts if e <= asked]
+                later = [starts[e] for e in starts if e > asked]
+                parts.append(
+                    {
+                        "error_code": 0,
+                        "partition": p["partition"],
+                        "leader_epoch": max(known) if known else -1,
+                        "end_offset": min(later) if later else partition.end_offset,
+                    }
+                )
             topics.append({"topic": topic["topic"], "partitions": parts})
         out = api.default_response(version)
         out["topics"] = topics
@@ -470,6 +482,21 @@ class KafkaTestBroker:
                 partition = self._topic(name)
                 parts = []
                 for p in topic["partitions"]:
+                    current = p["current_leader_epoch"]
+                    if 0 <= current < self.leader_epoch:
+                        parts.append(
+                            {
+                                "partition_index": p["partition"],
+                                "error_code": int(KafkaError.FENCED_LEADER_EPOCH),
+                                "high_watermark": -1,
+                                "last_stable_offset": -1,
+                                "log_start_offset": -1,
+                                "aborted_transactions": None,
+                                "preferred_read_replica": -1,
+                                "records": b"",
+                            }
+                        )
+                        continue
                     chosen = [
                         b
                         for b in partition.stored

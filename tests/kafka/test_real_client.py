@@ -235,3 +235,39 @@ def test_sasl_plain_handshake_and_authenticate(broker: KafkaTestBroker, password
         assert None not in outcomes  # nothing was delivered
         producer.purge()
     producer.flush(1)
+
+
+def test_consumer_validates_its_position_after_a_leader_epoch_change(
+    broker: KafkaTestBroker,
+) -> None:
+    """KIP-320 with a real client: after a new leader epoch the consumer's fetches are
+    fenced, it refreshes metadata and validates with OffsetForLeaderEpoch, then reads on."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1})
+    for i in range(100):
+        producer.produce(TOPIC, value=b"e0-%d" % i)
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "epochs",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "check.crcs": True,
+        }
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
+        assert [m.leader_epoch() for m in _consume(consumer, 100)] == [0] * 100
+        broker.leader_epoch = 1
+        for i in range(10):
+            producer.produce(TOPIC, value=b"e1-%d" % i)
+        assert producer.flush(30) == 0
+        late = _consume(consumer, 10)
+    finally:
+        consumer.close()
+    assert [(m.offset(), m.value(), m.leader_epoch()) for m in late] == [
+        (100 + i, b"e1-%d" % i, 1) for i in range(10)
+    ]
+    assert broker.epoch_starts[TOPIC] == {0: 0, 1: 100}
+    assert any(name == "OffsetForLeaderEpoch" for name, _ in broker.versions_used)
+    assert not broker.errors, broker.errors
