@@ -42,6 +42,8 @@ class UnsupportedRequest(KafkaDecodeError):
     can live on: answer ``header.correlation_id`` with UNSUPPORTED_VERSION (for
     ApiVersions, an ApiVersions v0 response listing what we serve)."""
 
+    error_code = KafkaError.UNSUPPORTED_VERSION
+
     def __init__(self, header: RequestHeader) -> None:
         super().__init__(
             f"unsupported api key {header.api_key} version {header.api_version} "

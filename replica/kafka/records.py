@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from crc32c import crc32c
 
+from .errors import KafkaError
 from .wire import Buffer, KafkaDecodeError
 
 __all__ = [
@@ -82,8 +83,12 @@ class InvalidRecord(KafkaDecodeError):
     """A well-formed batch a producer may not send (Kafka's InvalidRecordException:
     answer the partition with INVALID_RECORD)."""
 
+    error_code = KafkaError.INVALID_RECORD
+
 
 class UnsupportedCompression(KafkaDecodeError):
+    error_code = KafkaError.UNSUPPORTED_COMPRESSION_TYPE
+
     def __init__(self, codec: int) -> None:
         name = _COMPRESSION_NAMES.get(codec, f"unknown ({codec})")
         super().__init__(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 import uuid
 
+from .errors import KafkaError
+
 __all__ = [
     "DEFAULT_MAX_FRAME",
     "FrameDecoder",
@@ -37,7 +39,11 @@ Buffer = bytes | bytearray | memoryview
 
 
 class KafkaDecodeError(ValueError):
-    """Malformed Kafka bytes: a frame, header, message or record batch."""
+    """Malformed Kafka bytes: a frame, header, message or record batch. ``error_code`` is
+    the Kafka error a listener answers with where it can answer at all (a malformed
+    request frame means dropping the connection, as Kafka does)."""
+
+    error_code: KafkaError = KafkaError.CORRUPT_MESSAGE
 
 
 def zigzag_encode(value: int) -> int:

@@ -92,6 +92,7 @@ def test_unknown_api_or_version_is_reported_with_its_header() -> None:
     with pytest.raises(UnsupportedRequest) as info:
         decode_request(too_new)
     assert info.value.header.correlation_id == 5
+    assert info.value.error_code == 35  # UNSUPPORTED_VERSION
     unknown_key = b"\x03\xe7\x00\x00\x00\x00\x00\x06\xff\xff"
     with pytest.raises(UnsupportedRequest):
         decode_request(unknown_key)

@@ -13,6 +13,7 @@ from quorumlog.replica.kafka.convert import (
     kafka_to_quorumlog,
     quorumlog_to_kafka,
 )
+from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.records import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
@@ -143,8 +144,9 @@ def test_record_batch_round_trip(
 def test_crc_mismatch_and_bad_magic_are_decode_errors() -> None:
     data = bytearray(encode_batch([b"a" * 10]))
     data[-1] ^= 1
-    with pytest.raises(KafkaDecodeError, match="CRC32C"):
+    with pytest.raises(KafkaDecodeError, match="CRC32C") as info:
         decode_batch(bytes(data))
+    assert info.value.error_code == KafkaError.CORRUPT_MESSAGE
     data = bytearray(encode_batch([b"a"]))
     data[16] = 1
     with pytest.raises(KafkaDecodeError, match="magic"):
@@ -161,6 +163,7 @@ def test_other_compressions_are_reported_unsupported(codec: int) -> None:
     with pytest.raises(UnsupportedCompression) as info:
         decode_batch(bytes(data))
     assert info.value.codec == codec
+    assert info.value.error_code == KafkaError.UNSUPPORTED_COMPRESSION_TYPE
     with pytest.raises(UnsupportedCompression):
         encode_batch([b"a"], compression=codec)
 
@@ -248,8 +251,9 @@ def test_check_produced_refuses_what_a_broker_refuses() -> None:
         decode_batch(encode_batch([b"a", b"b"], producer_id=3, producer_epoch=0, base_sequence=0))
     )
     control = decode_batch(encode_batch([b"a"], attributes=ATTR_CONTROL))
-    with pytest.raises(InvalidRecord, match="control"):
+    with pytest.raises(InvalidRecord, match="control") as info:
         check_produced(control)
+    assert info.value.error_code == KafkaError.INVALID_RECORD
     gap = decode_batch(encode_batch([b"a", b"b"]))
     gap.offset_deltas[1] = 5
     with pytest.raises(InvalidRecord, match="offset deltas"):
