@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .wire import Buffer, KafkaDecodeError, Reader, Writer
+from .wire import KafkaDecodeError, Reader, Writer
 
 __all__ = [
     "Api",
@@ -114,8 +114,9 @@ def _api_plan(api: Api, version: int, request: bool) -> _Plan:
     return plan_for(api.request if request else api.response, version, api.is_flexible(version))
 
 
-# A compiled field: (name, kind, nullable, compact, sub-plan, default, is_array, tag)
 class _Slot(NamedTuple):
+    """One field compiled for one version."""
+
     name: str
     kind: str  # a primitive type name, or "struct"
     nullable: bool
@@ -342,12 +343,3 @@ def encode_struct(w: Writer, plan: _Plan, msg: Message) -> None:
             _write_slot(sub, slot, compact, v)
             tagged[tag] = sub.getvalue()
         w.tagged_fields(tagged)
-
-
-def decode_fields(fields: tuple[F, ...], version: int, flexible: bool, data: Buffer) -> Message:
-    """Decode a whole buffer as one struct; trailing bytes are an error."""
-    r = Reader(data)
-    msg = decode_struct(r, plan_for(fields, version, flexible))
-    if r.remaining:
-        raise KafkaDecodeError(f"{r.remaining} trailing bytes after the message")
-    return msg
