@@ -60,7 +60,7 @@ def test_random_bytes_as_requests_frames_and_batches(data: bytes) -> None:
     _only_decode_errors(lambda d: decode_batch(b"\x00" * 16 + b"\x02" + d, verify_crc=False), data)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.data(), st.sampled_from(ALL), st.integers(0, 2**32))
 def test_mutated_requests_and_responses(data: st.DataObject, case: tuple, seed: int) -> None:
     api, version = case

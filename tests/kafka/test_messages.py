@@ -29,7 +29,7 @@ def any_message(draw: st.DrawFn) -> tuple[Api, int, bool, dict[str, Any]]:
     return api, version, request, draw(message_strategy(api, version, request))
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(any_message(), st.integers(-(2**31), 2**31 - 1), st.none() | st.text(max_size=8))
 def test_every_message_round_trips(
     case: tuple[Api, int, bool, dict[str, Any]], correlation_id: int, client_id: str | None
