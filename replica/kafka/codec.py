@@ -1,0 +1,129 @@
+"""Kafka requests and responses as bytes <-> (header, message dict); sans-I/O.
+
+Framing (the INT32 size prefix) is ``wire.frame`` / ``wire.FrameDecoder``; the functions
+here take and return one frame's payload.
+
+Request header v1: api_key INT16, api_version INT16, correlation_id INT32, client_id
+NULLABLE_STRING; v2 adds a tagged-field section (client_id stays a classic string).
+Response header v0: correlation_id INT32; v1 adds tagged fields. ApiVersions responses
+always use v0.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .errors import KafkaError
+from .messages import API_BY_KEY, API_VERSIONS, SUPPORTED_APIS
+from .schema import Api, Message, decode_struct, encode_struct
+from .wire import Buffer, KafkaDecodeError, Reader, Writer
+
+__all__ = [
+    "RequestHeader",
+    "UnsupportedRequest",
+    "api_versions_body",
+    "decode_request",
+    "decode_request_header",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+]
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class UnsupportedRequest(KafkaDecodeError):
+    """A well-formed header naming an api key or version we do not serve. The connection
+    can live on: answer ``header.correlation_id`` with UNSUPPORTED_VERSION (for
+    ApiVersions, an ApiVersions v0 response listing what we serve)."""
+
+    error_code = KafkaError.UNSUPPORTED_VERSION
+
+    def __init__(self, header: RequestHeader) -> None:
+        super().__init__(
+            f"unsupported api key {header.api_key} version {header.api_version} "
+            f"(correlation id {header.correlation_id})"
+        )
+        self.header = header
+
+
+def decode_request_header(payload: Buffer) -> tuple[RequestHeader, Api | None, Reader]:
+    """The header, the Api it names (None if unknown) and a reader at the body."""
+    r = Reader(payload)
+    api_key = r.int16()
+    api_version = r.int16()
+    correlation_id = r.int32()
+    client_id = r.nullable_string()
+    header = RequestHeader(api_key, api_version, correlation_id, client_id)
+    api = API_BY_KEY.get(api_key)
+    if api is not None and api.supports(api_version) and api.is_flexible(api_version):
+        r.skip_tagged_fields()
+    return header, api, r
+
+
+def decode_request(payload: Buffer) -> tuple[RequestHeader, Api, Message]:
+    """Decode one request. Raises UnsupportedRequest for an api/version we do not serve,
+    KafkaDecodeError for anything malformed (then drop the connection)."""
+    header, api, r = decode_request_header(payload)
+    if api is None or not api.supports(header.api_version):
+        raise UnsupportedRequest(header)
+    body = decode_struct(r, api.plan(header.api_version, True))
+    if r.remaining:
+        raise KafkaDecodeError(
+            f"{r.remaining} trailing bytes after {api.name} v{header.api_version} request"
+        )
+    return header, api, body
+
+
+def encode_request(
+    api: Api, version: int, correlation_id: int, body: Message, client_id: str | None = None
+) -> bytes:
+    w = Writer()
+    w.int16(api.key)
+    w.int16(version)
+    w.int32(correlation_id)
+    w.nullable_string(client_id)
+    if api.request_header_version(version) >= 2:
+        w.tagged_fields()
+    encode_struct(w, api.plan(version, True), body)
+    return w.getvalue()
+
+
+def encode_response(api: Api, version: int, correlation_id: int, body: Message) -> bytes:
+    w = Writer()
+    w.int32(correlation_id)
+    if api.response_header_version(version) >= 1:
+        w.tagged_fields()
+    encode_struct(w, api.plan(version, False), body)
+    return w.getvalue()
+
+
+def decode_response(api: Api, version: int, payload: Buffer) -> tuple[int, Message]:
+    """(correlation id, body) of a response to a request of ``api`` at ``version``."""
+    r = Reader(payload)
+    correlation_id = r.int32()
+    if api.response_header_version(version) >= 1:
+        r.skip_tagged_fields()
+    body = decode_struct(r, api.plan(version, False))
+    if r.remaining:
+        raise KafkaDecodeError(f"{r.remaining} trailing bytes after {api.name} v{version} response")
+    return correlation_id, body
+
+
+def api_versions_body(
+    version: int,
+    supported: tuple[tuple[int, int, int], ...] = SUPPORTED_APIS,
+    error_code: int = KafkaError.NONE,
+) -> Message:
+    """An ApiVersions response body listing ``supported`` (api key, min, max)."""
+    body = API_VERSIONS.default_response(version)
+    body["error_code"] = int(error_code)
+    body["api_keys"] = [
+        {"api_key": key, "min_version": low, "max_version": high} for key, low, high in supported
+    ]
+    return body

@@ -1,0 +1,574 @@
+"""The Kafka APIs quorumlog speaks: schemas and the versions served.
+
+Transcribed from apache/kafka's message definitions
+(``clients/src/main/resources/common/message/*.json``, trunk of October 2024, commit
+1eb7644349cb): field names in snake_case, version ranges, nullability, tags and defaults as
+there; descriptions left out. Each ``Api`` names the versions we serve: from the first
+version that carries RecordBatch v2 / leader epochs a modern client needs, to the
+newest defined there (librdkafka 2.x and the Java client 3.x negotiate inside these).
+"""
+
+from __future__ import annotations
+
+from .schema import Api, F
+
+# fmt: off
+PRODUCE = Api(0, "Produce", 3, 11, flexible="9+",
+    request=(
+        F("transactional_id", "string", "3+", nullable="3+", default=None),
+        F("acks", "int16", "0+"),
+        F("timeout_ms", "int32", "0+"),
+        F("topic_data", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("partition_data", "[]", "0+", fields=(
+                F("index", "int32", "0+"),
+                F("records", "records", "0+", nullable="0+"),
+            )),
+        )),
+    ),
+    response=(
+        F("responses", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("partition_responses", "[]", "0+", fields=(
+                F("index", "int32", "0+"),
+                F("error_code", "int16", "0+"),
+                F("base_offset", "int64", "0+"),
+                F("log_append_time_ms", "int64", "2+", default=-1),
+                F("log_start_offset", "int64", "5+", default=-1),
+                F("record_errors", "[]", "8+", fields=(
+                    F("batch_index", "int32", "8+"),
+                    F("batch_index_error_message", "string", "8+", nullable="8+", default=None),
+                )),
+                F("error_message", "string", "8+", nullable="8+", default=None),
+                F("current_leader", "{}", "10+", tag=0, tagged="10+", fields=(
+                    F("leader_id", "int32", "10+", default=-1),
+                    F("leader_epoch", "int32", "10+", default=-1),
+                )),
+            )),
+        )),
+        F("throttle_time_ms", "int32", "1+", default=0),
+        F("node_endpoints", "[]", "10+", tag=0, tagged="10+", fields=(
+            F("node_id", "int32", "10+"),
+            F("host", "string", "10+"),
+            F("port", "int32", "10+"),
+            F("rack", "string", "10+", nullable="10+", default=None),
+        )),
+    ),
+)
+FETCH = Api(1, "Fetch", 4, 17, flexible="12+",
+    request=(
+        F("cluster_id", "string", "12+", nullable="12+", tag=0, tagged="12+", default=None),
+        F("replica_id", "int32", "0-14", default=-1),
+        F("replica_state", "{}", "15+", tag=1, tagged="15+", fields=(
+            F("replica_id", "int32", "15+", default=-1),
+            F("replica_epoch", "int64", "15+", default=-1),
+        )),
+        F("max_wait_ms", "int32", "0+"),
+        F("min_bytes", "int32", "0+"),
+        F("max_bytes", "int32", "3+", default=2147483647),
+        F("isolation_level", "int8", "4+", default=0),
+        F("session_id", "int32", "7+", default=0),
+        F("session_epoch", "int32", "7+", default=-1),
+        F("topics", "[]", "0+", fields=(
+            F("topic", "string", "0-12"),
+            F("topic_id", "uuid", "13+"),
+            F("partitions", "[]", "0+", fields=(
+                F("partition", "int32", "0+"),
+                F("current_leader_epoch", "int32", "9+", default=-1),
+                F("fetch_offset", "int64", "0+"),
+                F("last_fetched_epoch", "int32", "12+", default=-1),
+                F("log_start_offset", "int64", "5+", default=-1),
+                F("partition_max_bytes", "int32", "0+"),
+                F("replica_directory_id", "uuid", "17+", tag=0, tagged="17+"),
+            )),
+        )),
+        F("forgotten_topics_data", "[]", "7+", fields=(
+            F("topic", "string", "7-12"),
+            F("topic_id", "uuid", "13+"),
+            F("partitions", "[]int32", "7+"),
+        )),
+        F("rack_id", "string", "11+", default=""),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "7+"),
+        F("session_id", "int32", "7+", default=0),
+        F("responses", "[]", "0+", fields=(
+            F("topic", "string", "0-12"),
+            F("topic_id", "uuid", "13+"),
+            F("partitions", "[]", "0+", fields=(
+                F("partition_index", "int32", "0+"),
+                F("error_code", "int16", "0+"),
+                F("high_watermark", "int64", "0+"),
+                F("last_stable_offset", "int64", "4+", default=-1),
+                F("log_start_offset", "int64", "5+", default=-1),
+                F("diverging_epoch", "{}", "12+", tag=0, tagged="12+", fields=(
+                    F("epoch", "int32", "12+", default=-1),
+                    F("end_offset", "int64", "12+", default=-1),
+                )),
+                F("current_leader", "{}", "12+", tag=1, tagged="12+", fields=(
+                    F("leader_id", "int32", "12+", default=-1),
+                    F("leader_epoch", "int32", "12+", default=-1),
+                )),
+                F("snapshot_id", "{}", "12+", tag=2, tagged="12+", fields=(
+                    F("end_offset", "int64", "0+", default=-1),
+                    F("epoch", "int32", "0+", default=-1),
+                )),
+                F("aborted_transactions", "[]", "4+", nullable="4+", fields=(
+                    F("producer_id", "int64", "4+"),
+                    F("first_offset", "int64", "4+"),
+                )),
+                F("preferred_read_replica", "int32", "11+", default=-1),
+                F("records", "records", "0+", nullable="0+"),
+            )),
+        )),
+        F("node_endpoints", "[]", "16+", tag=0, tagged="16+", fields=(
+            F("node_id", "int32", "16+"),
+            F("host", "string", "16+"),
+            F("port", "int32", "16+"),
+            F("rack", "string", "16+", nullable="16+", default=None),
+        )),
+    ),
+)
+LIST_OFFSETS = Api(2, "ListOffsets", 1, 10, flexible="6+",
+    request=(
+        F("replica_id", "int32", "0+"),
+        F("isolation_level", "int8", "2+"),
+        F("topics", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("partitions", "[]", "0+", fields=(
+                F("partition_index", "int32", "0+"),
+                F("current_leader_epoch", "int32", "4+", default=-1),
+                F("timestamp", "int64", "0+"),
+                F("max_num_offsets", "int32", "0", default=1),
+            )),
+        )),
+        F("timeout_ms", "int32", "10+"),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("partitions", "[]", "0+", fields=(
+                F("partition_index", "int32", "0+"),
+                F("error_code", "int16", "0+"),
+                F("old_style_offsets", "[]int64", "0"),
+                F("timestamp", "int64", "1+", default=-1),
+                F("offset", "int64", "1+", default=-1),
+                F("leader_epoch", "int32", "4+", default=-1),
+            )),
+        )),
+    ),
+)
+METADATA = Api(3, "Metadata", 0, 12, flexible="9+",
+    request=(
+        F("topics", "[]", "0+", nullable="1+", fields=(
+            F("topic_id", "uuid", "10+"),
+            F("name", "string", "0+", nullable="10+"),
+        )),
+        F("allow_auto_topic_creation", "bool", "4+", default=True),
+        F("include_cluster_authorized_operations", "bool", "8-10"),
+        F("include_topic_authorized_operations", "bool", "8+"),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "3+"),
+        F("brokers", "[]", "0+", fields=(
+            F("node_id", "int32", "0+"),
+            F("host", "string", "0+"),
+            F("port", "int32", "0+"),
+            F("rack", "string", "1+", nullable="1+", default=None),
+        )),
+        F("cluster_id", "string", "2+", nullable="2+", default=None),
+        F("controller_id", "int32", "1+", default=-1),
+        F("topics", "[]", "0+", fields=(
+            F("error_code", "int16", "0+"),
+            F("name", "string", "0+", nullable="12+"),
+            F("topic_id", "uuid", "10+"),
+            F("is_internal", "bool", "1+", default=False),
+            F("partitions", "[]", "0+", fields=(
+                F("error_code", "int16", "0+"),
+                F("partition_index", "int32", "0+"),
+                F("leader_id", "int32", "0+"),
+                F("leader_epoch", "int32", "7+", default=-1),
+                F("replica_nodes", "[]int32", "0+"),
+                F("isr_nodes", "[]int32", "0+"),
+                F("offline_replicas", "[]int32", "5+"),
+            )),
+            F("topic_authorized_operations", "int32", "8+", default=-2147483648),
+        )),
+        F("cluster_authorized_operations", "int32", "8-10", default=-2147483648),
+    ),
+)
+OFFSET_COMMIT = Api(8, "OffsetCommit", 0, 9, flexible="8+",
+    request=(
+        F("group_id", "string", "0+"),
+        F("generation_id_or_member_epoch", "int32", "1+", default=-1),
+        F("member_id", "string", "1+"),
+        F("group_instance_id", "string", "7+", nullable="7+", default=None),
+        F("retention_time_ms", "int64", "2-4", default=-1),
+        F("topics", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("partitions", "[]", "0+", fields=(
+                F("partition_index", "int32", "0+"),
+                F("committed_offset", "int64", "0+"),
+                F("committed_leader_epoch", "int32", "6+", default=-1),
+                F("commit_timestamp", "int64", "1", default=-1),
+                F("committed_metadata", "string", "0+", nullable="0+"),
+            )),
+        )),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "3+"),
+        F("topics", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("partitions", "[]", "0+", fields=(
+                F("partition_index", "int32", "0+"),
+                F("error_code", "int16", "0+"),
+            )),
+        )),
+    ),
+)
+OFFSET_FETCH = Api(9, "OffsetFetch", 0, 9, flexible="6+",
+    request=(
+        F("group_id", "string", "0-7"),
+        F("topics", "[]", "0-7", nullable="2-7", fields=(
+            F("name", "string", "0-7"),
+            F("partition_indexes", "[]int32", "0-7"),
+        )),
+        F("groups", "[]", "8+", fields=(
+            F("group_id", "string", "8+"),
+            F("member_id", "string", "9+", nullable="9+", default=None),
+            F("member_epoch", "int32", "9+", default=-1),
+            F("topics", "[]", "8+", nullable="8+", fields=(
+                F("name", "string", "8+"),
+                F("partition_indexes", "[]int32", "8+"),
+            )),
+        )),
+        F("require_stable", "bool", "7+", default=False),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "3+"),
+        F("topics", "[]", "0-7", fields=(
+            F("name", "string", "0-7"),
+            F("partitions", "[]", "0-7", fields=(
+                F("partition_index", "int32", "0-7"),
+                F("committed_offset", "int64", "0-7"),
+                F("committed_leader_epoch", "int32", "5-7", default=-1),
+                F("metadata", "string", "0-7", nullable="0-7"),
+                F("error_code", "int16", "0-7"),
+            )),
+        )),
+        F("error_code", "int16", "2-7", default=0),
+        F("groups", "[]", "8+", fields=(
+            F("group_id", "string", "8+"),
+            F("topics", "[]", "8+", fields=(
+                F("name", "string", "8+"),
+                F("partitions", "[]", "8+", fields=(
+                    F("partition_index", "int32", "8+"),
+                    F("committed_offset", "int64", "8+"),
+                    F("committed_leader_epoch", "int32", "8+", default=-1),
+                    F("metadata", "string", "8+", nullable="8+"),
+                    F("error_code", "int16", "8+"),
+                )),
+            )),
+            F("error_code", "int16", "8+", default=0),
+        )),
+    ),
+)
+FIND_COORDINATOR = Api(10, "FindCoordinator", 0, 6, flexible="3+",
+    request=(
+        F("key", "string", "0-3"),
+        F("key_type", "int8", "1+", default=0),
+        F("coordinator_keys", "[]string", "4+"),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "0-3"),
+        F("error_message", "string", "1-3", nullable="1-3"),
+        F("node_id", "int32", "0-3"),
+        F("host", "string", "0-3"),
+        F("port", "int32", "0-3"),
+        F("coordinators", "[]", "4+", fields=(
+            F("key", "string", "4+"),
+            F("node_id", "int32", "4+"),
+            F("host", "string", "4+"),
+            F("port", "int32", "4+"),
+            F("error_code", "int16", "4+"),
+            F("error_message", "string", "4+", nullable="4+"),
+        )),
+    ),
+)
+JOIN_GROUP = Api(11, "JoinGroup", 0, 9, flexible="6+",
+    request=(
+        F("group_id", "string", "0+"),
+        F("session_timeout_ms", "int32", "0+"),
+        F("rebalance_timeout_ms", "int32", "1+", default=-1),
+        F("member_id", "string", "0+"),
+        F("group_instance_id", "string", "5+", nullable="5+", default=None),
+        F("protocol_type", "string", "0+"),
+        F("protocols", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("metadata", "bytes", "0+"),
+        )),
+        F("reason", "string", "8+", nullable="8+", default=None),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "2+"),
+        F("error_code", "int16", "0+"),
+        F("generation_id", "int32", "0+", default=-1),
+        F("protocol_type", "string", "7+", nullable="7+", default=None),
+        F("protocol_name", "string", "0+", nullable="7+"),
+        F("leader", "string", "0+"),
+        F("skip_assignment", "bool", "9+", default=False),
+        F("member_id", "string", "0+"),
+        F("members", "[]", "0+", fields=(
+            F("member_id", "string", "0+"),
+            F("group_instance_id", "string", "5+", nullable="5+", default=None),
+            F("metadata", "bytes", "0+"),
+        )),
+    ),
+)
+HEARTBEAT = Api(12, "Heartbeat", 0, 4, flexible="4+",
+    request=(
+        F("group_id", "string", "0+"),
+        F("generation_id", "int32", "0+"),
+        F("member_id", "string", "0+"),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "0+"),
+    ),
+)
+LEAVE_GROUP = Api(13, "LeaveGroup", 0, 5, flexible="4+",
+    request=(
+        F("group_id", "string", "0+"),
+        F("member_id", "string", "0-2"),
+        F("members", "[]", "3+", fields=(
+            F("member_id", "string", "3+"),
+            F("group_instance_id", "string", "3+", nullable="3+", default=None),
+            F("reason", "string", "5+", nullable="5+", default=None),
+        )),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "0+"),
+        F("members", "[]", "3+", fields=(
+            F("member_id", "string", "3+"),
+            F("group_instance_id", "string", "3+", nullable="3+"),
+            F("error_code", "int16", "3+"),
+        )),
+    ),
+)
+SYNC_GROUP = Api(14, "SyncGroup", 0, 5, flexible="4+",
+    request=(
+        F("group_id", "string", "0+"),
+        F("generation_id", "int32", "0+"),
+        F("member_id", "string", "0+"),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+        F("protocol_type", "string", "5+", nullable="5+", default=None),
+        F("protocol_name", "string", "5+", nullable="5+", default=None),
+        F("assignments", "[]", "0+", fields=(
+            F("member_id", "string", "0+"),
+            F("assignment", "bytes", "0+"),
+        )),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "0+"),
+        F("protocol_type", "string", "5+", nullable="5+", default=None),
+        F("protocol_name", "string", "5+", nullable="5+", default=None),
+        F("assignment", "bytes", "0+"),
+    ),
+)
+SASL_HANDSHAKE = Api(17, "SaslHandshake", 0, 1, flexible="none",
+    request=(
+        F("mechanism", "string", "0+"),
+    ),
+    response=(
+        F("error_code", "int16", "0+"),
+        F("mechanisms", "[]string", "0+"),
+    ),
+)
+API_VERSIONS = Api(18, "ApiVersions", 0, 4, flexible="3+",
+    request=(
+        F("client_software_name", "string", "3+"),
+        F("client_software_version", "string", "3+"),
+    ),
+    response=(
+        F("error_code", "int16", "0+"),
+        F("api_keys", "[]", "0+", fields=(
+            F("api_key", "int16", "0+"),
+            F("min_version", "int16", "0+"),
+            F("max_version", "int16", "0+"),
+        )),
+        F("throttle_time_ms", "int32", "1+"),
+        F("supported_features", "[]", "3+", tag=0, tagged="3+", fields=(
+            F("name", "string", "3+"),
+            F("min_version", "int16", "3+"),
+            F("max_version", "int16", "3+"),
+        )),
+        F("finalized_features_epoch", "int64", "3+", tag=1, tagged="3+", default=-1),
+        F("finalized_features", "[]", "3+", tag=2, tagged="3+", fields=(
+            F("name", "string", "3+"),
+            F("max_version_level", "int16", "3+"),
+            F("min_version_level", "int16", "3+"),
+        )),
+        F("zk_migration_ready", "bool", "3+", tag=3, tagged="3+", default=False),
+    ),
+)
+CREATE_TOPICS = Api(19, "CreateTopics", 0, 7, flexible="5+",
+    request=(
+        F("topics", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("num_partitions", "int32", "0+"),
+            F("replication_factor", "int16", "0+"),
+            F("assignments", "[]", "0+", fields=(
+                F("partition_index", "int32", "0+"),
+                F("broker_ids", "[]int32", "0+"),
+            )),
+            F("configs", "[]", "0+", fields=(
+                F("name", "string", "0+"),
+                F("value", "string", "0+", nullable="0+"),
+            )),
+        )),
+        F("timeout_ms", "int32", "0+", default=60000),
+        F("validate_only", "bool", "1+", default=False),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("topic_id", "uuid", "7+"),
+            F("error_code", "int16", "0+"),
+            F("error_message", "string", "1+", nullable="0+"),
+            F("topic_config_error_code", "int16", "5+", tag=0, tagged="5+"),
+            F("num_partitions", "int32", "5+", default=-1),
+            F("replication_factor", "int16", "5+", default=-1),
+            F("configs", "[]", "5+", nullable="5+", fields=(
+                F("name", "string", "5+"),
+                F("value", "string", "5+", nullable="5+"),
+                F("read_only", "bool", "5+"),
+                F("config_source", "int8", "5+", default=-1),
+                F("is_sensitive", "bool", "5+"),
+            )),
+        )),
+    ),
+)
+DELETE_TOPICS = Api(20, "DeleteTopics", 0, 6, flexible="4+",
+    request=(
+        F("topics", "[]", "6+", fields=(
+            F("name", "string", "6+", nullable="6+", default=None),
+            F("topic_id", "uuid", "6+"),
+        )),
+        F("topic_names", "[]string", "0-5"),
+        F("timeout_ms", "int32", "0+"),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "1+"),
+        F("responses", "[]", "0+", fields=(
+            F("name", "string", "0+", nullable="6+"),
+            F("topic_id", "uuid", "6+"),
+            F("error_code", "int16", "0+"),
+            F("error_message", "string", "5+", nullable="5+", default=None),
+        )),
+    ),
+)
+INIT_PRODUCER_ID = Api(22, "InitProducerId", 0, 5, flexible="2+",
+    request=(
+        F("transactional_id", "string", "0+", nullable="0+"),
+        F("transaction_timeout_ms", "int32", "0+"),
+        F("producer_id", "int64", "3+", default=-1),
+        F("producer_epoch", "int16", "3+", default=-1),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "0+"),
+        F("error_code", "int16", "0+"),
+        F("producer_id", "int64", "0+", default=-1),
+        F("producer_epoch", "int16", "0+"),
+    ),
+)
+OFFSET_FOR_LEADER_EPOCH = Api(23, "OffsetForLeaderEpoch", 2, 4, flexible="4+",
+    request=(
+        F("replica_id", "int32", "3+", default=-2),
+        F("topics", "[]", "0+", fields=(
+            F("topic", "string", "0+"),
+            F("partitions", "[]", "0+", fields=(
+                F("partition", "int32", "0+"),
+                F("current_leader_epoch", "int32", "2+", default=-1),
+                F("leader_epoch", "int32", "0+"),
+            )),
+        )),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "2+"),
+        F("topics", "[]", "0+", fields=(
+            F("topic", "string", "0+"),
+            F("partitions", "[]", "0+", fields=(
+                F("error_code", "int16", "0+"),
+                F("partition", "int32", "0+"),
+                F("leader_epoch", "int32", "1+", default=-1),
+                F("end_offset", "int64", "0+", default=-1),
+            )),
+        )),
+    ),
+)
+DESCRIBE_CONFIGS = Api(32, "DescribeConfigs", 0, 4, flexible="4+",
+    request=(
+        F("resources", "[]", "0+", fields=(
+            F("resource_type", "int8", "0+"),
+            F("resource_name", "string", "0+"),
+            F("configuration_keys", "[]string", "0+", nullable="0+"),
+        )),
+        F("include_synonyms", "bool", "1+", default=False),
+        F("include_documentation", "bool", "3+", default=False),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "0+"),
+        F("results", "[]", "0+", fields=(
+            F("error_code", "int16", "0+"),
+            F("error_message", "string", "0+", nullable="0+"),
+            F("resource_type", "int8", "0+"),
+            F("resource_name", "string", "0+"),
+            F("configs", "[]", "0+", fields=(
+                F("name", "string", "0+"),
+                F("value", "string", "0+", nullable="0+"),
+                F("read_only", "bool", "0+"),
+                F("is_default", "bool", "0"),
+                F("config_source", "int8", "1+", default=-1),
+                F("is_sensitive", "bool", "0+"),
+                F("synonyms", "[]", "1+", fields=(
+                    F("name", "string", "1+"),
+                    F("value", "string", "1+", nullable="0+"),
+                    F("source", "int8", "1+"),
+                )),
+                F("config_type", "int8", "3+", default=0),
+                F("documentation", "string", "3+", nullable="0+"),
+            )),
+        )),
+    ),
+)
+SASL_AUTHENTICATE = Api(36, "SaslAuthenticate", 0, 2, flexible="2+",
+    request=(
+        F("auth_bytes", "bytes", "0+"),
+    ),
+    response=(
+        F("error_code", "int16", "0+"),
+        F("error_message", "string", "0+", nullable="0+"),
+        F("auth_bytes", "bytes", "0+"),
+        F("session_lifetime_ms", "int64", "1+", default=0),
+    ),
+)
+# fmt: on
+
+ALL_APIS: tuple[Api, ...] = (
+    PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR,
+    JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, SASL_HANDSHAKE, API_VERSIONS,
+    CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH,
+    DESCRIBE_CONFIGS, SASL_AUTHENTICATE,
+)  # fmt: skip
+API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
+# (api key, min version, max version): what an ApiVersions response advertises.
+SUPPORTED_APIS: tuple[tuple[int, int, int], ...] = tuple(
+    sorted((api.key, api.min_version, api.max_version) for api in ALL_APIS)
+)

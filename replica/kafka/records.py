@@ -1,0 +1,528 @@
+"""Kafka RecordBatch v2 (magic 2): decode and encode, CRC32C-checked.
+
+Layout (big-endian; ``batch_length`` counts the bytes after itself; the CRC32C covers
+everything from ``attributes`` to the end)::
+
+     0 base_offset            INT64
+     8 batch_length           INT32
+    12 partition_leader_epoch INT32
+    16 magic                  INT8   (2)
+    17 crc                    UINT32 CRC32C
+    21 attributes             INT16  bits 0-2 compression, 3 timestamp type,
+                                     4 transactional, 5 control, 6 delete horizon
+    23 last_offset_delta      INT32
+    27 base_timestamp         INT64
+    35 max_timestamp          INT64
+    43 producer_id            INT64
+    51 producer_epoch         INT16
+    53 base_sequence          INT32
+    57 records_count          INT32
+    61 records...
+
+A record: length VARINT, attributes INT8, timestamp_delta VARLONG, offset_delta VARINT,
+key (VARINT length, -1 = null), value (likewise), header count VARINT, then per header a
+key (VARINT length, UTF-8) and a value (VARINT length, -1 = null).
+
+Records are decoded into columns (lists per field), which is what the Arrow conversion
+wants. Compression: none, gzip (the standard library) and snappy (pyarrow's codec; raw
+as librdkafka writes it or xerial-framed as the Java client does). lz4 and zstd raise
+:class:`UnsupportedCompression` (a listener answers UNSUPPORTED_COMPRESSION_TYPE): Kafka's
+lz4/zstd frames need not state their decompressed size, which pyarrow's one-shot codecs
+require.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from crc32c import crc32c
+
+from .errors import KafkaError
+from .wire import Buffer, KafkaDecodeError
+
+__all__ = [
+    "ATTR_CONTROL",
+    "ATTR_TRANSACTIONAL",
+    "BATCH_HEADER_SIZE",
+    "COMPRESSION_GZIP",
+    "COMPRESSION_NONE",
+    "COMPRESSION_SNAPPY",
+    "Header",
+    "InvalidRecord",
+    "KafkaRecordBatch",
+    "UnsupportedCompression",
+    "check_produced",
+    "decode_batch",
+    "encode_batch",
+    "iter_batches",
+]
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER_SIZE = _HEADER.size  # 61
+_LENGTH_OVERHEAD = 12  # base_offset + batch_length precede what batch_length counts
+_CRC_START = 21
+COMPRESSION_NONE = 0
+COMPRESSION_GZIP = 1
+COMPRESSION_SNAPPY = 2
+_COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+_COMPRESSION_MASK = 0x07
+ATTR_LOG_APPEND_TIME = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+# Decompressed records larger than this are refused (a gzip bomb in a 1 MB request).
+MAX_DECOMPRESSED = 64 * 1024 * 1024
+
+Header = tuple[str, bytes | None]
+
+
+class InvalidRecord(KafkaDecodeError):
+    """A well-formed batch a producer may not send (Kafka's InvalidRecordException:
+    answer the partition with INVALID_RECORD)."""
+
+    error_code = KafkaError.INVALID_RECORD
+
+
+class UnsupportedCompression(KafkaDecodeError):
+    error_code = KafkaError.UNSUPPORTED_COMPRESSION_TYPE
+
+    def __init__(self, codec: int) -> None:
+        name = _COMPRESSION_NAMES.get(codec, f"unknown ({codec})")
+        super().__init__(
+            f"record batch compression {name} is not supported (none, gzip, snappy are)"
+        )
+        self.codec = codec
+
+
+@dataclass
+class KafkaRecordBatch:
+    """One decoded RecordBatch v2, records as columns."""
+
+    base_offset: int
+    partition_leader_epoch: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    offset_deltas: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)  # absolute, ms
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    headers: list[list[Header]] = field(default_factory=list)
+    size: int = 0  # bytes on the wire
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & _COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def record_count(self) -> int:
+        return len(self.values)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+def _uvarint_slow(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    for _ in range(max_bytes):
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+    raise KafkaDecodeError(f"varint longer than {max_bytes} bytes in a record")
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == COMPRESSION_NONE:
+        return data
+    if codec == COMPRESSION_GZIP:
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            out = inflater.decompress(data, MAX_DECOMPRESSED)
+        except zlib.error as exc:
+            raise KafkaDecodeError(f"corrupt gzip records: {exc}") from exc
+        if inflater.unconsumed_tail:
+            raise KafkaDecodeError(f"gzip records inflate past {MAX_DECOMPRESSED} bytes")
+        return out
+    if codec == COMPRESSION_SNAPPY:
+        return _snappy_decompress(data)
+    raise UnsupportedCompression(codec)
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _snappy_block(block: bytes) -> bytes:
+    # A raw snappy block starts with its uncompressed length as an unsigned varint;
+    # pyarrow's codec needs that length, and a hostile one is refused before inflating.
+    try:
+        size, _ = _uvarint_slow(block, 0, 5)
+    except IndexError as exc:
+        raise KafkaDecodeError("empty snappy block") from exc
+    if size > MAX_DECOMPRESSED:
+        raise KafkaDecodeError(f"snappy block inflates to {size} bytes")
+    try:
+        out: bytes = pa.Codec("snappy").decompress(block, decompressed_size=size, asbytes=True)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise KafkaDecodeError(f"corrupt snappy records: {exc}") from exc
+    return out
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    """Raw snappy (librdkafka) or xerial-framed snappy (the Java client)."""
+    if not data.startswith(_XERIAL_MAGIC):
+        return _snappy_block(data)
+    # xerial: magic, INT32 version, INT32 compatible version, then [INT32 length, block]...
+    pos = len(_XERIAL_MAGIC) + 8
+    parts: list[bytes] = []
+    total = 0
+    while pos < len(data):
+        if len(data) - pos < 4:
+            raise KafkaDecodeError("truncated xerial snappy block length")
+        (n,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if n < 0 or n > len(data) - pos:
+            raise KafkaDecodeError(f"xerial snappy block of {n} bytes overruns the batch")
+        part = _snappy_block(data[pos : pos + n])
+        total += len(part)
+        if total > MAX_DECOMPRESSED:
+            raise KafkaDecodeError(f"snappy records inflate past {MAX_DECOMPRESSED} bytes")
+        parts.append(part)
+        pos += n
+    return b"".join(parts)
+
+
+def decode_batch(buf: Buffer, position: int = 0, *, verify_crc: bool = True) -> KafkaRecordBatch:
+    """Decode the RecordBatch v2 at ``position``. Any malformation -> KafkaDecodeError."""
+    available = len(buf) - position
+    if available < BATCH_HEADER_SIZE:
+        raise KafkaDecodeError(
+            f"truncated record batch at {position}: {available} of {BATCH_HEADER_SIZE} bytes"
+        )
+    (
+        base_offset,
+        batch_length,
+        leader_epoch,
+        magic,
+        crc,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    ) = _HEADER.unpack_from(buf, position)
+    if magic != 2:
+        raise KafkaDecodeError(f"record batch magic {magic} at {position}: only v2 is supported")
+    size = batch_length + _LENGTH_OVERHEAD
+    if size < BATCH_HEADER_SIZE or size > available:
+        raise KafkaDecodeError(
+            f"record batch at {position} claims {size} bytes, {available} are present"
+        )
+    view = memoryview(buf)[position : position + size]
+    if verify_crc and crc32c(view[_CRC_START:]) != crc:
+        raise KafkaDecodeError(f"record batch CRC32C mismatch at {position} (base {base_offset})")
+    if count < 0 or last_offset_delta < 0:
+        raise KafkaDecodeError(f"record batch at {position} has negative counts")
+    batch = KafkaRecordBatch(
+        base_offset,
+        leader_epoch,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        size=size,
+    )
+    data = _decompress(attributes & _COMPRESSION_MASK, bytes(view[BATCH_HEADER_SIZE:]))
+    if count > len(data):
+        raise KafkaDecodeError(f"record batch at {position}: {count} records in {len(data)} bytes")
+    try:
+        _decode_records(data, count, base_timestamp, batch)
+    except IndexError as exc:
+        raise KafkaDecodeError(f"truncated record in the batch at {position}") from exc
+    return batch
+
+
+def _decode_records(data: bytes, count: int, base_ts: int, batch: KafkaRecordBatch) -> None:
+    # The hot loop of a Kafka produce: one pass, varints of one or two bytes inline (the
+    # common case), longer ones through _uvarint_slow. Reads past the end raise IndexError,
+    # which decode_batch turns into KafkaDecodeError; overruns inside the buffer are caught
+    # by the record-length check at the end of each record.
+    ts_append = batch.timestamps.append
+    od_append = batch.offset_deltas.append
+    key_append = batch.keys.append
+    value_append = batch.values.append
+    headers_append = batch.headers.append
+    uvar = _uvarint_slow
+    end = len(data)
+    pos = 0
+    for _ in range(count):
+        b = data[pos]
+        if b < 0x80:
+            pos += 1
+        else:
+            b, pos = uvar(data, pos, 5)
+        record_end = pos + ((b >> 1) ^ -(b & 1))
+        if record_end <= pos or record_end > end:
+            raise KafkaDecodeError(f"record length at {pos} outside the batch")
+        b = data[pos + 1]  # after the record attributes (unused in v2)
+        if b < 0x80:
+            pos += 2
+        elif data[pos + 2] < 0x80:
+            b = (b & 0x7F) | (data[pos + 2] << 7)
+            pos += 3
+        else:
+            b, pos = uvar(data, pos + 1, 10)
+        ts_append(base_ts + ((b >> 1) ^ -(b & 1)))
+        b = data[pos]
+        if b < 0x80:
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            b = (b & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
+        else:
+            b, pos = uvar(data, pos, 5)
+        od_append((b >> 1) ^ -(b & 1))
+        b = data[pos]
+        if b < 0x80:
+            pos += 1
+        else:
+            b, pos = uvar(data, pos, 5)
+        n = (b >> 1) ^ -(b & 1)
+        if n >= 0:
+            key_append(data[pos : pos + n])
+            pos += n
+        elif n == -1:
+            key_append(None)
+        else:
+            raise KafkaDecodeError(f"negative key length {n} in a record")
+        b = data[pos]
+        if b < 0x80:
+            pos += 1
+        else:
+            b, pos = uvar(data, pos, 5)
+        n = (b >> 1) ^ -(b & 1)
+        if n >= 0:
+            value_append(data[pos : pos + n])
+            pos += n
+        elif n == -1:
+            value_append(None)
+        else:
+            raise KafkaDecodeError(f"negative value length {n} in a record")
+        b = data[pos]
+        if b == 0:
+            pos += 1
+            headers_append([])
+        else:
+            pos = _decode_headers(data, pos, record_end, headers_append)
+        if pos != record_end:
+            raise KafkaDecodeError(f"record ends at {pos}, its length says {record_end}")
+    if pos != end:
+        raise KafkaDecodeError(f"{end - pos} bytes after the last of {count} records")
+
+
+def _decode_headers(
+    data: bytes, pos: int, record_end: int, append: Callable[[list[Header]], None]
+) -> int:
+    v, pos = _uvarint_slow(data, pos, 5)
+    n_headers = (v >> 1) ^ -(v & 1)
+    if n_headers < 0 or n_headers > record_end - pos:
+        raise KafkaDecodeError(f"header count {n_headers} at {pos}")
+    hs: list[Header] = []
+    for _ in range(n_headers):
+        v, pos = _uvarint_slow(data, pos, 5)
+        n = (v >> 1) ^ -(v & 1)
+        if n < 0 or pos + n > record_end:
+            raise KafkaDecodeError(f"header key length {n} at {pos}")
+        try:
+            hkey = str(data[pos : pos + n], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise KafkaDecodeError(f"header key at {pos} is not UTF-8") from exc
+        pos += n
+        v, pos = _uvarint_slow(data, pos, 5)
+        n = (v >> 1) ^ -(v & 1)
+        if n < -1 or pos + n > record_end:
+            raise KafkaDecodeError(f"header value length {n} at {pos}")
+        if n == -1:
+            hs.append((hkey, None))
+        else:
+            hs.append((hkey, data[pos : pos + n]))
+            pos += n
+    append(hs)
+    return pos
+
+
+def check_produced(batch: KafkaRecordBatch) -> None:
+    """What a broker checks of a producer's batch beyond its framing and CRC (Kafka's
+    LogValidator for magic 2): offset deltas 0..n-1 matching lastOffsetDelta, no control
+    batch, and producer fields that are either all unset or all set."""
+    count = batch.record_count
+    if count == 0:
+        raise InvalidRecord("a produced batch holds no records")
+    if batch.last_offset_delta != count - 1 or batch.offset_deltas != list(range(count)):
+        raise InvalidRecord(
+            f"offset deltas of the {count} records are not 0..{count - 1} "
+            f"(lastOffsetDelta {batch.last_offset_delta})"
+        )
+    if batch.is_control:
+        raise InvalidRecord("clients may not produce control batches")
+    if batch.producer_id >= 0 and (batch.producer_epoch < 0 or batch.base_sequence < 0):
+        raise InvalidRecord(
+            f"producer id {batch.producer_id} with epoch {batch.producer_epoch} and base "
+            f"sequence {batch.base_sequence}"
+        )
+
+
+def iter_batches(
+    buf: Buffer, *, verify_crc: bool = True, allow_partial_tail: bool = False
+) -> Iterator[KafkaRecordBatch]:
+    """Every batch in a ``records`` field. A fetch response may end in a partial batch
+    (``allow_partial_tail`` skips it); in a produce request that is an error."""
+    position = 0
+    total = len(buf)
+    while position < total:
+        if allow_partial_tail:
+            if total - position < BATCH_HEADER_SIZE:
+                return
+            (length,) = struct.unpack_from(">i", buf, position + 8)
+            if length + _LENGTH_OVERHEAD > total - position:
+                return
+        batch = decode_batch(buf, position, verify_crc=verify_crc)
+        yield batch
+        position += batch.size
+
+
+def _put_varint(out: bytearray, v: int) -> None:
+    v = (v << 1) ^ (v >> 63)
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def _encode_records(
+    out: bytearray,
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    timestamps: Sequence[int],
+    headers: Sequence[Sequence[Header] | None] | None,
+    base_ts: int,
+) -> None:
+    body = bytearray()
+    put = _put_varint
+    for i in range(len(values)):
+        body.clear()
+        body.append(0)  # record attributes
+        put(body, timestamps[i] - base_ts)
+        put(body, i)  # offset delta
+        for item in (keys[i], values[i]):
+            if item is None:
+                body.append(1)  # zigzag(-1)
+            else:
+                put(body, len(item))
+                body += item
+        hs = headers[i] if headers is not None else None
+        if not hs:
+            body.append(0)
+        else:
+            put(body, len(hs))
+            for hkey, hvalue in hs:
+                raw = hkey.encode("utf-8")
+                put(body, len(raw))
+                body += raw
+                if hvalue is None:
+                    body.append(1)
+                else:
+                    put(body, len(hvalue))
+                    body += hvalue
+        put(out, len(body))
+        out += body
+
+
+def encode_batch(
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None = None,
+    timestamps: Sequence[int] | None = None,
+    headers: Sequence[Sequence[Header] | None] | None = None,
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    attributes: int = 0,
+    compression: int = COMPRESSION_NONE,
+) -> bytes:
+    """One RecordBatch v2 with offset deltas 0..n-1 and a CRC32C. ``timestamps`` in ms
+    (default 0); ``attributes`` may set ATTR_TRANSACTIONAL / ATTR_CONTROL."""
+    count = len(values)
+    if count < 1:
+        raise ValueError("a record batch needs at least one record")
+    if keys is None:
+        keys = [None] * count
+    if timestamps is None:
+        timestamps = [0] * count
+    if len(keys) != count or len(timestamps) != count or (headers and len(headers) != count):
+        raise ValueError("keys, values, timestamps and headers need one entry per record")
+    base_ts = timestamps[0]
+    max_ts = max(timestamps)
+    records = bytearray()
+    _encode_records(records, keys, values, timestamps, headers, base_ts)
+    if compression == COMPRESSION_GZIP:
+        compressor = zlib.compressobj(wbits=31)
+        payload = compressor.compress(records) + compressor.flush()
+    elif compression == COMPRESSION_SNAPPY:
+        payload = pa.Codec("snappy").compress(records, asbytes=True)
+    elif compression == COMPRESSION_NONE:
+        payload = bytes(records)
+    else:
+        raise UnsupportedCompression(compression)
+    attributes = (attributes & ~_COMPRESSION_MASK) | compression
+    header = bytearray(
+        _HEADER.pack(
+            base_offset,
+            BATCH_HEADER_SIZE - _LENGTH_OVERHEAD + len(payload),
+            partition_leader_epoch,
+            2,
+            0,
+            attributes,
+            count - 1,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    )
+    crc = crc32c(payload, crc32c(memoryview(header)[_CRC_START:]))
+    struct.pack_into(">I", header, 17, crc)
+    return bytes(header) + payload

@@ -1,0 +1,263 @@
+from __future__ import annotations
+
+import struct
+
+import pyarrow as pa
+import pytest
+from crc32c import crc32c
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from quorumlog.replica.kafka.convert import (
+    LEADER_CHANGE_CONTROL_KEY,
+    from_kafka,
+    kafka_to_quorumlog,
+    quorumlog_to_kafka,
+)
+from quorumlog.replica.kafka.errors import KafkaError
+from quorumlog.replica.kafka.records import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER_SIZE,
+    COMPRESSION_GZIP,
+    COMPRESSION_SNAPPY,
+    InvalidRecord,
+    KafkaRecordBatch,
+    UnsupportedCompression,
+    check_produced,
+    decode_batch,
+    encode_batch,
+    iter_batches,
+)
+from quorumlog.replica.kafka.wire import KafkaDecodeError
+from quorumlog.replica.storage.records import (
+    batches_to_table,
+    encode_control_batch,
+    parse_header,
+    restamp_header,
+)
+from quorumlog.replica.storage.records import (
+    encode_batch as ql_encode_batch,
+)
+
+from .strategies import TEXT
+
+OPT_BYTES = st.none() | st.binary(max_size=40)
+HEADERS = st.lists(st.tuples(TEXT, OPT_BYTES), max_size=3)
+
+
+@st.composite
+def record_columns(draw: st.DrawFn) -> dict[str, list]:
+    n = draw(st.integers(1, 30))
+    base = draw(st.integers(0, 2**41))
+    return {
+        "keys": draw(st.lists(OPT_BYTES, min_size=n, max_size=n)),
+        "values": draw(st.lists(OPT_BYTES, min_size=n, max_size=n)),
+        "timestamps": [
+            base + d for d in draw(st.lists(st.integers(-(10**6), 10**9), min_size=n, max_size=n))
+        ],
+        "headers": draw(st.lists(HEADERS, min_size=n, max_size=n)),
+    }
+
+
+def test_crc32c_known_vectors() -> None:
+    # RFC 3720 B.4 and the classic check value.
+    assert crc32c(b"123456789") == 0xE3069283
+    assert crc32c(b"\x00" * 32) == 0x8A9136AA
+    assert crc32c(b"\xff" * 32) == 0x62A8AB43
+    assert crc32c(bytes(range(32))) == 0x46DD794E
+
+
+def test_known_batch_layout() -> None:
+    batch = encode_batch(
+        [b"v"],
+        [b"k"],
+        [1000],
+        [[("h", b"x")]],
+        base_offset=7,
+        partition_leader_epoch=3,
+        producer_id=9,
+        producer_epoch=1,
+        base_sequence=5,
+    )
+    record = b"\x00" + b"\x00" + b"\x00" + b"\x02k" + b"\x02v" + b"\x02" + b"\x02h" + b"\x02x"
+    assert batch[BATCH_HEADER_SIZE:] == bytes([len(record) * 2]) + record
+    fields = struct.unpack_from(">qiibIhiqqqhii", batch)
+    assert fields[0] == 7 and fields[1] == len(batch) - 12 and fields[2] == 3 and fields[3] == 2
+    assert fields[4] == crc32c(batch[21:])
+    assert fields[6:] == (0, 1000, 1000, 9, 1, 5, 1)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    record_columns(),
+    st.integers(0, 2**62),
+    st.integers(-1, 2**31 - 1),
+    st.integers(-1, 2**62),
+    st.integers(-1, 2**15 - 1),
+    st.integers(-1, 2**31 - 1),
+    st.sampled_from([0, ATTR_TRANSACTIONAL]),
+    st.sampled_from([0, COMPRESSION_GZIP, COMPRESSION_SNAPPY]),
+)
+def test_record_batch_round_trip(
+    cols: dict[str, list],
+    base_offset: int,
+    epoch: int,
+    pid: int,
+    pepoch: int,
+    seq: int,
+    attrs: int,
+    compression: int,
+) -> None:
+    data = encode_batch(
+        cols["values"],
+        cols["keys"],
+        cols["timestamps"],
+        cols["headers"],
+        base_offset=base_offset,
+        partition_leader_epoch=epoch,
+        producer_id=pid,
+        producer_epoch=pepoch,
+        base_sequence=seq,
+        attributes=attrs,
+        compression=compression,
+    )
+    batch = decode_batch(data)
+    assert batch.size == len(data)
+    assert (batch.keys, batch.values, batch.timestamps, batch.headers) == (
+        cols["keys"],
+        cols["values"],
+        cols["timestamps"],
+        cols["headers"],
+    )
+    assert batch.offset_deltas == list(range(len(cols["values"])))
+    assert (batch.base_offset, batch.partition_leader_epoch) == (base_offset, epoch)
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (pid, pepoch, seq)
+    assert batch.is_transactional == bool(attrs) and batch.compression == compression
+    assert batch.max_timestamp == max(cols["timestamps"])
+    assert batch.next_offset == base_offset + len(cols["values"])
+    # Two batches back to back, the second cut short: a fetch response may end that way.
+    assert [b.base_offset for b in iter_batches(data + data[:-3], allow_partial_tail=True)] == [
+        base_offset
+    ]
+
+
+def test_crc_mismatch_and_bad_magic_are_decode_errors() -> None:
+    data = bytearray(encode_batch([b"a" * 10]))
+    data[-1] ^= 1
+    with pytest.raises(KafkaDecodeError, match="CRC32C") as info:
+        decode_batch(bytes(data))
+    assert info.value.error_code == KafkaError.CORRUPT_MESSAGE
+    data = bytearray(encode_batch([b"a"]))
+    data[16] = 1
+    with pytest.raises(KafkaDecodeError, match="magic"):
+        decode_batch(bytes(data))
+    with pytest.raises(KafkaDecodeError):
+        list(iter_batches(encode_batch([b"a"])[:-1]))
+
+
+@pytest.mark.parametrize("codec", [3, 4])
+def test_other_compressions_are_reported_unsupported(codec: int) -> None:
+    data = bytearray(encode_batch([b"a"]))
+    struct.pack_into(">h", data, 21, codec)
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    with pytest.raises(UnsupportedCompression) as info:
+        decode_batch(bytes(data))
+    assert info.value.codec == codec
+    assert info.value.error_code == KafkaError.UNSUPPORTED_COMPRESSION_TYPE
+    with pytest.raises(UnsupportedCompression):
+        encode_batch([b"a"], compression=codec)
+
+
+@settings(max_examples=50, deadline=None)
+@given(record_columns(), st.integers(0, 2**40), st.integers(0, 2**20))
+def test_kafka_to_quorumlog_and_back_keeps_every_field(
+    cols: dict[str, list], base_offset: int, epoch: int
+) -> None:
+    produced = decode_batch(
+        encode_batch(
+            cols["values"],
+            cols["keys"],
+            cols["timestamps"],
+            cols["headers"],
+            producer_id=11,
+            producer_epoch=2,
+            base_sequence=40,
+        )
+    )
+    converted = from_kafka(produced)
+    assert converted[1:] == (11, 2, 40, False)
+    assert converted.records.column("value").to_pylist() == cols["values"]
+    stored = kafka_to_quorumlog(produced, leader_epoch=epoch)
+    header = parse_header(stored)
+    stored = restamp_header(header, base_offset, epoch) + stored[48:]
+    table = batches_to_table(stored)
+    assert table.column("offset").to_pylist() == [
+        base_offset + i for i in range(len(cols["values"]))
+    ]
+    fetched = decode_batch(quorumlog_to_kafka(stored))
+    assert fetched.base_offset == base_offset and fetched.partition_leader_epoch == epoch
+    assert (fetched.keys, fetched.values, fetched.timestamps, fetched.headers) == (
+        cols["keys"],
+        cols["values"],
+        cols["timestamps"],
+        cols["headers"],
+    )
+    assert not fetched.is_control
+
+
+def test_native_batches_become_kafka_batches_with_offsets_epochs_and_controls() -> None:
+    control = encode_control_batch(1, [1, 2, 3], 1234, leader_epoch=4, base_offset=0)
+    native = ql_encode_batch(
+        [b"a", None, b"c"],
+        keys=[None, b"k", b"k2"],
+        timestamps=[10, 11, 12],
+        headers=[[("h", b"1")], None, []],
+        base_offset=1,
+        leader_epoch=4,
+    )
+    out = list(iter_batches(quorumlog_to_kafka(control + native)))
+    assert [(b.base_offset, b.partition_leader_epoch, b.is_control) for b in out] == [
+        (0, 4, True),
+        (1, 4, False),
+    ]
+    assert out[0].attributes & ATTR_CONTROL and out[0].keys == [LEADER_CHANGE_CONTROL_KEY]
+    data = out[1]
+    assert isinstance(data, KafkaRecordBatch)
+    assert data.values == [b"a", None, b"c"] and data.keys == [None, b"k", b"k2"]
+    assert data.timestamps == [10, 11, 12] and data.headers == [[("h", b"1")], [], []]
+    assert data.producer_id == -1
+
+
+def test_records_without_headers_map_to_null_headers() -> None:
+    produced = decode_batch(encode_batch([b"a", b"b"]))
+    column = from_kafka(produced).records.column("headers")
+    assert column.null_count == 2 and column.type == pa.list_(column.type.value_type)
+
+
+def test_xerial_framed_snappy_as_the_java_client_writes_it() -> None:
+    plain = decode_batch(encode_batch([b"a" * 30, b"b" * 30], [b"k", None], [5, 6]))
+    raw = encode_batch([b"a" * 30, b"b" * 30], [b"k", None], [5, 6], compression=2)
+    block = raw[BATCH_HEADER_SIZE:]
+    framed = b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
+    data = bytearray(raw[:BATCH_HEADER_SIZE] + framed)
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    got = decode_batch(bytes(data))
+    assert (got.keys, got.values, got.timestamps) == (plain.keys, plain.values, plain.timestamps)
+
+
+def test_check_produced_refuses_what_a_broker_refuses() -> None:
+    check_produced(
+        decode_batch(encode_batch([b"a", b"b"], producer_id=3, producer_epoch=0, base_sequence=0))
+    )
+    control = decode_batch(encode_batch([b"a"], attributes=ATTR_CONTROL))
+    with pytest.raises(InvalidRecord, match="control") as info:
+        check_produced(control)
+    assert info.value.error_code == KafkaError.INVALID_RECORD
+    gap = decode_batch(encode_batch([b"a", b"b"]))
+    gap.offset_deltas[1] = 5
+    with pytest.raises(InvalidRecord, match="offset deltas"):
+        check_produced(gap)
+    half = decode_batch(encode_batch([b"a"], producer_id=3, producer_epoch=-1))
+    with pytest.raises(InvalidRecord, match="producer id"):
+        check_produced(half)
