@@ -39,6 +39,7 @@ from .errors import (
     RecordTooLargeError,
     RequestTimeoutError,
     SecurityError,
+    TopicExistsError,
     UnknownLeaderEpochError,
     UnknownTopicError,
     error_for,
@@ -464,11 +465,22 @@ class Client:
     def list_topics(self) -> list[str]:
         return self._admin(ApiKey.LIST_TOPICS, m.ListTopicsRequest(), m.ListTopicsResponse).topics
 
-    def _admin(self, api: ApiKey, req: Any, resp_cls: type[T], *, controller: bool = False) -> T:
+    def _admin(
+        self,
+        api: ApiKey,
+        req: Any,
+        resp_cls: type[T],
+        *,
+        controller: bool = False,
+        attempts: list[float] | None = None,
+    ) -> T:
         """A request any node answers (or, ``controller``, the metadata leader): each
-        attempt tries the known nodes in turn, each within the attempt timeout."""
+        attempt tries the known nodes in turn, each within the attempt timeout. Each
+        attempt's start is appended to ``attempts``, so a caller can tell a retry."""
 
         def attempt(deadline: float) -> T:
+            if attempts is not None:
+                attempts.append(time.monotonic())
             if controller and self._controller_id < 0:
                 try:
                     self.metadata(timeout_s=self._attempt_s(deadline))
@@ -509,17 +521,36 @@ class Client:
         max.message.bytes); None: each node's ``serve --max-message-bytes`` applies."""
         if max_message_bytes is not None and max_message_bytes <= 0:
             raise ValueError(f"max_message_bytes must be > 0, got {max_message_bytes}")
-        self._admin(
-            ApiKey.CREATE_TOPIC,
-            m.CreateTopicRequest(name, partitions, replication_factor or 0, max_message_bytes or 0),
-            m.CreateTopicResponse,
-            controller=True,
-        )
+        attempts: list[float] = []
+        try:
+            self._admin(
+                ApiKey.CREATE_TOPIC,
+                m.CreateTopicRequest(
+                    name, partitions, replication_factor or 0, max_message_bytes or 0
+                ),
+                m.CreateTopicResponse,
+                controller=True,
+                attempts=attempts,
+            )
+        except TopicExistsError:
+            # An attempt that timed out may have created it: a retry then finds the topic.
+            # That is this call's success if the topic is the one asked for.
+            if len(attempts) < 2 or len(self.metadata([name])[name].partitions) != partitions:
+                raise
 
     def delete_topic(self, name: str) -> None:
-        self._admin(
-            ApiKey.DELETE_TOPIC, m.DeleteTopicRequest(name), m.DeleteTopicResponse, controller=True
-        )
+        attempts: list[float] = []
+        try:
+            self._admin(
+                ApiKey.DELETE_TOPIC,
+                m.DeleteTopicRequest(name),
+                m.DeleteTopicResponse,
+                controller=True,
+                attempts=attempts,
+            )
+        except UnknownTopicError:
+            if len(attempts) < 2:  # else an attempt that timed out deleted it
+                raise
 
     def wait_for_leaders(self, topic: str, timeout_ms: int = 30000) -> TopicMetadata:
         """Block until every partition of ``topic`` has a leader; a clear timeout otherwise."""

@@ -115,3 +115,16 @@ def test_list_topics_unreachable_bootstrap() -> None:
     with Client(f"127.0.0.1:{port}", request_timeout_ms=300) as c:
         with pytest.raises(BootstrapUnreachableError, match=f"127.0.0.1:{port}"):
             c.list_topics()
+
+
+def test_create_and_delete_survive_a_retry_after_a_timed_out_attempt(
+    cluster: LocalCluster,
+) -> None:
+    """Attempts shorter than a metadata commit: the first attempt times out after the
+    controller got the request, the retry finds the topic created (or deleted) by it."""
+    with Client(cluster.bootstrap, attempt_timeout_ms=15, request_timeout_ms=30000) as client:
+        for i in range(5):
+            client.create_topic(f"slow{i}", 2)
+            assert sorted(cluster.client.wait_for_leaders(f"slow{i}").partitions) == [0, 1]
+        for i in range(5):
+            client.delete_topic(f"slow{i}")
