@@ -1135,6 +1135,9 @@ class RaftReplica:
                 st.election_at = None
         elif isinstance(st, ProspectiveState | CandidateState | UnattachedState):
             if not self._can_elect():
+                # Forget a leader we stopped following (a prospective replica still names
+                # it): only an unknown leader is learned from the answers of the search.
+                self._set_election(self._epoch, None, self._voted_id, out)
                 self._become_unattached(now_ms, out)
 
     def _truncate_to_diverging(self, diverging: tuple[int, int], out: Output) -> None:

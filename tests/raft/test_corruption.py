@@ -101,3 +101,22 @@ def test_a_restarted_replica_still_catching_up_does_not_stand() -> None:
     assert log.catch_up_offset == -1 and not r.catching_up
     (resp,) = r.handle(VoteRequest(CLUSTER, 2, 1, 5, 9, 100, False), 10**6).messages
     assert isinstance(resp, VoteResponse) and resp.vote_granted
+
+
+def test_a_prospective_follower_that_finds_damage_finds_its_leader_again() -> None:
+    """Cut off from the leader long enough to be prospective (it still names the leader),
+    the follower finds damage: it must look for the leader, follow it and catch up."""
+    c = Cluster()
+    leader = c.elect()
+    for i in range(5):
+        c.produce([10 * i, 10 * i + 1])
+    c.advance(200)
+    follower = next(n for n in c.voters if n != leader)
+    core, log = c.cores[follower], c.logs[follower]
+    old_end = log.end_offset
+    c.advance(3000, drop=lambda m: follower in (m.src, m.dst) and leader in (m.src, m.dst))
+    assert core.state_name == "prospective" and core.leader_id == leader
+    c.apply(follower, core.on_corruption(log.damage(5), c.now))
+    c.advance(3000)
+    assert core.state_name == "follower" and core.leader_id == leader
+    assert log.end_offset >= old_end and log.catch_up_offset == -1
