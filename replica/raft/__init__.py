@@ -79,6 +79,7 @@ from __future__ import annotations
 from ..protocol.errors import ErrorCode
 from .config import QuorumConfig
 from .log import (
+    CATCH_UP_UNKNOWN,
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
     AppendInfo,
@@ -103,6 +104,7 @@ from .replica import UNCLEAN_EPOCH_GAP, NotLeaderError, Output, QuorumDescriptio
 from .state import ElectionState, ReplicaProgress, Role
 
 __all__ = [
+    "CATCH_UP_UNKNOWN",
     "CONSUMER_REPLICA_ID",
     "UNCLEAN_EPOCH_GAP",
     "UNDEFINED_EPOCH",

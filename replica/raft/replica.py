@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..protocol.errors import ErrorCode
 from .config import QuorumConfig
-from .log import UNDEFINED_EPOCH, AppendInfo, CorruptDataError, ReplicaLog
+from .log import CATCH_UP_UNKNOWN, UNDEFINED_EPOCH, AppendInfo, CorruptDataError, ReplicaLog
 from .messages import (
     CONSUMER_REPLICA_ID,
     BeginQuorumEpochRequest,
@@ -319,6 +319,29 @@ class RaftReplica:
         the HWM: so no majority can form without a record it acknowledged."""
         out = Output()
         self._repair(offset, now_ms, out)
+        return out
+
+    def begin_catch_up(self, now_ms: int, floor: int | None = None) -> Output:
+        """The driver learnt this replica may lack records it acknowledged below
+        ``floor`` (None: below a point not known yet, as when its data directory replaced
+        a lost one). Persisted in the log (``mark_catch_up``). A leader resigns; the
+        replica neither votes, nor stands, nor counts towards the HWM until it is durably
+        past the floor; an unknown floor becomes the ``catch_up_floor`` of the first
+        answer from a leader it follows (every acknowledged record lies below it)."""
+        out = Output()
+        self.log.mark_catch_up(CATCH_UP_UNKNOWN if floor is None else floor)
+        if self.catching_up:
+            logger.warning(
+                "replica %s (%s, epoch %s): catching up (floor %s) before it may vote again",
+                self.node_id,
+                self._role.value,
+                self._epoch,
+                "unknown" if floor is None else floor,
+            )
+            st = self._state
+            if isinstance(st, LeaderState):
+                self._become_resigned(now_ms, out, self._ranked_successors(st))
+            self._stop_standing(now_ms, out)
         return out
 
     def force_leader(self, now_ms: int, min_epoch: int = 0) -> Output:
@@ -1052,6 +1075,7 @@ class RaftReplica:
             records,
             req.fetch_offset,
             req.request_id,
+            max(self._high_watermark, st.epoch_start_offset) if req.catching_up else -1,
         )
 
     def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
@@ -1100,6 +1124,8 @@ class RaftReplica:
                     logger.exception("replica %s: fetched batches do not fit", self.node_id)
                     st.fetch_retry_at = now_ms + self.config.retry_backoff_ms
                     return
+            if self.log.catch_up_offset == CATCH_UP_UNKNOWN and resp.catch_up_floor >= 0:
+                self.log.mark_catch_up(resp.catch_up_floor)
             hwm = min(resp.high_watermark, self.log.end_offset)
             if hwm > self._high_watermark:
                 self._high_watermark = hwm
@@ -1127,6 +1153,11 @@ class RaftReplica:
         out.repaired_at = end
         out.truncated_to = end
         self._high_watermark = min(self._high_watermark, end)
+        self._stop_standing(now_ms, out)
+
+    def _stop_standing(self, now_ms: int, out: Output) -> None:
+        """After the log lost data: re-fetch at once if following, else stop standing
+        (a catching-up replica looks for the leader instead)."""
         st = self._state
         if isinstance(st, FollowerState):
             self._send_fetch(st, now_ms, out)
