@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.node.directories import PEER_DIRECTORIES_FILE
 from quorumlog.replica.client.connection import ConnectionLost
 from quorumlog.replica.client.errors import QuorumLogError
+from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.node.directories import PEER_DIRECTORIES_FILE
 from quorumlog.replica.storage.log import CATCH_UP_FILE
 
 from .helpers import (
