@@ -141,6 +141,11 @@ class RaftReplica:
         self._high_watermark = 0
         self._next_request_id = 0
         self.truncations_below_high_watermark = 0
+        # Catching up with an unknown floor: the epochs other voters answered our probes
+        # with (see _probe_epochs_of_voters), the probes' request id and when last sent.
+        self._probe_epochs: dict[int, int] = {}
+        self._probe_id = 0
+        self._probe_sent_at: int | None = None
 
         state = persisted if persisted is not None else ElectionState(0)
         self._epoch = state.epoch
@@ -342,7 +347,49 @@ class RaftReplica:
             if isinstance(st, LeaderState):
                 self._become_resigned(now_ms, out, self._ranked_successors(st))
             self._stop_standing(now_ms, out)
+            self._probe_epochs_of_voters(now_ms, out)
         return out
+
+    def _probe_epochs_of_voters(self, now_ms: int, out: Output) -> None:
+        """Catching up with an unknown floor, the replica does not know the current epoch
+        (a lost disk loses the quorum state too): a stale leader of an old epoch would
+        give it a floor below records acknowledged in a later one, and then count it. So
+        it asks the other voters their epochs (a fetch with epoch -1 is answered
+        FENCED_LEADER_EPOCH with the voter's epoch, changing nothing there) and takes a
+        floor only from a leader whose epoch is at least every epoch n - majority + 1 of
+        them answered: that many include a voter of the latest epoch anything was
+        committed in, so such a leader holds every acknowledged record."""
+        if self.log.catch_up_offset != CATCH_UP_UNKNOWN or self._shutting_down:
+            return
+        if self._probe_sent_at is not None and now_ms < (
+            self._probe_sent_at + self.config.request_timeout_ms
+        ):
+            return
+        if self._probe_id == 0:
+            # Random, so answers to an earlier incarnation's requests never count.
+            self._probe_id = self._rng.randrange(1 << 30, 1 << 31)
+        self._probe_sent_at = now_ms
+        for v in self.voters:
+            if v != self.node_id and v not in self._probe_epochs:
+                out.messages.append(
+                    FetchRequest(
+                        self.cluster_id,
+                        self.node_id,
+                        v,
+                        -1,
+                        self.log.end_offset,
+                        self.log.last_epoch(),
+                        0,
+                        0,
+                        self._probe_id,
+                        True,
+                    )
+                )
+
+    def _floor_source(self, leader_epoch: int) -> bool:
+        """A leader of ``leader_epoch`` may set an unknown catch-up floor (see above)."""
+        need = len(self.voters) - self.majority + 1
+        return len(self._probe_epochs) >= need and max(self._probe_epochs.values()) <= leader_epoch
 
     def force_leader(self, now_ms: int, min_epoch: int = 0) -> Output:
         """Unclean leader election (operator command): lead a new epoch without votes.
@@ -755,6 +802,7 @@ class RaftReplica:
                 self.catching_up,
             )
         )
+        self._probe_epochs_of_voters(now_ms, out)
 
     def _discover_leader(self, st: UnattachedState, now_ms: int, out: Output) -> None:
         """An observer without a leader asks a random voter (any answer names one)."""
@@ -774,6 +822,7 @@ class RaftReplica:
             )
         )
         st.discover_at = now_ms + self.config.retry_backoff_ms + self.config.request_timeout_ms
+        self._probe_epochs_of_voters(now_ms, out)
 
     def _send_begin_quorum_epoch(self, st: LeaderState, now_ms: int, out: Output) -> None:
         for v in sorted(st.begin_unacked):
@@ -1097,6 +1146,15 @@ class RaftReplica:
     def _on_fetch_response(self, resp: FetchResponse, now_ms: int, out: Output) -> None:
         if resp.cluster_id != self.cluster_id:
             return
+        if (
+            self._probe_id
+            and resp.request_id == self._probe_id
+            and resp.src in self.voters
+            and resp.src != self.node_id
+        ):
+            self._probe_epochs[resp.src] = max(
+                self._probe_epochs.get(resp.src, -1), resp.leader_epoch
+            )
         if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
             return
         st = self._state
@@ -1124,7 +1182,11 @@ class RaftReplica:
                     logger.exception("replica %s: fetched batches do not fit", self.node_id)
                     st.fetch_retry_at = now_ms + self.config.retry_backoff_ms
                     return
-            if self.log.catch_up_offset == CATCH_UP_UNKNOWN and resp.catch_up_floor >= 0:
+            if (
+                self.log.catch_up_offset == CATCH_UP_UNKNOWN
+                and resp.catch_up_floor >= 0
+                and self._floor_source(resp.leader_epoch)
+            ):
                 self.log.mark_catch_up(resp.catch_up_floor)
             hwm = min(resp.high_watermark, self.log.end_offset)
             if hwm > self._high_watermark:

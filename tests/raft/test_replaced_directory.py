@@ -65,3 +65,28 @@ def test_a_fresh_replica_not_marked_votes_as_today() -> None:
     assert not core.catching_up
     (resp,) = core.handle(VoteRequest(CLUSTER, 3, 2, 1, 0, 0, True), c.now).messages
     assert isinstance(resp, VoteResponse) and resp.vote_granted
+
+
+def test_a_replaced_replica_takes_a_floor_only_once_enough_voters_told_their_epochs() -> None:
+    """With 3 voters, the leader alone cannot vouch that it is current (a stale leader of
+    an old epoch would give a floor below records acknowledged in a later one): the
+    replaced replica also needs the third voter's epoch."""
+    c = Cluster()
+    leader = c.elect()
+    for i in range(5):
+        c.produce([10 * i, 10 * i + 1])
+    c.advance(200)
+    replaced, other = (n for n in c.voters if n != leader)
+    c.crash(other)
+    c.crash(replaced)
+    c.logs[replaced] = MemLog()
+    c.persisted[replaced] = None
+    c.start(replaced)
+    c.apply(replaced, c.cores[replaced].begin_catch_up(c.now))
+    c.advance(400)  # less than the leader's check-quorum timeout
+    core = c.cores[replaced]
+    assert core.role is Role.FOLLOWER and core.leader_id == leader
+    assert c.logs[replaced].catch_up_offset == CATCH_UP_UNKNOWN and core.catching_up
+    c.start(other)
+    c.advance(2000)
+    assert not core.catching_up and c.logs[replaced].catch_up_offset == -1
