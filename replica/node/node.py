@@ -679,6 +679,8 @@ class Node:
                     self._apply_retention()
                 if time.monotonic() >= self._scrub_at + 1:
                     self._scrub()
+                    if self._catch_up_pending:  # also when no metadata arrives any more
+                        self._maybe_end_catch_up_pending(self.replicas[(METADATA_TOPIC, 0)])
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -14,6 +14,7 @@ from quorumlog.replica.client.connection import ConnectionLost
 from quorumlog.replica.client.errors import QuorumLogError
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.node.directories import PEER_DIRECTORIES_FILE
+from quorumlog.replica.node.node import CATCH_UP_PENDING_FILE
 from quorumlog.replica.storage.log import CATCH_UP_FILE
 
 from .helpers import (
@@ -59,6 +60,8 @@ def test_a_wiped_node_cannot_elect_a_stale_leader_and_catches_up(tmp_path: Path)
                 lambda n=n: len((c.node_dir(n) / PEER_DIRECTORIES_FILE).read_text().split()) == 4,
                 f"node {n} to remember its peers' directories",
             )
+        # A new cluster: nobody was replaced.
+        assert not any("replaced a lost one" in c.log_path(n).read_text() for n in c.ports)
         # The stale follower misses records acknowledged by the leader and `wiped`.
         c.pause(stale)
         second = [b"leader-and-wiped-%03d" % i for i in range(20)]
@@ -93,6 +96,10 @@ def test_a_wiped_node_cannot_elect_a_stale_leader_and_catches_up(tmp_path: Path)
             f"node {wiped} to catch up",
         )
         wait_caught_up(c, new_leader, TOPIC, 0, c.ports)
+        wait_until(
+            lambda: not (c.node_dir(wiped) / CATCH_UP_PENDING_FILE).exists(),
+            f"node {wiped}'s metadata to catch up",
+        )
         assert [v for _, _, v in read_all(c.client, TOPIC, 0)] == first + second
         freeze_and_stop(c)
         logs = replica_logs(c, TOPIC, 0)
