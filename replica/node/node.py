@@ -42,11 +42,20 @@ from ..raft import (
     VoteRequest,
     VoteResponse,
 )
-from ..storage import Log, LogConfig, QuorumState, QuorumStateStore, batches_to_table
+from ..storage import (
+    CATCH_UP_UNKNOWN,
+    Log,
+    LogConfig,
+    QuorumState,
+    QuorumStateStore,
+    batches_to_table,
+)
 from ..storage.errors import CorruptDataError, CorruptRecordError, StorageError
 from ..storage.errors import OffsetOutOfRangeError as StorageOffsetOutOfRange
+from ..storage.fileutil import atomic_write
 from ..storage.records import encode_batch, iter_batches
 from .config import NodeConfig, check_max_message_bytes
+from .directories import DirectoryIds, new_directory_id
 from .metadata import (
     METADATA_TOPIC,
     MetadataState,
@@ -86,6 +95,10 @@ RAFT_CLASSES: dict[str, type] = {
 TICK_S = 0.01
 # Held (flock) by the one process serving a data directory; contains its pid.
 LOCK_FILE = ".lock"
+# Old directory ids this directory is known to have replaced (see _on_directory_replaced).
+REPLACED_DIRECTORIES_FILE = "replaced-directories"
+# Present while replicas opened fresh must catch up (a replaced directory).
+CATCH_UP_PENDING_FILE = "catch-up-pending"
 
 
 def now_ms() -> int:
@@ -209,6 +222,8 @@ class Node:
             ),
         )
         self._lock_fd: int | None = None
+        self.directories: DirectoryIds | None = None
+        self._catch_up_pending = False
         self._stopping = asyncio.Event()
         self._ticker: asyncio.Task[None] | None = None
         self._pending_topics: set[str] = set()
@@ -266,25 +281,79 @@ class Node:
             os.close(self._lock_fd)  # closing the only descriptor releases the flock
             self._lock_fd = None
 
-    def _check_data_dir(self) -> None:
+    def _check_data_dir(self) -> str:
+        """Check (or create) ``meta.properties``; returns the directory's id. A directory
+        made before directory ids existed gets one now: it is not a replacement."""
         d = self.config.data_dir
         meta = d / "meta.properties"
         wanted = f"cluster.id={self.config.cluster_id}\nnode.id={self.node_id}\n"
         if meta.exists():
             have = meta.read_text()
-            if have != wanted:
+            lines = have.splitlines(keepends=True)
+            ids = [ln.strip().partition("=")[2] for ln in lines if ln.startswith("directory.id=")]
+            rest = "".join(ln for ln in lines if not ln.startswith("directory.id="))
+            if rest != wanted or len(ids) > 1:
                 raise SystemExit(
                     f"quorumlog: data dir {d} belongs to another cluster or node ({have.strip()!r}); "
                     f"this node is node.id={self.node_id} of cluster.id={self.config.cluster_id}"
                 )
-        else:
-            tmp = meta.with_suffix(".tmp")
-            tmp.write_text(wanted)
-            os.replace(tmp, meta)
+            if ids:
+                return ids[0]
+        directory_id = new_directory_id()
+        atomic_write(str(meta), f"{wanted}directory.id={directory_id}\n".encode())
+        return directory_id
+
+    def _on_directory_replaced(self, peer: int, remembered: str) -> None:
+        """A peer remembers another data directory for this node: this one replaced a
+        lost one that may have acknowledged records. Every replica hosted here, open now
+        or opened fresh until the metadata log has caught up (``CATCH_UP_PENDING_FILE``),
+        catches up with an unknown floor before it votes, stands or counts. Durable
+        before returning (the caller then answers the peer or applies its frames)."""
+        marker = self.config.data_dir / REPLACED_DIRECTORIES_FILE
+        try:
+            handled = remembered in marker.read_text().split()
+        except FileNotFoundError:
+            handled = False
+        if handled:
+            return  # marked already; that peer has not yet recorded our new id
+        log.warning(
+            "node %d: data directory replaced a lost one (node %d remembers directory %s): "
+            "every replica here catches up before it votes, stands or counts again",
+            self.node_id,
+            peer,
+            remembered,
+        )
+        atomic_write(str(self.config.data_dir / CATCH_UP_PENDING_FILE), b"")
+        self._catch_up_pending = True
+        t = now_ms()
+        for r in list(self.replicas.values()):
+            if not r.closed:
+                self._process(r, r.core.begin_catch_up(t))
+        try:
+            old = marker.read_text()
+        except FileNotFoundError:
+            old = ""
+        atomic_write(str(marker), f"{old}{remembered}\n".encode())
+
+    def _maybe_end_catch_up_pending(self, metadata: PartitionReplica) -> None:
+        """Replicas opened fresh stop being marked once the metadata replica is caught
+        up and applied: every partition that existed before is open (and marked) by then."""
+        if (
+            self._catch_up_pending
+            and not metadata.core.catching_up
+            and self.metadata.applied_offset >= metadata.log.durable_end_offset
+        ):
+            self._catch_up_pending = False
+            (self.config.data_dir / CATCH_UP_PENDING_FILE).unlink(missing_ok=True)
+            log.info("node %d: metadata caught up after a replaced data directory", self.node_id)
 
     async def start(self) -> None:
         self._lock_data_dir()
-        self._check_data_dir()
+        self.directories = DirectoryIds(
+            self.config.data_dir, self._check_data_dir(), self._on_directory_replaced
+        )
+        self._catch_up_pending = (self.config.data_dir / CATCH_UP_PENDING_FILE).exists()
+        self.server.directories = self.directories
         await self.server.start()
         for nid, (host, port) in self.config.voters.items():
             if nid != self.node_id:
@@ -298,6 +367,7 @@ class Node:
                     ssl_context=peer_client_context(self.config.tls) if self.config.tls else None,
                     server_hostname=self.config.voters[nid][0],
                     credentials=self._peer_credentials(),
+                    directories=self.directories,
                 )
                 link.start()
                 self.peers[nid] = link
@@ -376,9 +446,13 @@ class Node:
 
     def _open_replica(self, topic: str, partition: int, replicas: list[int]) -> PartitionReplica:
         d = self._replica_dir(topic, partition)
+        fresh = not d.exists()
         # repair=True: damage recovery finds mid-log is cut, with the catch-up mark, and
         # re-fetched from the leader (see RaftReplica.on_corruption), not fatal.
         lg = WallClockLog(str(d), self.log_config, repair=True)
+        if fresh and self._catch_up_pending:
+            # This node's directory replaced a lost one that may have held this replica.
+            lg.mark_catch_up(CATCH_UP_UNKNOWN)
         store = QuorumStateStore(str(d))
         persisted = _to_election_state(store.read())
         core = RaftReplica(
@@ -605,6 +679,8 @@ class Node:
                     self._apply_retention()
                 if time.monotonic() >= self._scrub_at + 1:
                     self._scrub()
+                    if self._catch_up_pending:  # also when no metadata arrives any more
+                        self._maybe_end_catch_up_pending(self.replicas[(METADATA_TOPIC, 0)])
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -687,6 +763,7 @@ class Node:
         if self.metadata.applied_offset > before and upto is None:
             self._save_metadata_checkpoint()
         self._reconcile_partitions()
+        self._maybe_end_catch_up_pending(r)
 
     def _metadata_checkpoint_path(self) -> Path:
         return self.config.data_dir / "metadata-applied"

@@ -30,6 +30,13 @@ from ..protocol import (
     scram,
 )
 from ..protocol.messages import AuthenticateRequest, AuthenticateResponse, ErrorResponse
+from .directories import (
+    DIRECTORY_ACK_MECHANISM,
+    DIRECTORY_MECHANISM,
+    DirectoryIds,
+    decode_statement,
+    encode_statement,
+)
 from .security import AuthConfig, ForgedSender, Principal, authorize
 
 log = logging.getLogger(__name__)
@@ -105,6 +112,10 @@ def _auth_frame(correlation_id: int, response: AuthenticateResponse) -> list[byt
 
 async def _denied(code: ErrorCode, message: str) -> tuple[int, Any]:
     return int(ApiKey.ERROR), ErrorResponse(int(code), message)
+
+
+async def _ready(api_key: int, response: Any) -> tuple[int, Any]:
+    return api_key, response
 
 
 class LogBudget:
@@ -212,11 +223,14 @@ class Server:
         ssl_context: ssl.SSLContext | None = None,
         auth: AuthConfig | None = None,
         node_auth: AuthConfig | None = None,
+        directories: DirectoryIds | None = None,
     ) -> None:
         """``auth``: every connection authenticates first (secure cluster). ``node_auth``
         (plaintext cluster): a connection may authenticate first as one of these node
         principals; the others stay anonymous clients. Either way, raft frames are applied
-        only from a connection authenticated as a node, and only if they claim that node."""
+        only from a connection authenticated as a node, and only if they claim that node.
+        ``directories``: a node connection may then exchange data-directory ids (see
+        ``directories``); that step runs before any later frame of the connection."""
         self.host = host
         self.port = port
         self._handler = handler
@@ -225,6 +239,7 @@ class Server:
         self._ssl = ssl_context
         self._auth = auth
         self._node_auth = node_auth if auth is None else None
+        self.directories = directories  # set by the node once its data dir is checked
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
         self.stats = WireStats()
@@ -284,6 +299,7 @@ class Server:
         )
         responder = asyncio.create_task(self._respond(pending, writer, peer, problems))
         frames = 0
+        stated_directory: str | None = None  # the directory id the peer node stated
         try:
             while True:
                 try:
@@ -311,6 +327,14 @@ class Server:
                         )
                         if principal is None:
                             break
+                        continue
+                    handled, stated_directory, reply = self._directory_step(
+                        frame, principal, stated_directory
+                    )
+                    if handled:
+                        if reply is not None:
+                            answer = _ready(int(ApiKey.AUTHENTICATE), reply)
+                            await pending.put((frame.correlation_id, asyncio.create_task(answer)))
                         continue
                     await pending.put(
                         (
@@ -373,6 +397,42 @@ class Server:
             problems.close()
             writer.close()
             self._conns.discard(task)
+
+    def _directory_step(
+        self, frame: Frame, principal: Principal | None, stated: str | None
+    ) -> tuple[bool, str | None, AuthenticateResponse | None]:
+        """The data-directory exchange of a node connection (see ``directories``):
+        (handled, the directory id the peer stated, the answer to send or None)."""
+        dirs = self.directories
+        if dirs is None or principal is None or principal.kind != "node":
+            return False, stated, None
+        node = principal.node_id
+        if node is None:
+            return False, stated, None
+        try:
+            req = decode_body(AuthenticateRequest, frame.body, b"")
+        except DecodeError:
+            return False, stated, None
+        if req.mechanism == DIRECTORY_MECHANISM and stated is None:
+            try:
+                own, remembered = decode_statement(req.auth_bytes)
+            except (ValueError, UnicodeDecodeError) as exc:
+                code = int(ErrorCode.ILLEGAL_SASL_STATE)
+                return True, stated, AuthenticateResponse(code, str(exc), b"")
+            # Durably marked (if replaced) before the answer and before any raft frame.
+            dirs.check_own(node, remembered)
+            return (
+                True,
+                own,
+                AuthenticateResponse(
+                    0, "", encode_statement(dirs.own, dirs.remembered(node)), principal.kind
+                ),
+            )
+        if req.mechanism == DIRECTORY_ACK_MECHANISM and stated is not None:
+            # The peer sends this only once any replacement mark of its own is durable.
+            dirs.learn(node, stated)
+            return True, stated, None
+        return False, stated, None
 
     def _raft(
         self, frame: Frame, principal: Principal | None, peer: object, problems: ConnectionProblems
@@ -565,8 +625,10 @@ class PeerLink:
         ssl_context: ssl.SSLContext | None = None,
         credentials: tuple[str, str] | None = None,
         server_hostname: str | None = None,
+        directories: DirectoryIds | None = None,
     ) -> None:
         self.node_id = node_id
+        self._directories = directories
         self.host = host
         self.port = port
         self._client_id = client_id
@@ -628,6 +690,11 @@ class PeerLink:
                     await asyncio.wait_for(
                         authenticate(reader, writer, *self._credentials), AUTH_TIMEOUT_S
                     )
+                    if self._directories is not None:
+                        await asyncio.wait_for(
+                            exchange_directories(reader, writer, self._directories, self.node_id),
+                            AUTH_TIMEOUT_S,
+                        )
                 except (OSError, TimeoutError, asyncio.IncompleteReadError, AuthError) as exc:
                     if not self._warned:
                         self._warned = True
@@ -681,19 +748,7 @@ async def authenticate(
     client = scram.ScramClient(principal, secret)
 
     async def step(correlation_id: int, auth_bytes: bytes) -> AuthenticateResponse:
-        body, _ = encode(AuthenticateRequest(scram.MECHANISM, auth_bytes))
-        writer.writelines(
-            encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body)
-        )
-        await writer.drain()
-        frame = await read_frame(reader, DEFAULT_MAX_FRAME_BYTES)
-        if frame.api_key == ApiKey.ERROR:
-            err = decode_body(ErrorResponse, frame.body)
-            raise AuthError(f"{ErrorCode(err.error).name}: {err.error_message}")
-        resp = decode_body(AuthenticateResponse, frame.body)
-        if resp.error != ErrorCode.NONE:
-            raise AuthError(f"{ErrorCode(resp.error).name}: {resp.error_message}")
-        return resp
+        return await _auth_step(reader, writer, correlation_id, scram.MECHANISM, auth_bytes)
 
     try:
         first = await step(1, client.first_message())
@@ -702,3 +757,55 @@ async def authenticate(
     except (scram.ScramError, DecodeError, FrameError, ValueError) as exc:
         raise AuthError(str(exc)) from exc
     return final.principal_kind
+
+
+def _send_auth(
+    writer: asyncio.StreamWriter, correlation_id: int, mechanism: str, auth_bytes: bytes
+) -> None:
+    body, _ = encode(AuthenticateRequest(mechanism, auth_bytes))
+    writer.writelines(encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body))
+
+
+async def _auth_step(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    correlation_id: int,
+    mechanism: str,
+    auth_bytes: bytes,
+) -> AuthenticateResponse:
+    _send_auth(writer, correlation_id, mechanism, auth_bytes)
+    await writer.drain()
+    frame = await read_frame(reader, DEFAULT_MAX_FRAME_BYTES)
+    if frame.api_key == ApiKey.ERROR:
+        err = decode_body(ErrorResponse, frame.body)
+        raise AuthError(f"{ErrorCode(err.error).name}: {err.error_message}")
+    resp = decode_body(AuthenticateResponse, frame.body)
+    if resp.error != ErrorCode.NONE:
+        raise AuthError(f"{ErrorCode(resp.error).name}: {resp.error_message}")
+    return resp
+
+
+async def exchange_directories(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    dirs: DirectoryIds,
+    peer: int,
+) -> None:
+    """Client side of the data-directory exchange (see ``directories``), right after
+    authenticating as a node: learn whether this node's directory replaced a lost one
+    (marked durably before the acknowledgement), and record the peer's id."""
+    try:
+        resp = await _auth_step(
+            reader,
+            writer,
+            3,
+            DIRECTORY_MECHANISM,
+            encode_statement(dirs.own, dirs.remembered(peer)),
+        )
+        theirs, remembered = decode_statement(resp.auth_bytes)
+    except (DecodeError, FrameError, ValueError) as exc:
+        raise AuthError(f"directory exchange: {exc}") from exc
+    dirs.check_own(peer, remembered)
+    dirs.learn(peer, theirs)  # it answered only once its own mark (if any) was durable
+    _send_auth(writer, 4, DIRECTORY_ACK_MECHANISM, b"")
+    await writer.drain()

@@ -51,12 +51,16 @@ Driver rules, for every ``Output`` in the order given:
    follower truncated; ``out.truncated_below_high_watermark`` means committed data was
    removed, which only an unclean election (``force_leader``) may cause: alert on it.
 
-Disk loss: a replica whose log and quorum-state were lost must come back under a new
-replica id, as an observer (KIP-853's directory id), until an operator reconfigures the
-voters. Reusing its voter id would let a stale leader count the wiped copy towards its
-HWM and commit over records the lost disk had acknowledged in a later epoch (the
-simulator finds this). A fresh replica (``persisted=None`` and an empty log) is only
-safe as a voter when the partition is new.
+Disk loss: a replica whose log and quorum-state were lost may come back under its voter
+id only if the driver calls ``begin_catch_up()`` (unknown floor) before it handles any
+message: the node learns it from its peers (they remember another data-directory id for
+it, KIP-853's directory id). Until then a fresh replica (``persisted=None``, empty log) is
+a full voter, which is only safe when the partition is new. With an unknown floor it
+neither votes nor stands nor counts; it asks the other voters their epochs and takes as
+floor the ``catch_up_floor`` (max of HWM and epoch start) of a leader whose epoch is at
+least every epoch n - majority + 1 of them answered. A stale leader of an old epoch
+would otherwise give it a floor below records the lost disk acknowledged in a later
+epoch and count it (the simulator finds this).
 
 Damaged data: ``log.read`` never returns a batch that fails its CRC; it raises
 ``CorruptDataError`` for the first one. The core handles that on replica fetches itself;
@@ -79,6 +83,7 @@ from __future__ import annotations
 from ..protocol.errors import ErrorCode
 from .config import QuorumConfig
 from .log import (
+    CATCH_UP_UNKNOWN,
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
     AppendInfo,
@@ -103,6 +108,7 @@ from .replica import UNCLEAN_EPOCH_GAP, NotLeaderError, Output, QuorumDescriptio
 from .state import ElectionState, ReplicaProgress, Role
 
 __all__ = [
+    "CATCH_UP_UNKNOWN",
     "CONSUMER_REPLICA_ID",
     "UNCLEAN_EPOCH_GAP",
     "UNDEFINED_EPOCH",

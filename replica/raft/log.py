@@ -13,6 +13,7 @@ from typing import Protocol
 
 from ..storage.errors import CorruptDataError
 from ..storage.types import (
+    CATCH_UP_UNKNOWN,
     UNDEFINED_EPOCH,
     UNDEFINED_OFFSET,
     AppendInfo,
@@ -21,6 +22,7 @@ from ..storage.types import (
 )
 
 __all__ = [
+    "CATCH_UP_UNKNOWN",
     "UNDEFINED_EPOCH",
     "UNDEFINED_OFFSET",
     "AppendInfo",
@@ -106,6 +108,12 @@ class ReplicaLog(Protocol):
     def truncate_corrupt(self, offset: int) -> None:
         """Cut the log at damage found at ``offset``: first raise ``catch_up_offset``
         durably to the durable end, then ``truncate_to(offset)``."""
+        ...
+
+    def mark_catch_up(self, floor: int) -> None:
+        """Durably mark the replica as lacking acknowledged records below ``floor``
+        (``CATCH_UP_UNKNOWN``: not known yet; a known floor replaces it, a known one
+        only rises); cleared once the durable end reaches it."""
         ...
 
     def flush(self) -> int:

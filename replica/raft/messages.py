@@ -139,6 +139,10 @@ class FetchResponse:
     records: bytes
     fetch_offset: int  # echo of the request
     request_id: int = 0  # echo of the request
+    # To a fetcher that says ``catching_up``, from a leader: every record this leader
+    # ever acknowledged, or will count as committed from before its epoch, lies below
+    # this (max of its HWM and its epoch start); -1 otherwise.
+    catch_up_floor: int = -1
 
     def is_empty(self) -> bool:
         """True for an answer a driver may park as a long-poll (nothing new to say)."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..protocol.errors import ErrorCode
 from .config import QuorumConfig
-from .log import UNDEFINED_EPOCH, AppendInfo, CorruptDataError, ReplicaLog
+from .log import CATCH_UP_UNKNOWN, UNDEFINED_EPOCH, AppendInfo, CorruptDataError, ReplicaLog
 from .messages import (
     CONSUMER_REPLICA_ID,
     BeginQuorumEpochRequest,
@@ -141,6 +141,11 @@ class RaftReplica:
         self._high_watermark = 0
         self._next_request_id = 0
         self.truncations_below_high_watermark = 0
+        # Catching up with an unknown floor: the epochs other voters answered our probes
+        # with (see _probe_epochs_of_voters), the probes' request id and when last sent.
+        self._probe_epochs: dict[int, int] = {}
+        self._probe_id = 0
+        self._probe_sent_at: int | None = None
 
         state = persisted if persisted is not None else ElectionState(0)
         self._epoch = state.epoch
@@ -320,6 +325,71 @@ class RaftReplica:
         out = Output()
         self._repair(offset, now_ms, out)
         return out
+
+    def begin_catch_up(self, now_ms: int, floor: int | None = None) -> Output:
+        """The driver learnt this replica may lack records it acknowledged below
+        ``floor`` (None: below a point not known yet, as when its data directory replaced
+        a lost one). Persisted in the log (``mark_catch_up``). A leader resigns; the
+        replica neither votes, nor stands, nor counts towards the HWM until it is durably
+        past the floor; an unknown floor becomes the ``catch_up_floor`` of the first
+        answer from a leader it follows (every acknowledged record lies below it)."""
+        out = Output()
+        self.log.mark_catch_up(CATCH_UP_UNKNOWN if floor is None else floor)
+        if self.catching_up:
+            logger.warning(
+                "replica %s (%s, epoch %s): catching up (floor %s) before it may vote again",
+                self.node_id,
+                self._role.value,
+                self._epoch,
+                "unknown" if floor is None else floor,
+            )
+            st = self._state
+            if isinstance(st, LeaderState):
+                self._become_resigned(now_ms, out, self._ranked_successors(st))
+            self._stop_standing(now_ms, out)
+            self._probe_epochs_of_voters(now_ms, out)
+        return out
+
+    def _probe_epochs_of_voters(self, now_ms: int, out: Output) -> None:
+        """Catching up with an unknown floor, the replica does not know the current epoch
+        (a lost disk loses the quorum state too): a stale leader of an old epoch would
+        give it a floor below records acknowledged in a later one, and then count it. So
+        it asks the other voters their epochs (a fetch with epoch -1 is answered
+        FENCED_LEADER_EPOCH with the voter's epoch, changing nothing there) and takes a
+        floor only from a leader whose epoch is at least every epoch n - majority + 1 of
+        them answered: that many include a voter of the latest epoch anything was
+        committed in, so such a leader holds every acknowledged record."""
+        if self.log.catch_up_offset != CATCH_UP_UNKNOWN or self._shutting_down:
+            return
+        if self._probe_sent_at is not None and now_ms < (
+            self._probe_sent_at + self.config.request_timeout_ms
+        ):
+            return
+        if self._probe_id == 0:
+            # Random, so answers to an earlier incarnation's requests never count.
+            self._probe_id = self._rng.randrange(1 << 30, 1 << 31)
+        self._probe_sent_at = now_ms
+        for v in self.voters:
+            if v != self.node_id and v not in self._probe_epochs:
+                out.messages.append(
+                    FetchRequest(
+                        self.cluster_id,
+                        self.node_id,
+                        v,
+                        -1,
+                        self.log.end_offset,
+                        self.log.last_epoch(),
+                        0,
+                        0,
+                        self._probe_id,
+                        True,
+                    )
+                )
+
+    def _floor_source(self, leader_epoch: int) -> bool:
+        """A leader of ``leader_epoch`` may set an unknown catch-up floor (see above)."""
+        need = len(self.voters) - self.majority + 1
+        return len(self._probe_epochs) >= need and max(self._probe_epochs.values()) <= leader_epoch
 
     def force_leader(self, now_ms: int, min_epoch: int = 0) -> Output:
         """Unclean leader election (operator command): lead a new epoch without votes.
@@ -732,6 +802,7 @@ class RaftReplica:
                 self.catching_up,
             )
         )
+        self._probe_epochs_of_voters(now_ms, out)
 
     def _discover_leader(self, st: UnattachedState, now_ms: int, out: Output) -> None:
         """An observer without a leader asks a random voter (any answer names one)."""
@@ -751,6 +822,7 @@ class RaftReplica:
             )
         )
         st.discover_at = now_ms + self.config.retry_backoff_ms + self.config.request_timeout_ms
+        self._probe_epochs_of_voters(now_ms, out)
 
     def _send_begin_quorum_epoch(self, st: LeaderState, now_ms: int, out: Output) -> None:
         for v in sorted(st.begin_unacked):
@@ -1052,6 +1124,7 @@ class RaftReplica:
             records,
             req.fetch_offset,
             req.request_id,
+            max(self._high_watermark, st.epoch_start_offset) if req.catching_up else -1,
         )
 
     def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
@@ -1073,6 +1146,15 @@ class RaftReplica:
     def _on_fetch_response(self, resp: FetchResponse, now_ms: int, out: Output) -> None:
         if resp.cluster_id != self.cluster_id:
             return
+        if (
+            self._probe_id
+            and resp.request_id == self._probe_id
+            and resp.src in self.voters
+            and resp.src != self.node_id
+        ):
+            self._probe_epochs[resp.src] = max(
+                self._probe_epochs.get(resp.src, -1), resp.leader_epoch
+            )
         if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
             return
         st = self._state
@@ -1100,6 +1182,12 @@ class RaftReplica:
                     logger.exception("replica %s: fetched batches do not fit", self.node_id)
                     st.fetch_retry_at = now_ms + self.config.retry_backoff_ms
                     return
+            if (
+                self.log.catch_up_offset == CATCH_UP_UNKNOWN
+                and resp.catch_up_floor >= 0
+                and self._floor_source(resp.leader_epoch)
+            ):
+                self.log.mark_catch_up(resp.catch_up_floor)
             hwm = min(resp.high_watermark, self.log.end_offset)
             if hwm > self._high_watermark:
                 self._high_watermark = hwm
@@ -1127,6 +1215,11 @@ class RaftReplica:
         out.repaired_at = end
         out.truncated_to = end
         self._high_watermark = min(self._high_watermark, end)
+        self._stop_standing(now_ms, out)
+
+    def _stop_standing(self, now_ms: int, out: Output) -> None:
+        """After the log lost data: re-fetch at once if following, else stop standing
+        (a catching-up replica looks for the leader instead)."""
         st = self._state
         if isinstance(st, FollowerState):
             self._send_fetch(st, now_ms, out)

@@ -31,9 +31,17 @@ from .records import (
     validate_arrow,
     validate_payload,
 )
-from .types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, AppendInfo, EpochEndOffset, OffsetAndEpoch
+from .types import (
+    CATCH_UP_UNKNOWN,
+    UNDEFINED_EPOCH,
+    UNDEFINED_OFFSET,
+    AppendInfo,
+    EpochEndOffset,
+    OffsetAndEpoch,
+)
 
 __all__ = [
+    "CATCH_UP_UNKNOWN",
     "CHECKPOINT_FILE",
     "CLEAN_SHUTDOWN_FILE",
     "CONTROL_FLAG",

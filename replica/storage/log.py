@@ -41,7 +41,7 @@ from .records import (
     validate_payload,
 )
 from .segment import Segment
-from .types import UNDEFINED_EPOCH, AppendInfo, EpochEndOffset
+from .types import CATCH_UP_UNKNOWN, UNDEFINED_EPOCH, AppendInfo, EpochEndOffset
 
 __all__ = ["CATCH_UP_FILE", "CLEAN_SHUTDOWN_FILE", "RECOVERY_POINT_FILE", "Log", "LogConfig"]
 
@@ -426,6 +426,32 @@ class Log:
                 _write_offset_file(self._catch_up_path, floor)
                 self._catch_up_offset = floor
             self._truncate_locked(offset)
+
+    def mark_catch_up(self, floor: int) -> None:
+        """Durably record that this replica may lack acknowledged records below
+        ``floor`` (``CATCH_UP_UNKNOWN``: below a point not yet known, as after a lost
+        disk). A known floor replaces an unknown one; a known one only rises. It clears
+        once the durable end reaches it."""
+        self._check_open()
+        with self._flush_lock:
+            cur = self._catch_up_offset
+            if floor == CATCH_UP_UNKNOWN or cur in (-1, CATCH_UP_UNKNOWN):
+                new = floor
+            else:
+                new = max(cur, floor)
+            if new == cur:
+                return
+            if 0 <= new <= self._durable_end_offset:
+                self._catch_up_offset = new
+                self._clear_catch_up()
+                return
+            _write_offset_file(self._catch_up_path, new)
+            self._catch_up_offset = new
+            log.info(
+                "%s: catching up%s",
+                self.directory,
+                " (floor unknown)" if new == CATCH_UP_UNKNOWN else f" to offset {new}",
+            )
 
     def _truncate_fully(self, offset: int) -> None:
         for seg in self._segments:

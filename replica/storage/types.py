@@ -6,6 +6,10 @@ from typing import NamedTuple
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
+# A catch-up floor not yet known: the replica's data directory replaced one that may have
+# held acknowledged records (a lost disk). It stays catching up until a leader tells it
+# how far every acknowledged record reaches (see ReplicaLog.mark_catch_up).
+CATCH_UP_UNKNOWN = (1 << 63) - 1
 
 
 class OffsetAndEpoch(NamedTuple):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quorumlog.replica.raft import RaftReplica, VoteRequest
+from quorumlog.replica.raft import CATCH_UP_UNKNOWN, RaftReplica, VoteRequest
 from quorumlog.replica.raft.replica import Output
 from quorumlog.replica.raft.state import LeaderState, Role
 
@@ -72,10 +72,20 @@ class VotesWhileCatchingUp(RaftReplica):
         return self.is_voter
 
 
+class VotesWithUnknownFloor(RaftReplica):
+    """Grants votes while its data directory replaced a lost one (floor unknown)."""
+
+    def _may_vote(self) -> bool:
+        if self.log.catch_up_offset == CATCH_UP_UNKNOWN:
+            return self.is_voter
+        return super()._may_vote()
+
+
 BROKEN = {
     "two-votes-per-epoch": TwoVotesPerEpoch,
     "hwm-counts-observers": HwmCountsObservers,
     "hwm-counts-unflushed": HwmCountsUnflushed,
     "hwm-ignores-epoch-start": HwmIgnoresEpochStart,
     "votes-while-catching-up": VotesWhileCatchingUp,
+    "votes-with-unknown-floor": VotesWithUnknownFloor,
 }

@@ -328,7 +328,7 @@ class Simulation:
             self.unfault(data)
         elif kind == RESTART:
             node = self.nodes[data[0]]
-            if not node.alive and node.incarnation == data[1] and not node.disk_lost:
+            if not node.alive and node.incarnation == data[1]:
                 self.start(node)
         elif kind == STOP:
             node = self.nodes[data[0]]
@@ -370,6 +370,11 @@ class Simulation:
             self.local(node),
         )
         self.apply(node, node.core.startup_output())
+        if node.disk_lost and node.core is not None:
+            # Told by a peer before anything else; durable in its log from here on.
+            node.disk_lost = False
+            self.stats["replaced_directories"] = self.stats.get("replaced_directories", 0) + 1
+            self.apply(node, node.core.begin_catch_up(self.local(node)))
 
     def stop(self, node: SimNode, lose_unflushed: bool) -> None:
         node.alive = False
@@ -579,19 +584,20 @@ class Simulation:
                 self.apply(node, node.core.tick(self.local(node)))
         elif r < 0.90 and self.p.disk_loss and not self.disk_lost_once and len(self.voter_ids) > 1:
             node = self.nodes[self.rng.choice(self.voter_ids)]
-            # A new disk is a new replica (KIP-853 directory id): it comes back as an
-            # observer under a new id; reusing the old voter id could let a stale leader
-            # count the wiped copy and commit over what it acked before (seed 3225).
-            new = SimNode(200 + node.id, voter=False)
-            self.fault(f"disk loss on node {node.id}: returns as observer {new.id}")
+            # It comes back under its voter id with an empty log and no quorum state. Its
+            # peers remember its old data directory (the node's directory-id exchange), so
+            # it starts catching up with an unknown floor before it handles any message.
+            # Without that rule, a stale leader could count the wiped copy and commit over
+            # what it acked before (seed 3225).
+            self.fault(f"disk loss on node {node.id}: returns empty under its id")
             self.disk_lost_once = True
             if node.alive:
                 self.stop(node, lose_unflushed=True)
             node.log = MemLog()
             node.persisted = None
+            node.max_epoch = 0  # its epoch was on the lost disk
             node.disk_lost = True
-            self.nodes[new.id] = new
-            self.push(self.now + self.rng.randint(100, 2000), RESTART, (new.id, new.incarnation))
+            self.push(self.now + self.rng.randint(100, 2000), RESTART, (node.id, node.incarnation))
         elif r < 0.95 and self.p.unclean and not self.unclean:
             voters = [n for n in alive if n.voter and not n.disk_lost]
             if not voters:
@@ -632,7 +638,7 @@ class Simulation:
         self.loss = 0.0
         self.dup = 0.0
         for node in list(self.nodes.values()):
-            if not node.alive and not node.disk_lost:
+            if not node.alive:
                 self.start(node)
 
     # ------------------------------------------------------------------ invariants
@@ -710,9 +716,9 @@ class Simulation:
             if log.holds(top, rec):
                 holders += 1
             elif self.nodes[v].disk_lost:
-                wiped += 1  # a lost disk is a physical fault, not a protocol one
+                wiped += 1  # a lost disk is a physical fault, not a protocol one,
             elif any(b <= top for b in log.damaged) or log.catch_up > top:
-                wiped += 1  # so is damage, until the replica has caught back up
+                wiped += 1  # as is damage, until the replica has caught back up
         if holders + wiped < self.majority:
             raise Violation(
                 "majority-holds",

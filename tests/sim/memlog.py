@@ -17,7 +17,13 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterator
 
-from quorumlog.replica.raft import UNDEFINED_EPOCH, UNDEFINED_OFFSET, AppendInfo, EpochEndOffset
+from quorumlog.replica.raft import (
+    CATCH_UP_UNKNOWN,
+    UNDEFINED_EPOCH,
+    UNDEFINED_OFFSET,
+    AppendInfo,
+    EpochEndOffset,
+)
 from quorumlog.replica.raft.log import CorruptDataError
 
 HEADER = struct.Struct(">qiiBi")
@@ -165,6 +171,14 @@ class MemLog:
         if offset < floor:
             self.catch_up = floor
         self.truncate_to(offset)
+
+    def mark_catch_up(self, floor: int) -> None:
+        if floor == CATCH_UP_UNKNOWN or self.catch_up in (-1, CATCH_UP_UNKNOWN):
+            self.catch_up = floor
+        else:
+            self.catch_up = max(self.catch_up, floor)
+        if 0 <= self.catch_up <= self.durable:
+            self.catch_up = -1
 
     def flush(self) -> int:
         self.durable = len(self.entries)
