@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from quorumlog.replica.storage import (
     CorruptDataError,
@@ -15,6 +15,7 @@ from quorumlog.replica.storage import (
     LogConfig,
     iter_batches,
 )
+from quorumlog.replica.storage.errors import CorruptLogError
 from quorumlog.replica.storage.log import CATCH_UP_FILE, RECOVERY_POINT_FILE
 
 from .helpers import client_batch, crash, read_everything
@@ -183,6 +184,7 @@ def test_scrub_reads_at_most_about_its_budget(tmp_path: Path) -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(st.integers(min_value=0, max_value=10_000), st.integers(min_value=1, max_value=255))
+@example(where=5280, xor=1)  # a batch's magic byte: the open itself refuses the segment
 def test_any_flipped_byte_is_never_served(
     tmp_path_factory: pytest.TempPathFactory, where: int, xor: int
 ) -> None:
@@ -196,7 +198,12 @@ def test_any_flipped_byte_is_never_served(
     damaged = next(h for h in iter_batches(bytes(data)) if h.position <= where < h.end)
     data[where] ^= xor
     seg.write_bytes(bytes(data))
-    log = Log(str(directory), SMALL)
+    try:
+        log = Log(str(directory), SMALL)
+    except CorruptLogError as exc:
+        # Found at open (without repair, the node's mode, the open refuses): nothing served.
+        assert str(damaged.base_offset) in str(exc) or seg.name in str(exc)
+        return
     offset = 0
     while offset < log.end_offset:
         try:
