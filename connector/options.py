@@ -222,29 +222,7 @@ def _timestamps_json(option: str, value: str) -> dict[TopicPartition, int]:
 
 def parse_options(options: Mapping[str, str]) -> SourceOptions:
     """Check every option; the first problem raises ``QuorumLogOptionError``."""
-    opts = {str(k).lower(): str(v) for k, v in options.items()}
-    for key in opts:
-        if key in OPTION_NAMES or key in _IGNORED:
-            continue
-        hint = _KAFKA_HINTS.get(key)
-        raise QuorumLogOptionError(
-            f"Unknown option '{key}' for format 'quorumlog'"
-            + (f" (did you mean '{hint}'?)" if hint else "")
-            + ". Accepted options: "
-            + ", ".join(sorted(OPTION_NAMES.values()))
-            + "."
-        )
-
-    if "bootstrap" not in opts or not opts["bootstrap"].strip():
-        raise QuorumLogOptionError(
-            "Missing required option 'bootstrap': give the cluster's addresses as "
-            "host:port[,host:port...], e.g. .option('bootstrap', '127.0.0.1:9092')."
-        )
-    bootstrap = opts["bootstrap"].strip()
-    try:
-        parse_bootstrap(bootstrap)
-    except ValueError as exc:
-        raise _bad("bootstrap", opts["bootstrap"], f"host:port[,host:port...] ({exc})") from None
+    opts, bootstrap = _known_options_and_bootstrap(options, OPTION_NAMES, "format")
 
     has_topic = "topic" in opts
     has_pattern = "topicpattern" in opts
@@ -429,29 +407,10 @@ SINK_OPTION_NAMES = {
 def parse_sink_options(options: Mapping[str, str]) -> SourceOptions:
     """The sink's options (``df.write.format("quorumlog")``): bootstrap, an optional single
     ``topic`` (else a 'topic' column), requestTimeoutMs and the security options."""
-    opts = {str(k).lower(): str(v) for k, v in options.items()}
-    for key in opts:
-        # Spark hands a streaming sink the query's checkpointLocation too
-        if key in SINK_OPTION_NAMES or key in _IGNORED or key == "checkpointlocation":
-            continue
-        hint = _KAFKA_HINTS.get(key)
-        raise QuorumLogOptionError(
-            f"Unknown option '{key}' for writing format 'quorumlog'"
-            + (f" (did you mean '{hint}'?)" if hint else "")
-            + ". Accepted options: "
-            + ", ".join(sorted(SINK_OPTION_NAMES.values()))
-            + "."
-        )
-    if "bootstrap" not in opts or not opts["bootstrap"].strip():
-        raise QuorumLogOptionError(
-            "Missing required option 'bootstrap': give the cluster's addresses as "
-            "host:port[,host:port...], e.g. .option('bootstrap', '127.0.0.1:9092')."
-        )
-    bootstrap = opts["bootstrap"].strip()
-    try:
-        parse_bootstrap(bootstrap)
-    except ValueError as exc:
-        raise _bad("bootstrap", opts["bootstrap"], f"host:port[,host:port...] ({exc})") from None
+    # Spark hands a streaming sink the query's checkpointLocation too.
+    opts, bootstrap = _known_options_and_bootstrap(
+        options, SINK_OPTION_NAMES, "writing format", also_ignored=("checkpointlocation",)
+    )
     topics: tuple[str, ...] = ()
     if "topic" in opts:
         topic = opts["topic"].strip()
@@ -516,3 +475,36 @@ def _security(opts: Mapping[str, str]) -> ClientSecurity | None:
         secret_env=opts.get("secretenv"),
         secret=opts.get("secret"),
     )
+
+
+def _known_options_and_bootstrap(
+    options: Mapping[str, str],
+    accepted: dict[str, str],
+    what: str,
+    also_ignored: tuple[str, ...] = (),
+) -> tuple[dict[str, str], str]:
+    """Lower-cased options, every one known (else an error naming our equivalent of a
+    Kafka option), and the validated ``bootstrap``; shared by the source and the sink."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    for key in opts:
+        if key in accepted or key in _IGNORED or key in also_ignored:
+            continue
+        hint = _KAFKA_HINTS.get(key)
+        raise QuorumLogOptionError(
+            f"Unknown option '{key}' for {what} 'quorumlog'"
+            + (f" (did you mean '{hint}'?)" if hint else "")
+            + ". Accepted options: "
+            + ", ".join(sorted(accepted.values()))
+            + "."
+        )
+    if "bootstrap" not in opts or not opts["bootstrap"].strip():
+        raise QuorumLogOptionError(
+            "Missing required option 'bootstrap': give the cluster's addresses as "
+            "host:port[,host:port...], e.g. .option('bootstrap', '127.0.0.1:9092')."
+        )
+    bootstrap = opts["bootstrap"].strip()
+    try:
+        parse_bootstrap(bootstrap)
+    except ValueError as exc:
+        raise _bad("bootstrap", opts["bootstrap"], f"host:port[,host:port...] ({exc})") from None
+    return opts, bootstrap
