@@ -3,6 +3,8 @@ deliberately broken cores must be caught within that budget."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from quorumlog.replica.raft import RaftReplica
 
@@ -78,12 +80,19 @@ def test_damaged_replicas_are_repaired_without_losing_acknowledged_records() -> 
     assert repaired >= 10
 
 
-def test_simulator_catches_votes_from_a_replica_still_catching_up() -> None:
-    """A replica that lost data to corruption must not vote until it has caught back
-    up past its old log end; a core that does lets a leader win without an
-    acknowledged record, and the data invariants see it."""
+@pytest.mark.parametrize(
+    ("broken", "faults"),
+    [(VotesWhileCatchingUp, {"corruption": 0.2}), (VotesWithUnknownFloor, {"disk_loss": True})],
+    ids=["catching-up-after-corruption", "replaced-disk-unknown-floor"],
+)
+def test_simulator_catches_votes_from_a_replica_that_lost_data(
+    broken: type[RaftReplica], faults: dict[str, Any]
+) -> None:
+    """A replica that lost data (corruption: until past its old log end; a replaced disk:
+    before it knows its floor) must not vote; a core that does lets a leader win without
+    an acknowledged record, and the data invariants see it."""
     for seed in range(CI_SEEDS):
-        result = run_seed(seed, VotesWhileCatchingUp, corruption=0.2)
+        result = run_seed(seed, broken, **faults)
         if result.violation is not None:
             assert result.violation.invariant in (
                 "majority-holds",
@@ -92,7 +101,7 @@ def test_simulator_catches_votes_from_a_replica_still_catching_up() -> None:
                 "truncated-below-hwm",
             ), result.report()
             return
-    pytest.fail(f"VotesWhileCatchingUp survived {CI_SEEDS} seeds")
+    pytest.fail(f"{broken.__name__} survived {CI_SEEDS} seeds")
 
 
 def test_a_lost_disk_rejoins_under_its_id_without_losing_acknowledged_records() -> None:
@@ -105,19 +114,3 @@ def test_a_lost_disk_rejoins_under_its_id_without_losing_acknowledged_records() 
         assert result.violation is None, result.report()
         replaced += result.stats.get("replaced_directories", 0) > 0
     assert replaced >= 10
-
-
-def test_simulator_catches_votes_from_a_replaced_replica() -> None:
-    """A core whose replaced replica votes before it knows its floor lets a leader win
-    without records the lost disk acknowledged; the data invariants see it."""
-    for seed in range(CI_SEEDS):
-        result = run_seed(seed, VotesWithUnknownFloor, disk_loss=True)
-        if result.violation is not None:
-            assert result.violation.invariant in (
-                "majority-holds",
-                "acked-lost",
-                "log-matching",
-                "truncated-below-hwm",
-            ), result.report()
-            return
-    pytest.fail(f"VotesWithUnknownFloor survived {CI_SEEDS} seeds")
