@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-STRICT := replica/raft replica/storage replica/protocol replica/kafka
+STRICT := replica/raft replica/driver replica/storage replica/protocol replica/kafka
 SEEDS ?= 1000
 PYTEST_ARGS ?=
 

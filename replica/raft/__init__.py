@@ -1,7 +1,7 @@
 """The per-partition quorum (KIP-595, pull-based Raft) as a pure, sans-I/O state machine.
 
 One ``RaftReplica`` per partition replica. It never reads a clock, opens a file or
-socket, starts a thread or uses global randomness: the driver (``replica.node``) hands it
+socket, starts a thread or uses global randomness: the driver (``replica.driver``) hands it
 the time, the messages, a ``ReplicaLog`` and a seeded ``random.Random``, and executes
 the ``Output`` each call returns.
 
@@ -72,10 +72,12 @@ that offset it neither votes, nor stands, nor counts towards the HWM (its fetche
 ``catching_up``), so no majority can form without a record it acknowledged.
 ``out.repaired_at`` tells the driver the log was cut (its HWM may go back to the new end).
 
-Consumers: a ``FetchRequest`` with ``replica_id=-1`` is served up to the HWM and never
-counts; observers (replica ids not in ``voters``) are served everything and are listed
-in ``describe()`` but never count towards the HWM. ListOffsets and OffsetsForLeaderEpoch
-are answered by the node from the log after ``check_leader_epoch``.
+Consumers are not served here: the driver (``replica.driver``) serves consumer Fetch,
+ListOffsets and OffsetsForLeaderEpoch from the log after ``check_leader_epoch``, never
+above the HWM; a raft ``FetchRequest`` without a replica id (-1) is refused. Observers
+(replica ids not in ``voters``) are served everything and are listed in ``describe()``
+but never count towards the HWM. ``replica.driver`` implements every rule above; the
+node and the simulator both execute it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from ..protocol.errors import ErrorCode
 from .config import QuorumConfig
 from .log import CATCH_UP_UNKNOWN, UNDEFINED_EPOCH, AppendInfo, CorruptDataError, ReplicaLog
 from .messages import (
-    CONSUMER_REPLICA_ID,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
@@ -418,8 +417,9 @@ class RaftReplica:
         return out
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
-        """Fencing for requests the node serves from the log (ListOffsets,
-        OffsetsForLeaderEpoch, consumer Fetch): -1 skips the epoch comparison."""
+        """The one fencing rule for requests the driver serves from the log (consumer
+        Fetch, ListOffsets, OffsetsForLeaderEpoch): -1 skips the epoch comparison; only
+        the leader serves."""
         if current_leader_epoch != -1:
             if current_leader_epoch < self._epoch:
                 return ErrorCode.FENCED_LEADER_EPOCH
@@ -1063,14 +1063,16 @@ class RaftReplica:
         )
 
     def _on_fetch_request(self, req: FetchRequest, now_ms: int, out: Output) -> FetchResponse:
+        """A replica's fetch (voter or observer). Consumers are served by the driver from
+        the log, never here: a fetch without a replica id is refused."""
         if req.cluster_id != self.cluster_id:
             return self._fetch_error(req, ErrorCode.INVALID_CLUSTER_ID)
-        is_replica = req.replica_id != CONSUMER_REPLICA_ID
-        if is_replica or req.current_leader_epoch != -1:
-            if req.current_leader_epoch < self._epoch:
-                return self._fetch_error(req, ErrorCode.FENCED_LEADER_EPOCH)
-            if req.current_leader_epoch > self._epoch:
-                return self._fetch_error(req, ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if req.replica_id < 0:
+            return self._fetch_error(req, ErrorCode.INVALID_REQUEST)
+        if req.current_leader_epoch < self._epoch:
+            return self._fetch_error(req, ErrorCode.FENCED_LEADER_EPOCH)
+        if req.current_leader_epoch > self._epoch:
+            return self._fetch_error(req, ErrorCode.UNKNOWN_LEADER_EPOCH)
         st = self._state
         if not isinstance(st, LeaderState):
             return self._fetch_error(req, ErrorCode.NOT_LEADER)
@@ -1093,7 +1095,7 @@ class RaftReplica:
             if end.epoch != req.last_fetched_epoch or end.end_offset < req.fetch_offset:
                 diverging = (end.epoch, end.end_offset)
 
-        if diverging is None and is_replica:
+        if diverging is None:
             rows = st.progress if is_voter else st.observers
             row = rows.setdefault(req.replica_id, ReplicaProgress(req.replica_id))
             # fetch_offset is durable on the fetcher and matches our log below it.
@@ -1104,13 +1106,11 @@ class RaftReplica:
 
         records = b""
         if diverging is None and req.fetch_offset < self.log.end_offset:
-            max_offset = None if is_replica else self._high_watermark
-            if max_offset is None or req.fetch_offset < max_offset:
-                try:
-                    records = self.log.read(req.fetch_offset, req.max_bytes, max_offset)
-                except CorruptDataError as exc:
-                    self._repair(exc.offset, now_ms, out)
-                    return self._fetch_error(req, ErrorCode.NOT_LEADER)
+            try:
+                records = self.log.read(req.fetch_offset, req.max_bytes)
+            except CorruptDataError as exc:
+                self._repair(exc.offset, now_ms, out)
+                return self._fetch_error(req, ErrorCode.NOT_LEADER)
         return FetchResponse(
             self.cluster_id,
             self.node_id,

@@ -33,6 +33,7 @@ from .records import (
     HEADER_SIZE,
     MAGIC,
     BatchHeader,
+    batches_to_table,
     encode_control_batch,
     iter_batches,
     parse_header,
@@ -376,6 +377,27 @@ class Log:
         raise self._detected(CorruptDataError(seg.path, first.base_offset, first.position, reason))
 
     # -- truncation and retention ----------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int, max_offset: int) -> tuple[int, int]:
+        """ListOffsets by time: (the first offset below ``max_offset`` whose record
+        timestamp is >= ``timestamp_ms``, that timestamp), or (max_offset, -1) if none.
+        Scans batch headers; decodes only the batch that holds the answer."""
+        import pyarrow.compute as pc
+
+        offset = self.start_offset
+        while offset < max_offset:
+            data = self.read(offset, 4 << 20, max_offset=max_offset)
+            if not data:
+                break
+            for h in iter_batches(data):
+                if not h.is_control and h.max_timestamp >= timestamp_ms:
+                    table = batches_to_table(data[h.position : h.end])
+                    stamps = table.column("timestamp").cast("int64")
+                    idx = pc.index(pc.greater_equal(stamps, timestamp_ms), True).as_py()
+                    if idx >= 0:
+                        return int(table.column("offset")[idx].as_py()), int(stamps[idx].as_py())
+                offset = h.next_offset
+        return max_offset, -1
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or above ``offset``. If ``offset`` falls inside a batch

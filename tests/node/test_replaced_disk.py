@@ -13,8 +13,8 @@ import pytest
 from quorumlog.replica.client.connection import ConnectionLost
 from quorumlog.replica.client.errors import QuorumLogError
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.node.datadir import CATCH_UP_PENDING_FILE
 from quorumlog.replica.node.directories import PEER_DIRECTORIES_FILE
-from quorumlog.replica.node.node import CATCH_UP_PENDING_FILE
 from quorumlog.replica.storage.log import CATCH_UP_FILE
 
 from .helpers import (

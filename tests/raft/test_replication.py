@@ -199,18 +199,14 @@ def test_observers_never_count_and_hwm_never_goes_back() -> None:
     assert rows[9].end_offset == 4 and rows[9].lag == 0
 
 
-def test_consumer_fetch_stops_at_the_hwm_and_never_counts() -> None:
+def test_a_fetch_without_a_replica_id_is_refused() -> None:
+    """Consumers are served by the driver (tests/driver); the core serves replicas only."""
     leader = new_leader(epoch=2)
     leader.append(client_batch([1, 2, 3]), 0)
-    leader.log.flush()
-    leader.on_log_flushed(0)
-    consumer = FetchRequest(CLUSTER, CONSUMER_REPLICA_ID, 1, -1, 0, -1, 500, 1 << 20)
-    assert answer(leader, consumer).records == b""
-    assert leader.high_watermark == 0
-    answer(leader, fetch(2, 2, 1, 2))  # control batch committed
+    consumer = FetchRequest(CLUSTER, CONSUMER_REPLICA_ID, 1, 2, 0, -1, 500, 1 << 20)
     resp = answer(leader, consumer)
-    assert resp.records and resp.high_watermark == 1
-    assert leader.log.read(0, 1 << 20, 1) == resp.records
+    assert resp.error == ErrorCode.INVALID_REQUEST and resp.records == b""
+    assert leader.describe(0).observers == []
 
 
 def test_empty_answer_is_parkable() -> None:

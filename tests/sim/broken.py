@@ -1,7 +1,14 @@
-"""Cores with one rule broken on purpose: the simulator must catch each (its teeth)."""
+"""Cores and drivers with one rule broken on purpose: the simulator must catch each
+(its teeth)."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
+from quorumlog.replica.driver import Driver, PartitionDriver, Ready
+from quorumlog.replica.protocol import ErrorCode
+from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import CATCH_UP_UNKNOWN, RaftReplica, VoteRequest
 from quorumlog.replica.raft.replica import Output
 from quorumlog.replica.raft.state import LeaderState, Role
@@ -88,4 +95,58 @@ BROKEN = {
     "hwm-ignores-epoch-start": HwmIgnoresEpochStart,
     "votes-while-catching-up": VotesWhileCatchingUp,
     "votes-with-unknown-floor": VotesWithUnknownFloor,
+}
+
+
+# ---------------------------------------------------------------------- broken drivers
+# Each breaks one driver rule of replica.driver; the simulator runs them as it runs the
+# real driver (Simulation(driver_class=...)).
+
+
+class _AcksBeforeCommit(PartitionDriver):
+    def produce(self, token: int, req: m.ProduceRequest, now: int, ready: Ready) -> None:
+        super().produce(token, dataclasses.replace(req, acks=m.ACKS_LEADER), now, ready)
+
+
+class _SendsBeforeFlush(PartitionDriver):
+    def run(self, out: Output, now: int, ready: Ready) -> None:
+        out.flush_log = False
+        super().run(out, now, ready)
+
+
+class _ServesAboveHwm(PartitionDriver):
+    def _serve(self, req: m.FetchRequest, now: int, ready: Ready) -> m.FetchResponse | None:
+        resp = super()._serve(req, now, ready)
+        if resp is None and req.fetch_offset < self.log.end_offset:  # fenced, not committed
+            data = self.log.read(req.fetch_offset, req.max_bytes)
+            return self._fetched(ErrorCode.NONE, "", data)
+        return resp
+
+
+class _SendsBeforePersist(PartitionDriver):
+    """Hands out a new election state one step late, after the messages it governs."""
+
+    late: Any = None
+
+    def run(self, out: Output, now: int, ready: Ready) -> None:
+        if self.late is not None and out.persist is None:
+            out.persist = self.late
+        self.late, out.persist = out.persist, None
+        super().run(out, now, ready)
+
+
+def _driver(partition: type[PartitionDriver]) -> type[Driver]:
+    return type(partition.__name__.lstrip("_"), (Driver,), {"partition_class": partition})
+
+
+AcksBeforeCommit = _driver(_AcksBeforeCommit)
+SendsBeforeFlush = _driver(_SendsBeforeFlush)
+ServesAboveHwm = _driver(_ServesAboveHwm)
+SendsBeforePersist = _driver(_SendsBeforePersist)
+
+BROKEN_DRIVERS = {
+    "acks-before-commit": AcksBeforeCommit,
+    "sends-before-flush": SendsBeforeFlush,
+    "serves-above-hwm": ServesAboveHwm,
+    "sends-before-persist": SendsBeforePersist,
 }

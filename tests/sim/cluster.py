@@ -1,9 +1,9 @@
-"""Deterministic simulation of one partition's quorum: N ``RaftReplica`` cores, an
-in-memory disk each, a lossy network and a fault injector, all driven by one seed.
-
-The driver here follows the package's driver rules exactly (persist before send, flush
-before a follower fetch, park empty fetch answers as long-polls, group-commit the
-leader's log), so the invariants test the core as the node will run it.
+"""Deterministic simulation of one partition's quorum on N whole simulated nodes: each
+runs the nodes' own ``replica.driver.Driver`` (the same rules: persist before send, flush
+before a follower fetch, group commit, long-polls, answers at the high watermark) over
+an in-memory disk; a lossy network, clients (acks=quorum produces, fenced consumer
+fetches) and a fault injector, all driven by one seed. This module only executes what
+the driver hands out (``Ready``), as the asyncio node does: it holds no rule of its own.
 
 Invariants, checked after every event:
 
@@ -13,11 +13,16 @@ Invariants, checked after every event:
 * ``majority-holds``: a majority of voters holds (durably) every offset below the
   highest HWM any node has reported;
 * ``log-matching``: every node's log below its HWM equals the committed history;
-* ``acked-lost``: an acknowledged record is committed at the offset it was acked at;
+* ``persist-before-send``: after every step a node's durable election state is the one
+  it runs (and may have sent messages in);
+* ``acked-lost``: an acknowledged produce is committed at the offsets it was acked at;
+* ``consumer-above-hwm``: a consumer fetch never returns a record at or above the
+  answering node's high watermark, nor one the committed history does not hold there;
+* ``consumer-fenced``: a consumer fetch naming a leader epoch is served records only by
+  the leader of that very epoch;
 * ``truncated-below-hwm``: a follower never truncates below its HWM;
 * ``corrupt-served``: no damaged batch is ever sent, to a follower or to a consumer
-  (a simulated consumer reads committed offsets from the leader's log, as the node's
-  consumer fetch does, and reports damage to the core);
+  (consumers fetch through the driver, which reports damage it reads to the core);
 * ``liveness``: after faults stop (all nodes up, network healed) a leader commits a new
   client record within ``liveness_bound_ms``.
 
@@ -42,15 +47,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from quorumlog.replica.driver import Driver, Limits, Ready
+from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import (
     UNCLEAN_EPOCH_GAP,
-    CorruptDataError,
     ElectionState,
-    FetchRequest,
     FetchResponse,
     Message,
-    NotLeaderError,
-    Output,
     QuorumConfig,
     RaftReplica,
     Role,
@@ -59,11 +62,11 @@ from quorumlog.replica.raft import (
 from .memlog import MemLog, client_batch, decode_batches
 
 CLUSTER_ID = "sim-cluster"
+KEY = ("sim", 0)
+LIMITS = Limits(max_fetch_bytes=256, produce_timeout_ms=3000)
 
 # Event kinds (ints keep the heap cheap).
-DELIVER, TICK, FLUSH, CLIENT, FAULT, RESTART, PARK_EXPIRE, STOP, UNFAULT, HEAL, SCRUB, CONSUME = (
-    range(12)
-)
+DELIVER, TICK, FLUSH, CLIENT, FAULT, RESTART, STOP, UNFAULT, HEAL, SCRUB, CONSUME = range(11)
 KIND_NAMES = [
     "deliver",
     "tick",
@@ -71,7 +74,6 @@ KIND_NAMES = [
     "client",
     "fault",
     "restart",
-    "park-expire",
     "stop",
     "unfault",
     "heal",
@@ -80,6 +82,7 @@ KIND_NAMES = [
 ]
 
 ReplicaFactory = Callable[..., RaftReplica]
+DriverClass = type[Driver]
 
 
 class Violation(Exception):
@@ -138,20 +141,23 @@ class SimNode:
     id: int
     voter: bool
     log: MemLog = field(default_factory=MemLog)
-    core: RaftReplica | None = None
+    driver: Driver | None = None
     persisted: ElectionState | None = None
     alive: bool = False
     incarnation: int = 0
     tick_at: int | None = None
     flush_at: int | None = None
-    parked: dict[int, FetchRequest] = field(default_factory=dict)
     max_epoch: int = 0
     last_hwm: int = 0
     checked_upto: int = 0
     skew: int = 0
     disk_lost: bool = False
     stopping: bool = False
-    pending_acks: deque[tuple[int, int, int]] = field(default_factory=deque)
+
+    @property
+    def core(self) -> RaftReplica | None:
+        p = self.driver.get(KEY) if self.driver is not None else None
+        return p.core if p is not None else None
 
 
 @dataclass
@@ -179,10 +185,12 @@ class Simulation:
         params: SimParams | None = None,
         factory: ReplicaFactory = RaftReplica,
         trace_len: int = 60,
+        driver_class: DriverClass = Driver,
     ) -> None:
         self.seed = seed
         self.p = params or SimParams.for_seed(seed)
         self.factory = factory
+        self.driver_class = driver_class
         self.rng = random.Random(seed)
         self.now = 0
         self.seq = 0
@@ -195,7 +203,12 @@ class Simulation:
         self.loss = self.p.loss
         self.dup = self.p.dup
         self.committed: list[tuple[int, int]] = []
+        # Acknowledged records above the committed history known so far: checked when
+        # it grows past them.
         self.acked: dict[int, tuple[int, int]] = {}
+        # Client requests in flight, by token: what was asked and of which node.
+        self.requests: dict[int, tuple[int, int, Any]] = {}
+        self.next_token = 1
         self.epoch_leaders: dict[int, int] = {}
         self.next_uid = 1
         self.unclean = False
@@ -203,7 +216,7 @@ class Simulation:
         self.disk_lost_once = False
         self.healed_at: int | None = None
         self.live_at: int | None = None
-        self.first_post_heal_uid: int | None = None
+        self.heal_uid = 0  # records with this id or above were sent after the heal
         self.trace: deque[tuple[int, int, Any]] = deque(maxlen=trace_len)
         self.faults: list[str] = []
         self.stats = {"events": 0, "acked": 0, "elections": 0, "messages": 0}
@@ -236,8 +249,7 @@ class Simulation:
             self.push(self.rng.randint(*self.p.fault_every_ms), FAULT, None)
             self.push(self.rng.randint(*self.p.client_every_ms), CLIENT, None)
             self.push(self.p.fault_ms, HEAL, None)
-            if self.corrupt_on:
-                self.push(self.rng.randint(50, 300), CONSUME, None)
+            self.push(self.rng.randint(50, 300), CONSUME, None)
             end = self.p.fault_ms + self.p.liveness_bound_ms
             while self.events:
                 at, _, kind, data = heapq.heappop(self.events)
@@ -292,31 +304,19 @@ class Simulation:
             self.deliver(*data)
         elif kind == TICK:
             node = self.nodes[data[0]]
-            if (
-                node.alive
-                and node.core
-                and node.tick_at == self.now
-                and node.incarnation == data[1]
-            ):
+            if node.driver is not None and node.tick_at == self.now and node.incarnation == data[1]:
                 node.tick_at = None
-                self.apply(node, node.core.tick(self.local(node)))
+                self.execute(node, node.driver.tick(self.local(node)))
         elif kind == FLUSH:
             node = self.nodes[data[0]]
             if (
-                node.alive
-                and node.core
+                node.driver is not None
                 and node.incarnation == data[1]
                 and node.flush_at == self.now
             ):
                 node.flush_at = None
                 node.log.flush()
-                self.apply(node, node.core.on_log_flushed(self.local(node)))
-        elif kind == PARK_EXPIRE:
-            node = self.nodes[data[0]]
-            req = node.parked.get(data[1])
-            if node.alive and node.core and req is data[2]:
-                del node.parked[data[1]]
-                self.apply(node, node.core.handle(req, self.local(node)))
+                self.execute(node, node.driver.flushed(KEY, self.local(node)))
         elif kind == CLIENT:
             self.client_append()
             self.push(self.now + self.rng.randint(*self.p.client_every_ms), CLIENT, None)
@@ -347,7 +347,7 @@ class Simulation:
             self.push(self.now + self.rng.randint(50, 300), CONSUME, None)
         self.check_global()
 
-    # ------------------------------------------------------------------ driver
+    # ------------------------------------------------------------------ executor
 
     def start(self, node: SimNode) -> None:
         node.incarnation += 1
@@ -355,83 +355,71 @@ class Simulation:
         node.stopping = False
         node.tick_at = None
         node.flush_at = None
-        node.parked.clear()
         node.last_hwm = 0
         node.checked_upto = 0
-        node.pending_acks.clear()
-        node.core = self.factory(
-            self.p.config,
+        node.driver = self.driver_class(
             node.id,
-            self.voter_ids,
             CLUSTER_ID,
-            node.log,
-            node.persisted,
+            self.p.config,
+            LIMITS,
             random.Random(self.rng.getrandbits(64)),
-            self.local(node),
+            self.factory,
         )
-        self.apply(node, node.core.startup_output())
-        if node.disk_lost and node.core is not None:
+        self.execute(
+            node,
+            node.driver.open(KEY, self.voter_ids, node.log, node.persisted, self.local(node)),
+        )
+        if node.disk_lost and node.driver is not None:
             # Told by a peer before anything else; durable in its log from here on.
             node.disk_lost = False
             self.stats["replaced_directories"] = self.stats.get("replaced_directories", 0) + 1
-            self.apply(node, node.core.begin_catch_up(self.local(node)))
+            self.execute(node, node.driver.begin_catch_up(self.local(node)))
 
     def stop(self, node: SimNode, lose_unflushed: bool) -> None:
         node.alive = False
-        node.core = None
-        node.parked.clear()
-        node.pending_acks.clear()
+        node.driver = None  # its clients' requests go unanswered (they time out)
         if lose_unflushed:
             node.log.crash()
 
-    def apply(self, node: SimNode, out: Output) -> None:
-        core = node.core
-        assert core is not None
-        if out.persist is not None:
-            node.persisted = out.persist  # durable before any send below
-        follow: Output | None = None
-        if out.repaired_at is not None:
+    def execute(self, node: SimNode, ready: Ready) -> None:
+        """Do what the driver asks, in the Ready's order, as the asyncio node does."""
+        if node.driver is None:
+            return
+        for _, state in ready.persist:
+            node.persisted = state  # durable before any send below
+        for _ in ready.flush:
+            node.flush_at = self.now + self.rng.randint(1, 5)  # an fsync takes a while
+            self.push(node.flush_at, FLUSH, (node.id, node.incarnation))
+        for _, msg in ready.send:
+            self.send(node, msg)
+        for _, offset in ready.repaired:
             # The log lost data on purpose (damage repaired): restart the HWM checks.
             self.stats["repairs"] = self.stats.get("repairs", 0) + 1
-            node.last_hwm = core.high_watermark
-            node.checked_upto = min(node.checked_upto, out.repaired_at)
-        if out.flush_log:
-            node.log.flush()
-            follow = core.on_log_flushed(self.local(node))
-        for msg in out.messages:
-            self.send(node, msg)
-        if out.truncated_below_high_watermark and not self.unclean:
-            raise Violation(
-                "truncated-below-hwm", f"node {node.id} truncated to {out.truncated_to}"
-            )
-        if out.truncated_below_high_watermark:
-            self.stats["committed_truncations"] = self.stats.get("committed_truncations", 0) + 1
-        if out.truncated_to is not None:
-            node.checked_upto = min(node.checked_upto, out.truncated_to)
+            core = node.core
+            node.last_hwm = core.high_watermark if core is not None else 0
+            node.checked_upto = min(node.checked_upto, offset)
+        for _, offset, committed_lost in ready.truncated:
+            if committed_lost and not self.unclean:
+                raise Violation("truncated-below-hwm", f"node {node.id} truncated to {offset}")
+            if committed_lost:
+                self.stats["committed_truncations"] = self.stats.get("committed_truncations", 0) + 1
+            node.checked_upto = min(node.checked_upto, offset)
             if self.unclean:
                 self.check_truncation_visible(node)
-        self.check_node(node, out)
-        if out.fetch_wakeup and node.parked:
-            parked, node.parked = node.parked, {}
-            for req in parked.values():
-                self.apply(node, core.handle(req, self.local(node)))
-        if follow is not None:
-            self.apply(node, follow)
-        if node.core is core:
-            self.schedule(node)
+        self.check_node(node)
+        for token, resp in ready.answers:
+            self.answered(node, token, resp)
+        self.schedule(node)
 
     def schedule(self, node: SimNode) -> None:
-        core = node.core
-        assert core is not None
-        deadline = core.next_deadline_ms()
+        if node.driver is None:
+            return
+        deadline = node.driver.next_deadline_ms()
         if deadline is not None:
             at = max(self.now + 1, deadline - node.skew)
             if node.tick_at is None or at < node.tick_at or node.tick_at < self.now:
                 node.tick_at = at
                 self.push(at, TICK, (node.id, node.incarnation))
-        if node.log.end_offset > node.log.durable and node.flush_at is None:
-            node.flush_at = self.now + self.rng.randint(1, 5)  # group commit
-            self.push(node.flush_at, FLUSH, (node.id, node.incarnation))
 
     def send(self, node: SimNode, msg: Message) -> None:
         if isinstance(msg, FetchResponse) and msg.records:
@@ -449,68 +437,115 @@ class Simulation:
 
     def deliver(self, msg: Message, src_incarnation: int) -> None:
         node = self.nodes[msg.dst]
-        if not node.alive or node.core is None or (msg.src, msg.dst) in self.blocked:
+        if node.driver is None or (msg.src, msg.dst) in self.blocked:
             return
-        out = node.core.handle(msg, self.local(node))
-        if isinstance(msg, FetchRequest) and msg.max_wait_ms > 0:
-            for i, m in enumerate(out.messages):
-                if isinstance(m, FetchResponse) and m.dst == msg.replica_id and m.is_empty():
-                    # Long-poll: hold the empty answer; re-ask on wakeup or expiry.
-                    del out.messages[i]
-                    node.parked[msg.replica_id] = msg
-                    self.push(
-                        self.now + msg.max_wait_ms, PARK_EXPIRE, (node.id, msg.replica_id, msg)
-                    )
-                    break
-        self.apply(node, out)
+        self.execute(node, node.driver.raft(KEY, msg, self.local(node)))
 
     # ------------------------------------------------------------------ clients
 
+    def submit(self, node: SimNode, req: Any, what: Any) -> None:
+        assert node.driver is not None
+        token = self.next_token
+        self.next_token += 1
+        self.requests[token] = (node.id, node.incarnation, what)
+        self.execute(node, node.driver.request(token, KEY, req, self.local(node)))
+
     def client_append(self) -> None:
-        leaders = [
-            n for n in self.nodes.values() if n.alive and n.core and n.core.role is Role.LEADER
-        ]
-        if not leaders:
+        """A producer (acks=quorum) asks a leader, now and then a node that is not."""
+        alive = [n for n in self.nodes.values() if n.driver is not None]
+        leaders = [n for n in alive if n.core and n.core.role is Role.LEADER]
+        if not alive or (not leaders and self.rng.random() < 0.9):
             return
-        node = self.rng.choice(leaders)
-        assert node.core is not None
+        node = self.rng.choice(leaders if leaders and self.rng.random() < 0.9 else alive)
         ids = [self.next_uid + i for i in range(self.rng.randint(1, 3))]
         self.next_uid += len(ids)
-        try:
-            info, epoch, out = node.core.append(client_batch(ids), self.local(node))
-        except NotLeaderError:
-            return
-        if self.healed_at is not None and self.first_post_heal_uid is None:
-            self.first_post_heal_uid = ids[0]
-        for off, uid in zip(range(info.first_offset, info.last_offset + 1), ids, strict=True):
-            node.pending_acks.append((off, epoch, uid))
-        self.apply(node, out)
+        req = m.ProduceRequest(
+            topic=KEY[0],
+            partition=KEY[1],
+            acks=m.ACKS_QUORUM,
+            timeout_ms=3000,
+            records=client_batch(ids),
+        )
+        self.submit(node, req, ("produce", ids))
 
     def consume(self) -> None:
-        """A consumer reads committed records from a leader's log (node ``_fetch``):
-        damage is reported to the core, never served."""
-        leaders = [
-            n for n in self.nodes.values() if n.alive and n.core and n.core.role is Role.LEADER
-        ]
-        if not leaders:
+        """A consumer fetches from any node: at the epoch it knows (now and then a stale
+        one, or none), from a committed offset or the HWM (a long-poll)."""
+        alive = [n for n in self.nodes.values() if n.driver is not None and n.core is not None]
+        if not alive:
             return
-        node = self.rng.choice(leaders)
+        node = self.rng.choice(alive)
         core = node.core
         assert core is not None
-        hwm = core.high_watermark
-        if hwm <= 0:
+        epoch = self.rng.choice([core.epoch, core.epoch, core.epoch, core.epoch - 1, -1])
+        offset = self.rng.randint(0, core.high_watermark)
+        req = m.FetchRequest(
+            topic=KEY[0],
+            partition=KEY[1],
+            current_leader_epoch=epoch,
+            fetch_offset=offset,
+            max_wait_ms=self.rng.choice([0, 50, 200]),
+            min_bytes=1,
+            max_bytes=64,
+        )
+        self.submit(node, req, ("consume", req))
+
+    def answered(self, node: SimNode, token: int, resp: Any) -> None:
+        asked = self.requests.pop(token, None)
+        if asked is None:
             return
-        offset = self.rng.randrange(hwm)
-        try:
-            data = node.log.read(offset, 64, max_offset=hwm)
-        except CorruptDataError as exc:
-            self.apply(node, core.on_corruption(exc.offset, self.local(node)))
+        node_id, incarnation, (kind, what) = asked
+        assert node_id == node.id and incarnation == node.incarnation, (asked, node.id)
+        if resp.error != 0:
             return
-        self.check_undamaged(node, data, "to a consumer")
-        for base, epoch, _, ids in decode_batches(data):
+        if kind == "produce":
+            self.acknowledged(resp, what)
+        else:
+            self.served(node, what, resp)
+
+    def acknowledged(self, resp: m.ProduceResponse, ids: list[int]) -> None:
+        offsets = range(resp.base_offset, resp.last_offset + 1)
+        for off, uid in zip(offsets, ids, strict=True):
+            rec = (resp.leader_epoch, uid)
+            self.stats["acked"] += 1
+            if off < len(self.committed):
+                if not self.unclean and self.committed[off] != rec:
+                    raise Violation(
+                        "acked-lost",
+                        f"record {uid} acked at offset {off} epoch {resp.leader_epoch}, "
+                        f"committed history has {self.committed[off]}",
+                    )
+            else:
+                self.acked[off] = rec
+            if self.live_at is None and self.healed_at is not None and uid >= self.heal_uid:
+                self.live_at = self.now
+
+    def served(self, node: SimNode, req: m.FetchRequest, resp: m.FetchResponse) -> None:
+        self.stats["fetches"] = self.stats.get("fetches", 0) + 1
+        if not resp.records:
+            return
+        self.stats["fetched"] = self.stats.get("fetched", 0) + 1
+        core = node.core
+        assert core is not None
+        self.check_undamaged(node, resp.records, "to a consumer")
+        if req.current_leader_epoch != -1 and (
+            resp.leader_epoch != req.current_leader_epoch
+            or self.epoch_leaders.get(resp.leader_epoch) != node.id
+        ):
+            raise Violation(
+                "consumer-fenced",
+                f"node {node.id} served records for epoch {req.current_leader_epoch} "
+                f"while in epoch {resp.leader_epoch} (leader {self.epoch_leaders.get(resp.leader_epoch)})",
+            )
+        for base, epoch, _, ids in decode_batches(resp.records):
             for i, uid in enumerate(ids):
                 off = base + i
-                if off < len(self.committed) and self.committed[off] != (epoch, uid):
+                if off >= resp.high_watermark or off >= core.high_watermark:
+                    raise Violation(
+                        "consumer-above-hwm",
+                        f"node {node.id} served offset {off} with HWM {core.high_watermark}",
+                    )
+                if not self.unclean and self.committed[off] != (epoch, uid):
                     raise Violation(
                         "log-matching",
                         f"node {node.id} served {(epoch, uid)} at committed offset {off}, "
@@ -525,13 +560,13 @@ class Simulation:
                 )
 
     def scrub(self, node: SimNode) -> None:
-        if not node.alive or node.core is None:
+        if node.driver is None:
             if node.log.damaged:
                 self.push(self.now + self.rng.randint(200, 1000), SCRUB, (node.id,))
             return
         found = node.log.first_damage()
         if found is not None:
-            self.apply(node, node.core.on_corruption(found, self.local(node)))
+            self.execute(node, node.driver.on_corruption(KEY, found, self.local(node)))
 
     # ------------------------------------------------------------------ faults
 
@@ -555,7 +590,8 @@ class Simulation:
             assert node.core is not None
             self.fault(f"graceful shutdown of node {node.id} ({node.core.state_name})")
             node.stopping = True
-            self.apply(node, node.core.begin_shutdown(self.local(node)))
+            assert node.driver is not None
+            self.execute(node, node.driver.begin_shutdown(self.local(node)))
             self.push(self.now + self.rng.randint(20, 300), STOP, (node.id, node.incarnation))
         elif r < 0.52 and len(ids) > 1:
             node_id = self.rng.choice(ids)
@@ -580,8 +616,8 @@ class Simulation:
             jump = self.rng.randint(1, 1500)
             self.fault(f"clock of node {node.id} jumps +{jump} ms")
             node.skew += jump
-            if node.core is not None:
-                self.apply(node, node.core.tick(self.local(node)))
+            if node.driver is not None:
+                self.execute(node, node.driver.tick(self.local(node)))
         elif r < 0.90 and self.p.disk_loss and not self.disk_lost_once and len(self.voter_ids) > 1:
             node = self.nodes[self.rng.choice(self.voter_ids)]
             # It comes back under its voter id with an empty log and no quorum state. Its
@@ -609,8 +645,12 @@ class Simulation:
             self.fault(f"operator forces node {node.id} to lead epoch > {top} (unclean)")
             self.unclean = True
             self.unclean_snapshot = list(self.committed)
-            out = node.core.force_leader(self.local(node), min_epoch=top + UNCLEAN_EPOCH_GAP)
-            self.apply(node, out)
+            assert node.driver is not None
+            p = node.driver.partitions[KEY]
+            ready = Ready()
+            now = self.local(node)
+            p.run(p.core.force_leader(now, min_epoch=top + UNCLEAN_EPOCH_GAP), now, ready)
+            self.execute(node, ready)
 
     def inject_corruption(self) -> None:
         if any(n.log.damaged or n.log.catch_up_offset >= 0 for n in self.nodes.values() if n.voter):
@@ -634,6 +674,7 @@ class Simulation:
     def heal(self) -> None:
         self.fault("faults stop: network healed, down nodes restart")
         self.healed_at = self.now
+        self.heal_uid = self.next_uid
         self.blocked.clear()
         self.loss = 0.0
         self.dup = 0.0
@@ -643,7 +684,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ invariants
 
-    def check_node(self, node: SimNode, out: Output) -> None:
+    def check_node(self, node: SimNode) -> None:
         core = node.core
         assert core is not None
         if core.epoch < node.max_epoch:
@@ -653,7 +694,7 @@ class Simulation:
         node.max_epoch = core.epoch
         if node.persisted != core.election_state:
             raise Violation(
-                "epoch-monotonic",
+                "persist-before-send",
                 f"node {node.id} persisted {node.persisted} but runs {core.election_state}",
             )
         if core.role is Role.LEADER:
@@ -682,27 +723,14 @@ class Simulation:
                         )
                 else:
                     self.committed.append(rec)
+                    acked = self.acked.pop(off, None)
+                    if acked is not None and acked != rec:
+                        raise Violation(
+                            "acked-lost",
+                            f"record {acked[1]} acked at offset {off} epoch {acked[0]}, "
+                            f"committed history has {rec}",
+                        )
             node.checked_upto = hwm
-        if node.pending_acks and (
-            core.role is not Role.LEADER or core.epoch != node.pending_acks[0][1]
-        ):
-            node.pending_acks.clear()  # leadership lost: those produces fail (NOT_LEADER)
-        while node.pending_acks and node.pending_acks[0][0] < hwm:
-            off, epoch, uid = node.pending_acks.popleft()
-            if not self.unclean and self.committed[off] != (epoch, uid):
-                raise Violation(
-                    "acked-lost",
-                    f"record {uid} acked at offset {off} epoch {epoch}, "
-                    f"committed history has {self.committed[off]}",
-                )
-            self.acked[off] = (epoch, uid)
-            self.stats["acked"] += 1
-            if (
-                self.live_at is None
-                and self.first_post_heal_uid is not None
-                and uid >= self.first_post_heal_uid
-            ):
-                self.live_at = self.now
 
     def check_global(self) -> None:
         if self.unclean or not self.committed:
@@ -745,8 +773,13 @@ class Simulation:
                 )
 
 
-def run_seed(seed: int, factory: ReplicaFactory = RaftReplica, **overrides: Any) -> SimResult:
+def run_seed(
+    seed: int,
+    factory: ReplicaFactory = RaftReplica,
+    driver_class: DriverClass = Driver,
+    **overrides: Any,
+) -> SimResult:
     params = SimParams.for_seed(seed)
     for key, value in overrides.items():
         setattr(params, key, value)
-    return Simulation(seed, params, factory).run()
+    return Simulation(seed, params, factory, driver_class=driver_class).run()

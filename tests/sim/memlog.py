@@ -158,6 +158,9 @@ class MemLog:
             pos = end
         return b"".join(out)
 
+    def offset_for_timestamp(self, timestamp_ms: int, max_offset: int) -> tuple[int, int]:
+        return max_offset, -1  # simulated records carry no timestamps
+
     def truncate_to(self, offset: int) -> None:
         offset = max(0, offset)
         del self.entries[offset:]

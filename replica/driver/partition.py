@@ -1,0 +1,465 @@
+"""One partition replica under the driver rules: its raft core, its log, and the client
+requests waiting on it (acks=quorum produces, long-poll fetches of replicas and
+consumers). Pure: the executor is handed what to persist, flush and send (``Ready``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..protocol import ErrorCode
+from ..protocol import messages as m
+from ..raft import (
+    CorruptDataError,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    NotLeaderError,
+    Output,
+    RaftReplica,
+)
+from ..raft.log import ReplicaLog
+from ..raft.state import ReplicaProgress
+from ..storage.errors import StorageError
+from .errors import error_response
+from .ready import PartitionKey, Ready
+
+log = logging.getLogger(__name__)
+
+
+class ServedLog(ReplicaLog, Protocol):
+    """The log a driver serves clients from: the core's log plus a timestamp lookup."""
+
+    def offset_for_timestamp(self, timestamp_ms: int, max_offset: int) -> tuple[int, int]:
+        """(first offset below ``max_offset`` whose record timestamp is >= the given one,
+        that record's timestamp), or (max_offset, -1) if none."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the driver needs to know of the node's configuration."""
+
+    max_fetch_bytes: int  # the most one consumer Fetch answer may carry (a frame's room)
+    produce_timeout_ms: int  # acks=quorum wait when the request names none
+
+
+@dataclass(slots=True)
+class _Held:
+    """Messages that wait until the log is durable up to ``needs`` (flush before send)."""
+
+    needs: int
+    messages: list[Message]
+
+
+@dataclass(slots=True)
+class _ParkedFetch:
+    """A replica's fetch whose empty answer is held (long-poll) until ``deadline_ms``."""
+
+    request: FetchRequest
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """An acks=quorum produce: answered once the HWM passes ``last`` in ``epoch``."""
+
+    token: int
+    first: int
+    last: int
+    epoch: int
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class _ConsumerWait:
+    """A consumer fetch with nothing to serve yet: answered on progress or expiry."""
+
+    token: int
+    request: m.FetchRequest
+    deadline_ms: int
+
+
+class PartitionDriver:
+    def __init__(
+        self,
+        key: PartitionKey,
+        core: RaftReplica,
+        log_: ServedLog,
+        limits: Limits,
+        ticks_from_ms: int = 0,
+    ) -> None:
+        self.key = key
+        self.core = core
+        self.log = log_
+        self.limits = limits
+        # A new partition's non-preferred replicas hold their timers until then, so the
+        # preferred replica stands first and leadership spreads as assignments do.
+        self.ticks_from_ms = ticks_from_ms
+        self.held: deque[_Held] = deque()
+        self.flushing = False
+        self.parked: list[_ParkedFetch] = []
+        # The HWM last sent to each replica: an empty answer may be parked only if it
+        # tells that replica nothing new.
+        self.sent_hwm: dict[int, int] = {}
+        self.waiters: list[_Waiter] = []
+        self.consumers: list[_ConsumerWait] = []
+        self.closed = False
+        self._role: tuple[str, int | None, int] = ("", None, -1)
+
+    @property
+    def name(self) -> str:
+        return f"{self.key[0]}/{self.key[1]}"
+
+    # ------------------------------------------------------------------ the rules
+    def run(self, out: Output, now: int, ready: Ready) -> None:
+        """Execute one core output under the driver rules."""
+        if self.closed:
+            return
+        if out.persist is not None:
+            ready.persist.append((self.key, out.persist))  # before any send of this output
+        lg = self.log
+        if out.flush_log and lg.durable_end_offset < lg.end_offset:
+            self.held.append(_Held(lg.end_offset, out.messages))  # flush before send
+            self._want_flush(ready)
+        elif self.held:
+            self.held.append(_Held(self.held[-1].needs, out.messages))  # keep the order
+        else:
+            self._emit(out.messages, now, ready)
+        if self.core.is_leader and lg.durable_end_offset < lg.end_offset:
+            # A leader's own appends count towards the HWM only once durable: group
+            # commit them (one flush for everything appended meanwhile).
+            self._want_flush(ready)
+        if out.truncated_to is not None:
+            ready.truncated.append((self.key, out.truncated_to, out.truncated_below_high_watermark))
+            if out.truncated_below_high_watermark:
+                log.warning(
+                    "%s: committed records were truncated (unclean leader election)", self.name
+                )
+        if out.repaired_at is not None:
+            ready.repaired.append((self.key, out.repaired_at))
+        if out.high_watermark is not None:
+            ready.committed.append(self.key)
+            self._answer_waiters(ready)
+        if out.high_watermark is not None or out.fetch_wakeup:
+            self._wake(now, ready, force=False)
+        self._observe_role(now, ready)
+
+    def _emit(self, messages: list[Message], now: int, ready: Ready) -> None:
+        for msg in messages:
+            if isinstance(msg, FetchResponse):
+                self.sent_hwm[msg.dst] = msg.high_watermark
+            if msg.dst == self.core.node_id:
+                self.run(self.core.handle(msg, now), now, ready)
+            else:
+                ready.send.append((self.key, msg))
+
+    def _want_flush(self, ready: Ready) -> None:
+        if not self.flushing:
+            self.flushing = True
+            ready.flush.append(self.key)
+
+    def flushed(self, now: int, ready: Ready) -> None:
+        """The flush this driver asked for completed."""
+        self.flushing = False
+        if self.closed:
+            return
+        durable = self.log.durable_end_offset
+        while self.held and self.held[0].needs <= durable:
+            self._emit(self.held.popleft().messages, now, ready)
+        self.run(self.core.on_log_flushed(now), now, ready)
+        if self.held:
+            self._want_flush(ready)  # appended while that flush ran
+
+    def _observe_role(self, now: int, ready: Ready) -> None:
+        core = self.core
+        role = (core.state_name, core.leader_id, core.epoch)
+        if role == self._role:
+            return
+        was_leader = self._role[0] == "leader"
+        if core.is_leader and (self._role[0], self._role[2]) != ("leader", core.epoch):
+            log.info("%s: leader in epoch %d", self.name, core.epoch)
+        elif core.leader_id != self._role[1] and core.leader_id is not None:
+            log.info("%s: follows node %d in epoch %d", self.name, core.leader_id, core.epoch)
+        self._role = role
+        if was_leader and not core.is_leader:
+            # Their records may be truncated by the next leader: fail them.
+            self._fail_waiters(NotLeaderError(core.leader_id, core.epoch), ready)
+            self._wake(now, ready, force=True)
+        elif self.consumers:
+            self._wake_consumers(now, ready, force=False)
+
+    # ------------------------------------------------------------------ replica fetches
+    def on_raft(self, msg: Message, now: int, ready: Ready) -> None:
+        out = self.core.handle(msg, now)
+        if isinstance(msg, FetchRequest) and msg.max_wait_ms > 0:
+            resp = _answer_to(out, msg)
+            if (
+                resp is not None
+                and resp.is_empty()
+                and self.sent_hwm.get(msg.replica_id) == resp.high_watermark
+            ):
+                # Long-poll: nothing new for this replica; hold the answer.
+                out.messages.remove(resp)
+                self.parked.append(_ParkedFetch(msg, now + msg.max_wait_ms))
+        self.run(out, now, ready)
+
+    def _wake(self, now: int, ready: Ready, *, force: bool) -> None:
+        if self.parked:
+            self._wake_replicas(now, ready, force=force)
+        if self.consumers:
+            self._wake_consumers(now, ready, force=force)
+
+    def _wake_replicas(self, now: int, ready: Ready, *, force: bool) -> None:
+        parked, self.parked = self.parked, []
+        for p in parked:
+            out = self.core.handle(p.request, now)  # re-handling is idempotent
+            resp = _answer_to(out, p.request)
+            if resp is not None and resp.is_empty():
+                out.messages.remove(resp)
+                if (
+                    resp.high_watermark == self.sent_hwm.get(p.request.replica_id)
+                    and now < p.deadline_ms
+                    and not force
+                ):
+                    self.parked.append(p)  # still nothing new: keep it parked
+                else:
+                    self._emit([resp], now, ready)  # new HWM, expiry or forced
+            self.run(out, now, ready)
+
+    # ------------------------------------------------------------------ client requests
+    def produce(self, token: int, req: m.ProduceRequest, now: int, ready: Ready) -> None:
+        try:
+            info, epoch, out = self.core.append(req.records, now)
+        except NotLeaderError as exc:
+            ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, str(exc), exc)))
+            return
+        except (StorageError, ValueError) as exc:
+            err = _produce_error(ErrorCode.CORRUPT_MESSAGE, f"rejected batch: {exc}")
+            ready.answers.append((token, err))
+            return
+        if req.acks == m.ACKS_QUORUM:
+            timeout = req.timeout_ms if req.timeout_ms > 0 else self.limits.produce_timeout_ms
+            self.waiters.append(
+                _Waiter(token, info.first_offset, info.last_offset, epoch, now + timeout)
+            )
+        else:
+            ready.answers.append(
+                (token, self._produced(info.first_offset, info.last_offset, epoch))
+            )
+        self.run(out, now, ready)
+
+    def _produced(self, first: int, last: int, epoch: int) -> m.ProduceResponse:
+        return m.ProduceResponse(
+            error=0,
+            error_message="",
+            base_offset=first,
+            last_offset=last,
+            leader_epoch=epoch,
+            leader_id=self.core.node_id,
+        )
+
+    def _answer_waiters(self, ready: Ready) -> None:
+        hwm, epoch = self.core.high_watermark, self.core.epoch
+        still = []
+        for w in self.waiters:
+            if hwm > w.last and w.epoch == epoch and self.core.is_leader:
+                ready.answers.append((w.token, self._produced(w.first, w.last, w.epoch)))
+            else:
+                still.append(w)
+        self.waiters = still
+
+    def _fail_waiters(self, exc: NotLeaderError, ready: Ready) -> None:
+        for w in self.waiters:
+            text = f"leadership moved before offsets {w.first}-{w.last} were committed: {exc}"
+            ready.answers.append((w.token, _produce_error(ErrorCode.NOT_LEADER, text, exc)))
+        self.waiters = []
+
+    def fetch(self, token: int, req: m.FetchRequest, now: int, ready: Ready) -> None:
+        """A consumer fetch (the one place consumers are served): fenced by
+        ``check_leader_epoch``, never above the HWM, long-polled while nothing is new."""
+        resp = self._serve(req, now, ready)
+        if resp is not None:
+            ready.answers.append((token, resp))
+        elif req.max_wait_ms > 0:
+            self.consumers.append(_ConsumerWait(token, req, now + req.max_wait_ms))
+        else:
+            ready.answers.append((token, self._fetched(ErrorCode.NONE, "")))
+
+    def _serve(self, req: m.FetchRequest, now: int, ready: Ready) -> m.FetchResponse | None:
+        """The answer to a consumer fetch, or None while there is nothing to serve yet."""
+        core, lg = self.core, self.log
+        code = core.check_leader_epoch(req.current_leader_epoch)
+        if code != ErrorCode.NONE:
+            return self._fetched(code, f"leader epoch {req.current_leader_epoch} vs {core.epoch}")
+        if not lg.start_offset <= req.fetch_offset <= lg.end_offset:
+            return self._fetched(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {req.fetch_offset} is outside [{lg.start_offset}, {lg.end_offset}]",
+            )
+        hwm = core.high_watermark
+        if req.fetch_offset >= hwm:
+            return None
+        # At least one whole batch even above max_bytes (KIP-74), never more than a
+        # frame can carry: any single batch fits that.
+        max_bytes = min(max(1, req.max_bytes), self.limits.max_fetch_bytes)
+        try:
+            data = lg.read(req.fetch_offset, max_bytes, max_offset=hwm)
+        except CorruptDataError as exc:
+            # Never serve damaged bytes: resign, repair, send the client elsewhere.
+            self.on_corruption(exc.offset, now, ready)
+            return self._fetched(ErrorCode.NOT_LEADER, f"damaged data at offset {exc.offset}")
+        except StorageError as exc:
+            return self._fetched(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
+        return self._fetched(ErrorCode.NONE, "", data)
+
+    def _fetched(self, code: ErrorCode, text: str, records: bytes = b"") -> m.FetchResponse:
+        core = self.core
+        return m.FetchResponse(
+            error=int(code),
+            error_message=text,
+            leader_id=m.NO_EPOCH if core.leader_id is None else core.leader_id,
+            leader_epoch=core.epoch,
+            high_watermark=core.high_watermark,
+            log_start_offset=self.log.start_offset,
+            records=records,
+        )
+
+    def _wake_consumers(self, now: int, ready: Ready, *, force: bool) -> None:
+        waiting, self.consumers = self.consumers, []
+        for w in waiting:
+            resp = self._serve(w.request, now, ready)
+            if resp is None and now < w.deadline_ms and not force:
+                self.consumers.append(w)
+            else:
+                ready.answers.append((w.token, resp or self._fetched(ErrorCode.NONE, "")))
+
+    def list_offsets(self, token: int, req: m.ListOffsetsRequest, now: int, ready: Ready) -> None:
+        core, lg = self.core, self.log
+
+        def answer(code: ErrorCode, text: str, offset: int = -1, ts: int = -1) -> None:
+            epoch = lg.epoch_at(offset - 1) if offset > lg.start_offset else m.NO_EPOCH
+            resp = m.ListOffsetsResponse(
+                error=int(code), error_message=text, offset=offset, leader_epoch=epoch, timestamp=ts
+            )
+            ready.answers.append((token, resp))
+
+        code = core.check_leader_epoch(req.current_leader_epoch)
+        if code != ErrorCode.NONE:
+            answer(code, f"leader epoch {req.current_leader_epoch} vs {core.epoch}")
+        elif req.timestamp == m.LATEST_TIMESTAMP:
+            answer(ErrorCode.NONE, "", core.high_watermark)
+        elif req.timestamp == m.EARLIEST_TIMESTAMP:
+            answer(ErrorCode.NONE, "", lg.start_offset)
+        else:
+            try:
+                offset, ts = lg.offset_for_timestamp(req.timestamp, core.high_watermark)
+            except CorruptDataError as exc:
+                self.on_corruption(exc.offset, now, ready)
+                answer(ErrorCode.NOT_LEADER, f"damaged data at offset {exc.offset}")
+                return
+            answer(ErrorCode.NONE, "", offset, ts)
+
+    def offsets_for_leader_epoch(
+        self, token: int, req: m.OffsetsForLeaderEpochRequest, ready: Ready
+    ) -> None:
+        code = self.core.check_leader_epoch(req.current_leader_epoch)
+        if code != ErrorCode.NONE:
+            text = f"leader epoch {req.current_leader_epoch} vs {self.core.epoch}"
+            resp = error_response(type(req), code, text)
+        else:
+            found = self.log.end_offset_for(req.leader_epoch)
+            resp = m.OffsetsForLeaderEpochResponse(
+                error=0, error_message="", leader_epoch=found.epoch, end_offset=found.end_offset
+            )
+        ready.answers.append((token, resp))
+
+    def describe(self, token: int, now: int, ready: Ready) -> None:
+        core = self.core
+        if not core.is_leader:
+            resp = error_response(m.DescribeQuorumRequest, ErrorCode.NOT_LEADER, "not the leader")
+        else:
+            d = core.describe(now)
+
+            def row(p: ReplicaProgress) -> m.ReplicaStateInfo:
+                return m.ReplicaStateInfo(
+                    replica_id=p.replica_id,
+                    end_offset=p.end_offset,
+                    last_fetch_ms=now - p.last_fetch_ms if p.last_fetch_ms >= 0 else -1,
+                    lag=p.lag,
+                )
+
+            resp = m.DescribeQuorumResponse(
+                error=0,
+                error_message="",
+                leader_id=-1 if d.leader_id is None else d.leader_id,
+                leader_epoch=d.leader_epoch,
+                high_watermark=d.high_watermark,
+                voters=[row(p) for p in d.voters],
+                observers=[row(p) for p in d.observers],
+            )
+        ready.answers.append((token, resp))
+
+    # ------------------------------------------------------------------ lifecycle
+    def tick(self, now: int, ready: Ready) -> None:
+        deadline = self.core.next_deadline_ms()
+        if deadline is not None and deadline <= now and now >= self.ticks_from_ms:
+            self.run(self.core.tick(now), now, ready)
+        if self.parked and min(p.deadline_ms for p in self.parked) <= now:
+            self._wake_replicas(now, ready, force=False)
+        if self.consumers and min(w.deadline_ms for w in self.consumers) <= now:
+            self._wake_consumers(now, ready, force=False)
+        if self.waiters and min(w.deadline_ms for w in self.waiters) <= now:
+            still = []
+            for w in self.waiters:
+                if w.deadline_ms <= now:
+                    text = f"offsets {w.first}-{w.last} not committed by a quorum in time"
+                    ready.answers.append(
+                        (w.token, _produce_error(ErrorCode.REQUEST_TIMED_OUT, text))
+                    )
+                else:
+                    still.append(w)
+            self.waiters = still
+
+    def next_deadline_ms(self) -> int | None:
+        """When ``tick`` next has something to do (the core's timers, held waits)."""
+        times = [p.deadline_ms for p in self.parked]
+        times += [w.deadline_ms for w in self.consumers]
+        times += [w.deadline_ms for w in self.waiters]
+        core = self.core.next_deadline_ms()
+        if core is not None:
+            times.append(max(core, self.ticks_from_ms))
+        return min(times) if times else None
+
+    def on_corruption(self, offset: int, now: int, ready: Ready) -> None:
+        self.run(self.core.on_corruption(offset, now), now, ready)
+
+    def close(self, ready: Ready) -> None:
+        """The replica leaves this node: every request waiting on it is answered."""
+        if self.closed:
+            return
+        self._fail_waiters(NotLeaderError(None, self.core.epoch), ready)
+        for w in self.consumers:
+            resp = self._fetched(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "partition was closed")
+            ready.answers.append((w.token, resp))
+        self.consumers = []
+        self.parked = []
+        self.held.clear()
+        self.closed = True
+
+
+def _answer_to(out: Output, req: FetchRequest) -> FetchResponse | None:
+    for msg in out.messages:
+        if isinstance(msg, FetchResponse) and msg.dst == req.replica_id:
+            return msg
+    return None
+
+
+def _produce_error(code: ErrorCode, text: str, exc: NotLeaderError | None = None) -> Any:
+    resp = error_response(m.ProduceRequest, code, text)
+    if exc is not None and exc.leader_id is not None:  # where the client should go
+        resp = dataclasses.replace(resp, leader_id=exc.leader_id)
+    return resp

@@ -1,0 +1,181 @@
+"""The api layer: one small handler per client API. Partition requests go to the driver
+(answered through its ``Ready``); topic changes to the metadata controller."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..driver import Driver, error_response
+from ..protocol import ApiKey, ErrorCode, Frame, decode_body
+from ..protocol import messages as m
+from ..storage.errors import CorruptRecordError
+from ..storage.records import iter_batches
+from .config import NodeConfig
+from .controller import MetadataController
+from .metadata import METADATA_TOPIC
+
+Submit = Callable[[tuple[str, int], Any], Awaitable[Any]]
+Handler = Callable[[Any], Awaitable[Any]]
+
+
+class Api:
+    def __init__(
+        self,
+        config: NodeConfig,
+        driver: Driver,
+        controller: MetadataController,
+        submit: Submit,
+    ) -> None:
+        self.config = config
+        self.driver = driver
+        self.controller = controller
+        self.submit = submit
+        self.handlers: dict[ApiKey, Handler] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.partition_request,
+            ApiKey.LIST_OFFSETS: self.partition_request,
+            ApiKey.OFFSETS_FOR_LEADER_EPOCH: self.partition_request,
+            ApiKey.DESCRIBE_QUORUM: self.quorum_request,
+            ApiKey.FORCE_LEADER: self.quorum_request,
+            ApiKey.CREATE_TOPIC: controller.create_topic,
+            ApiKey.DELETE_TOPIC: controller.delete_topic,
+            ApiKey.LIST_TOPICS: self.list_topics,
+        }
+
+    async def handle(self, frame: Frame) -> tuple[int, Any] | None:
+        try:
+            api = ApiKey(frame.api_key)
+            req_cls, _ = m.REQUESTS[api]
+        except (ValueError, KeyError):
+            return int(ApiKey.ERROR), m.ErrorResponse(
+                error=int(ErrorCode.INVALID_REQUEST),
+                error_message=f"unknown api key {frame.api_key}",
+            )
+        if frame.api_version != m.API_VERSION:
+            return int(ApiKey.ERROR), m.ErrorResponse(
+                error=int(ErrorCode.UNSUPPORTED_VERSION),
+                error_message=f"api {api.name} version {frame.api_version} is not supported",
+            )
+        try:
+            req: Any = decode_body(req_cls, frame.body, frame.payload)
+        except Exception as exc:
+            return int(ApiKey.ERROR), m.ErrorResponse(
+                error=int(ErrorCode.INVALID_REQUEST), error_message=f"malformed {api.name}: {exc}"
+            )
+        return int(api), await self.handlers[api](req)
+
+    # ------------------------------------------------------------------ partitions
+    async def partition_request(self, req: Any) -> Any:
+        """Fetch, ListOffsets, OffsetsForLeaderEpoch: served by the driver; the metadata
+        log is internal."""
+        if req.topic == METADATA_TOPIC:
+            return error_response(
+                type(req), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic} is internal"
+            )
+        return await self.submit((req.topic, req.partition), req)
+
+    async def quorum_request(self, req: Any) -> Any:
+        """DescribeQuorum, ForceLeader: any quorum, the metadata one included."""
+        return await self.submit((req.topic, req.partition), req)
+
+    async def produce(self, req: m.ProduceRequest) -> Any:
+        if not req.records:
+            return error_response(type(req), ErrorCode.INVALID_REQUEST, "produce without records")
+        too_large = self._oversized_batch(req.topic, req.records)
+        if too_large is not None:
+            return error_response(type(req), ErrorCode.MESSAGE_TOO_LARGE, too_large)
+        return await self.partition_request(req)
+
+    def _oversized_batch(self, topic: str, records: bytes) -> str | None:
+        """Why a produce's records hold a batch over the topic's max.message.bytes, or None.
+        Only headers are parsed; malformed batches are left to the append to reject."""
+        limit = self.controller.max_message_bytes(topic)
+        if len(records) <= limit:
+            return None
+        try:
+            for h in iter_batches(records):
+                if h.size > limit:
+                    return (
+                        f"record batch of {h.size} bytes at position {h.position} exceeds "
+                        f"max.message.bytes {limit} of topic {topic!r}"
+                    )
+        except CorruptRecordError:
+            return None
+        return None
+
+    # ------------------------------------------------------------------ cluster
+    async def api_versions(self, req: m.ApiVersionsRequest) -> m.ApiVersionsResponse:
+        return m.ApiVersionsResponse(
+            error=0,
+            error_message="",
+            node_id=self.config.node_id,
+            cluster_id=self.config.cluster_id,
+            apis=[
+                m.ApiVersionRange(api_key=int(k), min_version=0, max_version=0) for k in m.REQUESTS
+            ],
+        )
+
+    async def list_topics(self, req: m.ListTopicsRequest) -> m.ListTopicsResponse:
+        return m.ListTopicsResponse(
+            error=0, error_message="", topics=sorted(self.controller.state.topics)
+        )
+
+    async def metadata(self, req: m.MetadataRequest) -> m.MetadataResponse:
+        state = self.controller.state
+        topics = []
+        for name in req.topics or sorted(state.topics):
+            t = state.topics.get(name)
+            if t is None:
+                code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                topics.append(m.TopicInfo(error=code, name=name, partitions=[]))
+                continue
+            parts = [self._partition_info(name, p, reps) for p, reps in enumerate(t.replicas)]
+            topics.append(
+                m.TopicInfo(
+                    error=0,
+                    name=name,
+                    partitions=parts,
+                    max_message_bytes=self.controller.max_message_bytes(name),
+                )
+            )
+        nodes = [
+            m.NodeInfo(node_id=i, host=h, port=p)
+            for i, (h, p) in sorted(self.config.voters.items())
+        ]
+        return m.MetadataResponse(
+            error=0,
+            error_message="",
+            cluster_id=self.config.cluster_id,
+            node_id=self.config.node_id,
+            controller_id=self.controller.leader_id(),
+            nodes=nodes,
+            topics=topics,
+        )
+
+    def _partition_info(self, topic: str, partition: int, replicas: list[int]) -> m.PartitionInfo:
+        p = self.driver.get((topic, partition))
+        if p is None:  # assigned elsewhere: what the metadata says, state unknown
+            return m.PartitionInfo(
+                error=0,
+                partition=partition,
+                leader_id=-1,
+                leader_epoch=-1,
+                replicas=replicas,
+                high_watermark=-1,
+                log_start_offset=-1,
+                is_local_leader=False,
+            )
+        core = p.core
+        return m.PartitionInfo(
+            error=0,
+            partition=partition,
+            leader_id=-1 if core.leader_id is None else core.leader_id,
+            leader_epoch=core.epoch,
+            replicas=replicas,
+            high_watermark=core.high_watermark,
+            log_start_offset=p.log.start_offset,
+            is_local_leader=core.is_leader,
+        )

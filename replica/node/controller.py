@@ -1,0 +1,207 @@
+"""The metadata controller: commits topic changes to the cluster-metadata log (as KRaft's
+``__cluster_metadata``) and applies what is committed, on every node."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..driver import Driver, Ready
+from ..protocol import ErrorCode
+from ..protocol import messages as m
+from ..storage import batches_to_table
+from ..storage.errors import CorruptDataError
+from ..storage.records import encode_batch, iter_batches
+from .config import NodeConfig, check_max_message_bytes
+from .datadir import DataDir
+from .metadata import (
+    METADATA_TOPIC,
+    MetadataState,
+    assign_replicas,
+    decode_record,
+    encode_record,
+    validate_topic_name,
+)
+from .partitions import PartitionManager
+
+log = logging.getLogger(__name__)
+
+METADATA_KEY = (METADATA_TOPIC, 0)
+Submit = Callable[[tuple[str, int], Any], Awaitable[Any]]
+
+
+class MetadataController:
+    def __init__(
+        self,
+        config: NodeConfig,
+        datadir: DataDir,
+        driver: Driver,
+        partitions: PartitionManager,
+        submit: Submit,
+        execute: Callable[[Ready], None],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.config = config
+        self.datadir = datadir
+        self.driver = driver
+        self.partitions = partitions
+        self.submit = submit
+        self.execute = execute
+        self.now_ms = now_ms
+        self.state = MetadataState()
+        self._pending_topics: set[str] = set()
+
+    # ------------------------------------------------------------------ applying
+    def start(self) -> None:
+        """Open the metadata replica and re-apply its log up to the last offset this node
+        knew to be committed, so it knows every topic before the quorum answers."""
+        self.partitions.open(METADATA_TOPIC, 0, sorted(self.config.voters))
+        upto = self.datadir.metadata_applied()
+        if upto is not None:
+            self.apply(upto)
+
+    def apply(self, upto: int | None = None) -> None:
+        """Apply committed metadata records up to the HWM (or ``upto``, an offset known
+        to be committed), record how far, and reconcile the hosted replicas."""
+        p = self.driver.get(METADATA_KEY)
+        if p is None:
+            return
+        hwm = p.core.high_watermark if upto is None else min(upto, p.log.end_offset)
+        state = self.state
+        before = state.applied_offset
+        while state.applied_offset < hwm:
+            try:
+                data = p.log.read(state.applied_offset, 1 << 20, max_offset=hwm)
+            except CorruptDataError as exc:
+                self.execute(self.driver.on_corruption(METADATA_KEY, exc.offset, self.now_ms()))
+                break
+            if not data:
+                break
+            table = batches_to_table(data)
+            offsets = table.column("offset").to_pylist()
+            values = table.column("value").to_pylist()
+            for off, value in zip(offsets, values, strict=True):
+                if state.applied_offset <= off < hwm:
+                    try:
+                        state.apply(decode_record(value))
+                    except (ValueError, KeyError, TypeError):
+                        log.exception("bad metadata record at offset %d", off)
+            ends = [h.next_offset for h in iter_batches(data)]
+            if not ends:
+                break
+            state.applied_offset = min(hwm, ends[-1])
+        if state.applied_offset > before and upto is None:
+            self.datadir.save_metadata_applied(state.applied_offset)
+        self.partitions.reconcile(state)
+        self.maybe_end_catch_up_pending()
+
+    def maybe_end_catch_up_pending(self) -> None:
+        p = self.driver.get(METADATA_KEY)
+        if (
+            self.datadir.catch_up_pending
+            and p is not None
+            and not p.core.catching_up
+            and self.state.applied_offset >= p.log.durable_end_offset
+        ):
+            self.datadir.end_catch_up_pending()
+
+    def max_message_bytes(self, topic: str) -> int:
+        t = self.state.topics.get(topic)
+        if t is not None and t.max_message_bytes is not None:
+            return t.max_message_bytes
+        return self.config.max_message_bytes
+
+    # ------------------------------------------------------------------ changing
+    def is_leader(self) -> bool:
+        p = self.driver.get(METADATA_KEY)
+        return p is not None and p.core.is_leader
+
+    def leader_id(self) -> int:
+        p = self.driver.get(METADATA_KEY)
+        return -1 if p is None or p.core.leader_id is None else p.core.leader_id
+
+    async def commit(self, record: dict[str, Any]) -> ErrorCode | None:
+        req = m.ProduceRequest(
+            topic=METADATA_TOPIC,
+            partition=0,
+            acks=m.ACKS_QUORUM,
+            timeout_ms=self.config.produce_timeout_ms,
+            records=encode_batch([encode_record(record)]),
+        )
+        resp = await self.submit(METADATA_KEY, req)
+        if resp.error:
+            return ErrorCode(resp.error)
+        # Apply on this node before answering, so a Metadata request that follows sees it.
+        self.apply()
+        return None
+
+    async def create_topic(self, req: m.CreateTopicRequest) -> m.CreateTopicResponse:
+        problem = self._create_problem(req)
+        if problem is not None:
+            return m.CreateTopicResponse(error=int(problem[0]), error_message=problem[1])
+        nodes = sorted(self.config.voters)
+        rf = req.replication_factor or min(3, len(nodes))
+        self._pending_topics.add(req.name)
+        try:
+            replicas = assign_replicas(req.name, req.partitions, rf, nodes)
+            record: dict[str, Any] = {"op": "create_topic", "name": req.name, "replicas": replicas}
+            if req.max_message_bytes:
+                record["max_message_bytes"] = req.max_message_bytes
+            err = await self.commit(record)
+        finally:
+            self._pending_topics.discard(req.name)
+        if err is not None:
+            return m.CreateTopicResponse(
+                error=int(err), error_message="metadata record not committed"
+            )
+        log.info(
+            "created topic %s: %d partition(s), replicas %s", req.name, req.partitions, replicas
+        )
+        return m.CreateTopicResponse(error=0, error_message="")
+
+    def _create_problem(self, req: m.CreateTopicRequest) -> tuple[ErrorCode, str] | None:
+        if not self.is_leader():
+            return ErrorCode.NOT_LEADER, "not the metadata leader"
+        problem = validate_topic_name(req.name)
+        if problem:
+            return ErrorCode.INVALID_TOPIC, problem
+        if not 1 <= req.partitions <= 10000:
+            return (
+                ErrorCode.INVALID_PARTITIONS,
+                f"partitions must be 1..10000, got {req.partitions}",
+            )
+        n = len(self.config.voters)
+        rf = req.replication_factor or min(3, n)
+        if not 1 <= rf <= n:
+            return (
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor must be 1..{n} (the number of nodes), got {rf}",
+            )
+        if req.max_message_bytes:
+            problem = check_max_message_bytes(
+                req.max_message_bytes, self.config.max_frame_bytes, "max.message.bytes"
+            )
+            if problem:
+                return ErrorCode.INVALID_REQUEST, problem
+        if req.name in self.state.topics or req.name in self._pending_topics:
+            return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} already exists"
+        return None
+
+    async def delete_topic(self, req: m.DeleteTopicRequest) -> m.DeleteTopicResponse:
+        if not self.is_leader():
+            return m.DeleteTopicResponse(
+                error=int(ErrorCode.NOT_LEADER), error_message="not the metadata leader"
+            )
+        if req.name not in self.state.topics:
+            return m.DeleteTopicResponse(
+                error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                error_message=f"unknown topic {req.name!r}",
+            )
+        err = await self.commit({"op": "delete_topic", "name": req.name})
+        if err is not None:
+            return m.DeleteTopicResponse(
+                error=int(err), error_message="metadata record not committed"
+            )
+        log.info("deleted topic %s", req.name)
+        return m.DeleteTopicResponse(error=0, error_message="")

@@ -1,0 +1,201 @@
+"""The driver's rules, step by step, with its Ready executed by a minimal in-test executor
+(the simulator runs the same driver under faults)."""
+
+from __future__ import annotations
+
+import random
+
+from quorumlog.replica.driver import Driver, Limits, Ready
+from quorumlog.replica.protocol import ErrorCode
+from quorumlog.replica.protocol import messages as m
+from quorumlog.replica.raft import ElectionState, FetchRequest, Message, QuorumConfig, VoteRequest
+
+from tests.sim.memlog import MemLog, client_batch, decode_batches
+
+KEY = ("t", 0)
+CONFIG = QuorumConfig()
+
+
+class Nodes:
+    """Drivers of nodes 1..n; flushes happen only when the test says so."""
+
+    def __init__(self, n: int) -> None:
+        self.now = 0
+        voters = list(range(1, n + 1))
+        self.logs = {i: MemLog() for i in voters}
+        self.persisted: dict[int, ElectionState | None] = dict.fromkeys(voters)
+        self.drivers = {
+            i: Driver(i, "c", CONFIG, Limits(1 << 20, 5000), random.Random(i)) for i in voters
+        }
+        self.wants_flush: set[int] = set()
+        self.queue: list[Message] = []
+        self.answers: dict[int, object] = {}
+        self.readies: list[tuple[int, Ready]] = []
+        self.token = 0
+        for i in voters:
+            self.run(i, self.drivers[i].open(KEY, voters, self.logs[i], None, 0))
+
+    def run(self, i: int, ready: Ready) -> Ready:
+        self.readies.append((i, ready))
+        for _, state in ready.persist:
+            self.persisted[i] = state
+        self.wants_flush |= {i for _ in ready.flush}
+        self.queue += [msg for _, msg in ready.send]
+        self.answers.update(ready.answers)
+        return ready
+
+    def flush(self, i: int) -> Ready:
+        self.logs[i].flush()
+        self.wants_flush.discard(i)
+        return self.run(i, self.drivers[i].flushed(KEY, self.now))
+
+    def deliver(self) -> None:
+        for _ in range(1000):
+            if not self.queue:
+                return
+            msg = self.queue.pop(0)
+            self.run(msg.dst, self.drivers[msg.dst].raft(KEY, msg, self.now))
+
+    def advance(self, ms: int, *, flush: bool = True) -> None:
+        end = self.now + ms
+        while self.now < end:
+            self.now += 10
+            for i, d in self.drivers.items():
+                self.run(i, d.tick(self.now))
+                if flush and i in self.wants_flush:
+                    self.flush(i)
+            self.deliver()
+
+    def leader(self) -> int:
+        self.advance(3000)
+        leaders = [i for i, d in self.drivers.items() if d.partitions[KEY].core.is_leader]
+        assert len(leaders) == 1
+        return leaders[0]
+
+    def request(self, i: int, req: object) -> int:
+        self.token += 1
+        self.run(i, self.drivers[i].request(self.token, KEY, req, self.now))  # type: ignore[arg-type]
+        return self.token
+
+
+def produce(ids: list[int], acks: int = m.ACKS_QUORUM, timeout_ms: int = 0) -> m.ProduceRequest:
+    return m.ProduceRequest(
+        topic="t", partition=0, acks=acks, timeout_ms=timeout_ms, records=client_batch(ids)
+    )
+
+
+def fetch(offset: int, epoch: int = -1, wait: int = 0) -> m.FetchRequest:
+    return m.FetchRequest(
+        topic="t",
+        partition=0,
+        current_leader_epoch=epoch,
+        fetch_offset=offset,
+        max_wait_ms=wait,
+        min_bytes=1,
+        max_bytes=1 << 20,
+    )
+
+
+def record_ids(records: bytes) -> list[int]:
+    return [i for *_, ids in decode_batches(records) for i in ids if i > 0]
+
+
+def test_acks_quorum_is_answered_only_once_a_majority_holds_the_records_durably() -> None:
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    token = nodes.request(leader, produce([7, 8]))
+    nodes.deliver()  # followers fetch the records but have not flushed them yet
+    nodes.advance(10, flush=False)
+    assert token not in nodes.answers
+    nodes.advance(200)
+    resp = nodes.answers[token]
+    assert isinstance(resp, m.ProduceResponse) and resp.error == 0
+    assert resp.last_offset - resp.base_offset == 1
+    assert nodes.drivers[leader].partitions[KEY].core.high_watermark > resp.last_offset
+
+
+def test_a_follower_fetch_waits_for_its_flush() -> None:
+    """Flush before send: a follower's fetch tells the leader what is durable there."""
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    nodes.request(leader, produce([1]))
+    nodes.flush(leader)
+    nodes.advance(10, flush=False)  # followers append, do not flush
+    follower = next(i for i in nodes.drivers if i != leader)
+    assert nodes.logs[follower].durable_end_offset < nodes.logs[follower].end_offset
+    held = nodes.drivers[follower].partitions[KEY].held
+    assert held and all(isinstance(msg, FetchRequest) for h in held for msg in h.messages)
+    assert not any(
+        isinstance(msg, FetchRequest) and msg.replica_id == follower for msg in nodes.queue
+    )
+    released = nodes.flush(follower)
+    assert any(isinstance(msg, FetchRequest) for _, msg in released.send)
+
+
+def test_a_vote_is_persisted_in_the_ready_that_sends_it() -> None:
+    nodes = Nodes(3)
+    nodes.advance(3000)
+    for i, ready in nodes.readies:
+        votes = [msg for _, msg in ready.send if isinstance(msg, VoteRequest) and not msg.pre_vote]
+        for vote in votes:
+            assert ready.persist and ready.persist[-1][1].epoch == vote.candidate_epoch, i
+
+
+def test_a_consumer_is_served_committed_records_only_and_long_polls_for_more() -> None:
+    nodes = Nodes(1)
+    leader = nodes.leader()
+    epoch = nodes.drivers[leader].partitions[KEY].core.epoch
+    nodes.request(leader, produce([1, 2], acks=m.ACKS_LEADER))
+    end = nodes.logs[leader].end_offset
+    waiting = nodes.request(leader, fetch(1, epoch, wait=500))  # offset 1: not committed
+    assert waiting not in nodes.answers
+    nodes.flush(leader)  # the HWM passes the records: the waiting fetch is answered
+    resp = nodes.answers[waiting]
+    assert isinstance(resp, m.FetchResponse) and resp.error == 0
+    assert record_ids(resp.records) == [1, 2] and resp.high_watermark == end
+    expired = nodes.request(leader, fetch(end, epoch, wait=100))
+    nodes.advance(90, flush=False)
+    assert expired not in nodes.answers
+    nodes.advance(20, flush=False)
+    assert nodes.answers[expired].records == b""  # type: ignore[attr-defined]
+
+
+def test_consumer_fetches_are_fenced_by_leader_epoch() -> None:
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    epoch = nodes.drivers[leader].partitions[KEY].core.epoch
+    follower = next(i for i in nodes.drivers if i != leader)
+    cases = [
+        (leader, epoch - 1, ErrorCode.FENCED_LEADER_EPOCH),
+        (leader, epoch + 1, ErrorCode.UNKNOWN_LEADER_EPOCH),
+        (follower, epoch, ErrorCode.NOT_LEADER),
+        (follower, -1, ErrorCode.NOT_LEADER),
+        (leader, epoch, ErrorCode.NONE),
+    ]
+    for node, asked, code in cases:
+        resp = nodes.answers[nodes.request(node, fetch(0, asked))]
+        assert resp.error == code, (node, asked)  # type: ignore[attr-defined]
+
+
+def test_waiting_produces_fail_when_leadership_is_lost_and_expire_at_their_deadline() -> None:
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    timed = nodes.request(leader, produce([1], timeout_ms=50))
+    nodes.advance(60, flush=False)
+    expired = nodes.answers[timed]
+    assert expired.error == ErrorCode.REQUEST_TIMED_OUT  # type: ignore[attr-defined]
+    waiting = nodes.request(leader, produce([2]))
+    nodes.run(leader, nodes.drivers[leader].begin_shutdown(nodes.now))
+    resp = nodes.answers[waiting]
+    assert resp.error == ErrorCode.NOT_LEADER  # type: ignore[attr-defined]
+
+
+def test_unknown_partitions_and_closed_ones_answer_every_request() -> None:
+    nodes = Nodes(1)
+    leader = nodes.leader()
+    d = nodes.drivers[leader]
+    ready = d.request(1, ("other", 0), fetch(0), nodes.now)
+    assert ready.answers[0][1].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[attr-defined]
+    waiting = nodes.request(leader, fetch(nodes.logs[leader].end_offset, wait=1000))
+    nodes.run(leader, d.close(KEY))
+    assert nodes.answers[waiting].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[attr-defined]
