@@ -175,8 +175,8 @@ class PartitionReplica:
 def _to_quorum_state(s: ElectionState, voters: list[int]) -> QuorumState:
     return QuorumState(
         leader_epoch=s.epoch,
-        leader_id=-1 if s.leader_id is None else s.leader_id,
-        voted_id=-1 if s.voted_id is None else s.voted_id,
+        leader_id=m.UNKNOWN if s.leader_id is None else s.leader_id,
+        voted_id=m.UNKNOWN if s.voted_id is None else s.voted_id,
         voters=tuple(voters),
     )
 
@@ -639,7 +639,15 @@ class Node:
         if isinstance(msg, FetchResponse):
             r.sent_hwm[msg.dst] = msg.high_watermark
         body, payload = encode(msg)
-        env_body, _ = encode(m.RaftEnvelope(r.topic, r.partition, type(msg).__name__, body, b""))
+        env_body, _ = encode(
+            m.RaftEnvelope(
+                topic=r.topic,
+                partition=r.partition,
+                kind=type(msg).__name__,
+                body=body,
+                records=b"",
+            )
+        )
         link.send(env_body, payload)
 
     def _observe_role(self, r: PartitionReplica, out: Output) -> None:
@@ -807,18 +815,19 @@ class Node:
             req_cls, _ = m.REQUESTS[api]
         except (ValueError, KeyError):
             return int(ApiKey.ERROR), m.ErrorResponse(
-                int(ErrorCode.INVALID_REQUEST), f"unknown api key {frame.api_key}"
+                error=int(ErrorCode.INVALID_REQUEST),
+                error_message=f"unknown api key {frame.api_key}",
             )
         if frame.api_version != m.API_VERSION:
             return int(ApiKey.ERROR), m.ErrorResponse(
-                int(ErrorCode.UNSUPPORTED_VERSION),
-                f"api {api.name} version {frame.api_version} is not supported",
+                error=int(ErrorCode.UNSUPPORTED_VERSION),
+                error_message=f"api {api.name} version {frame.api_version} is not supported",
             )
         try:
             req = decode_body(req_cls, frame.body, frame.payload)
         except Exception as exc:
             return int(ApiKey.ERROR), m.ErrorResponse(
-                int(ErrorCode.INVALID_REQUEST), f"malformed {api.name}: {exc}"
+                error=int(ErrorCode.INVALID_REQUEST), error_message=f"malformed {api.name}: {exc}"
             )
         resp = await self._handlers[api](req)
         return int(api), resp
@@ -854,17 +863,19 @@ class Node:
 
     @staticmethod
     def _fence(r: PartitionReplica, current_leader_epoch: int) -> ErrorCode:
-        if current_leader_epoch == m.NO_EPOCH:
+        if current_leader_epoch == m.UNKNOWN:
             return ErrorCode.NONE if r.core.is_leader else ErrorCode.NOT_LEADER
         return r.core.check_leader_epoch(current_leader_epoch)
 
     async def _api_versions(self, req: m.ApiVersionsRequest) -> m.ApiVersionsResponse:
         return m.ApiVersionsResponse(
-            0,
-            "",
-            self.node_id,
-            self.config.cluster_id,
-            [m.ApiVersionRange(int(k), 0, 0) for k in m.REQUESTS],
+            error=0,
+            error_message="",
+            node_id=self.node_id,
+            cluster_id=self.config.cluster_id,
+            apis=[
+                m.ApiVersionRange(api_key=int(k), min_version=0, max_version=0) for k in m.REQUESTS
+            ],
         )
 
     async def _metadata(self, req: m.MetadataRequest) -> m.MetadataResponse:
@@ -877,37 +888,75 @@ class Node:
         for name in names:
             t = self.metadata.topics.get(name)
             if t is None:
-                topics.append(m.TopicInfo(int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), name, []))
+                topics.append(
+                    m.TopicInfo(
+                        error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), name=name, partitions=[]
+                    )
+                )
                 continue
             parts = []
             for p, reps in enumerate(t.replicas):
                 r = self.replicas.get((name, p))
                 if r is None or r.closed:
-                    parts.append(m.PartitionInfo(0, p, -1, -1, reps, -1, -1, False))
+                    parts.append(
+                        m.PartitionInfo(
+                            error=0,
+                            partition=p,
+                            leader_id=m.UNKNOWN,
+                            leader_epoch=m.UNKNOWN,
+                            replicas=reps,
+                            high_watermark=m.UNKNOWN,
+                            log_start_offset=m.UNKNOWN,
+                            is_local_leader=False,
+                        )
+                    )
                     continue
                 core = r.core
                 leader = core.leader_id if core.leader_id is not None else -1
                 parts.append(
                     m.PartitionInfo(
-                        0,
-                        p,
-                        leader,
-                        core.epoch,
-                        reps,
-                        core.high_watermark,
-                        r.log.start_offset,
-                        core.is_leader,
+                        error=0,
+                        partition=p,
+                        leader_id=leader,
+                        leader_epoch=core.epoch,
+                        replicas=reps,
+                        high_watermark=core.high_watermark,
+                        log_start_offset=r.log.start_offset,
+                        is_local_leader=core.is_leader,
                     )
                 )
-            topics.append(m.TopicInfo(0, name, parts, self._max_message_bytes(name)))
-        nodes = [m.NodeInfo(i, h, p) for i, (h, p) in sorted(self.config.voters.items())]
+            topics.append(
+                m.TopicInfo(
+                    error=0,
+                    name=name,
+                    partitions=parts,
+                    max_message_bytes=self._max_message_bytes(name),
+                )
+            )
+        nodes = [
+            m.NodeInfo(node_id=i, host=h, port=p)
+            for i, (h, p) in sorted(self.config.voters.items())
+        ]
         return m.MetadataResponse(
-            0, "", self.config.cluster_id, self.node_id, controller, nodes, topics
+            error=0,
+            error_message="",
+            cluster_id=self.config.cluster_id,
+            node_id=self.node_id,
+            controller_id=controller,
+            nodes=nodes,
+            topics=topics,
         )
 
     async def _produce(self, req: m.ProduceRequest) -> m.ProduceResponse:
         def fail(code: ErrorCode, msg: str, leader: int = -1) -> m.ProduceResponse:
-            return m.ProduceResponse(int(code), msg, -1, -1, -1, leader)
+            return m.ProduceResponse(
+                error=int(code),
+                error_message=msg,
+                base_offset=m.UNKNOWN,
+                last_offset=m.UNKNOWN,
+                leader_epoch=m.UNKNOWN,
+                leader_id=leader,
+            )
 
         r = self._replica_or_error(req.topic, req.partition)
         if isinstance(r, ErrorCode):
@@ -931,7 +980,12 @@ class Node:
             self._wake_parked(r, force=False)
         if req.acks != m.ACKS_QUORUM:
             return m.ProduceResponse(
-                0, "", info.first_offset, info.last_offset, epoch, self.node_id
+                error=0,
+                error_message="",
+                base_offset=info.first_offset,
+                last_offset=info.last_offset,
+                leader_epoch=epoch,
+                leader_id=self.node_id,
             )
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         r.waiters.append((info.last_offset, epoch, fut))
@@ -949,23 +1003,37 @@ class Node:
                 f"leadership moved before offsets {info.first_offset}-{info.last_offset} were committed: {exc}",
                 exc.leader_id if exc.leader_id is not None else -1,
             )
-        return m.ProduceResponse(0, "", info.first_offset, info.last_offset, epoch, self.node_id)
+        return m.ProduceResponse(
+            error=0,
+            error_message="",
+            base_offset=info.first_offset,
+            last_offset=info.last_offset,
+            leader_epoch=epoch,
+            leader_id=self.node_id,
+        )
 
     async def _fetch(self, req: m.FetchRequest) -> m.FetchResponse:
         r = self._replica_or_error(req.topic, req.partition)
 
         def answer(code: ErrorCode, msg: str, records: bytes = b"") -> m.FetchResponse:
             if isinstance(r, ErrorCode):
-                return m.FetchResponse(int(code), msg, -1, -1, -1, -1)
+                return m.FetchResponse(
+                    error=int(code),
+                    error_message=msg,
+                    leader_id=m.UNKNOWN,
+                    leader_epoch=m.UNKNOWN,
+                    high_watermark=m.UNKNOWN,
+                    log_start_offset=m.UNKNOWN,
+                )
             leader = r.core.leader_id if r.core.leader_id is not None else -1
             return m.FetchResponse(
-                int(code),
-                msg,
-                leader,
-                r.core.epoch,
-                r.core.high_watermark,
-                r.log.start_offset,
-                records,
+                error=int(code),
+                error_message=msg,
+                leader_id=leader,
+                leader_epoch=r.core.epoch,
+                high_watermark=r.core.high_watermark,
+                log_start_offset=r.log.start_offset,
+                records=records,
             )
 
         if isinstance(r, ErrorCode):
@@ -1008,24 +1076,38 @@ class Node:
         r = self._replica_or_error(req.topic, req.partition)
         if isinstance(r, ErrorCode):
             return m.ListOffsetsResponse(
-                int(r), f"{req.topic}/{req.partition} is not hosted here", -1, -1, -1
+                error=int(r),
+                error_message=f"{req.topic}/{req.partition} is not hosted here",
+                offset=m.UNKNOWN,
+                leader_epoch=m.UNKNOWN,
+                timestamp=m.UNKNOWN,
             )
         code = self._fence(r, req.current_leader_epoch)
         if code != ErrorCode.NONE:
             return m.ListOffsetsResponse(
-                int(code), f"leader epoch {req.current_leader_epoch} vs {r.core.epoch}", -1, -1, -1
+                error=int(code),
+                error_message=f"leader epoch {req.current_leader_epoch} vs {r.core.epoch}",
+                offset=m.UNKNOWN,
+                leader_epoch=m.UNKNOWN,
+                timestamp=m.UNKNOWN,
             )
         hwm = r.core.high_watermark
         if req.timestamp == m.LATEST_TIMESTAMP:
             epoch = r.log.epoch_at(hwm - 1) if hwm > r.log.start_offset else -1
-            return m.ListOffsetsResponse(0, "", hwm, epoch, -1)
+            return m.ListOffsetsResponse(
+                error=0, error_message="", offset=hwm, leader_epoch=epoch, timestamp=m.UNKNOWN
+            )
         if req.timestamp == m.EARLIEST_TIMESTAMP:
             start = r.log.start_offset
             epoch = r.log.epoch_at(start - 1) if start > 0 else -1
-            return m.ListOffsetsResponse(0, "", start, epoch, -1)
+            return m.ListOffsetsResponse(
+                error=0, error_message="", offset=start, leader_epoch=epoch, timestamp=m.UNKNOWN
+            )
         offset, ts = self._offset_for_timestamp(r, req.timestamp, hwm)
         epoch = r.log.epoch_at(offset - 1) if offset > r.log.start_offset else -1
-        return m.ListOffsetsResponse(0, "", offset, epoch, ts)
+        return m.ListOffsetsResponse(
+            error=0, error_message="", offset=offset, leader_epoch=epoch, timestamp=ts
+        )
 
     @staticmethod
     def _offset_for_timestamp(r: PartitionReplica, ts: int, hwm: int) -> tuple[int, int]:
@@ -1055,39 +1137,59 @@ class Node:
         r = self._replica_or_error(req.topic, req.partition)
         if isinstance(r, ErrorCode):
             return m.OffsetsForLeaderEpochResponse(
-                int(r), f"{req.topic}/{req.partition} is not hosted here", -1, -1
+                error=int(r),
+                error_message=f"{req.topic}/{req.partition} is not hosted here",
+                leader_epoch=m.UNKNOWN,
+                end_offset=m.UNKNOWN,
             )
         code = self._fence(r, req.current_leader_epoch)
         if code != ErrorCode.NONE:
             return m.OffsetsForLeaderEpochResponse(
-                int(code), f"leader epoch {req.current_leader_epoch} vs {r.core.epoch}", -1, -1
+                error=int(code),
+                error_message=f"leader epoch {req.current_leader_epoch} vs {r.core.epoch}",
+                leader_epoch=m.UNKNOWN,
+                end_offset=m.UNKNOWN,
             )
         answer = r.log.end_offset_for(req.leader_epoch)
-        return m.OffsetsForLeaderEpochResponse(0, "", answer.epoch, answer.end_offset)
+        return m.OffsetsForLeaderEpochResponse(
+            error=0, error_message="", leader_epoch=answer.epoch, end_offset=answer.end_offset
+        )
 
     async def _describe_quorum(self, req: m.DescribeQuorumRequest) -> m.DescribeQuorumResponse:
         r = self.replicas.get((req.topic, req.partition))
         if r is None or r.closed:
             return m.DescribeQuorumResponse(
-                int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "not hosted here", -1, -1, -1
+                error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                error_message="not hosted here",
+                leader_id=m.UNKNOWN,
+                leader_epoch=m.UNKNOWN,
+                high_watermark=m.UNKNOWN,
             )
         if not r.core.is_leader:
-            return m.DescribeQuorumResponse(int(ErrorCode.NOT_LEADER), "not the leader", -1, -1, -1)
+            return m.DescribeQuorumResponse(
+                error=int(ErrorCode.NOT_LEADER),
+                error_message="not the leader",
+                leader_id=m.UNKNOWN,
+                leader_epoch=m.UNKNOWN,
+                high_watermark=m.UNKNOWN,
+            )
         d = r.core.describe(now_ms())
         t = now_ms()
 
         def row(p: Any) -> m.ReplicaStateInfo:
             age = t - p.last_fetch_ms if p.last_fetch_ms >= 0 else -1
-            return m.ReplicaStateInfo(p.replica_id, p.end_offset, age, p.lag)
+            return m.ReplicaStateInfo(
+                replica_id=p.replica_id, end_offset=p.end_offset, last_fetch_ms=age, lag=p.lag
+            )
 
         return m.DescribeQuorumResponse(
-            0,
-            "",
-            d.leader_id if d.leader_id is not None else -1,
-            d.leader_epoch,
-            d.high_watermark,
-            [row(p) for p in d.voters],
-            [row(p) for p in d.observers],
+            error=0,
+            error_message="",
+            leader_id=d.leader_id if d.leader_id is not None else -1,
+            leader_epoch=d.leader_epoch,
+            high_watermark=d.high_watermark,
+            voters=[row(p) for p in d.voters],
+            observers=[row(p) for p in d.observers],
         )
 
     async def _commit_metadata(self, record: dict[str, Any]) -> ErrorCode | None:
@@ -1115,31 +1217,36 @@ class Node:
     async def _create_topic(self, req: m.CreateTopicRequest) -> m.CreateTopicResponse:
         meta = self.replicas[(METADATA_TOPIC, 0)]
         if not meta.core.is_leader:
-            return m.CreateTopicResponse(int(ErrorCode.NOT_LEADER), "not the metadata leader")
+            return m.CreateTopicResponse(
+                error=int(ErrorCode.NOT_LEADER), error_message="not the metadata leader"
+            )
         problem = validate_topic_name(req.name)
         if problem:
-            return m.CreateTopicResponse(int(ErrorCode.INVALID_TOPIC), problem)
+            return m.CreateTopicResponse(error=int(ErrorCode.INVALID_TOPIC), error_message=problem)
         if not 1 <= req.partitions <= 10000:
             return m.CreateTopicResponse(
-                int(ErrorCode.INVALID_PARTITIONS),
-                f"partitions must be 1..10000, got {req.partitions}",
+                error=int(ErrorCode.INVALID_PARTITIONS),
+                error_message=f"partitions must be 1..10000, got {req.partitions}",
             )
         nodes = sorted(self.config.voters)
         rf = req.replication_factor or min(3, len(nodes))
         if not 1 <= rf <= len(nodes):
             return m.CreateTopicResponse(
-                int(ErrorCode.INVALID_REPLICATION_FACTOR),
-                f"replication factor must be 1..{len(nodes)} (the number of nodes), got {rf}",
+                error=int(ErrorCode.INVALID_REPLICATION_FACTOR),
+                error_message=f"replication factor must be 1..{len(nodes)} (the number of nodes), got {rf}",
             )
         if req.max_message_bytes:
             problem = check_max_message_bytes(
                 req.max_message_bytes, self.config.max_frame_bytes, "max.message.bytes"
             )
             if problem:
-                return m.CreateTopicResponse(int(ErrorCode.INVALID_REQUEST), problem)
+                return m.CreateTopicResponse(
+                    error=int(ErrorCode.INVALID_REQUEST), error_message=problem
+                )
         if req.name in self.metadata.topics or req.name in self._pending_topics:
             return m.CreateTopicResponse(
-                int(ErrorCode.TOPIC_ALREADY_EXISTS), f"topic {req.name!r} already exists"
+                error=int(ErrorCode.TOPIC_ALREADY_EXISTS),
+                error_message=f"topic {req.name!r} already exists",
             )
         self._pending_topics.add(req.name)
         try:
@@ -1151,38 +1258,49 @@ class Node:
         finally:
             self._pending_topics.discard(req.name)
         if err is not None:
-            return m.CreateTopicResponse(int(err), "metadata record not committed")
+            return m.CreateTopicResponse(
+                error=int(err), error_message="metadata record not committed"
+            )
         log.info(
             "created topic %s: %d partition(s), replicas %s", req.name, req.partitions, replicas
         )
-        return m.CreateTopicResponse(0, "")
+        return m.CreateTopicResponse(error=0, error_message="")
 
     async def _delete_topic(self, req: m.DeleteTopicRequest) -> m.DeleteTopicResponse:
         meta = self.replicas[(METADATA_TOPIC, 0)]
         if not meta.core.is_leader:
-            return m.DeleteTopicResponse(int(ErrorCode.NOT_LEADER), "not the metadata leader")
+            return m.DeleteTopicResponse(
+                error=int(ErrorCode.NOT_LEADER), error_message="not the metadata leader"
+            )
         if req.name not in self.metadata.topics:
             return m.DeleteTopicResponse(
-                int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), f"unknown topic {req.name!r}"
+                error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                error_message=f"unknown topic {req.name!r}",
             )
         err = await self._commit_metadata({"op": "delete_topic", "name": req.name})
         if err is not None:
-            return m.DeleteTopicResponse(int(err), "metadata record not committed")
+            return m.DeleteTopicResponse(
+                error=int(err), error_message="metadata record not committed"
+            )
         log.info("deleted topic %s", req.name)
-        return m.DeleteTopicResponse(0, "")
+        return m.DeleteTopicResponse(error=0, error_message="")
 
     async def _list_topics(self, req: m.ListTopicsRequest) -> m.ListTopicsResponse:
-        return m.ListTopicsResponse(0, "", sorted(self.metadata.topics))
+        return m.ListTopicsResponse(error=0, error_message="", topics=sorted(self.metadata.topics))
 
     async def _force_leader(self, req: m.ForceLeaderRequest) -> m.ForceLeaderResponse:
         r = self.replicas.get((req.topic, req.partition))
         if r is None or r.closed:
             return m.ForceLeaderResponse(
-                int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), "not hosted here", -1
+                error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                error_message="not hosted here",
+                leader_epoch=m.UNKNOWN,
             )
         if not req.confirm:
             return m.ForceLeaderResponse(
-                int(ErrorCode.INVALID_REQUEST), "force-leader needs confirm=true", -1
+                error=int(ErrorCode.INVALID_REQUEST),
+                error_message="force-leader needs confirm=true",
+                leader_epoch=m.UNKNOWN,
             )
         log.warning(
             "%s: UNCLEAN leader election forced by an operator (log end %d, HWM %d)",
@@ -1193,7 +1311,7 @@ class Node:
         # The forced epoch must not be reachable by ordinary elections among the voters
         # this node cannot reach (they may come back): skip UNCLEAN_EPOCH_GAP epochs.
         self._process(r, r.core.force_leader(now_ms(), r.core.epoch + UNCLEAN_EPOCH_GAP))
-        return m.ForceLeaderResponse(0, "", r.core.epoch)
+        return m.ForceLeaderResponse(error=0, error_message="", leader_epoch=r.core.epoch)
 
 
 def run_node(config: NodeConfig) -> int:

@@ -77,7 +77,12 @@ def local_view(
 ) -> m.PartitionInfo | None:
     """What ``node`` itself says about ``topic/partition`` (leader, epoch, is_local_leader)."""
     resp = node_request(
-        cluster, node, ApiKey.METADATA, m.MetadataRequest([topic]), m.MetadataResponse, timeout_s
+        cluster,
+        node,
+        ApiKey.METADATA,
+        m.MetadataRequest(topics=[topic]),
+        m.MetadataResponse,
+        timeout_s,
     )
     for t in resp.topics:
         if t.name == topic and t.error == 0:
@@ -127,7 +132,13 @@ def produce_to(
     timeout_ms: int = 10000,
 ) -> m.ProduceResponse:
     """Produce one batch straight to ``node`` (no routing, no retries)."""
-    req = m.ProduceRequest(topic, partition, acks, timeout_ms, encode_batch(values))
+    req = m.ProduceRequest(
+        topic=topic,
+        partition=partition,
+        acks=acks,
+        timeout_ms=timeout_ms,
+        records=encode_batch(values),
+    )
     return node_request(
         cluster, node, ApiKey.PRODUCE, req, m.ProduceResponse, timeout_s=timeout_ms / 1000 + 5
     )
@@ -222,7 +233,7 @@ def describe(
         cluster,
         leader,
         ApiKey.DESCRIBE_QUORUM,
-        m.DescribeQuorumRequest(topic, partition),
+        m.DescribeQuorumRequest(topic=topic, partition=partition),
         m.DescribeQuorumResponse,
     )
 
