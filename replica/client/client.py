@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
+from .. import defaults
 from ..protocol import DEFAULT_MAX_FRAME_BYTES, ApiKey, ErrorCode, max_batch_bytes
 from ..protocol import messages as m
 from ..storage.types import EpochEndOffset, OffsetAndEpoch
@@ -58,11 +59,9 @@ _REFRESH_ERRORS = (
     ConnectionLost,
 )
 
-DEFAULT_REQUEST_TIMEOUT_MS = 30000
-# Long enough for a healthy node's answer on a loaded machine (a quorum commit takes tens
-# of ms), short enough that a call in flight when its leader hangs moves to the new leader
-# (elected ~1.2 s after the hang with the node's default fetch timeout) within ~2 s.
-DEFAULT_ATTEMPT_TIMEOUT_MS = 1500
+# The client's names for its shipped defaults (replica.defaults says why).
+DEFAULT_REQUEST_TIMEOUT_MS = defaults.REQUEST_TIMEOUT_MS
+DEFAULT_ATTEMPT_TIMEOUT_MS = defaults.ATTEMPT_TIMEOUT_MS
 # A node's own wait inside an attempt (long poll, quorum wait) ends at this share of the
 # attempt, so its answer arrives before the attempt gives up on it.
 _SERVER_WAIT_SHARE = 0.8
@@ -198,8 +197,8 @@ class Client:
         client_id: str = "quorumlog",
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
         attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
-        retry_backoff_ms: int = 100,
-        retry_backoff_max_ms: int = 1000,
+        retry_backoff_ms: int = defaults.RETRY_BACKOFF_MS,
+        retry_backoff_max_ms: int = defaults.RETRY_BACKOFF_MAX_MS,
         security: ClientSecurity | None = None,
     ) -> None:
         """``request_timeout_ms``: what one call may take, retries included;
@@ -555,7 +554,9 @@ class Client:
             if len(attempts) < 2:  # else an attempt that timed out deleted it
                 raise
 
-    def wait_for_leaders(self, topic: str, timeout_ms: int = 30000) -> TopicMetadata:
+    def wait_for_leaders(
+        self, topic: str, timeout_ms: int = defaults.REQUEST_TIMEOUT_MS
+    ) -> TopicMetadata:
         """Block until every partition of ``topic`` has a leader; a clear timeout otherwise."""
         deadline = self._deadline(timeout_ms)
         attempt = 0
@@ -702,7 +703,7 @@ class Client:
         offset: int,
         *,
         current_leader_epoch: int | None = None,
-        max_bytes: int = 8 << 20,
+        max_bytes: int = defaults.FETCH_MAX_BYTES,
         max_wait_ms: int = 0,
     ) -> FetchResult:
         """Records from ``offset``. A long poll (``max_wait_ms``) is sent as polls that each

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import defaults
 from ..constants import UNKNOWN
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from .errors import (
@@ -76,11 +77,11 @@ class LogConfig:
       schema and row count (CRCs are always checked).
     """
 
-    segment_bytes: int = 256 * 1024 * 1024
-    segment_ms: int | None = None
-    index_interval_bytes: int = 4096
-    retention_bytes: int | None = None
-    retention_ms: int | None = None
+    segment_bytes: int = defaults.SEGMENT_BYTES
+    segment_ms: int | None = defaults.SEGMENT_MS
+    index_interval_bytes: int = defaults.INDEX_INTERVAL_BYTES
+    retention_bytes: int | None = defaults.RETENTION_BYTES
+    retention_ms: int | None = defaults.RETENTION_MS
     validate_records: bool = True
 
     def __post_init__(self) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from quorumlog.replica import defaults
 from quorumlog.replica.client import Client
 from quorumlog.replica.client.connection import Connection, ConnectionLost
 from quorumlog.replica.client.errors import QuorumLogError
@@ -20,8 +21,8 @@ from quorumlog.replica.storage import Log, batches_to_table, encode_batch
 
 T = TypeVar("T")
 
-# The node's shipped timing (default_quorum_config): fetch timeout 800 ms, election 400 ms.
-FETCH_TIMEOUT_S = 0.8
+# The node's shipped fetch timeout (replica.defaults, read by default_quorum_config).
+FETCH_TIMEOUT_S = defaults.QUORUM_FETCH_TIMEOUT_MS / 1000
 # Generous bound for "a new leader appears" on a loaded 2-core machine.
 ELECTION_BOUND_S = 20.0
 
