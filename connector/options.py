@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from ..replica.client import DEFAULT_ATTEMPT_TIMEOUT_MS, parse_bootstrap
+from ..replica import defaults
+from ..replica.client import parse_bootstrap
 from ..replica.client.security import ClientSecurity
 from .offsets import (
     EARLIEST,
@@ -27,8 +28,9 @@ OffsetSpec = Literal["earliest", "latest"] | Positions
 # A timestamp (ms) for every partition, or one per listed partition.
 TimestampSpec = int | dict[TopicPartition, int]
 
-DEFAULT_FETCH_MAX_BYTES = 8 << 20
-DEFAULT_REQUEST_TIMEOUT_MS = 30000
+DEFAULT_FETCH_MAX_BYTES = defaults.FETCH_MAX_BYTES
+DEFAULT_REQUEST_TIMEOUT_MS = defaults.REQUEST_TIMEOUT_MS
+DEFAULT_ATTEMPT_TIMEOUT_MS = defaults.ATTEMPT_TIMEOUT_MS
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # Spark's Kafka source: 15m
 _DURATION_UNITS_MS = {
     "ms": 1,

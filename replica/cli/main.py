@@ -10,6 +10,8 @@ import sys
 import time
 from typing import Any
 
+from .. import defaults
+
 log = logging.getLogger("quorumlog")
 
 
@@ -302,24 +304,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", required=True)
     p.add_argument("--cluster-id", required=True)
     p.add_argument("--log-level", default="INFO")
-    p.add_argument("--election-timeout-ms", type=int, default=None)
-    p.add_argument("--fetch-timeout-ms", type=int, default=None)
-    p.add_argument("--segment-bytes", type=int, default=None)
-    p.add_argument("--retention-bytes", type=int, default=None)
-    p.add_argument("--retention-ms", type=int, default=None)
+    p.add_argument(
+        "--election-timeout-ms",
+        type=int,
+        default=defaults.QUORUM_ELECTION_TIMEOUT_MS,
+        help="quorum.election.timeout.ms (default %(default)s)",
+    )
+    p.add_argument(
+        "--fetch-timeout-ms",
+        type=int,
+        default=defaults.QUORUM_FETCH_TIMEOUT_MS,
+        help="quorum.fetch.timeout.ms (default %(default)s)",
+    )
+    p.add_argument(
+        "--segment-bytes",
+        type=int,
+        default=defaults.SEGMENT_BYTES,
+        help="segment.bytes (default %(default)s)",
+    )
+    p.add_argument(
+        "--retention-bytes",
+        type=int,
+        default=defaults.RETENTION_BYTES,
+        help="retention.bytes per partition (default: unlimited)",
+    )
+    p.add_argument(
+        "--retention-ms",
+        type=int,
+        default=defaults.RETENTION_MS,
+        help="retention.ms (default: unlimited)",
+    )
     p.add_argument(
         "--max-message-bytes",
         type=int,
-        default=None,
+        default=defaults.MAX_MESSAGE_BYTES,
         help="max.message.bytes for topics that set none: the largest record batch a "
-        "produce may carry (default 8 MiB)",
+        "produce may carry (default %(default)s)",
     )
     p.add_argument(
         "--scrub-bytes-per-second",
         type=int,
-        default=None,
+        default=defaults.SCRUB_BYTES_PER_SECOND,
         help="background CRC check of sealed segments, bytes per second for the node "
-        "(default 4 MiB; 0 = off); damage found is repaired from the leader",
+        "(default %(default)s; 0 = off); damage found is repaired from the leader",
     )
     p.add_argument(
         "--peer-address",
@@ -409,7 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bootstrap(p)
     p.add_argument("--partition", type=int, default=None)
     p.add_argument("--acks", choices=["quorum", "leader"], default="quorum")
-    p.add_argument("--linger-ms", type=int, default=5)
+    p.add_argument(
+        "--linger-ms", type=int, default=defaults.LINGER_MS, help="linger.ms (default %(default)s)"
+    )
     p.add_argument("--key-separator", default=None)
     p.add_argument(
         "--generate", type=int, default=0, help="produce N generated records instead of stdin"

@@ -26,6 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
+from .. import defaults
 from ..protocol import DEFAULT_MAX_FRAME_BYTES, ApiKey, ErrorCode, max_batch_bytes
 from ..protocol import messages as m
 from ..storage.types import EpochEndOffset, OffsetAndEpoch
@@ -58,11 +59,9 @@ _REFRESH_ERRORS = (
     ConnectionLost,
 )
 
-DEFAULT_REQUEST_TIMEOUT_MS = 30000
-# Long enough for a healthy node's answer on a loaded machine (a quorum commit takes tens
-# of ms), short enough that a call in flight when its leader hangs moves to the new leader
-# (elected ~1.2 s after the hang with the node's default fetch timeout) within ~2 s.
-DEFAULT_ATTEMPT_TIMEOUT_MS = 1500
+# The client's names for its shipped defaults (replica.defaults says why).
+DEFAULT_REQUEST_TIMEOUT_MS = defaults.REQUEST_TIMEOUT_MS
+DEFAULT_ATTEMPT_TIMEOUT_MS = defaults.ATTEMPT_TIMEOUT_MS
 # A node's own wait inside an attempt (long poll, quorum wait) ends at this share of the
 # attempt, so its answer arrives before the attempt gives up on it.
 _SERVER_WAIT_SHARE = 0.8
@@ -198,8 +197,8 @@ class Client:
         client_id: str = "quorumlog",
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
         attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS,
-        retry_backoff_ms: int = 100,
-        retry_backoff_max_ms: int = 1000,
+        retry_backoff_ms: int = defaults.RETRY_BACKOFF_MS,
+        retry_backoff_max_ms: int = defaults.RETRY_BACKOFF_MAX_MS,
         security: ClientSecurity | None = None,
     ) -> None:
         """``request_timeout_ms``: what one call may take, retries included;
@@ -226,7 +225,7 @@ class Client:
         # out): leader-routed attempts wait for another leader or for it to answer again.
         self._suspects: dict[tuple[str, int], float] = {}
         self._leaders: dict[tuple[str, int], PartitionMetadata] = {}
-        self._controller_id = -1
+        self._controller_id = m.UNKNOWN
         self.cluster_id = ""
         self._pool: ThreadPoolExecutor | None = None
 
@@ -351,7 +350,7 @@ class Client:
         self, addr: tuple[str, int], topics: list[str] | None, timeout_s: float
     ) -> m.MetadataResponse:
         resp = self._request(
-            addr, ApiKey.METADATA, m.MetadataRequest(topics), m.MetadataResponse, timeout_s
+            addr, ApiKey.METADATA, m.MetadataRequest(topics=topics), m.MetadataResponse, timeout_s
         )
         self.cluster_id = resp.cluster_id
         for n in resp.nodes:
@@ -497,7 +496,7 @@ class Client:
                     return resp
                 except _REFRESH_ERRORS as exc:
                     last = exc
-                    self._controller_id = -1
+                    self._controller_id = m.UNKNOWN
             if not self._nodes and isinstance(last, ConnectionLost):
                 # Never reached any node: the bootstrap is wrong or down; say so now.
                 raise BootstrapUnreachableError(
@@ -526,7 +525,10 @@ class Client:
             self._admin(
                 ApiKey.CREATE_TOPIC,
                 m.CreateTopicRequest(
-                    name, partitions, replication_factor or 0, max_message_bytes or 0
+                    name=name,
+                    partitions=partitions,
+                    replication_factor=replication_factor or 0,
+                    max_message_bytes=max_message_bytes or 0,
                 ),
                 m.CreateTopicResponse,
                 controller=True,
@@ -543,7 +545,7 @@ class Client:
         try:
             self._admin(
                 ApiKey.DELETE_TOPIC,
-                m.DeleteTopicRequest(name),
+                m.DeleteTopicRequest(name=name),
                 m.DeleteTopicResponse,
                 controller=True,
                 attempts=attempts,
@@ -552,7 +554,9 @@ class Client:
             if len(attempts) < 2:  # else an attempt that timed out deleted it
                 raise
 
-    def wait_for_leaders(self, topic: str, timeout_ms: int = 30000) -> TopicMetadata:
+    def wait_for_leaders(
+        self, topic: str, timeout_ms: int = defaults.REQUEST_TIMEOUT_MS
+    ) -> TopicMetadata:
         """Block until every partition of ``topic`` has a leader; a clear timeout otherwise."""
         deadline = self._deadline(timeout_ms)
         attempt = 0
@@ -663,7 +667,13 @@ class Client:
             check_batch_size(topic, partition, records, pm.max_message_bytes)
             sent += 1
             quorum_wait_ms = max(1, int(attempt_s * 1000 * _SERVER_WAIT_SHARE))
-            return m.ProduceRequest(topic, partition, acks, quorum_wait_ms, records)
+            return m.ProduceRequest(
+                topic=topic,
+                partition=partition,
+                acks=acks,
+                timeout_ms=quorum_wait_ms,
+                records=records,
+            )
 
         try:
             resp = self._leader_call(
@@ -693,13 +703,13 @@ class Client:
         offset: int,
         *,
         current_leader_epoch: int | None = None,
-        max_bytes: int = 8 << 20,
+        max_bytes: int = defaults.FETCH_MAX_BYTES,
         max_wait_ms: int = 0,
     ) -> FetchResult:
         """Records from ``offset``. A long poll (``max_wait_ms``) is sent as polls that each
         fit in an attempt, until records come or ``max_wait_ms`` has passed, so a hung
         leader is noticed within an attempt timeout however long the poll."""
-        epoch = m.NO_EPOCH if current_leader_epoch is None else current_leader_epoch
+        epoch = m.UNKNOWN if current_leader_epoch is None else current_leader_epoch
         now = time.monotonic()
         wait_until = now + max(0, max_wait_ms) / 1000
         call_deadline = now + max(self.request_timeout_ms, max_wait_ms + 5000) / 1000
@@ -707,7 +717,15 @@ class Client:
         def request(pm: PartitionMetadata, attempt_s: float) -> m.FetchRequest:
             left_ms = int((wait_until - time.monotonic()) * 1000)
             poll_ms = max(0, min(left_ms, int(attempt_s * 1000 * _SERVER_WAIT_SHARE)))
-            return m.FetchRequest(topic, partition, epoch, offset, poll_ms, 1, max_bytes)
+            return m.FetchRequest(
+                topic=topic,
+                partition=partition,
+                current_leader_epoch=epoch,
+                fetch_offset=offset,
+                max_wait_ms=poll_ms,
+                min_bytes=1,
+                max_bytes=max_bytes,
+            )
 
         while True:
             resp = self._leader_call(
@@ -744,12 +762,14 @@ class Client:
             raise ValueError(
                 f"list_offsets spec must be 'earliest', 'latest' or a timestamp in ms, got {spec!r}"
             )
-        epoch = m.NO_EPOCH if current_leader_epoch is None else current_leader_epoch
+        epoch = m.UNKNOWN if current_leader_epoch is None else current_leader_epoch
         resp = self._leader_call(
             topic,
             partition,
             ApiKey.LIST_OFFSETS,
-            lambda pm, _: m.ListOffsetsRequest(topic, partition, epoch, ts),
+            lambda pm, _: m.ListOffsetsRequest(
+                topic=topic, partition=partition, current_leader_epoch=epoch, timestamp=ts
+            ),
             m.ListOffsetsResponse,
             fenced_to_caller=current_leader_epoch is not None,
         )
@@ -758,12 +778,17 @@ class Client:
     def offsets_for_leader_epoch(
         self, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int | None = None
     ) -> EpochEndOffset:
-        epoch = m.NO_EPOCH if current_leader_epoch is None else current_leader_epoch
+        epoch = m.UNKNOWN if current_leader_epoch is None else current_leader_epoch
         resp = self._leader_call(
             topic,
             partition,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH,
-            lambda pm, _: m.OffsetsForLeaderEpochRequest(topic, partition, epoch, leader_epoch),
+            lambda pm, _: m.OffsetsForLeaderEpochRequest(
+                topic=topic,
+                partition=partition,
+                current_leader_epoch=epoch,
+                leader_epoch=leader_epoch,
+            ),
             m.OffsetsForLeaderEpochResponse,
             fenced_to_caller=current_leader_epoch is not None,
         )
@@ -774,7 +799,7 @@ class Client:
             topic,
             partition,
             ApiKey.DESCRIBE_QUORUM,
-            lambda pm, _: m.DescribeQuorumRequest(topic, partition),
+            lambda pm, _: m.DescribeQuorumRequest(topic=topic, partition=partition),
             m.DescribeQuorumResponse,
             fenced_to_caller=False,
         )
@@ -791,7 +816,7 @@ class Client:
         resp = self._request(
             self._nodes[node_id],
             ApiKey.FORCE_LEADER,
-            m.ForceLeaderRequest(topic, partition, True),
+            m.ForceLeaderRequest(topic=topic, partition=partition, confirm=True),
             m.ForceLeaderResponse,
             self.request_timeout_ms / 1000,
         )

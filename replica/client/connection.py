@@ -147,14 +147,16 @@ class Connection:
         try:
             first = self._exchange(
                 ApiKey.AUTHENTICATE,
-                AuthenticateRequest(scram.MECHANISM, client.first_message()),
+                AuthenticateRequest(mechanism=scram.MECHANISM, auth_bytes=client.first_message()),
                 AuthenticateResponse,
             )
             if first.error:
                 raise error_for(first.error, first.error_message)
             final = self._exchange(
                 ApiKey.AUTHENTICATE,
-                AuthenticateRequest(scram.MECHANISM, client.final_message(first.auth_bytes)),
+                AuthenticateRequest(
+                    mechanism=scram.MECHANISM, auth_bytes=client.final_message(first.auth_bytes)
+                ),
                 AuthenticateResponse,
             )
             if final.error:

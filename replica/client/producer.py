@@ -17,6 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import defaults
 from ..protocol.messages import ACKS_LEADER, ACKS_QUORUM
 from .client import Client, ProduceResult
 from .errors import RecordTooLargeError
@@ -38,9 +39,9 @@ class Producer:
         client: Client,
         *,
         acks: str = "quorum",
-        linger_ms: int = 5,
-        max_batch_bytes: int = 1 << 20,
-        max_batch_records: int = 10000,
+        linger_ms: int = defaults.LINGER_MS,
+        max_batch_bytes: int = defaults.BATCH_MAX_BYTES,
+        max_batch_records: int = defaults.BATCH_MAX_RECORDS,
     ) -> None:
         if acks not in ("quorum", "leader"):
             raise ValueError(f"acks must be 'quorum' or 'leader', got {acks!r}")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..constants import UNKNOWN
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 
 
 def error_response(req_type: type, code: ErrorCode, text: str) -> Any:
-    """The response answering a ``req_type`` request with an error: -1 ("unknown") in
+    """The response answering a ``req_type`` request with an error: UNKNOWN in
     every field that names an offset, epoch or node."""
     resp_type: type = m.REQUESTS[_API_OF[req_type]][1]
     return resp_type(error=int(code), error_message=text, **_UNKNOWN_FIELDS.get(resp_type, {}))
@@ -18,13 +19,15 @@ def error_response(req_type: type, code: ErrorCode, text: str) -> Any:
 _API_OF: dict[type, m.ApiKey] = {req: api for api, (req, _) in m.REQUESTS.items()}
 _UNKNOWN_FIELDS: dict[type, dict[str, int]] = {
     m.ProduceResponse: dict.fromkeys(
-        ("base_offset", "last_offset", "leader_epoch", "leader_id"), -1
+        ("base_offset", "last_offset", "leader_epoch", "leader_id"), UNKNOWN
     ),
     m.FetchResponse: dict.fromkeys(
-        ("leader_id", "leader_epoch", "high_watermark", "log_start_offset"), -1
+        ("leader_id", "leader_epoch", "high_watermark", "log_start_offset"), UNKNOWN
     ),
-    m.ListOffsetsResponse: dict.fromkeys(("offset", "leader_epoch", "timestamp"), -1),
-    m.OffsetsForLeaderEpochResponse: dict.fromkeys(("leader_epoch", "end_offset"), -1),
-    m.DescribeQuorumResponse: dict.fromkeys(("leader_id", "leader_epoch", "high_watermark"), -1),
-    m.ForceLeaderResponse: {"leader_epoch": -1},
+    m.ListOffsetsResponse: dict.fromkeys(("offset", "leader_epoch", "timestamp"), UNKNOWN),
+    m.OffsetsForLeaderEpochResponse: dict.fromkeys(("leader_epoch", "end_offset"), UNKNOWN),
+    m.DescribeQuorumResponse: dict.fromkeys(
+        ("leader_id", "leader_epoch", "high_watermark"), UNKNOWN
+    ),
+    m.ForceLeaderResponse: {"leader_epoch": UNKNOWN},
 }

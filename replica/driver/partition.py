@@ -10,6 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..constants import UNKNOWN, or_unknown
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..raft import (
@@ -321,7 +322,7 @@ class PartitionDriver:
         return m.FetchResponse(
             error=int(code),
             error_message=text,
-            leader_id=m.NO_EPOCH if core.leader_id is None else core.leader_id,
+            leader_id=or_unknown(core.leader_id),
             leader_epoch=core.epoch,
             high_watermark=core.high_watermark,
             log_start_offset=self.log.start_offset,
@@ -340,8 +341,8 @@ class PartitionDriver:
     def list_offsets(self, token: int, req: m.ListOffsetsRequest, now: int, ready: Ready) -> None:
         core, lg = self.core, self.log
 
-        def answer(code: ErrorCode, text: str, offset: int = -1, ts: int = -1) -> None:
-            epoch = lg.epoch_at(offset - 1) if offset > lg.start_offset else m.NO_EPOCH
+        def answer(code: ErrorCode, text: str, offset: int = UNKNOWN, ts: int = UNKNOWN) -> None:
+            epoch = lg.epoch_at(offset - 1) if offset > lg.start_offset else UNKNOWN
             resp = m.ListOffsetsResponse(
                 error=int(code), error_message=text, offset=offset, leader_epoch=epoch, timestamp=ts
             )
@@ -388,14 +389,14 @@ class PartitionDriver:
                 return m.ReplicaStateInfo(
                     replica_id=p.replica_id,
                     end_offset=p.end_offset,
-                    last_fetch_ms=now - p.last_fetch_ms if p.last_fetch_ms >= 0 else -1,
+                    last_fetch_ms=now - p.last_fetch_ms if p.last_fetch_ms >= 0 else UNKNOWN,
                     lag=p.lag,
                 )
 
             resp = m.DescribeQuorumResponse(
                 error=0,
                 error_message="",
-                leader_id=-1 if d.leader_id is None else d.leader_id,
+                leader_id=or_unknown(d.leader_id),
                 leader_epoch=d.leader_epoch,
                 high_watermark=d.high_watermark,
                 voters=[row(p) for p in d.voters],

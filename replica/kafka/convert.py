@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
+from ..constants import UNKNOWN
 from ..storage.records import (
     HEADER_FIELD,
     RECORD_SCHEMA,
@@ -26,7 +27,6 @@ from ..storage.records import (
     encode_arrow,
     iter_batches,
 )
-from ..storage.types import UNDEFINED_EPOCH
 from .records import ATTR_CONTROL, Header, KafkaRecordBatch, encode_batch
 
 __all__ = [
@@ -80,7 +80,7 @@ def from_kafka(batch: KafkaRecordBatch) -> ProducedRecords:
     )
 
 
-def kafka_to_quorumlog(batch: KafkaRecordBatch, *, leader_epoch: int = UNDEFINED_EPOCH) -> bytes:
+def kafka_to_quorumlog(batch: KafkaRecordBatch, *, leader_epoch: int = UNKNOWN) -> bytes:
     """A Kafka batch as one quorumlog batch (what the leader appends)."""
     return encode_arrow(from_kafka(batch).records, leader_epoch=leader_epoch)
 

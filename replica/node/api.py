@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..constants import UNKNOWN, or_unknown
 from ..driver import Driver, error_response
 from ..protocol import ApiKey, ErrorCode, Frame, decode_body
 from ..protocol import messages as m
@@ -161,18 +162,18 @@ class Api:
             return m.PartitionInfo(
                 error=0,
                 partition=partition,
-                leader_id=-1,
-                leader_epoch=-1,
+                leader_id=UNKNOWN,
+                leader_epoch=UNKNOWN,
                 replicas=replicas,
-                high_watermark=-1,
-                log_start_offset=-1,
+                high_watermark=UNKNOWN,
+                log_start_offset=UNKNOWN,
                 is_local_leader=False,
             )
         core = p.core
         return m.PartitionInfo(
             error=0,
             partition=partition,
-            leader_id=-1 if core.leader_id is None else core.leader_id,
+            leader_id=or_unknown(core.leader_id),
             leader_epoch=core.epoch,
             replicas=replicas,
             high_watermark=core.high_watermark,

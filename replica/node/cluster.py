@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from .. import defaults
 from ..client import Client, ClientSecurity
 from ..client.errors import QuorumLogError
 from ..storage.types import OffsetAndEpoch
@@ -323,7 +324,9 @@ class LocalCluster:
     def client(self) -> Client:
         if self._client is None:
             self._client = Client(
-                self.bootstrap, request_timeout_ms=30000, security=self.client_security()
+                self.bootstrap,
+                request_timeout_ms=defaults.REQUEST_TIMEOUT_MS,
+                security=self.client_security(),
             )
         return self._client
 
@@ -333,7 +336,7 @@ class LocalCluster:
         partitions: int = 1,
         replication_factor: int | None = None,
         *,
-        timeout_s: float = 30.0,
+        timeout_s: float = defaults.REQUEST_TIMEOUT_MS / 1000,
     ) -> None:
         self.client.create_topic(name, partitions, replication_factor)
         self.client.wait_for_leaders(name, int(timeout_s * 1000))
@@ -345,7 +348,7 @@ class LocalCluster:
         values: list[bytes],
         keys: list[bytes | None] | None = None,
         *,
-        timeout_ms: int = 30000,
+        timeout_ms: int = defaults.REQUEST_TIMEOUT_MS,
     ) -> list[OffsetAndEpoch]:
         """Append one batch with acks=quorum; returns (offset, epoch) per record."""
         from ..storage.records import encode_batch
@@ -361,7 +364,12 @@ class LocalCluster:
         return self.client.partition_metadata(topic, partition, refresh=True).leader_id
 
     def wait_for_leader(
-        self, topic: str, partition: int, timeout_s: float = 30.0, *, not_node: int | None = None
+        self,
+        topic: str,
+        partition: int,
+        timeout_s: float = defaults.REQUEST_TIMEOUT_MS / 1000,
+        *,
+        not_node: int | None = None,
     ) -> int:
         deadline = time.monotonic() + timeout_s
         while True:

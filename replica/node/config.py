@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..protocol import DEFAULT_MAX_FRAME_BYTES, max_batch_bytes
+from .. import defaults
+from ..protocol import max_batch_bytes
 from .security import TlsFiles, read_secret
 
 
@@ -47,21 +48,13 @@ def parse_peer_addresses(items: list[str]) -> dict[int, tuple[str, int]]:
     return _parse_id_addresses(items, "peer address", "peer")
 
 
-# max.message.bytes shipped default: the largest record batch a produce may carry, for
-# topics that set none. Kafka ships 1 MiB (+ overhead) because its batches are small
-# compressed record sets; ours are Arrow IPC batches and throughput comes from big ones:
-# `quorumlog perf produce` sends 10,000 x 100 B records per batch (~1.2 MB on the wire)
-# for >= 1M records/s, and a Spark/Delta writer may send larger tables. 8 MiB admits that
-# with room (a 10,000-record batch of 800 B values) while one batch stays far below the
-# 64 MiB frame limit and costs each replica ~0.1 s (CRC + write) on a loaded machine.
-DEFAULT_MAX_MESSAGE_BYTES = 8 << 20
-# Background CRC scrub of sealed segments, for the whole node (0: off). 4 MiB/s reads
-# 1 TiB in about 3 days for well under 1% of a core (crc32 runs at GB/s).
-DEFAULT_SCRUB_BYTES_PER_SECOND = 4 << 20
+# The shipped defaults live in replica.defaults (why they are what they are is said there).
+DEFAULT_MAX_MESSAGE_BYTES = defaults.MAX_MESSAGE_BYTES
+DEFAULT_SCRUB_BYTES_PER_SECOND = defaults.SCRUB_BYTES_PER_SECOND
 # The largest max.message.bytes a topic or node may set; topics may lower the limit, not
 # raise it. Not the frame limit (a 63 MiB batch fits every frame, see max_batch_bytes) but
 # time: each replica checks and writes one batch in one go on its event loop, and a
-# follower flushes it before its next fetch, all within the 800 ms fetch timeout (a
+# follower flushes it before its next fetch, all within the fetch timeout (defaults.QUORUM_FETCH_TIMEOUT_MS) (a
 # stalled loop times out every partition of the node at once). Measured on the loaded
 # 2-core test machine (load 5-7): 8 MiB batches replicate with no election in every
 # trial, 16 MiB ones now and then cause one, 32 MiB ones make leadership churn. A higher
@@ -97,21 +90,22 @@ class NodeConfig:
     voters: dict[int, tuple[str, int]]
     data_dir: Path
     cluster_id: str
-    # Quorum timing (None: the raft core's shipped defaults).
-    election_timeout_ms: int | None = None
-    fetch_timeout_ms: int | None = None
-    # Storage.
-    segment_bytes: int | None = None
-    retention_bytes: int | None = None
-    retention_ms: int | None = None
+    # Every default is replica.defaults' (the Kafka / KIP config names are there).
+    # Quorum timing (quorum.election.timeout.ms, quorum.fetch.timeout.ms).
+    election_timeout_ms: int = defaults.QUORUM_ELECTION_TIMEOUT_MS
+    fetch_timeout_ms: int = defaults.QUORUM_FETCH_TIMEOUT_MS
+    # Storage (segment.bytes, retention.bytes, retention.ms).
+    segment_bytes: int = defaults.SEGMENT_BYTES
+    retention_bytes: int | None = defaults.RETENTION_BYTES
+    retention_ms: int | None = defaults.RETENTION_MS
     # Transport.
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    # max.message.bytes for topics that set none (see DEFAULT_MAX_MESSAGE_BYTES).
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    # How long a follower's fetch may be parked at the leader waiting for data.
-    replica_fetch_max_wait_ms: int = 250
-    produce_timeout_ms: int = 30000
-    scrub_bytes_per_second: int = DEFAULT_SCRUB_BYTES_PER_SECOND
+    max_frame_bytes: int = defaults.MAX_FRAME_BYTES
+    # max.message.bytes for topics that set none.
+    max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
+    # replica.fetch.max.wait.ms: how long a follower's fetch may be parked at the leader.
+    replica_fetch_max_wait_ms: int = defaults.REPLICA_FETCH_MAX_WAIT_MS
+    produce_timeout_ms: int = defaults.PRODUCE_TIMEOUT_MS
+    scrub_bytes_per_second: int = defaults.SCRUB_BYTES_PER_SECOND
     # Raft traffic to these peers goes here instead of their --voters address (e.g.
     # through a fault-injecting proxy); Metadata still advertises --voters.
     peer_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..constants import UNKNOWN, or_unknown
 from ..driver import Driver, Ready
 from ..protocol import ErrorCode
 from ..protocol import messages as m
@@ -119,7 +120,7 @@ class MetadataController:
 
     def leader_id(self) -> int:
         p = self.driver.get(METADATA_KEY)
-        return -1 if p is None or p.core.leader_id is None else p.core.leader_id
+        return UNKNOWN if p is None else or_unknown(p.core.leader_id)
 
     async def commit(self, record: dict[str, Any]) -> ErrorCode | None:
         req = m.ProduceRequest(

@@ -16,6 +16,7 @@ import signal
 import time
 from typing import Any
 
+from .. import defaults
 from ..driver import Driver, Limits, PartitionKey, Ready
 from ..protocol import DecodeError, Frame, decode_body, encode, max_batch_bytes
 from ..protocol import messages as m
@@ -76,21 +77,21 @@ def now_ms() -> int:
 
 
 def default_quorum_config(config: NodeConfig) -> QuorumConfig:
-    """The shipped timing (see docs of QuorumConfig): a follower gives up on a silent leader
-    after 800 ms, so kill -9 of a leader is followed by a new leader about 0.8-1.0 s later,
-    while idle long-polls (250 ms) answer well within that window, so a live leader under
-    load is never deposed."""
-    fetch_timeout = config.fetch_timeout_ms or 800
-    election = config.election_timeout_ms or 400
+    """The shipped timing (replica.defaults says why): a follower gives up on a silent
+    leader after the fetch timeout, so kill -9 of a leader is followed by a new leader about
+    0.8-1.0 s later, while idle long-polls answer well within that window, so a live leader
+    under load is never deposed."""
     return QuorumConfig(
-        election_timeout_ms=election,
-        fetch_timeout_ms=fetch_timeout,
-        election_backoff_max_ms=400,
-        retry_backoff_ms=50,
-        retry_backoff_max_ms=400,
-        request_timeout_ms=max(100, fetch_timeout - config.replica_fetch_max_wait_ms - 100),
+        election_timeout_ms=config.election_timeout_ms,
+        fetch_timeout_ms=config.fetch_timeout_ms,
+        election_backoff_max_ms=defaults.QUORUM_ELECTION_BACKOFF_MAX_MS,
+        retry_backoff_ms=defaults.QUORUM_RETRY_BACKOFF_MS,
+        retry_backoff_max_ms=defaults.QUORUM_RETRY_BACKOFF_MAX_MS,
+        request_timeout_ms=defaults.quorum_request_timeout_ms(
+            config.fetch_timeout_ms, config.replica_fetch_max_wait_ms
+        ),
         fetch_max_wait_ms=config.replica_fetch_max_wait_ms,
-        fetch_max_bytes=4 << 20,
+        fetch_max_bytes=defaults.REPLICA_FETCH_MAX_BYTES,
     )
 
 
@@ -100,7 +101,7 @@ class Node:
         self.node_id = config.node_id
         self.quorum = default_quorum_config(config)
         log_config = LogConfig(
-            segment_bytes=config.segment_bytes or 256 * 1024 * 1024,
+            segment_bytes=config.segment_bytes,
             retention_bytes=config.retention_bytes,
             retention_ms=config.retention_ms,
         )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..constants import or_unknown
 from ..driver import Driver, PartitionKey, Ready
 from ..raft import ElectionState
 from ..storage import CATCH_UP_UNKNOWN, Log, LogConfig, QuorumState, QuorumStateStore
@@ -140,8 +141,8 @@ class PartitionManager:
 def _to_quorum_state(s: ElectionState, voters: list[int]) -> QuorumState:
     return QuorumState(
         leader_epoch=s.epoch,
-        leader_id=-1 if s.leader_id is None else s.leader_id,
-        voted_id=-1 if s.voted_id is None else s.voted_id,
+        leader_id=or_unknown(s.leader_id),
+        voted_id=or_unknown(s.voted_id),
         voters=tuple(voters),
     )
 

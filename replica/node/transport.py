@@ -101,7 +101,7 @@ def _api_name(api_key: int) -> str:
 
 
 def error_frame(correlation_id: int, code: ErrorCode, message: str) -> list[bytes | memoryview]:
-    body, _ = encode(ErrorResponse(int(code), message))
+    body, _ = encode(ErrorResponse(error=int(code), error_message=message))
     return encode_frame(int(ApiKey.ERROR), API_VERSION, correlation_id, "", body)
 
 
@@ -111,7 +111,7 @@ def _auth_frame(correlation_id: int, response: AuthenticateResponse) -> list[byt
 
 
 async def _denied(code: ErrorCode, message: str) -> tuple[int, Any]:
-    return int(ApiKey.ERROR), ErrorResponse(int(code), message)
+    return int(ApiKey.ERROR), ErrorResponse(error=int(code), error_message=message)
 
 
 async def _ready(api_key: int, response: Any) -> tuple[int, Any]:
@@ -418,14 +418,21 @@ class Server:
                 own, remembered = decode_statement(req.auth_bytes)
             except (ValueError, UnicodeDecodeError) as exc:
                 code = int(ErrorCode.ILLEGAL_SASL_STATE)
-                return True, stated, AuthenticateResponse(code, str(exc), b"")
+                return (
+                    True,
+                    stated,
+                    AuthenticateResponse(error=code, error_message=str(exc), auth_bytes=b""),
+                )
             # Durably marked (if replaced) before the answer and before any raft frame.
             dirs.check_own(node, remembered)
             return (
                 True,
                 own,
                 AuthenticateResponse(
-                    0, "", encode_statement(dirs.own, dirs.remembered(node)), principal.kind
+                    error=0,
+                    error_message="",
+                    auth_bytes=encode_statement(dirs.own, dirs.remembered(node)),
+                    principal_kind=principal.kind,
                 ),
             )
         if req.mechanism == DIRECTORY_ACK_MECHANISM and stated is not None:
@@ -508,7 +515,12 @@ class Server:
                 peer,
                 why,
             )
-            writer.writelines(_auth_frame(cid, AuthenticateResponse(int(code), message, b"")))
+            writer.writelines(
+                _auth_frame(
+                    cid,
+                    AuthenticateResponse(error=int(code), error_message=message, auth_bytes=b""),
+                )
+            )
 
         frame = first_frame or await read_frame(reader, self._max_frame)
         if frame.api_key != ApiKey.AUTHENTICATE:
@@ -542,7 +554,10 @@ class Server:
             entry is not None,
         )
         writer.writelines(
-            _auth_frame(frame.correlation_id, AuthenticateResponse(0, "", session.first_message()))
+            _auth_frame(
+                frame.correlation_id,
+                AuthenticateResponse(error=0, error_message="", auth_bytes=session.first_message()),
+            )
         )
         frame = await read_frame(reader, self._max_frame)
         if frame.api_key != ApiKey.AUTHENTICATE:
@@ -570,7 +585,12 @@ class Server:
         writer.writelines(
             _auth_frame(
                 frame.correlation_id,
-                AuthenticateResponse(0, "", server_final, principal.kind),
+                AuthenticateResponse(
+                    error=0,
+                    error_message="",
+                    auth_bytes=server_final,
+                    principal_kind=principal.kind,
+                ),
             )
         )
         log.debug("authenticated %r (%s) from %s", principal.name, principal.kind, peer)
@@ -762,7 +782,7 @@ async def authenticate(
 def _send_auth(
     writer: asyncio.StreamWriter, correlation_id: int, mechanism: str, auth_bytes: bytes
 ) -> None:
-    body, _ = encode(AuthenticateRequest(mechanism, auth_bytes))
+    body, _ = encode(AuthenticateRequest(mechanism=mechanism, auth_bytes=auth_bytes))
     writer.writelines(encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body))
 
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import msgpack
 
+from .. import defaults
 from .errors import ErrorCode
 
 PREFIX = struct.Struct(">II")
-DEFAULT_MAX_FRAME_BYTES = 64 << 20
+DEFAULT_MAX_FRAME_BYTES = defaults.MAX_FRAME_BYTES
 # What a frame carrying one record batch may add around it: prefix, msgpack meta (api
 # key, ids, client id) and the body (a raft envelope: topic name <= 200 characters,
 # cluster id, epochs, offsets). The real figure is under 1 KiB; the margin keeps "one

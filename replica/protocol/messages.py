@@ -1,7 +1,19 @@
 """Request and response types of the client-facing and admin APIs.
 
-Every response starts with ``error`` (an ``ErrorCode`` value) and ``error_message``. Node to
-node raft traffic travels as ``RaftEnvelope`` frames (one-way, like etcd-raft messages).
+Every message is a frozen, slotted, keyword-only dataclass: build it with keywords. The
+codec carries its fields in declaration order, and that order follows one convention:
+
+1. on a response, ``error`` (an ``ErrorCode`` value) then ``error_message``;
+2. the identity of what the message is about: ``topic``, ``partition`` (or ``name``;
+   ``cluster_id``, ``node_id`` for a node);
+3. the fencing / leadership fields: ``current_leader_epoch`` on a request, ``leader_id``,
+   ``leader_epoch`` of the answering leader on a response;
+4. the rest, fields with a default last (``records`` travels as the frame's payload).
+
+The small base classes below carry the shared heads (``Response``, ``PartitionRequest``,
+``FencedRequest``, ``LeaderResponse``). A field without a value holds ``UNKNOWN`` (-1,
+``replica.constants``). Node to node raft traffic travels as ``RaftEnvelope`` frames
+(one-way, like etcd-raft messages).
 """
 
 from __future__ import annotations
@@ -9,14 +21,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from ..constants import CONSUMER_REPLICA_ID as CONSUMER_REPLICA_ID
+from ..constants import UNKNOWN as UNKNOWN
+
 ACKS_LEADER = 1
 ACKS_QUORUM = -1
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
-CONSUMER_REPLICA_ID = -1
-NO_EPOCH = -1
+# The current_leader_epoch that skips fencing (KIP-320: a client that knows no epoch).
+NO_EPOCH = UNKNOWN
 
 
 class ApiKey(IntEnum):
@@ -37,48 +52,75 @@ class ApiKey(IntEnum):
     ERROR = 127
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorResponse:
-    """Answer to a request the node could not parse or does not know."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Response:
+    """The head of every response; alone, an answer that says only how it went."""
 
     error: int
     error_message: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderResponse(Response):
+    """A partition's answer naming the leader that gave it and that leader's epoch."""
+
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionRequest:
+    """The head of every request about one partition."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FencedRequest(PartitionRequest):
+    """A partition request fenced by the leader epoch the client knows (KIP-320);
+    ``NO_EPOCH`` skips the check."""
+
+    current_leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorResponse(Response):
+    """Answer to a request the node could not parse or does not know."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApiVersionsRequest:
     pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ApiVersionRange:
     api_key: int
     min_version: int
     max_version: int
 
 
-@dataclass(frozen=True, slots=True)
-class ApiVersionsResponse:
-    error: int
-    error_message: str
-    node_id: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiVersionsResponse(Response):
     cluster_id: str
+    node_id: int
     apis: list[ApiVersionRange]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeInfo:
     node_id: int
     host: str
     port: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MetadataRequest:
     topics: list[str] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionInfo:
     error: int
     partition: int
@@ -90,7 +132,7 @@ class PartitionInfo:
     is_local_leader: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TopicInfo:
     error: int
     name: str
@@ -100,10 +142,8 @@ class TopicInfo:
     max_message_bytes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class MetadataResponse:
-    error: int
-    error_message: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetadataResponse(Response):
     cluster_id: str
     node_id: int
     controller_id: int
@@ -111,81 +151,60 @@ class MetadataResponse:
     topics: list[TopicInfo]
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceRequest:
-    topic: str
-    partition: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceRequest(PartitionRequest):
     acks: int
     timeout_ms: int
     records: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceResponse:
-    error: int
-    error_message: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceResponse(LeaderResponse):
     base_offset: int
     last_offset: int
-    leader_epoch: int
-    leader_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class FetchRequest:
-    topic: str
-    partition: int
-    current_leader_epoch: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchRequest(FencedRequest):
     fetch_offset: int
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class FetchResponse:
-    error: int
-    error_message: str
-    leader_id: int
-    leader_epoch: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchResponse(LeaderResponse):
     high_watermark: int
     log_start_offset: int
     records: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
-class ListOffsetsRequest:
-    topic: str
-    partition: int
-    current_leader_epoch: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListOffsetsRequest(FencedRequest):
     timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class ListOffsetsResponse:
-    error: int
-    error_message: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListOffsetsResponse(Response):
+    """``leader_epoch`` is the epoch of the record at ``offset`` (KIP-320)."""
+
     offset: int
     leader_epoch: int
     timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetsForLeaderEpochRequest:
-    topic: str
-    partition: int
-    current_leader_epoch: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetsForLeaderEpochRequest(FencedRequest):
     leader_epoch: int
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetsForLeaderEpochResponse:
-    error: int
-    error_message: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetsForLeaderEpochResponse(Response):
     leader_epoch: int
     end_offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ReplicaStateInfo:
     replica_id: int
     end_offset: int
@@ -193,24 +212,19 @@ class ReplicaStateInfo:
     lag: int
 
 
-@dataclass(frozen=True, slots=True)
-class DescribeQuorumRequest:
-    topic: str
-    partition: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumRequest(PartitionRequest):
+    pass
 
 
-@dataclass(frozen=True, slots=True)
-class DescribeQuorumResponse:
-    error: int
-    error_message: str
-    leader_id: int
-    leader_epoch: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeQuorumResponse(LeaderResponse):
     high_watermark: int
     voters: list[ReplicaStateInfo] = field(default_factory=list)
     observers: list[ReplicaStateInfo] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CreateTopicRequest:
     name: str
     partitions: int
@@ -219,65 +233,55 @@ class CreateTopicRequest:
     max_message_bytes: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class CreateTopicResponse:
-    error: int
-    error_message: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTopicResponse(Response):
+    pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeleteTopicRequest:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteTopicResponse:
-    error: int
-    error_message: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteTopicResponse(Response):
+    pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ListTopicsRequest:
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class ListTopicsResponse:
-    error: int
-    error_message: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListTopicsResponse(Response):
     topics: list[str]
 
 
-@dataclass(frozen=True, slots=True)
-class ForceLeaderRequest:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForceLeaderRequest(PartitionRequest):
     """Unclean leader election on the receiving node: it leads in a new epoch without a
     majority. Committed records it lacks are lost; ``confirm`` must be true."""
 
-    topic: str
-    partition: int
     confirm: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ForceLeaderResponse:
-    error: int
-    error_message: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForceLeaderResponse(Response):
     leader_epoch: int
 
 
-@dataclass(frozen=True, slots=True)
-class RaftEnvelope:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaftEnvelope(PartitionRequest):
     """One-way node-to-node raft message for one partition's quorum. ``kind`` names the
     raft message class; ``body`` is its codec body; ``records`` its payload, if any."""
 
-    topic: str
-    partition: int
     kind: str
     body: list[object]
     records: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AuthenticateRequest:
     """One SCRAM step: ``auth_bytes`` is the RFC 5802 client-first or client-final message."""
 
@@ -285,12 +289,10 @@ class AuthenticateRequest:
     auth_bytes: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class AuthenticateResponse:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthenticateResponse(Response):
     """The server-first or server-final message; ``principal_kind`` is set once authenticated."""
 
-    error: int
-    error_message: str
     auth_bytes: bytes
     principal_kind: str = ""
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import defaults
+
 __all__ = ["QuorumConfig"]
 
 
@@ -11,9 +13,10 @@ __all__ = ["QuorumConfig"]
 class QuorumConfig:
     """Timers of one partition's quorum, in milliseconds.
 
-    Defaults are KRaft's (``quorum.election.timeout.ms`` 1000, ``quorum.fetch.timeout.ms``
-    2000, ``quorum.election.backoff.max.ms`` 1000), so the protocol behaves like the
-    reference before anyone tunes it. What they mean for failover after ``kill -9`` of a
+    Defaults are KRaft's (``replica.defaults.KRAFT_*``: ``quorum.election.timeout.ms`` 1000,
+    ``quorum.fetch.timeout.ms`` 2000, ``quorum.election.backoff.max.ms`` 1000), so the
+    protocol behaves like the reference before anyone tunes it; a node runs the shipped
+    timing (``replica.defaults.QUORUM_*``). What they mean for failover after ``kill -9`` of a
     leader: followers notice after ``fetch_timeout_ms`` (the leader is silent), then one
     pre-vote and one vote round trip, so the next acked write comes ~fetch timeout + a few
     RTTs later (about 2.1 s with these defaults, ~1.1 s with fetch 1000 / election 500).
@@ -48,15 +51,15 @@ class QuorumConfig:
       long-poll bound and size bound of a follower's Fetch.
     """
 
-    election_timeout_ms: int = 1000
-    fetch_timeout_ms: int = 2000
-    election_backoff_max_ms: int = 1000
+    election_timeout_ms: int = defaults.KRAFT_ELECTION_TIMEOUT_MS
+    fetch_timeout_ms: int = defaults.KRAFT_FETCH_TIMEOUT_MS
+    election_backoff_max_ms: int = defaults.KRAFT_ELECTION_BACKOFF_MAX_MS
     election_jitter_max_ms: int | None = None
-    retry_backoff_ms: int = 100
-    retry_backoff_max_ms: int = 1000
-    request_timeout_ms: int = 1000
-    fetch_max_wait_ms: int = 500
-    fetch_max_bytes: int = 1024 * 1024
+    retry_backoff_ms: int = defaults.KRAFT_RETRY_BACKOFF_MS
+    retry_backoff_max_ms: int = defaults.KRAFT_RETRY_BACKOFF_MAX_MS
+    request_timeout_ms: int = defaults.KRAFT_REQUEST_TIMEOUT_MS
+    fetch_max_wait_ms: int = defaults.KRAFT_FETCH_MAX_WAIT_MS
+    fetch_max_bytes: int = defaults.KRAFT_FETCH_MAX_BYTES
 
     def __post_init__(self) -> None:
         for name in (

@@ -1,4 +1,4 @@
-"""Quorum messages: frozen, slotted dataclasses of plain fields only.
+"""Quorum messages: frozen, slotted, keyword-only dataclasses of plain fields only.
 
 A generic codec can encode any of them as its field values in declaration order. Each
 message names its sender (``src``, or ``replica_id`` for Fetch) and receiver (``dst``)
@@ -6,12 +6,22 @@ and carries what its handler needs (responses echo the request's epoch, offset o
 ``request_id``), so the transport needs no request/response correlation: the node routes
 every message by (topic, partition) to the core and delivers responses like requests.
 Ids that may be unknown are ``None`` (KIP-595's -1), except ``FetchRequest.replica_id``
-which is -1 for a consumer as in Kafka.
+which is ``CONSUMER_REPLICA_ID`` for a consumer as in Kafka; other fields without a value
+hold ``UNKNOWN`` (``replica.constants``).
+
+Field order, one convention (as in ``replica.protocol.messages``): on a response ``error``
+first; then the addressing (``cluster_id``, ``src``/``replica_id``, ``dst``); then the
+epoch fields (``leader_epoch``, ``leader_id`` of the responder, or of the announced
+leader on a request); then the rest, fields with a default last. The base classes
+``QuorumRequest``, ``LeaderAnnouncement``, ``QuorumResponse`` and ``EpochResponse`` carry
+those shared heads. Build messages with keywords.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..constants import CONSUMER_REPLICA_ID, UNKNOWN
 
 __all__ = [
     "CONSUMER_REPLICA_ID",
@@ -19,90 +29,100 @@ __all__ = [
     "BeginQuorumEpochResponse",
     "EndQuorumEpochRequest",
     "EndQuorumEpochResponse",
+    "EpochResponse",
     "FetchRequest",
     "FetchResponse",
+    "LeaderAnnouncement",
     "Message",
+    "QuorumRequest",
+    "QuorumResponse",
     "VoteRequest",
     "VoteResponse",
 ]
 
-CONSUMER_REPLICA_ID = -1
 
-
-@dataclass(frozen=True, slots=True)
-class VoteRequest:
-    """A (pre-)candidate asks for a vote. ``candidate_epoch`` is the epoch it runs in;
-    for a pre-vote that is its current epoch + 1 and nobody changes state for it."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuorumRequest:
+    """The addressing every request but Fetch starts with."""
 
     cluster_id: str
     src: int
     dst: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAnnouncement(QuorumRequest):
+    """A leader speaking for its epoch (BeginQuorumEpoch, EndQuorumEpoch)."""
+
+    leader_id: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuorumResponse:
+    """The head of every response: how it went, then the addressing."""
+
+    error: int
+    cluster_id: str
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EpochResponse(QuorumResponse):
+    """A response naming the responder's epoch after handling the request and the leader
+    it knows in it (None: none)."""
+
+    leader_epoch: int
+    leader_id: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoteRequest(QuorumRequest):
+    """A (pre-)candidate asks for a vote. ``candidate_epoch`` is the epoch it runs in;
+    for a pre-vote that is its current epoch + 1 and nobody changes state for it."""
+
     candidate_epoch: int
     last_offset_epoch: int
     last_offset: int  # the candidate's log end offset
     pre_vote: bool
 
 
-@dataclass(frozen=True, slots=True)
-class VoteResponse:
-    cluster_id: str
-    src: int
-    dst: int
-    error: int
-    leader_epoch: int  # the responder's epoch after handling the request
-    leader_id: int | None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoteResponse(EpochResponse):
     vote_granted: bool
     pre_vote: bool
     candidate_epoch: int  # echo, so a stale answer for another election is ignored
 
 
-@dataclass(frozen=True, slots=True)
-class BeginQuorumEpochRequest:
-    cluster_id: str
-    src: int
-    dst: int
-    leader_id: int
-    leader_epoch: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BeginQuorumEpochRequest(LeaderAnnouncement):
+    pass
 
 
-@dataclass(frozen=True, slots=True)
-class BeginQuorumEpochResponse:
-    cluster_id: str
-    src: int
-    dst: int
-    error: int
-    leader_epoch: int
-    leader_id: int | None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BeginQuorumEpochResponse(EpochResponse):
+    pass
 
 
-@dataclass(frozen=True, slots=True)
-class EndQuorumEpochRequest:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndQuorumEpochRequest(LeaderAnnouncement):
     """A resigning leader hands over: successors sorted by replicated offset, best first."""
 
-    cluster_id: str
-    src: int
-    dst: int
-    leader_id: int
-    leader_epoch: int
     preferred_successors: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class EndQuorumEpochResponse:
-    cluster_id: str
-    src: int
-    dst: int
-    error: int
-    leader_epoch: int
-    leader_id: int | None
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndQuorumEpochResponse(EpochResponse):
+    pass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FetchRequest:
-    """``replica_id`` is the sender: a voter, an observer, or -1 for a consumer.
+    """``replica_id`` is the sender: a voter, an observer, or CONSUMER_REPLICA_ID.
     ``fetch_offset`` is the fetcher's log end offset and, from a replica, durable (the
     driver flushes before sending it); ``last_fetched_epoch`` is the epoch of the record
-    before it. ``current_leader_epoch`` -1 (consumers only) skips the epoch check.
+    before it. ``current_leader_epoch`` UNKNOWN (consumers only) skips the epoch check.
     ``catching_up``: the fetcher lost data it may have acknowledged and has not yet
     re-fetched past its old log end, so the leader must not count it towards the HWM."""
 
@@ -122,17 +142,11 @@ class FetchRequest:
         return self.replica_id
 
 
-@dataclass(frozen=True, slots=True)
-class FetchResponse:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchResponse(EpochResponse):
     """``diverging_epoch`` is (epoch, end offset) when the fetcher's log diverged; then
     ``records`` is empty. ``records`` are whole batches, opaque to the core."""
 
-    cluster_id: str
-    src: int
-    dst: int
-    error: int
-    leader_id: int | None
-    leader_epoch: int
     high_watermark: int
     log_start_offset: int
     diverging_epoch: tuple[int, int] | None
@@ -141,8 +155,8 @@ class FetchResponse:
     request_id: int = 0  # echo of the request
     # To a fetcher that says ``catching_up``, from a leader: every record this leader
     # ever acknowledged, or will count as committed from before its epoch, lies below
-    # this (max of its HWM and its epoch start); -1 otherwise.
-    catch_up_floor: int = -1
+    # this (max of its HWM and its epoch start); UNKNOWN otherwise.
+    catch_up_floor: int = UNKNOWN
 
     def is_empty(self) -> bool:
         """True for an answer a driver may park as a long-poll (nothing new to say)."""

@@ -17,9 +17,10 @@ import logging
 import random
 from dataclasses import dataclass, field
 
+from ..constants import UNKNOWN
 from ..protocol.errors import ErrorCode
 from .config import QuorumConfig
-from .log import CATCH_UP_UNKNOWN, UNDEFINED_EPOCH, AppendInfo, CorruptDataError, ReplicaLog
+from .log import CATCH_UP_UNKNOWN, AppendInfo, CorruptDataError, ReplicaLog
 from .messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -353,7 +354,7 @@ class RaftReplica:
         """Catching up with an unknown floor, the replica does not know the current epoch
         (a lost disk loses the quorum state too): a stale leader of an old epoch would
         give it a floor below records acknowledged in a later one, and then count it. So
-        it asks the other voters their epochs (a fetch with epoch -1 is answered
+        it asks the other voters their epochs (a fetch with epoch UNKNOWN is answered
         FENCED_LEADER_EPOCH with the voter's epoch, changing nothing there) and takes a
         floor only from a leader whose epoch is at least every epoch n - majority + 1 of
         them answered: that many include a voter of the latest epoch anything was
@@ -372,16 +373,16 @@ class RaftReplica:
             if v != self.node_id and v not in self._probe_epochs:
                 out.messages.append(
                     FetchRequest(
-                        self.cluster_id,
-                        self.node_id,
-                        v,
-                        -1,
-                        self.log.end_offset,
-                        self.log.last_epoch(),
-                        0,
-                        0,
-                        self._probe_id,
-                        True,
+                        cluster_id=self.cluster_id,
+                        replica_id=self.node_id,
+                        dst=v,
+                        current_leader_epoch=UNKNOWN,
+                        fetch_offset=self.log.end_offset,
+                        last_fetched_epoch=self.log.last_epoch(),
+                        max_wait_ms=0,
+                        max_bytes=0,
+                        request_id=self._probe_id,
+                        catching_up=True,
                     )
                 )
 
@@ -420,7 +421,7 @@ class RaftReplica:
         """The one fencing rule for requests the driver serves from the log (consumer
         Fetch, ListOffsets, OffsetsForLeaderEpoch): -1 skips the epoch comparison; only
         the leader serves."""
-        if current_leader_epoch != -1:
+        if current_leader_epoch != UNKNOWN:
             if current_leader_epoch < self._epoch:
                 return ErrorCode.FENCED_LEADER_EPOCH
             if current_leader_epoch > self._epoch:
@@ -769,13 +770,13 @@ class RaftReplica:
                 continue
             out.messages.append(
                 VoteRequest(
-                    self.cluster_id,
-                    self.node_id,
-                    v,
-                    epoch,
-                    self.log.last_epoch(),
-                    self.log.end_offset,
-                    pre_vote,
+                    cluster_id=self.cluster_id,
+                    src=self.node_id,
+                    dst=v,
+                    candidate_epoch=epoch,
+                    last_offset_epoch=self.log.last_epoch(),
+                    last_offset=self.log.end_offset,
+                    pre_vote=pre_vote,
                 )
             )
         st.resend_at = now_ms + self.config.request_timeout_ms
@@ -790,16 +791,16 @@ class RaftReplica:
         out.flush_log |= self.log.end_offset > self.log.durable_end_offset
         out.messages.append(
             FetchRequest(
-                self.cluster_id,
-                self.node_id,
-                self._leader_id,
-                self._epoch,
-                self.log.end_offset,
-                self.log.last_epoch(),
-                self.config.fetch_max_wait_ms,
-                self.config.fetch_max_bytes,
-                st.fetch_request_id,
-                self.catching_up,
+                cluster_id=self.cluster_id,
+                replica_id=self.node_id,
+                dst=self._leader_id,
+                current_leader_epoch=self._epoch,
+                fetch_offset=self.log.end_offset,
+                last_fetched_epoch=self.log.last_epoch(),
+                max_wait_ms=self.config.fetch_max_wait_ms,
+                max_bytes=self.config.fetch_max_bytes,
+                request_id=st.fetch_request_id,
+                catching_up=self.catching_up,
             )
         )
         self._probe_epochs_of_voters(now_ms, out)
@@ -809,16 +810,16 @@ class RaftReplica:
         target = self._rng.choice(self.voters)
         out.messages.append(
             FetchRequest(
-                self.cluster_id,
-                self.node_id,
-                target,
-                self._epoch,
-                self.log.end_offset,
-                self.log.last_epoch(),
-                0,
-                self.config.fetch_max_bytes,
-                0,
-                self.catching_up,
+                cluster_id=self.cluster_id,
+                replica_id=self.node_id,
+                dst=target,
+                current_leader_epoch=self._epoch,
+                fetch_offset=self.log.end_offset,
+                last_fetched_epoch=self.log.last_epoch(),
+                max_wait_ms=0,
+                max_bytes=self.config.fetch_max_bytes,
+                request_id=0,
+                catching_up=self.catching_up,
             )
         )
         st.discover_at = now_ms + self.config.retry_backoff_ms + self.config.request_timeout_ms
@@ -827,7 +828,13 @@ class RaftReplica:
     def _send_begin_quorum_epoch(self, st: LeaderState, now_ms: int, out: Output) -> None:
         for v in sorted(st.begin_unacked):
             out.messages.append(
-                BeginQuorumEpochRequest(self.cluster_id, self.node_id, v, self.node_id, self._epoch)
+                BeginQuorumEpochRequest(
+                    cluster_id=self.cluster_id,
+                    src=self.node_id,
+                    dst=v,
+                    leader_id=self.node_id,
+                    leader_epoch=self._epoch,
+                )
             )
         st.begin_resend_at = now_ms + self.config.request_timeout_ms if st.begin_unacked else None
 
@@ -835,7 +842,12 @@ class RaftReplica:
         for v in sorted(st.end_unacked):
             out.messages.append(
                 EndQuorumEpochRequest(
-                    self.cluster_id, self.node_id, v, self.node_id, self._epoch, st.successors
+                    cluster_id=self.cluster_id,
+                    src=self.node_id,
+                    dst=v,
+                    leader_id=self.node_id,
+                    leader_epoch=self._epoch,
+                    preferred_successors=st.successors,
                 )
             )
         st.end_resend_at = now_ms + self.config.request_timeout_ms if st.end_unacked else None
@@ -875,15 +887,15 @@ class RaftReplica:
 
     def _vote_response(self, req: VoteRequest, error: ErrorCode, granted: bool) -> VoteResponse:
         return VoteResponse(
-            self.cluster_id,
-            self.node_id,
-            req.src,
-            int(error),
-            self._epoch,
-            self._advertised_leader(),
-            granted,
-            req.pre_vote,
-            req.candidate_epoch,
+            cluster_id=self.cluster_id,
+            src=self.node_id,
+            dst=req.src,
+            error=int(error),
+            leader_epoch=self._epoch,
+            leader_id=self._advertised_leader(),
+            vote_granted=granted,
+            pre_vote=req.pre_vote,
+            candidate_epoch=req.candidate_epoch,
         )
 
     def _on_vote_request(self, req: VoteRequest, now_ms: int, out: Output) -> VoteResponse:
@@ -972,12 +984,12 @@ class RaftReplica:
         elif isinstance(self._state, FollowerState) and not self._state.leader_resigned:
             self._state.last_contact_ms = now_ms
         return BeginQuorumEpochResponse(
-            self.cluster_id,
-            self.node_id,
-            req.src,
-            int(error),
-            self._epoch,
-            self._advertised_leader(),
+            cluster_id=self.cluster_id,
+            src=self.node_id,
+            dst=req.src,
+            error=int(error),
+            leader_epoch=self._epoch,
+            leader_id=self._advertised_leader(),
         )
 
     def _on_begin_quorum_epoch_response(
@@ -1024,12 +1036,12 @@ class RaftReplica:
             if at <= now_ms:
                 out.merge(self.tick(now_ms))
         return EndQuorumEpochResponse(
-            self.cluster_id,
-            self.node_id,
-            req.src,
-            int(error),
-            self._epoch,
-            self._advertised_leader(),
+            cluster_id=self.cluster_id,
+            src=self.node_id,
+            dst=req.src,
+            error=int(error),
+            leader_epoch=self._epoch,
+            leader_id=self._advertised_leader(),
         )
 
     def _on_end_quorum_epoch_response(
@@ -1048,18 +1060,18 @@ class RaftReplica:
 
     def _fetch_error(self, req: FetchRequest, error: ErrorCode) -> FetchResponse:
         return FetchResponse(
-            self.cluster_id,
-            self.node_id,
-            req.replica_id,
-            int(error),
-            self._advertised_leader(),
-            self._epoch,
-            self._high_watermark,
-            self.log.start_offset,
-            None,
-            b"",
-            req.fetch_offset,
-            req.request_id,
+            cluster_id=self.cluster_id,
+            src=self.node_id,
+            dst=req.replica_id,
+            error=int(error),
+            leader_id=self._advertised_leader(),
+            leader_epoch=self._epoch,
+            high_watermark=self._high_watermark,
+            log_start_offset=self.log.start_offset,
+            diverging_epoch=None,
+            records=b"",
+            fetch_offset=req.fetch_offset,
+            request_id=req.request_id,
         )
 
     def _on_fetch_request(self, req: FetchRequest, now_ms: int, out: Output) -> FetchResponse:
@@ -1112,19 +1124,21 @@ class RaftReplica:
                 self._repair(exc.offset, now_ms, out)
                 return self._fetch_error(req, ErrorCode.NOT_LEADER)
         return FetchResponse(
-            self.cluster_id,
-            self.node_id,
-            req.replica_id,
-            int(ErrorCode.NONE),
-            self.node_id,
-            self._epoch,
-            self._high_watermark,
-            self.log.start_offset,
-            diverging,
-            records,
-            req.fetch_offset,
-            req.request_id,
-            max(self._high_watermark, st.epoch_start_offset) if req.catching_up else -1,
+            cluster_id=self.cluster_id,
+            src=self.node_id,
+            dst=req.replica_id,
+            error=int(ErrorCode.NONE),
+            leader_id=self.node_id,
+            leader_epoch=self._epoch,
+            high_watermark=self._high_watermark,
+            log_start_offset=self.log.start_offset,
+            diverging_epoch=diverging,
+            records=records,
+            fetch_offset=req.fetch_offset,
+            request_id=req.request_id,
+            catch_up_floor=max(self._high_watermark, st.epoch_start_offset)
+            if req.catching_up
+            else UNKNOWN,
         )
 
     def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
@@ -1153,7 +1167,7 @@ class RaftReplica:
             and resp.src != self.node_id
         ):
             self._probe_epochs[resp.src] = max(
-                self._probe_epochs.get(resp.src, -1), resp.leader_epoch
+                self._probe_epochs.get(resp.src, UNKNOWN), resp.leader_epoch
             )
         if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
             return
@@ -1235,7 +1249,7 @@ class RaftReplica:
 
     def _truncate_to_diverging(self, diverging: tuple[int, int], out: Output) -> None:
         epoch, leader_end = diverging
-        local = self.log.end_offset_for(epoch) if epoch != UNDEFINED_EPOCH else None
+        local = self.log.end_offset_for(epoch) if epoch != UNKNOWN else None
         target = leader_end
         if local is not None and local.end_offset >= 0:
             target = min(target, local.end_offset)
@@ -1265,5 +1279,5 @@ class RaftReplica:
 
 
 def _with_lag(row: ReplicaProgress, leader_end: int) -> ReplicaProgress:
-    lag = leader_end - row.end_offset if row.end_offset >= 0 else -1
+    lag = leader_end - row.end_offset if row.end_offset >= 0 else UNKNOWN
     return ReplicaProgress(row.replica_id, row.end_offset, row.last_fetch_ms, lag)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from ..constants import UNKNOWN
+
 __all__ = [
     "CandidateState",
     "ElectionState",
@@ -48,9 +50,9 @@ class ReplicaProgress:
     """What the leader knows of one replica in its epoch (DescribeQuorum row)."""
 
     replica_id: int
-    end_offset: int = -1  # durable end offset reported by its last valid fetch
-    last_fetch_ms: int = -1
-    lag: int = -1  # leader end offset - end_offset, at describe time
+    end_offset: int = UNKNOWN  # durable end offset reported by its last valid fetch
+    last_fetch_ms: int = UNKNOWN
+    lag: int = UNKNOWN  # leader end offset - end_offset, at describe time
 
 
 @dataclass(slots=True)

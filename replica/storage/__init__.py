@@ -1,5 +1,10 @@
 """Replica storage: record batches (Arrow IPC payloads), segmented log, leader-epoch
-cache and the quorum-state file. Disk only; imports nothing else of quorumlog."""
+cache and the quorum-state file. Disk only; imports nothing of quorumlog above it (only
+the leaf modules ``replica.constants`` and ``replica.defaults``).
+
+``records`` is the one home of the record-batch format (header layout, CRCs, encode and
+decode): the client, the producer, the Kafka codec and the connector import it from
+here, and the raft core treats batches as opaque bytes."""
 
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from .errors import (

@@ -15,9 +15,10 @@ import logging
 import os
 import threading
 
+from ..constants import UNKNOWN
 from .errors import CorruptCheckpointError
 from .fileutil import atomic_write
-from .types import UNDEFINED_EPOCH, UNDEFINED_OFFSET, EpochEndOffset, OffsetAndEpoch
+from .types import EpochEndOffset, OffsetAndEpoch
 
 __all__ = ["CHECKPOINT_FILE", "LeaderEpochCache"]
 
@@ -57,7 +58,7 @@ class LeaderEpochCache:
     @property
     def latest_epoch(self) -> int:
         with self._lock:
-            return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+            return self._epochs[-1] if self._epochs else UNKNOWN
 
     @property
     def dirty(self) -> bool:
@@ -67,24 +68,24 @@ class LeaderEpochCache:
         """Kafka's endOffsetFor: latest epoch -> (epoch, log end offset); otherwise
         (largest epoch <= requested, start offset of the first higher epoch); requested
         below every epoch -> (requested, first start offset); requested above every
-        epoch, UNDEFINED_EPOCH, or no entries -> (UNDEFINED_EPOCH, UNDEFINED_OFFSET)."""
+        epoch, UNKNOWN, or no entries -> (UNKNOWN, UNKNOWN)."""
         with self._lock:
-            if epoch == UNDEFINED_EPOCH or not self._epochs:
-                return EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+            if epoch == UNKNOWN or not self._epochs:
+                return EpochEndOffset(UNKNOWN, UNKNOWN)
             if epoch == self._epochs[-1]:
                 return EpochEndOffset(epoch, log_end_offset)
             higher = bisect.bisect_right(self._epochs, epoch)
             if higher == len(self._epochs):
-                return EpochEndOffset(UNDEFINED_EPOCH, UNDEFINED_OFFSET)
+                return EpochEndOffset(UNKNOWN, UNKNOWN)
             if higher == 0:
                 return EpochEndOffset(epoch, self._starts[0])
             return EpochEndOffset(self._epochs[higher - 1], self._starts[higher])
 
     def epoch_for_offset(self, offset: int) -> int:
-        """Epoch of the entry covering ``offset`` (UNDEFINED_EPOCH before the first)."""
+        """Epoch of the entry covering ``offset`` (UNKNOWN before the first)."""
         with self._lock:
             index = bisect.bisect_right(self._starts, offset)
-            return self._epochs[index - 1] if index else UNDEFINED_EPOCH
+            return self._epochs[index - 1] if index else UNKNOWN
 
     # -- mutations -------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import defaults
+from ..constants import UNKNOWN
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from .errors import (
     CorruptCheckpointError,
@@ -42,7 +44,7 @@ from .records import (
     validate_payload,
 )
 from .segment import Segment
-from .types import CATCH_UP_UNKNOWN, UNDEFINED_EPOCH, AppendInfo, EpochEndOffset
+from .types import CATCH_UP_UNKNOWN, AppendInfo, EpochEndOffset
 
 __all__ = ["CATCH_UP_FILE", "CLEAN_SHUTDOWN_FILE", "RECOVERY_POINT_FILE", "Log", "LogConfig"]
 
@@ -76,11 +78,11 @@ class LogConfig:
       schema and row count (CRCs are always checked).
     """
 
-    segment_bytes: int = 256 * 1024 * 1024
-    segment_ms: int | None = None
-    index_interval_bytes: int = 4096
-    retention_bytes: int | None = None
-    retention_ms: int | None = None
+    segment_bytes: int = defaults.SEGMENT_BYTES
+    segment_ms: int | None = defaults.SEGMENT_MS
+    index_interval_bytes: int = defaults.INDEX_INTERVAL_BYTES
+    retention_bytes: int | None = defaults.RETENTION_BYTES
+    retention_ms: int | None = defaults.RETENTION_MS
     validate_records: bool = True
 
     def __post_init__(self) -> None:
@@ -123,7 +125,7 @@ class Log:
         self._recovery_point_path = os.path.join(directory, RECOVERY_POINT_FILE)
         self._catch_up_path = os.path.join(directory, CATCH_UP_FILE)
         self._recovery_point = _read_offset_file(self._recovery_point_path, 0)
-        self._catch_up_offset = _read_offset_file(self._catch_up_path, -1)
+        self._catch_up_offset = _read_offset_file(self._catch_up_path, UNKNOWN)
         # Scrub cursor: (segment base offset, position, expected offset at position).
         self._scrub_at = (-1, 0, 0)
         self.scrub_passes = 0
@@ -171,7 +173,7 @@ class Log:
 
     @property
     def catch_up_offset(self) -> int:
-        """The durable end this log had before it lost data to corruption (-1: none
+        """The durable end this log had before it lost data to corruption (UNKNOWN: none
         lost). Until the durable end is back at it, the replica may lack records it
         acknowledged: it must not vote, stand, or count towards the HWM."""
         return self._catch_up_offset
@@ -184,7 +186,7 @@ class Log:
 
     def epoch_at(self, offset: int) -> int:
         if not self.start_offset <= offset < self._end_offset:
-            return UNDEFINED_EPOCH
+            return UNKNOWN
         return self._cache.epoch_for_offset(offset)
 
     # -- appends ---------------------------------------------------------------------
@@ -457,7 +459,7 @@ class Log:
         self._check_open()
         with self._flush_lock:
             cur = self._catch_up_offset
-            if floor == CATCH_UP_UNKNOWN or cur in (-1, CATCH_UP_UNKNOWN):
+            if floor == CATCH_UP_UNKNOWN or cur in (UNKNOWN, CATCH_UP_UNKNOWN):
                 new = floor
             else:
                 new = max(cur, floor)
@@ -591,7 +593,7 @@ class Log:
             self.directory,
             self._catch_up_offset,
         )
-        self._catch_up_offset = -1
+        self._catch_up_offset = UNKNOWN
         _unlink(self._catch_up_path)
 
     # -- verification ----------------------------------------------------------------

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..constants import UNKNOWN
 from .errors import CorruptCheckpointError
 from .fileutil import atomic_write
 
@@ -14,17 +15,16 @@ __all__ = ["QUORUM_STATE_FILE", "QuorumState", "QuorumStateStore"]
 
 QUORUM_STATE_FILE = "quorum-state"
 _VERSION = 1
-NO_ID = -1
 
 
 @dataclass(frozen=True)
 class QuorumState:
-    """What the quorum must remember across restarts. Ids are -1 for "none". ``voters``
+    """What the quorum must remember across restarts. Ids are UNKNOWN (-1) for "none". ``voters``
     is the voter set; ``extra`` holds any further JSON-serialisable fields."""
 
     leader_epoch: int
-    leader_id: int = NO_ID
-    voted_id: int = NO_ID
+    leader_id: int = UNKNOWN
+    voted_id: int = UNKNOWN
     voters: tuple[int, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -35,8 +35,8 @@ import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..constants import UNKNOWN
 from .errors import CorruptRecordError
-from .types import UNDEFINED_EPOCH
 
 __all__ = [
     "CONTROL_FLAG",
@@ -165,7 +165,7 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
     if (
         count < 1
         or base < 0
-        or epoch < UNDEFINED_EPOCH
+        or epoch < UNKNOWN
         or plen < 8
         or plen % 8
         or plen > MAX_PAYLOAD
@@ -275,7 +275,7 @@ def encode_arrow(
     data: pa.Table | pa.RecordBatch,
     *,
     base_offset: int = 0,
-    leader_epoch: int = UNDEFINED_EPOCH,
+    leader_epoch: int = UNKNOWN,
     compression: str | None = None,
     control: bool = False,
 ) -> bytes:
@@ -320,7 +320,7 @@ def encode_batch(
     headers: Sequence[Sequence[tuple[str, bytes | None]] | None] | None = None,
     *,
     base_offset: int = 0,
-    leader_epoch: int = UNDEFINED_EPOCH,
+    leader_epoch: int = UNKNOWN,
     compression: str | None = None,
 ) -> bytes:
     """Encode Python lists as one batch (what a producer sends). ``timestamps`` are ms
@@ -349,7 +349,7 @@ def encode_control_batch(
     voters: Sequence[int],
     timestamp_ms: int,
     *,
-    leader_epoch: int = UNDEFINED_EPOCH,
+    leader_epoch: int = UNKNOWN,
     base_offset: int = 0,
 ) -> bytes:
     """The leader-change control batch: one record, key ``b"LeaderChange"``, value a

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-UNDEFINED_EPOCH = -1
-UNDEFINED_OFFSET = -1
+from ..constants import UNKNOWN
+
+# Kafka's names for an unknown epoch / offset: the one UNKNOWN (replica.constants), kept
+# as names for callers outside replica/ (the simulator's in-memory log uses them).
+UNDEFINED_EPOCH = UNKNOWN
+UNDEFINED_OFFSET = UNKNOWN
 # A catch-up floor not yet known: the replica's data directory replaced one that may have
 # held acknowledged records (a lost disk). It stays catching up until a leader tells it
 # how far every acknowledged record reaches (see ReplicaLog.mark_catch_up).

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from quorumlog.replica import defaults
 from quorumlog.replica.client import Client
 from quorumlog.replica.client.connection import Connection, ConnectionLost
 from quorumlog.replica.client.errors import QuorumLogError
@@ -20,8 +21,8 @@ from quorumlog.replica.storage import Log, batches_to_table, encode_batch
 
 T = TypeVar("T")
 
-# The node's shipped timing (default_quorum_config): fetch timeout 800 ms, election 400 ms.
-FETCH_TIMEOUT_S = 0.8
+# The node's shipped fetch timeout (replica.defaults, read by default_quorum_config).
+FETCH_TIMEOUT_S = defaults.QUORUM_FETCH_TIMEOUT_MS / 1000
 # Generous bound for "a new leader appears" on a loaded 2-core machine.
 ELECTION_BOUND_S = 20.0
 
@@ -77,7 +78,12 @@ def local_view(
 ) -> m.PartitionInfo | None:
     """What ``node`` itself says about ``topic/partition`` (leader, epoch, is_local_leader)."""
     resp = node_request(
-        cluster, node, ApiKey.METADATA, m.MetadataRequest([topic]), m.MetadataResponse, timeout_s
+        cluster,
+        node,
+        ApiKey.METADATA,
+        m.MetadataRequest(topics=[topic]),
+        m.MetadataResponse,
+        timeout_s,
     )
     for t in resp.topics:
         if t.name == topic and t.error == 0:
@@ -127,7 +133,13 @@ def produce_to(
     timeout_ms: int = 10000,
 ) -> m.ProduceResponse:
     """Produce one batch straight to ``node`` (no routing, no retries)."""
-    req = m.ProduceRequest(topic, partition, acks, timeout_ms, encode_batch(values))
+    req = m.ProduceRequest(
+        topic=topic,
+        partition=partition,
+        acks=acks,
+        timeout_ms=timeout_ms,
+        records=encode_batch(values),
+    )
     return node_request(
         cluster, node, ApiKey.PRODUCE, req, m.ProduceResponse, timeout_s=timeout_ms / 1000 + 5
     )
@@ -222,7 +234,7 @@ def describe(
         cluster,
         leader,
         ApiKey.DESCRIBE_QUORUM,
-        m.DescribeQuorumRequest(topic, partition),
+        m.DescribeQuorumRequest(topic=topic, partition=partition),
         m.DescribeQuorumResponse,
     )
 

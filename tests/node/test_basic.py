@@ -146,7 +146,15 @@ def test_requests_to_a_follower_answer_not_leader(cluster: LocalCluster, api: st
                 cluster,
                 follower,
                 ApiKey.FETCH,
-                m.FetchRequest(TOPIC, 0, current, 0, 0, 1, 1 << 20),
+                m.FetchRequest(
+                    topic=TOPIC,
+                    partition=0,
+                    current_leader_epoch=current,
+                    fetch_offset=0,
+                    max_wait_ms=0,
+                    min_bytes=1,
+                    max_bytes=1 << 20,
+                ),
                 m.FetchResponse,
             )
             # The follower names the leader it knows, so a client can re-route at once.
@@ -157,7 +165,12 @@ def test_requests_to_a_follower_answer_not_leader(cluster: LocalCluster, api: st
                 cluster,
                 follower,
                 ApiKey.LIST_OFFSETS,
-                m.ListOffsetsRequest(TOPIC, 0, current, m.LATEST_TIMESTAMP),
+                m.ListOffsetsRequest(
+                    topic=TOPIC,
+                    partition=0,
+                    current_leader_epoch=current,
+                    timestamp=m.LATEST_TIMESTAMP,
+                ),
                 m.ListOffsetsResponse,
             )
         else:
@@ -165,7 +178,9 @@ def test_requests_to_a_follower_answer_not_leader(cluster: LocalCluster, api: st
                 cluster,
                 follower,
                 ApiKey.OFFSETS_FOR_LEADER_EPOCH,
-                m.OffsetsForLeaderEpochRequest(TOPIC, 0, current, epoch),
+                m.OffsetsForLeaderEpochRequest(
+                    topic=TOPIC, partition=0, current_leader_epoch=current, leader_epoch=epoch
+                ),
                 m.OffsetsForLeaderEpochResponse,
             )
         assert resp.error == ErrorCode.NOT_LEADER, resp

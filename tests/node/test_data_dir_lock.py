@@ -26,7 +26,7 @@ def _metadata_quorum(c: LocalCluster) -> tuple[int, int]:
             c,
             n,
             ApiKey.DESCRIBE_QUORUM,
-            m.DescribeQuorumRequest(METADATA_TOPIC, 0),
+            m.DescribeQuorumRequest(topic=METADATA_TOPIC, partition=0),
             m.DescribeQuorumResponse,
         )
         if d.error == 0:

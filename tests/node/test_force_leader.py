@@ -62,7 +62,9 @@ def test_force_leader_on_minority_truncates_committed_records(tmp_path: Path) ->
             c,
             minority,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH,
-            m.OffsetsForLeaderEpochRequest(topic, 0, forced_epoch, old_epoch),
+            m.OffsetsForLeaderEpochRequest(
+                topic=topic, partition=0, current_leader_epoch=forced_epoch, leader_epoch=old_epoch
+            ),
             m.OffsetsForLeaderEpochResponse,
         )
         assert answer.error == 0 and answer.leader_epoch == old_epoch
@@ -155,7 +157,7 @@ def test_force_leader_refuses_without_confirm(tmp_path: Path) -> None:
             c,
             leader,
             ApiKey.FORCE_LEADER,
-            m.ForceLeaderRequest("careful", 0, False),
+            m.ForceLeaderRequest(topic="careful", partition=0, confirm=False),
             m.ForceLeaderResponse,
         )
         assert resp.error == ErrorCode.INVALID_REQUEST

@@ -74,22 +74,72 @@ def valid_frames(epoch: int) -> list[bytes]:
     raft_body, _ = encode(m.ApiVersionsRequest())
     reqs: list[tuple[int, object]] = [
         (ApiKey.API_VERSIONS, m.ApiVersionsRequest()),
-        (ApiKey.METADATA, m.MetadataRequest([TOPIC])),
-        (ApiKey.METADATA, m.MetadataRequest(None)),
-        (ApiKey.PRODUCE, m.ProduceRequest(TOPIC, 0, m.ACKS_LEADER, 1000, batch)),
-        (ApiKey.PRODUCE, m.ProduceRequest(TOPIC, 0, m.ACKS_QUORUM, 1000, batch)),
-        (ApiKey.FETCH, m.FetchRequest(TOPIC, 0, epoch, 0, 0, 1, 1 << 16)),
-        (ApiKey.FETCH, m.FetchRequest(TOPIC, 0, -1, 1, 50, 1, 100)),
-        (ApiKey.LIST_OFFSETS, m.ListOffsetsRequest(TOPIC, 0, epoch, m.LATEST_TIMESTAMP)),
-        (ApiKey.LIST_OFFSETS, m.ListOffsetsRequest(TOPIC, 0, -1, 0)),
+        (ApiKey.METADATA, m.MetadataRequest(topics=[TOPIC])),
+        (ApiKey.METADATA, m.MetadataRequest(topics=None)),
+        (
+            ApiKey.PRODUCE,
+            m.ProduceRequest(
+                topic=TOPIC, partition=0, acks=m.ACKS_LEADER, timeout_ms=1000, records=batch
+            ),
+        ),
+        (
+            ApiKey.PRODUCE,
+            m.ProduceRequest(
+                topic=TOPIC, partition=0, acks=m.ACKS_QUORUM, timeout_ms=1000, records=batch
+            ),
+        ),
+        (
+            ApiKey.FETCH,
+            m.FetchRequest(
+                topic=TOPIC,
+                partition=0,
+                current_leader_epoch=epoch,
+                fetch_offset=0,
+                max_wait_ms=0,
+                min_bytes=1,
+                max_bytes=1 << 16,
+            ),
+        ),
+        (
+            ApiKey.FETCH,
+            m.FetchRequest(
+                topic=TOPIC,
+                partition=0,
+                current_leader_epoch=-1,
+                fetch_offset=1,
+                max_wait_ms=50,
+                min_bytes=1,
+                max_bytes=100,
+            ),
+        ),
+        (
+            ApiKey.LIST_OFFSETS,
+            m.ListOffsetsRequest(
+                topic=TOPIC, partition=0, current_leader_epoch=epoch, timestamp=m.LATEST_TIMESTAMP
+            ),
+        ),
+        (
+            ApiKey.LIST_OFFSETS,
+            m.ListOffsetsRequest(topic=TOPIC, partition=0, current_leader_epoch=-1, timestamp=0),
+        ),
         (
             ApiKey.OFFSETS_FOR_LEADER_EPOCH,
-            m.OffsetsForLeaderEpochRequest(TOPIC, 0, epoch, epoch),
+            m.OffsetsForLeaderEpochRequest(
+                topic=TOPIC, partition=0, current_leader_epoch=epoch, leader_epoch=epoch
+            ),
         ),
-        (ApiKey.DESCRIBE_QUORUM, m.DescribeQuorumRequest(TOPIC, 0)),
+        (ApiKey.DESCRIBE_QUORUM, m.DescribeQuorumRequest(topic=TOPIC, partition=0)),
         (ApiKey.LIST_TOPICS, m.ListTopicsRequest()),
-        (ApiKey.RAFT, m.RaftEnvelope(TOPIC, 0, "VoteRequest", raft_body, b"")),
-        (ApiKey.RAFT, m.RaftEnvelope(TOPIC, 0, "NoSuchKind", [], b"")),
+        (
+            ApiKey.RAFT,
+            m.RaftEnvelope(
+                topic=TOPIC, partition=0, kind="VoteRequest", body=raft_body, records=b""
+            ),
+        ),
+        (
+            ApiKey.RAFT,
+            m.RaftEnvelope(topic=TOPIC, partition=0, kind="NoSuchKind", body=[], records=b""),
+        ),
     ]
     return [frame_bytes(int(api), req, cid=i + 1) for i, (api, req) in enumerate(reqs)]
 
@@ -284,10 +334,36 @@ def forged_messages(
     which would move leadership or the high watermark if applied."""
     high = epoch + rng.randrange(1, 1000)
     return [
-        VoteRequest(cluster_id, liar, target, high, high - 1, 10**9, rng.random() < 0.5),
-        BeginQuorumEpochRequest(cluster_id, liar, target, liar, high),
-        EndQuorumEpochRequest(cluster_id, liar, target, liar, epoch, (liar,)),
-        FetchRequest(cluster_id, liar, target, epoch, rng.randrange(10**6), epoch, 0, 1 << 20),
+        VoteRequest(
+            cluster_id=cluster_id,
+            src=liar,
+            dst=target,
+            candidate_epoch=high,
+            last_offset_epoch=high - 1,
+            last_offset=10**9,
+            pre_vote=rng.random() < 0.5,
+        ),
+        BeginQuorumEpochRequest(
+            cluster_id=cluster_id, src=liar, dst=target, leader_id=liar, leader_epoch=high
+        ),
+        EndQuorumEpochRequest(
+            cluster_id=cluster_id,
+            src=liar,
+            dst=target,
+            leader_id=liar,
+            leader_epoch=epoch,
+            preferred_successors=(liar,),
+        ),
+        FetchRequest(
+            cluster_id=cluster_id,
+            replica_id=liar,
+            dst=target,
+            current_leader_epoch=epoch,
+            fetch_offset=rng.randrange(10**6),
+            last_fetched_epoch=epoch,
+            max_wait_ms=0,
+            max_bytes=1 << 20,
+        ),
     ]
 
 

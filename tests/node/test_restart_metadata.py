@@ -27,7 +27,7 @@ def test_restarted_node_knows_topics_while_the_others_are_unreachable(tmp_path: 
                     cl._request(
                         ("127.0.0.1", c.ports[n]),
                         ApiKey.METADATA,
-                        m.MetadataRequest(["known"]),
+                        m.MetadataRequest(topics=["known"]),
                         m.MetadataResponse,
                         5,
                     )
@@ -49,7 +49,7 @@ def test_restarted_node_knows_topics_while_the_others_are_unreachable(tmp_path: 
                         resp = one._request(
                             ("127.0.0.1", c.ports[victim]),
                             ApiKey.METADATA,
-                            m.MetadataRequest(["known"]),
+                            m.MetadataRequest(topics=["known"]),
                             m.MetadataResponse,
                             2,
                         )

@@ -104,7 +104,9 @@ def test_one_byte_over_the_topic_limit_fails_at_once_and_the_node_answers_it(
     try:
         resp = conn.request(
             ApiKey.PRODUCE,
-            m.ProduceRequest(topic, 0, m.ACKS_QUORUM, 10000, over),
+            m.ProduceRequest(
+                topic=topic, partition=0, acks=m.ACKS_QUORUM, timeout_ms=10000, records=over
+            ),
             m.ProduceResponse,
         )
         assert resp.error == ErrorCode.MESSAGE_TOO_LARGE, resp
@@ -113,7 +115,9 @@ def test_one_byte_over_the_topic_limit_fails_at_once_and_the_node_answers_it(
         assert len(under) <= limit
         resp = conn.request(
             ApiKey.PRODUCE,
-            m.ProduceRequest(topic, 0, m.ACKS_QUORUM, 10000, under),
+            m.ProduceRequest(
+                topic=topic, partition=0, acks=m.ACKS_QUORUM, timeout_ms=10000, records=under
+            ),
             m.ProduceResponse,
         )
         assert resp.error == 0 and resp.leader_epoch == epoch, resp
@@ -138,7 +142,11 @@ def test_a_frame_over_the_frame_limit_is_answered_and_the_connection_kept(
     conn = Connection(cluster.host, cluster.ports[leader], client_id="raw", timeout_s=30)
     try:
         # What a client without the size check sends: one produce frame 1 byte over.
-        body, _ = encode(m.ProduceRequest(topic, 0, m.ACKS_QUORUM, 10000, b""))
+        body, _ = encode(
+            m.ProduceRequest(
+                topic=topic, partition=0, acks=m.ACKS_QUORUM, timeout_ms=10000, records=b""
+            )
+        )
         meta_len = len(encode_frame(int(ApiKey.PRODUCE), API_VERSION, 7, "raw", body)[0]) - 8
         payload = bytes(DEFAULT_MAX_FRAME_BYTES - 4 - meta_len + 1)
         buffers = encode_frame(int(ApiKey.PRODUCE), API_VERSION, 7, "raw", body, payload)
@@ -148,7 +156,7 @@ def test_a_frame_over_the_frame_limit_is_answered_and_the_connection_kept(
             conn._sock.sendall(b)
         with pytest.raises(RecordTooLargeError, match="exceeds the limit"):
             conn.receive(7, m.ProduceResponse)
-        resp = conn.request(ApiKey.METADATA, m.MetadataRequest([topic]), m.MetadataResponse)
+        resp = conn.request(ApiKey.METADATA, m.MetadataRequest(topics=[topic]), m.MetadataResponse)
         assert resp.error == 0 and resp.topics[0].max_message_bytes == DEFAULT_MAX_MESSAGE_BYTES
     finally:
         conn.close()
@@ -181,8 +189,25 @@ def test_replica_fetch_frame_with_a_largest_batch_fits_the_frame_limit() -> None
     replica fetch answer for the longest topic name fits the frame limit."""
     assert MAX_MESSAGE_BYTES_CEILING <= max_batch_bytes()
     records = bytes(max_batch_bytes())
-    msg = FetchResponse("c" * 64, 1, 2, 0, 1, 2**31, 2**62, 2**62, None, records, 2**62, 2**62)
+    msg = FetchResponse(
+        cluster_id="c" * 64,
+        src=1,
+        dst=2,
+        error=0,
+        leader_id=1,
+        leader_epoch=2**31,
+        high_watermark=2**62,
+        log_start_offset=2**62,
+        diverging_epoch=None,
+        records=records,
+        fetch_offset=2**62,
+        request_id=2**62,
+    )
     body, payload = encode(msg)
-    env, _ = encode(m.RaftEnvelope("t" * 200, 2**31, "FetchResponse", body, b""))
+    env, _ = encode(
+        m.RaftEnvelope(
+            topic="t" * 200, partition=2**31, kind="FetchResponse", body=body, records=b""
+        )
+    )
     frame = encode_frame(int(ApiKey.RAFT), API_VERSION, 0, "node-" + "9" * 10, env, payload)
     assert sum(len(b) for b in frame) <= DEFAULT_MAX_FRAME_BYTES

@@ -78,7 +78,15 @@ def test_sigstopped_leader_resigns_follows_and_truncates_its_tail(tmp_path: Path
             c,
             zombie,
             ApiKey.FETCH,
-            m.FetchRequest(topic, 0, old_epoch, 0, 0, 1, 1 << 20),
+            m.FetchRequest(
+                topic=topic,
+                partition=0,
+                current_leader_epoch=old_epoch,
+                fetch_offset=0,
+                max_wait_ms=0,
+                min_bytes=1,
+                max_bytes=1 << 20,
+            ),
             m.FetchResponse,
         )
         assert fetch.error == ErrorCode.FENCED_LEADER_EPOCH, fetch

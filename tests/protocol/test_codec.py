@@ -117,16 +117,31 @@ def test_round_trip(cls: type, data: st.DataObject) -> None:
 
 def test_records_travel_as_the_raw_payload() -> None:
     records = bytes(range(256)) * 10
-    body, payload = encode(m.ProduceRequest("t", 0, -1, 100, records))
+    body, payload = encode(
+        m.ProduceRequest(topic="t", partition=0, acks=-1, timeout_ms=100, records=records)
+    )
     assert payload == records and body[-1] is None
     wire = encode_frame(0, 0, 1, "c", body, payload)
     assert wire[-1] is payload  # handed to writelines as-is, never copied into msgpack
 
 
 def test_raft_envelope_carries_a_raft_message() -> None:
-    inner = rm.FetchResponse("c", 1, 2, 0, 1, 3, 10, 0, (2, 5), b"batch", 9, 4)
+    inner = rm.FetchResponse(
+        cluster_id="c",
+        src=1,
+        dst=2,
+        error=0,
+        leader_id=1,
+        leader_epoch=3,
+        high_watermark=10,
+        log_start_offset=0,
+        diverging_epoch=(2, 5),
+        records=b"batch",
+        fetch_offset=9,
+        request_id=4,
+    )
     body, payload = encode(inner)
-    env = m.RaftEnvelope("t", 0, "FetchResponse", body, b"")
+    env = m.RaftEnvelope(topic="t", partition=0, kind="FetchResponse", body=body, records=b"")
     env_back = through_wire(env)
     assert decode_body(rm.FetchResponse, env_back.body, payload) == inner
 

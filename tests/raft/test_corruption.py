@@ -20,7 +20,18 @@ from tests.sim.memlog import client_batch
 
 
 def catching_up_fetch(src: int, epoch: int, offset: int, last_epoch: int) -> FetchRequest:
-    return FetchRequest(CLUSTER, src, 1, epoch, offset, last_epoch, 500, 1 << 20, 7, True)
+    return FetchRequest(
+        cluster_id=CLUSTER,
+        replica_id=src,
+        dst=1,
+        current_leader_epoch=epoch,
+        fetch_offset=offset,
+        last_fetched_epoch=last_epoch,
+        max_wait_ms=500,
+        max_bytes=1 << 20,
+        request_id=7,
+        catching_up=True,
+    )
 
 
 def test_a_catching_up_voter_does_not_count_towards_the_hwm() -> None:
@@ -93,13 +104,32 @@ def test_a_restarted_replica_still_catching_up_does_not_stand() -> None:
     assert r.role is Role.UNATTACHED
     assert all(isinstance(m, FetchRequest) and m.catching_up for m in out.messages)
     # Nor vote, even for a candidate with a better log; the same replica caught up would.
-    vote = VoteRequest(CLUSTER, 2, 1, 4, 9, 100, False)
+    vote = VoteRequest(
+        cluster_id=CLUSTER,
+        src=2,
+        dst=1,
+        candidate_epoch=4,
+        last_offset_epoch=9,
+        last_offset=100,
+        pre_vote=False,
+    )
     (resp,) = r.handle(vote, 10**6).messages
     assert isinstance(resp, VoteResponse) and not resp.vote_granted
     log.append_as_leader(client_batch([7, 8, 9]), 1)
     log.flush()
     assert log.catch_up_offset == -1 and not r.catching_up
-    (resp,) = r.handle(VoteRequest(CLUSTER, 2, 1, 5, 9, 100, False), 10**6).messages
+    (resp,) = r.handle(
+        VoteRequest(
+            cluster_id=CLUSTER,
+            src=2,
+            dst=1,
+            candidate_epoch=5,
+            last_offset_epoch=9,
+            last_offset=100,
+            pre_vote=False,
+        ),
+        10**6,
+    ).messages
     assert isinstance(resp, VoteResponse) and resp.vote_granted
 
 

@@ -46,7 +46,18 @@ def test_a_replaced_replica_does_not_vote_until_caught_up_past_the_leaders_floor
     core = c.cores[follower]
     epoch = c.cores[leader].epoch
     for e, pre in ((epoch + 1, True), (epoch, False)):
-        (resp,) = core.handle(VoteRequest(CLUSTER, 3, follower, e, 9, 99, pre), c.now).messages
+        (resp,) = core.handle(
+            VoteRequest(
+                cluster_id=CLUSTER,
+                src=3,
+                dst=follower,
+                candidate_epoch=e,
+                last_offset_epoch=9,
+                last_offset=99,
+                pre_vote=pre,
+            ),
+            c.now,
+        ).messages
         assert isinstance(resp, VoteResponse) and not resp.vote_granted
     assert core.role is Role.UNATTACHED
     # Its fetches say catching_up until it is past the leader's HWM.
@@ -63,7 +74,18 @@ def test_a_fresh_replica_not_marked_votes_as_today() -> None:
     c = Cluster()
     core = c.cores[2]
     assert not core.catching_up
-    (resp,) = core.handle(VoteRequest(CLUSTER, 3, 2, 1, 0, 0, True), c.now).messages
+    (resp,) = core.handle(
+        VoteRequest(
+            cluster_id=CLUSTER,
+            src=3,
+            dst=2,
+            candidate_epoch=1,
+            last_offset_epoch=0,
+            last_offset=0,
+            pre_vote=True,
+        ),
+        c.now,
+    ).messages
     assert isinstance(resp, VoteResponse) and resp.vote_granted
 
 

@@ -31,7 +31,17 @@ def fetch(
     cluster: str = CLUSTER,
     dst: int = 1,
 ) -> FetchRequest:
-    return FetchRequest(cluster, src, dst, epoch, offset, last_epoch, 500, 1 << 20, 7)
+    return FetchRequest(
+        cluster_id=cluster,
+        replica_id=src,
+        dst=dst,
+        current_leader_epoch=epoch,
+        fetch_offset=offset,
+        last_fetched_epoch=last_epoch,
+        max_wait_ms=500,
+        max_bytes=1 << 20,
+        request_id=7,
+    )
 
 
 def answer(core: RaftReplica, req: FetchRequest, now: int = 0) -> FetchResponse:
@@ -51,7 +61,20 @@ def new_leader(
     kwargs = {"config": config} if config else {}
     r = make_replica(1, voters=voters, log=log, persisted=ElectionState(epoch, None, 1), **kwargs)
     for v in voters[1 : len(voters) // 2 + 1]:
-        r.handle(VoteResponse(CLUSTER, v, 1, 0, epoch, None, True, False, epoch), 0)
+        r.handle(
+            VoteResponse(
+                cluster_id=CLUSTER,
+                src=v,
+                dst=1,
+                error=0,
+                leader_epoch=epoch,
+                leader_id=None,
+                vote_granted=True,
+                pre_vote=False,
+                candidate_epoch=epoch,
+            ),
+            0,
+        )
     assert r.role is Role.LEADER
     return r
 
@@ -104,7 +127,20 @@ def test_follower_truncates_to_min_of_both_ends_and_fetches_again() -> None:
     out = follower.startup_output()
     (req,) = [m for m in out.messages if isinstance(m, FetchRequest)]
     assert (req.fetch_offset, req.last_fetched_epoch) == (9, 2)
-    resp = FetchResponse(CLUSTER, 1, 2, 0, 1, 4, 0, 0, (1, 5), b"", 9, req.request_id)
+    resp = FetchResponse(
+        cluster_id=CLUSTER,
+        src=1,
+        dst=2,
+        error=0,
+        leader_id=1,
+        leader_epoch=4,
+        high_watermark=0,
+        log_start_offset=0,
+        diverging_epoch=(1, 5),
+        records=b"",
+        fetch_offset=9,
+        request_id=req.request_id,
+    )
     out = follower.handle(resp, 10)
     assert log.end_offset == 5 and out.truncated_to == 5
     assert not out.truncated_below_high_watermark
@@ -124,7 +160,18 @@ def test_truncation_below_the_high_watermark_is_surfaced() -> None:
     epoch = core.epoch
     pending = core._state.fetch_request_id  # type: ignore[union-attr]
     resp = FetchResponse(
-        CLUSTER, leader, follower, 0, leader, epoch, hwm, 0, (1, 1), b"", 4, pending
+        cluster_id=CLUSTER,
+        src=leader,
+        dst=follower,
+        error=0,
+        leader_id=leader,
+        leader_epoch=epoch,
+        high_watermark=hwm,
+        log_start_offset=0,
+        diverging_epoch=(1, 1),
+        records=b"",
+        fetch_offset=4,
+        request_id=pending,
     )
     out = core.handle(resp, c.now)
     assert out.truncated_below_high_watermark and out.truncated_to == 1
@@ -134,7 +181,20 @@ def test_truncation_below_the_high_watermark_is_surfaced() -> None:
 def test_stale_or_duplicate_fetch_answers_are_ignored() -> None:
     follower = make_replica(2, persisted=ElectionState(4, 1, None))
     follower.startup_output()
-    stale = FetchResponse(CLUSTER, 1, 2, 0, 1, 4, 0, 0, None, client_batch([1]), 0, 999)
+    stale = FetchResponse(
+        cluster_id=CLUSTER,
+        src=1,
+        dst=2,
+        error=0,
+        leader_id=1,
+        leader_epoch=4,
+        high_watermark=0,
+        log_start_offset=0,
+        diverging_epoch=None,
+        records=client_batch([1]),
+        fetch_offset=0,
+        request_id=999,
+    )
     assert follower.handle(stale, 0).messages == []
     assert follower.log_end_offset == 0
 
@@ -147,7 +207,20 @@ def test_follower_asks_for_a_flush_before_reporting_its_offset() -> None:
     (req,) = follower.startup_output().messages
     src = leader_log((4, 3))
     records = src.read(0, 1 << 20)
-    resp = FetchResponse(CLUSTER, 1, 2, 0, 1, 4, 0, 0, None, records, 0, req.request_id)  # type: ignore[union-attr]
+    resp = FetchResponse(
+        cluster_id=CLUSTER,
+        src=1,
+        dst=2,
+        error=0,
+        leader_id=1,
+        leader_epoch=4,
+        high_watermark=0,
+        log_start_offset=0,
+        diverging_epoch=None,
+        records=records,
+        fetch_offset=0,
+        request_id=req.request_id,
+    )  # type: ignore[union-attr]
     out = follower.handle(resp, 5)
     (nxt,) = [m for m in out.messages if isinstance(m, FetchRequest)]
     assert nxt.fetch_offset == 3 and out.flush_log
@@ -203,7 +276,16 @@ def test_a_fetch_without_a_replica_id_is_refused() -> None:
     """Consumers are served by the driver (tests/driver); the core serves replicas only."""
     leader = new_leader(epoch=2)
     leader.append(client_batch([1, 2, 3]), 0)
-    consumer = FetchRequest(CLUSTER, CONSUMER_REPLICA_ID, 1, 2, 0, -1, 500, 1 << 20)
+    consumer = FetchRequest(
+        cluster_id=CLUSTER,
+        replica_id=CONSUMER_REPLICA_ID,
+        dst=1,
+        current_leader_epoch=2,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        max_wait_ms=500,
+        max_bytes=1 << 20,
+    )
     resp = answer(leader, consumer)
     assert resp.error == ErrorCode.INVALID_REQUEST and resp.records == b""
     assert leader.describe(0).observers == []
@@ -265,7 +347,17 @@ def test_successor_rank_n_waits_min_max_backoff(rank: int, wait: int) -> None:
     successors = tuple(v for v in (3, 4, 5, 6, 7) if v != me)
     successors = successors[:rank] + (me,) + successors[rank:]
     r = make_replica(me, voters=voters, persisted=ElectionState(4, 1, None), config=cfg)
-    out = r.handle(EndQuorumEpochRequest(CLUSTER, 1, me, 1, 4, successors), 1000)
+    out = r.handle(
+        EndQuorumEpochRequest(
+            cluster_id=CLUSTER,
+            src=1,
+            dst=me,
+            leader_id=1,
+            leader_epoch=4,
+            preferred_successors=successors,
+        ),
+        1000,
+    )
     if wait == 0:
         assert r.role is Role.CANDIDATE and r.epoch == 5  # at once, no pre-vote
         assert out.persist == ElectionState(5, None, me)
@@ -278,7 +370,12 @@ def test_successor_rank_n_waits_min_max_backoff(rank: int, wait: int) -> None:
 
 def test_voter_not_in_successors_waits_an_election_timeout() -> None:
     r = make_replica(2, voters=(1, 2, 3), persisted=ElectionState(4, 1, None))
-    r.handle(EndQuorumEpochRequest(CLUSTER, 1, 2, 1, 4, (3,)), 0)
+    r.handle(
+        EndQuorumEpochRequest(
+            cluster_id=CLUSTER, src=1, dst=2, leader_id=1, leader_epoch=4, preferred_successors=(3,)
+        ),
+        0,
+    )
     r.tick(999)
     assert r.role is Role.FOLLOWER
     r.tick(2000)
@@ -321,6 +418,19 @@ def test_follower_truncates_to_its_own_end_when_that_is_lower() -> None:
     log = leader_log((1, 5), (2, 4))
     follower = make_replica(2, log=log, persisted=ElectionState(4, 1, None))
     (req,) = follower.startup_output().messages
-    resp = FetchResponse(CLUSTER, 1, 2, 0, 1, 4, 0, 0, (1, 7), b"", 9, req.request_id)  # type: ignore[union-attr]
+    resp = FetchResponse(
+        cluster_id=CLUSTER,
+        src=1,
+        dst=2,
+        error=0,
+        leader_id=1,
+        leader_epoch=4,
+        high_watermark=0,
+        log_start_offset=0,
+        diverging_epoch=(1, 7),
+        records=b"",
+        fetch_offset=9,
+        request_id=req.request_id,
+    )  # type: ignore[union-attr]
     out = follower.handle(resp, 10)
     assert out.truncated_to == 5 and log.last_epoch() == 1

@@ -34,7 +34,11 @@ def connect(cluster: LocalCluster, node: int, *, as_node: int | None = None) -> 
 def raft_frame(topic: str, partition: int, msg: Message) -> bytes:
     """One RAFT frame as a node's PeerLink would send it (see Node._send_raw)."""
     body, payload = encode(msg)
-    env, _ = encode(m.RaftEnvelope(topic, partition, type(msg).__name__, body, b""))
+    env, _ = encode(
+        m.RaftEnvelope(
+            topic=topic, partition=partition, kind=type(msg).__name__, body=body, records=b""
+        )
+    )
     return b"".join(
         bytes(b) for b in encode_frame(int(ApiKey.RAFT), API_VERSION, 0, "x", env, payload)
     )
@@ -58,13 +62,15 @@ def quorum_view(cluster: LocalCluster, topic: str) -> dict[tuple[int, str, int],
     for n in cluster.ports:
         conn = connect(cluster, n)
         try:
-            md = conn.request(ApiKey.METADATA, m.MetadataRequest([topic]), m.MetadataResponse)
+            md = conn.request(
+                ApiKey.METADATA, m.MetadataRequest(topics=[topic]), m.MetadataResponse
+            )
             for t in md.topics:
                 for p in t.partitions:
                     out[(n, topic, p.partition)] = (p.leader_id, p.leader_epoch)
             dq = conn.request(
                 ApiKey.DESCRIBE_QUORUM,
-                m.DescribeQuorumRequest(METADATA_TOPIC, 0),
+                m.DescribeQuorumRequest(topic=METADATA_TOPIC, partition=0),
                 m.DescribeQuorumResponse,
             )
             if dq.error == 0:

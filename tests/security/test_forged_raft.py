@@ -77,17 +77,47 @@ def forged_quorum_messages(
             leader,
             TOPIC,
             [
-                VoteRequest(cid, claimed, leader, high, high - 1, 10**9, False),
-                BeginQuorumEpochRequest(cid, claimed, leader, claimed, high),
-                EndQuorumEpochRequest(cid, claimed, leader, claimed, epoch, (claimed,)),
+                VoteRequest(
+                    cluster_id=cid,
+                    src=claimed,
+                    dst=leader,
+                    candidate_epoch=high,
+                    last_offset_epoch=high - 1,
+                    last_offset=10**9,
+                    pre_vote=False,
+                ),
+                BeginQuorumEpochRequest(
+                    cluster_id=cid, src=claimed, dst=leader, leader_id=claimed, leader_epoch=high
+                ),
+                EndQuorumEpochRequest(
+                    cluster_id=cid,
+                    src=claimed,
+                    dst=leader,
+                    leader_id=claimed,
+                    leader_epoch=epoch,
+                    preferred_successors=(claimed,),
+                ),
             ],
         ),
         (
             victim,
             TOPIC,
             [
-                BeginQuorumEpochRequest(cid, claimed, victim, claimed, high + 1),
-                EndQuorumEpochRequest(cid, leader, victim, leader, epoch, (victim,)),
+                BeginQuorumEpochRequest(
+                    cluster_id=cid,
+                    src=claimed,
+                    dst=victim,
+                    leader_id=claimed,
+                    leader_epoch=high + 1,
+                ),
+                EndQuorumEpochRequest(
+                    cluster_id=cid,
+                    src=leader,
+                    dst=victim,
+                    leader_id=leader,
+                    leader_epoch=epoch,
+                    preferred_successors=(victim,),
+                ),
             ],
         ),
     ]
@@ -108,13 +138,13 @@ def forge_and_check(cluster: LocalCluster, as_node: int | None, claimed: int, re
             METADATA_TOPIC,
             [
                 VoteRequest(
-                    cluster.cluster_id,
-                    meta_claimed,
-                    meta_leader,
-                    meta_epoch + 7,
-                    meta_epoch + 6,
-                    10**9,
-                    False,
+                    cluster_id=cluster.cluster_id,
+                    src=meta_claimed,
+                    dst=meta_leader,
+                    candidate_epoch=meta_epoch + 7,
+                    last_offset_epoch=meta_epoch + 6,
+                    last_offset=10**9,
+                    pre_vote=False,
                 )
             ],
         )
@@ -156,7 +186,9 @@ def forge_fetch_and_check(cluster: LocalCluster, forger: int) -> None:
     probe_conn = connect(cluster, leader)
     try:
         dq = probe_conn.request(
-            ApiKey.DESCRIBE_QUORUM, m.DescribeQuorumRequest(TOPIC, part), m.DescribeQuorumResponse
+            ApiKey.DESCRIBE_QUORUM,
+            m.DescribeQuorumRequest(topic=TOPIC, partition=part),
+            m.DescribeQuorumResponse,
         )
     finally:
         probe_conn.close()
@@ -170,7 +202,13 @@ def forge_fetch_and_check(cluster: LocalCluster, forger: int) -> None:
     for f in followers:
         cluster.pause(f)
     try:
-        req = m.ProduceRequest(TOPIC, part, m.ACKS_QUORUM, 2500, encode_batch([b"not-durable"]))
+        req = m.ProduceRequest(
+            topic=TOPIC,
+            partition=part,
+            acks=m.ACKS_QUORUM,
+            timeout_ms=2500,
+            records=encode_batch([b"not-durable"]),
+        )
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             fut = pool.submit(producer.request, ApiKey.PRODUCE, req, m.ProduceResponse)
             rid = 10**6
@@ -180,12 +218,28 @@ def forge_fetch_and_check(cluster: LocalCluster, forger: int) -> None:
                 rid += 1
                 for f in followers:
                     fetch = FetchRequest(
-                        cluster.cluster_id, f, leader, epoch, end + 1, epoch, 0, 1 << 20, rid
+                        cluster_id=cluster.cluster_id,
+                        replica_id=f,
+                        dst=leader,
+                        current_leader_epoch=epoch,
+                        fetch_offset=end + 1,
+                        last_fetched_epoch=epoch,
+                        max_wait_ms=0,
+                        max_bytes=1 << 20,
+                        request_id=rid,
                     )
                     send_raft(client_conn, TOPIC, part, fetch)
                 for f in impersonated:
                     fetch = FetchRequest(
-                        cluster.cluster_id, f, leader, epoch, end + 1, epoch, 0, 1 << 20, rid
+                        cluster_id=cluster.cluster_id,
+                        replica_id=f,
+                        dst=leader,
+                        current_leader_epoch=epoch,
+                        fetch_offset=end + 1,
+                        last_fetched_epoch=epoch,
+                        max_wait_ms=0,
+                        max_bytes=1 << 20,
+                        request_id=rid,
                     )
                     send_raft(node_conn, TOPIC, part, fetch)
                 time.sleep(0.02)
@@ -244,7 +298,7 @@ def test_node_credentials_need_the_cluster_secret(tmp_path: Path) -> None:
         with pytest.raises(AuthenticationError, match="ILLEGAL_SASL_STATE"):
             anon.request(
                 ApiKey.AUTHENTICATE,
-                m.AuthenticateRequest("SCRAM-SHA-256", b"n,,n=node-2,r=abc"),
+                m.AuthenticateRequest(mechanism="SCRAM-SHA-256", auth_bytes=b"n,,n=node-2,r=abc"),
                 m.AuthenticateResponse,
             )
         sync(anon)

@@ -113,13 +113,60 @@ def test_node_principal_ids(tmp_path: Path) -> None:
 
 
 def test_a_raft_message_must_claim_its_connection_node() -> None:
-    check_raft_sender(BeginQuorumEpochRequest("c", 2, 1, 2, 5), 2)
-    check_raft_sender(FetchRequest("c", 2, 1, 5, 10, 5, 0, 100), 2)
+    check_raft_sender(
+        BeginQuorumEpochRequest(cluster_id="c", src=2, dst=1, leader_id=2, leader_epoch=5), 2
+    )
+    check_raft_sender(
+        FetchRequest(
+            cluster_id="c",
+            replica_id=2,
+            dst=1,
+            current_leader_epoch=5,
+            fetch_offset=10,
+            last_fetched_epoch=5,
+            max_wait_ms=0,
+            max_bytes=100,
+        ),
+        2,
+    )
     forged = [
-        (BeginQuorumEpochRequest("c", 3, 1, 2, 5), "claims node 2"),  # announces another
-        (EndQuorumEpochRequest("c", 3, 1, 2, 5, (3,)), "claims node 2"),
-        (FetchRequest("c", 2, 1, 5, 10, 5, 0, 100), "claims node 2"),
-        (VoteResponse("c", 2, 1, 0, 5, None, True, False, 5), "claims node 2"),
+        (
+            BeginQuorumEpochRequest(cluster_id="c", src=3, dst=1, leader_id=2, leader_epoch=5),
+            "claims node 2",
+        ),  # announces another
+        (
+            EndQuorumEpochRequest(
+                cluster_id="c", src=3, dst=1, leader_id=2, leader_epoch=5, preferred_successors=(3,)
+            ),
+            "claims node 2",
+        ),
+        (
+            FetchRequest(
+                cluster_id="c",
+                replica_id=2,
+                dst=1,
+                current_leader_epoch=5,
+                fetch_offset=10,
+                last_fetched_epoch=5,
+                max_wait_ms=0,
+                max_bytes=100,
+            ),
+            "claims node 2",
+        ),
+        (
+            VoteResponse(
+                cluster_id="c",
+                src=2,
+                dst=1,
+                error=0,
+                leader_epoch=5,
+                leader_id=None,
+                vote_granted=True,
+                pre_vote=False,
+                candidate_epoch=5,
+            ),
+            "claims node 2",
+        ),
     ]
     for msg, why in forged:
         with pytest.raises(ForgedSender, match=why):

@@ -183,7 +183,9 @@ def raw_tls_connection(cluster: LocalCluster) -> Connection:
 
 def auth_step(conn: Connection, data: bytes) -> m.AuthenticateResponse:
     return conn.request(
-        ApiKey.AUTHENTICATE, m.AuthenticateRequest(scram.MECHANISM, data), m.AuthenticateResponse
+        ApiKey.AUTHENTICATE,
+        m.AuthenticateRequest(mechanism=scram.MECHANISM, auth_bytes=data),
+        m.AuthenticateResponse,
     )
 
 
@@ -212,9 +214,9 @@ def test_replayed_exchange_fails(secure_cluster: LocalCluster) -> None:
 def test_request_before_authentication_is_refused(secure_cluster: LocalCluster) -> None:
     conn = raw_tls_connection(secure_cluster)
     with pytest.raises(AuthenticationError, match="ILLEGAL_SASL_STATE"):
-        conn.request(ApiKey.METADATA, m.MetadataRequest(None), m.MetadataResponse)
+        conn.request(ApiKey.METADATA, m.MetadataRequest(topics=None), m.MetadataResponse)
     with pytest.raises(ConnectionLost):
-        conn.request(ApiKey.METADATA, m.MetadataRequest(None), m.MetadataResponse)
+        conn.request(ApiKey.METADATA, m.MetadataRequest(topics=None), m.MetadataResponse)
     assert_serving(secure_cluster)
 
 
@@ -278,7 +280,7 @@ def test_only_nodes_may_send_raft(secure_cluster: LocalCluster, principal: str) 
         ssl_context=sec.ssl_context(),
         credentials=sec.credentials(),
     )
-    env = m.RaftEnvelope("granted", 0, "VoteRequest", [], b"")
+    env = m.RaftEnvelope(topic="granted", partition=0, kind="VoteRequest", body=[], records=b"")
     body, _ = encode(env)
     conn._sock.sendall(
         b"".join(
@@ -290,7 +292,9 @@ def test_only_nodes_may_send_raft(secure_cluster: LocalCluster, principal: str) 
     )
     wait_for_log(secure_cluster, f"denied RAFT to principal '{principal}'")
     # The connection and the node keep serving.
-    assert conn.request(ApiKey.METADATA, m.MetadataRequest(None), m.MetadataResponse).error == 0
+    assert (
+        conn.request(ApiKey.METADATA, m.MetadataRequest(topics=None), m.MetadataResponse).error == 0
+    )
     conn.close()
     assert_serving(secure_cluster)
 

@@ -33,7 +33,7 @@ def test_ci_seed_budget_has_no_violation() -> None:
     # The clients really ran through the driver: acknowledged produces, consumer
     # fetches that were served records and some that waited (long-polls).
     assert stats["acked"] > 100 * CI_SEEDS
-    assert stats["fetched"] > 10 * CI_SEEDS
+    assert stats["fetched"] > 3 * CI_SEEDS
 
 
 def test_a_seed_replays_identically() -> None:

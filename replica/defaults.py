@@ -1,0 +1,113 @@
+"""Every shipped default of quorumlog, in one place.
+
+The CLI (``quorumlog serve`` / ``produce`` / ``consume``), ``NodeConfig``, ``LocalCluster``,
+the raft core's ``QuorumConfig``, the storage ``LogConfig``, the client, the connector's
+options and the tests read these names; none spells the numbers again. Each knob names
+the Kafka / KIP config it stands for, in brackets, where one exists. This module imports
+nothing, so every layer (storage and protocol included) may import it.
+"""
+
+from __future__ import annotations
+
+# ---- the partition quorum as a node runs it (KIP-595) ------------------------------------
+# Why these and not KRaft's (below): kill -9 of a leader must be followed by a new leader
+# within ~1 s. A follower gives up on a silent leader after the fetch timeout (800 ms),
+# pre-votes, then stands after a randomized election timeout in [400, 800) ms, so a new
+# leader follows in ~0.8-1.0 s. A live leader under load is never deposed: followers'
+# fetches return as soon as data arrives and idle long-polls every
+# REPLICA_FETCH_MAX_WAIT_MS (250 ms), well inside 800 ms, and the request timeout leaves
+# room for one lost fetch to be retried (see quorum_request_timeout_ms).
+
+# [quorum.fetch.timeout.ms] a follower with no successful fetch for this long pre-votes; a
+# leader not fetched by a majority within 1.5x this resigns.
+QUORUM_FETCH_TIMEOUT_MS = 800
+# [quorum.election.timeout.ms] T: an election starts after T + rand[0, T).
+QUORUM_ELECTION_TIMEOUT_MS = 400
+# [quorum.election.backoff.max.ms] cap of the back-off after a failed election.
+QUORUM_ELECTION_BACKOFF_MAX_MS = 400
+# [retry.backoff.ms] the quorum's back-off base (elections, EndQuorumEpoch ranks, fetch
+# retries).
+QUORUM_RETRY_BACKOFF_MS = 50
+# [retry.backoff.max.ms] cap of the EndQuorumEpoch successor rank back-off.
+QUORUM_RETRY_BACKOFF_MAX_MS = 400
+# [replica.fetch.max.wait.ms] how long a follower's fetch may be parked at the leader.
+REPLICA_FETCH_MAX_WAIT_MS = 250
+# [replica.fetch.max.bytes] size bound of a follower's fetch.
+REPLICA_FETCH_MAX_BYTES = 4 << 20
+# The smallest [quorum.request.timeout.ms] a node uses, and the margin it keeps below
+# the fetch timeout (see quorum_request_timeout_ms).
+QUORUM_REQUEST_TIMEOUT_MIN_MS = 100
+
+
+def quorum_request_timeout_ms(fetch_timeout_ms: int, fetch_max_wait_ms: int) -> int:
+    """[quorum.request.timeout.ms] a node derives from its fetch timing: a parked fetch
+    plus this stays a margin below the fetch timeout, so one lost fetch is resent before
+    the follower gives up on its leader."""
+    margin = QUORUM_REQUEST_TIMEOUT_MIN_MS
+    return max(margin, fetch_timeout_ms - fetch_max_wait_ms - margin)
+
+
+# ---- KRaft's own defaults (the raft core's QuorumConfig() before anyone tunes it) --------
+# The pure core behaves like the reference until a caller passes the shipped timing
+# above; the simulator and the raft unit tests run with these.
+KRAFT_ELECTION_TIMEOUT_MS = 1000  # [quorum.election.timeout.ms]
+KRAFT_FETCH_TIMEOUT_MS = 2000  # [quorum.fetch.timeout.ms]
+KRAFT_ELECTION_BACKOFF_MAX_MS = 1000  # [quorum.election.backoff.max.ms]
+KRAFT_RETRY_BACKOFF_MS = 100  # [retry.backoff.ms]
+KRAFT_RETRY_BACKOFF_MAX_MS = 1000  # [retry.backoff.max.ms] (KIP-595: one second)
+KRAFT_REQUEST_TIMEOUT_MS = 1000  # [quorum.request.timeout.ms]
+KRAFT_FETCH_MAX_WAIT_MS = 500  # [fetch.max.wait.ms]
+KRAFT_FETCH_MAX_BYTES = 1 << 20  # [fetch.max.bytes]
+
+# ---- storage ------------------------------------------------------------------------------
+# [segment.bytes] roll the active segment before it would exceed this (Kafka: 1 GiB; a
+# smaller segment lets retention free space sooner on small disks).
+SEGMENT_BYTES = 256 << 20
+# [index.interval.bytes] bytes between sparse offset-index entries.
+INDEX_INTERVAL_BYTES = 4096
+# [retention.bytes] / [retention.ms]: None keeps everything (Kafka: -1 bytes, 7 days).
+RETENTION_BYTES: int | None = None
+RETENTION_MS: int | None = None
+# [segment.ms] roll an active segment older than this; None: never.
+SEGMENT_MS: int | None = None
+# Background CRC scrub of sealed segments, for the whole node (0: off). 4 MiB/s reads
+# 1 TiB in about 3 days for well under 1% of a core (crc32 runs at GB/s).
+SCRUB_BYTES_PER_SECOND = 4 << 20
+
+# ---- sizes on the wire --------------------------------------------------------------------
+# [socket.request.max.bytes] the largest frame a node or client accepts.
+MAX_FRAME_BYTES = 64 << 20
+# [max.message.bytes] the largest record batch a produce may carry, for topics that set
+# none. Kafka ships 1 MiB (+ overhead) because its batches are small compressed record
+# sets; ours are Arrow IPC batches and throughput comes from big ones: `quorumlog perf
+# produce` sends 10,000 x 100 B records per batch (~1.2 MB on the wire) for >= 1M
+# records/s, and a Spark/Delta writer may send larger tables. 8 MiB admits that with room
+# (a 10,000-record batch of 800 B values) while one batch stays far below the frame
+# limit and costs each replica ~0.1 s (CRC + write) on a loaded machine.
+MAX_MESSAGE_BYTES = 8 << 20
+# [fetch.max.bytes] what a consumer fetch (client, connector) asks for at most.
+FETCH_MAX_BYTES = 8 << 20
+
+# ---- produce (node side) ------------------------------------------------------------------
+# [request.timeout.ms of a produce, Kafka's ProduceRequest timeout] how long the leader
+# waits for acks=quorum when the request names no timeout.
+PRODUCE_TIMEOUT_MS = 30000
+
+# ---- client, CLI and connector ------------------------------------------------------------
+# [default.api.timeout.ms / delivery.timeout.ms] what one client call may take, retries
+# included (Kafka: 60 s / 120 s; ours fails sooner with the facts).
+REQUEST_TIMEOUT_MS = 30000
+# [request.timeout.ms] what one attempt may take (connecting included) before its node is
+# given up on for this attempt: long enough for a healthy node's answer on a loaded
+# machine (a quorum commit takes tens of ms), short enough that a call in flight when its
+# leader hangs moves to the new leader (elected ~1.2 s after the hang with the fetch
+# timeout above) within ~2 s.
+ATTEMPT_TIMEOUT_MS = 1500
+# [retry.backoff.ms] / [retry.backoff.max.ms] the client's back-off between attempts.
+RETRY_BACKOFF_MS = 100
+RETRY_BACKOFF_MAX_MS = 1000
+# [linger.ms] how long the producer waits to fill a batch.
+LINGER_MS = 5
+# [batch.size] the producer's batch bound, in bytes and in records.
+BATCH_MAX_BYTES = 1 << 20
+BATCH_MAX_RECORDS = 10000
