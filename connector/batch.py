@@ -30,14 +30,9 @@ from .offsets import (
     parse_offsets_json,
 )
 from .options import OffsetSpec, SourceOptions, parse_options
-from .planning import (
-    Planner,
-    QuorumLogSourceError,
-    below_log_start,
-    divergence_position,
-    settle_truncations,
-)
+from .planning import Planner
 from .truncation import TruncatedPartition
+from .validation import QuorumLogSourceError, below_log_start, settle_truncations
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +92,7 @@ def plan_ranges(
                     return planner.earliest(tp, pm)
                 if wanted.offset == LATEST:
                     return latest
-                divergence = planner.validate(tp, wanted, pm)
-                if divergence is None:
-                    return wanted
-                found.append(TruncatedPartition.of(tp, wanted, divergence))
-                return divergence_position(divergence)
+                return planner.resolve(tp, wanted, pm, found)
 
             return (
                 position(want_start, start_ts),
@@ -114,7 +105,7 @@ def plan_ranges(
         start, end, latest, leader_epoch, found = planner.with_leader(tp, resolve)
         truncations.extend(found)
         pm = planner.client.partition_metadata(tp.topic, tp.partition)
-        start = below_log_start(options, tp, start, pm)
+        start = below_log_start(options.fail_on_data_loss, tp, start, pm.log_start_offset)
         if end.offset > latest.offset:
             raise QuorumLogSourceError(
                 f"Option 'endingOffsets' asks for {tp} up to offset {end.offset}, but its log "
@@ -130,7 +121,7 @@ def plan_ranges(
                     f"offset {end.offset}."
                 )
         out.append((tp, start, end, leader_epoch))
-    settle_truncations(options, truncations, "Found when planning a batch read.")
+    settle_truncations(options.on_truncation, truncations, "Found when planning a batch read.")
     return out
 
 
@@ -140,13 +131,7 @@ class QuorumLogBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
-        client = planning.connect(
-            opts.bootstrap,
-            opts.request_timeout_ms,
-            "driver",
-            opts.security,
-            attempt_timeout_ms=opts.attempt_timeout_ms,
-        )
+        client = planning.client_for(opts, "driver")
         try:
             planner = Planner(opts, client)
             ranges = planner.split(
@@ -216,13 +201,7 @@ def ending_offsets_json(
     if topic_pattern is not None:
         raw["topicPattern"] = topic_pattern
     opts = parse_options(raw)
-    client = planning.connect(
-        opts.bootstrap,
-        opts.request_timeout_ms,
-        "driver",
-        opts.security,
-        attempt_timeout_ms=opts.attempt_timeout_ms,
-    )
+    client = planning.client_for(opts, "driver")
     try:
         planner = Planner(opts, client)
         positions = {

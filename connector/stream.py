@@ -42,15 +42,9 @@ from .offsets import (
     to_offset_dict,
 )
 from .options import SourceOptions
-from .planning import (
-    Planner,
-    QuorumLogSourceError,
-    below_log_start,
-    divergence_position,
-    settle_truncations,
-    split_budget,
-)
+from .planning import Planner, split_budget
 from .truncation import TruncatedPartition
+from .validation import QuorumLogSourceError, below_log_start, data_loss, settle_truncations
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +74,8 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _plan(self) -> Planner:
         if self._planner is None:
-            opts = self.options
-            self._client = planning.connect(
-                opts.bootstrap,
-                opts.request_timeout_ms,
-                "driver",
-                opts.security,
-                attempt_timeout_ms=opts.attempt_timeout_ms,
-            )
-            self._planner = Planner(opts, self._client)
+            self._client = planning.client_for(self.options, "driver")
+            self._planner = Planner(self.options, self._client)
         return self._planner
 
     def _refresh(self) -> dict[TopicPartition, PartitionMetadata]:
@@ -117,11 +104,8 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         current = memo.get(position, position)
         if position in memo and self._known_epochs.get(tp) == pm.leader_epoch:
             return current
-        divergence = self._plan().validate(tp, current, pm)
-        if divergence is not None:
-            truncations.append(TruncatedPartition.of(tp, current, divergence))
-            current = divergence_position(divergence)
-        return below_log_start(self.options, tp, current, pm)
+        current = self._plan().resolve(tp, current, pm, truncations)
+        return below_log_start(self.options.fail_on_data_loss, tp, current, pm.log_start_offset)
 
     # ---- Spark API ------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, Any]:
@@ -187,12 +171,11 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         opts = self.options
         for tp in starts:
             if tp not in meta:
-                message = f"{tp} no longer exists (topic deleted or unsubscribed)"
-                if opts.fail_on_data_loss:
-                    raise QuorumLogSourceError(
-                        message + "; set failOnDataLoss=false to drop it and continue."
-                    )
-                log.warning("%s; dropping it (failOnDataLoss=false)", message)
+                data_loss(
+                    opts.fail_on_data_loss,
+                    f"{tp} no longer exists (topic deleted or unsubscribed).",
+                    "drop it and continue",
+                )
 
         truncations: list[TruncatedPartition] = []
         froms: Positions = {}
@@ -219,7 +202,9 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._meta[tp] = pm
             self._known_epochs[tp] = pm.leader_epoch
         settle_truncations(
-            opts, truncations, "Found when planning a micro-batch (driver validation)."
+            opts.on_truncation,
+            truncations,
+            "Found when planning a micro-batch (driver validation).",
         )
         self._latest = latest
 
@@ -340,7 +325,9 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 continue
             ranges.append((tp, begin, stop, leader_epoch))
         settle_truncations(
-            opts, truncations, "Found when planning the tasks of a micro-batch (driver)."
+            opts.on_truncation,
+            truncations,
+            "Found when planning the tasks of a micro-batch (driver).",
         )
         out = [
             QuorumLogPartition.for_range(opts, tp, begin, stop, leader_epoch)
