@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from ..replica.client import (
     DEFAULT_ATTEMPT_TIMEOUT_MS,
@@ -18,11 +18,11 @@ from ..replica.client import (
     UnknownTopicError,
 )
 from ..replica.client.security import ClientSecurity
-from .offsets import UNKNOWN_EPOCH, Position, TopicPartition
-from .options import SourceOptions
+from .offsets import EARLIEST, LATEST, UNKNOWN_EPOCH, Position, TopicPartition
+from .options import OffsetSpec, SourceOptions
 from .retry import Backoff
-from .truncation import Divergence, TruncatedPartition
-from .validation import QuorumLogSourceError, StaleMetadata, resolve, validate
+from .truncation import Divergence
+from .validation import QuorumLogSourceError, StaleMetadata, validate
 
 T = TypeVar("T")
 
@@ -70,6 +70,30 @@ def client_for(settings: ClientSettings, role: str) -> Client:
         settings.security,
         attempt_timeout_ms=settings.attempt_timeout_ms,
     )
+
+
+def wanted_position(
+    spec: OffsetSpec, tp: TopicPartition, default: Literal["earliest", "latest"] = "earliest"
+) -> Position:
+    """The position an offsets option (startingOffsets / endingOffsets) asks for ``tp``:
+    a user's position, or the EARLIEST / LATEST sentinel (``Planner.lookup``); a partition
+    the JSON leaves out gets ``default``, as in Spark's Kafka source."""
+    if isinstance(spec, dict):
+        return spec.get(tp, Position(EARLIEST if default == "earliest" else LATEST))
+    return Position(EARLIEST if spec == "earliest" else LATEST)
+
+
+def check_known_partitions(
+    option: str, spec: OffsetSpec, meta: Mapping[TopicPartition, Any]
+) -> None:
+    """An offsets option's JSON may only name partitions that exist."""
+    if isinstance(spec, dict):
+        unknown = sorted(str(tp) for tp in spec if tp not in meta)
+        if unknown:
+            raise QuorumLogSourceError(
+                f"Option '{option}' names partitions that do not exist: {unknown}. "
+                f"Existing partitions: {[str(tp) for tp in meta]}."
+            )
 
 
 def split_budget(
@@ -201,6 +225,26 @@ class Planner:
         )
         return Position(found.offset, found.epoch if found.offset > 0 else UNKNOWN_EPOCH)
 
+    def lookup(
+        self,
+        tp: TopicPartition,
+        pm: PartitionMetadata,
+        wanted: Position,
+        timestamp: int | None,
+        latest: Position | None = None,
+    ) -> Position | None:
+        """The position ``wanted`` names, looked up in the log now: by ``timestamp`` when
+        given (startingTimestamp & co. win over startingOffsets, as in Spark), else the
+        log start (EARLIEST) or end (LATEST; ``latest`` if the caller has it already).
+        None for a user's own position, which the caller validates."""
+        if timestamp is not None:
+            return self.at_timestamp(tp, pm, timestamp)
+        if wanted.offset == EARLIEST:
+            return self.earliest(tp, pm)
+        if wanted.offset == LATEST:
+            return latest if latest is not None else self.latest(tp, pm)
+        return None
+
     def validate(
         self, tp: TopicPartition, position: Position, pm: PartitionMetadata
     ) -> Divergence | None:
@@ -211,24 +255,6 @@ class Planner:
             position,
             leader_epoch=pm.leader_epoch,
             log_start_offset=pm.log_start_offset,
-        )
-
-    def resolve(
-        self,
-        tp: TopicPartition,
-        position: Position,
-        pm: PartitionMetadata,
-        truncations: list[TruncatedPartition],
-    ) -> Position:
-        """``validation.resolve`` against the leader in ``pm``'s epoch: the position to
-        read from, a truncation found appended to ``truncations``."""
-        return resolve(
-            self.client,
-            tp,
-            position,
-            leader_epoch=pm.leader_epoch,
-            log_start_offset=pm.log_start_offset,
-            truncations=truncations,
         )
 
     def split(

@@ -33,8 +33,6 @@ from ..replica.client import Client, PartitionMetadata
 from . import planning
 from .fetch import QuorumLogPartition, read_partition
 from .offsets import (
-    EARLIEST,
-    LATEST,
     Position,
     Positions,
     TopicPartition,
@@ -42,9 +40,15 @@ from .offsets import (
     to_offset_dict,
 )
 from .options import SourceOptions
-from .planning import Planner, split_budget
+from .planning import Planner, check_known_partitions, split_budget, wanted_position
 from .truncation import TruncatedPartition
-from .validation import QuorumLogSourceError, below_log_start, data_loss, settle_truncations
+from .validation import (
+    QuorumLogSourceError,
+    below_log_start,
+    data_loss,
+    resolve,
+    settle_truncations,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,50 +108,47 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         current = memo.get(position, position)
         if position in memo and self._known_epochs.get(tp) == pm.leader_epoch:
             return current
-        current = self._plan().resolve(tp, current, pm, truncations)
+        current = resolve(self._plan().client, tp, current, pm, truncations)
         return below_log_start(self.options.fail_on_data_loss, tp, current, pm.log_start_offset)
+
+    def _begin(
+        self,
+        tp: TopicPartition,
+        start: Position | None,
+        pm: PartitionMetadata,
+        truncations: list[TruncatedPartition],
+    ) -> Position:
+        """Where a batch starts reading ``tp``: its checkpointed ``start`` resolved, or for
+        a partition that appeared since (no start) its first planned start (earliest)."""
+        if start is not None:
+            return self._resolve(tp, start, pm, truncations)
+        return self._new_partition_starts.get(tp) or self._plan().earliest(tp, pm)
 
     # ---- Spark API ------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, Any]:
         meta = self._refresh()
         spec = self.options.starting_offsets or "latest"
         planner = self._plan()
-        if isinstance(spec, dict):
-            unknown = sorted(str(tp) for tp in spec if tp not in meta)
-            if unknown:
-                raise QuorumLogSourceError(
-                    f"Option 'startingOffsets' names partitions that do not exist: {unknown}. "
-                    f"Existing partitions: {[str(tp) for tp in meta]}."
-                )
+        check_known_partitions("startingOffsets", spec, meta)
         positions: Positions = {}
         for tp in meta:
-            wanted = spec.get(tp, Position(EARLIEST)) if isinstance(spec, dict) else None
-
+            wanted = wanted_position(spec, tp)
             ts = self.options.timestamp_for(tp, ending=False)
-            if ts is not None:
-                wanted = None  # startingTimestamp / startingOffsetsByTimestamp win
 
             def lookup(
                 pm: PartitionMetadata,
                 tp: TopicPartition = tp,
-                wanted: Position | None = wanted,
+                wanted: Position = wanted,
                 ts: int | None = ts,
-            ) -> tuple[Position, int]:
-                if ts is not None:
-                    return planner.at_timestamp(tp, pm, ts), pm.leader_epoch
-                if spec == "earliest" or (wanted is not None and wanted.offset == EARLIEST):
-                    return planner.earliest(tp, pm), pm.leader_epoch
-                if spec == "latest" or (wanted is not None and wanted.offset == LATEST):
-                    return planner.latest(tp, pm), pm.leader_epoch
-                assert wanted is not None
-                return wanted, pm.leader_epoch
+            ) -> tuple[Position | None, int]:
+                return planner.lookup(tp, pm, wanted, ts), pm.leader_epoch
 
-            position, leader_epoch = planner.with_leader(tp, lookup)
-            positions[tp] = position
-            if wanted is None or wanted.offset < 0:
+            looked_up, leader_epoch = planner.with_leader(tp, lookup)
+            positions[tp] = wanted if looked_up is None else looked_up
+            if looked_up is not None:
                 # looked up just now in this leader epoch: nothing to validate; a user's
                 # position is validated by the first latestOffset
-                self._remember(tp, position, position)
+                self._remember(tp, looked_up, looked_up)
                 self._known_epochs[tp] = leader_epoch
         log.info("initial positions: %s", to_offset_dict(positions))
         return to_offset_dict(positions)
@@ -186,10 +187,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 pm: PartitionMetadata, tp: TopicPartition = tp
             ) -> tuple[Position, Position, PartitionMetadata, list[TruncatedPartition]]:
                 found: list[TruncatedPartition] = []
-                if tp in starts:
-                    begin = self._resolve(tp, starts[tp], pm, found)
-                else:
-                    begin = self._new_partition_starts.get(tp) or planner.earliest(tp, pm)
+                begin = self._begin(tp, starts.get(tp), pm, found)
                 return begin, planner.latest(tp, pm), pm, found
 
             begin, latest[tp], pm, found = planner.with_leader(tp, plan_one)
@@ -306,10 +304,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 end_position: Position = end_position,
             ) -> tuple[Position, Position, int, list[TruncatedPartition]]:
                 found: list[TruncatedPartition] = []
-                if tp in starts:
-                    begin = self._resolve(tp, starts[tp], pm, found)
-                else:
-                    begin = self._new_partition_starts.get(tp) or planner.earliest(tp, pm)
+                begin = self._begin(tp, starts.get(tp), pm, found)
                 # An end planned by an earlier process (replay after a restart) or before a
                 # leader change is validated too; reading stops at its divergence.
                 stop = self._resolve(tp, end_position, pm, found)

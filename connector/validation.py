@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from ..replica.client import Client
+from ..replica.client import Client, PartitionMetadata
 from .offsets import UNKNOWN_EPOCH, Position, TopicPartition
 from .truncation import Divergence, LogTruncationException, TruncatedPartition, check_position
 
@@ -79,16 +79,15 @@ def resolve(
     client: Client,
     tp: TopicPartition,
     position: Position,
-    *,
-    leader_epoch: int,
-    log_start_offset: int,
+    pm: PartitionMetadata,
     truncations: list[TruncatedPartition],
 ) -> Position:
-    """The position to read from for ``position``: itself when it validates, else its
-    divergence position, the truncation appended to ``truncations`` for
-    ``settle_truncations`` (which fails or lets the caller resume from there)."""
+    """The position to read from for ``position``, validated against the leader in
+    ``pm``'s epoch: itself when it validates, else its divergence position, the truncation
+    appended to ``truncations`` for ``settle_truncations`` (which fails or lets the caller
+    resume from there)."""
     divergence = validate(
-        client, tp, position, leader_epoch=leader_epoch, log_start_offset=log_start_offset
+        client, tp, position, leader_epoch=pm.leader_epoch, log_start_offset=pm.log_start_offset
     )
     if divergence is None:
         return position
