@@ -203,26 +203,13 @@ def main() -> int:
         log_rows = {
             (r.partition, r.offset): (r.leaderEpoch, bytes(r.value)) for r in log_df.collect()
         }
-        table = DeltaTable(table_path).to_pyarrow_table(
-            columns=["partition", "offset", "leaderEpoch", "value"]
+        held = (
+            DeltaTable(table_path)
+            .to_pyarrow_table(columns=["partition", "offset", "leaderEpoch", "value"])
+            .to_pylist()
         )
-        delta_keys = list(
-            zip(
-                table.column("partition").to_pylist(),
-                table.column("offset").to_pylist(),
-                strict=True,
-            )
-        )
-        delta_rows = {
-            (p, o): (e, v)
-            for p, o, e, v in zip(
-                table.column("partition").to_pylist(),
-                table.column("offset").to_pylist(),
-                table.column("leaderEpoch").to_pylist(),
-                table.column("value").to_pylist(),
-                strict=True,
-            )
-        }
+        delta_keys = [(r["partition"], r["offset"]) for r in held]
+        delta_rows = {(r["partition"], r["offset"]): (r["leaderEpoch"], r["value"]) for r in held}
         truncations = [
             t
             for h in DeltaTable(table_path).history()
