@@ -4,10 +4,10 @@
 from .batch import ending_offsets_json, next_offsets
 from .offsets import Position, TopicPartition, offsets_json, parse_offsets_json
 from .options import QuorumLogOptionError, SourceOptions, parse_options
-from .planning import QuorumLogSourceError
 from .schema import ARROW_SCHEMA, SPARK_SCHEMA
 from .source import QuorumLogDataSource, register
 from .truncation import LogTruncationException, TruncatedPartition
+from .validation import QuorumLogSourceError
 
 __all__ = [
     "ARROW_SCHEMA",

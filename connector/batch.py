@@ -20,8 +20,6 @@ from ..replica.client import PartitionMetadata
 from . import planning
 from .fetch import QuorumLogPartition, read_partition
 from .offsets import (
-    EARLIEST,
-    LATEST,
     Position,
     Positions,
     TopicPartition,
@@ -29,36 +27,12 @@ from .offsets import (
     offsets_json,
     parse_offsets_json,
 )
-from .options import OffsetSpec, SourceOptions, parse_options
-from .planning import (
-    Planner,
-    QuorumLogSourceError,
-    below_log_start,
-    divergence_position,
-    settle_truncations,
-)
+from .options import SourceOptions, parse_options
+from .planning import Planner, check_known_partitions, wanted_position
 from .truncation import TruncatedPartition
+from .validation import QuorumLogSourceError, below_log_start, resolve, settle_truncations
 
 log = logging.getLogger(__name__)
-
-
-def _wanted(spec: OffsetSpec, tp: TopicPartition, default: int) -> Position:
-    if spec == "earliest":
-        return Position(EARLIEST)
-    if spec == "latest":
-        return Position(LATEST)
-    assert isinstance(spec, dict)
-    return spec.get(tp, Position(default))
-
-
-def _check_known(option: str, spec: OffsetSpec, meta: Mapping[TopicPartition, Any]) -> None:
-    if isinstance(spec, dict):
-        unknown = sorted(str(tp) for tp in spec if tp not in meta)
-        if unknown:
-            raise QuorumLogSourceError(
-                f"Option '{option}' names partitions that do not exist: {unknown}. "
-                f"Existing partitions: {[str(tp) for tp in meta]}."
-            )
 
 
 def plan_ranges(
@@ -68,18 +42,18 @@ def plan_ranges(
     meta = planner.partitions()
     starting = options.starting_offsets or "earliest"
     ending = options.ending_offsets or "latest"
-    _check_known("startingOffsets", starting, meta)
-    _check_known("endingOffsets", ending, meta)
+    check_known_partitions("startingOffsets", starting, meta)
+    check_known_partitions("endingOffsets", ending, meta)
     truncations: list[TruncatedPartition] = []
     out: list[tuple[TopicPartition, Position, Position, int]] = []
     for tp in meta:
-        want_start = _wanted(starting, tp, EARLIEST)
-        want_end = _wanted(ending, tp, LATEST)
+        want_start = wanted_position(starting, tp)
+        want_end = wanted_position(ending, tp, "latest")
 
         start_ts = options.timestamp_for(tp, ending=False)
         end_ts = options.timestamp_for(tp, ending=True)
 
-        def resolve(
+        def plan_one(
             pm: PartitionMetadata,
             tp: TopicPartition = tp,
             want_start: Position = want_start,
@@ -90,18 +64,11 @@ def plan_ranges(
             found: list[TruncatedPartition] = []
             latest = planner.latest(tp, pm)
 
-            def position(wanted: Position, ts: int | None = None) -> Position:
-                if ts is not None:
-                    return planner.at_timestamp(tp, pm, ts)
-                if wanted.offset == EARLIEST:
-                    return planner.earliest(tp, pm)
-                if wanted.offset == LATEST:
-                    return latest
-                divergence = planner.validate(tp, wanted, pm)
-                if divergence is None:
-                    return wanted
-                found.append(TruncatedPartition.of(tp, wanted, divergence))
-                return divergence_position(divergence)
+            def position(wanted: Position, ts: int | None) -> Position:
+                looked_up = planner.lookup(tp, pm, wanted, ts, latest)
+                if looked_up is not None:
+                    return looked_up
+                return resolve(planner.client, tp, wanted, pm, found)
 
             return (
                 position(want_start, start_ts),
@@ -111,10 +78,10 @@ def plan_ranges(
                 found,
             )
 
-        start, end, latest, leader_epoch, found = planner.with_leader(tp, resolve)
+        start, end, latest, leader_epoch, found = planner.with_leader(tp, plan_one)
         truncations.extend(found)
         pm = planner.client.partition_metadata(tp.topic, tp.partition)
-        start = below_log_start(options, tp, start, pm)
+        start = below_log_start(options.fail_on_data_loss, tp, start, pm.log_start_offset)
         if end.offset > latest.offset:
             raise QuorumLogSourceError(
                 f"Option 'endingOffsets' asks for {tp} up to offset {end.offset}, but its log "
@@ -130,7 +97,7 @@ def plan_ranges(
                     f"offset {end.offset}."
                 )
         out.append((tp, start, end, leader_epoch))
-    settle_truncations(options, truncations, "Found when planning a batch read.")
+    settle_truncations(options.on_truncation, truncations, "Found when planning a batch read.")
     return out
 
 
@@ -140,13 +107,7 @@ class QuorumLogBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def partitions(self) -> list[InputPartition]:
         opts = self.options
-        client = planning.connect(
-            opts.bootstrap,
-            opts.request_timeout_ms,
-            "driver",
-            opts.security,
-            attempt_timeout_ms=opts.attempt_timeout_ms,
-        )
+        client = planning.client_for(opts, "driver")
         try:
             planner = Planner(opts, client)
             ranges = planner.split(
@@ -216,13 +177,7 @@ def ending_offsets_json(
     if topic_pattern is not None:
         raw["topicPattern"] = topic_pattern
     opts = parse_options(raw)
-    client = planning.connect(
-        opts.bootstrap,
-        opts.request_timeout_ms,
-        "driver",
-        opts.security,
-        attempt_timeout_ms=opts.attempt_timeout_ms,
-    )
+    client = planning.client_for(opts, "driver")
     try:
         planner = Planner(opts, client)
         positions = {

@@ -49,7 +49,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,7 +60,16 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from ..replica.client import Client
 from ..replica.client.security import ClientSecurity
-from .delta_files import FILES_SCHEMA, FileRewriter, FileWriter, now_ms, partition_value
+from .delta_files import (
+    FILES_SCHEMA,
+    RANGE_FIELDS,
+    FileRewriter,
+    FileWriter,
+    now_ms,
+    partition_value,
+)
+from .offsets import Position, TopicPartition
+from .validation import validate
 
 logger = logging.getLogger(__name__)
 
@@ -77,14 +86,6 @@ _DELTA_SPARK_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 Engine = Literal["delta-rs", "delta-spark", "auto"]
-
-
-class Position(NamedTuple):
-    """``offset`` is the next offset to read; ``epoch`` the leader epoch of the record
-    just before it (KIP-320)."""
-
-    offset: int
-    epoch: int
 
 
 Positions = dict[str, dict[int, Position]]
@@ -120,7 +121,8 @@ class Truncation:
 
 @dataclass(frozen=True)
 class PartitionRange:
-    """What one micro-batch holds for one topic-partition."""
+    """What one micro-batch (or one file of it) holds for one topic-partition; a task
+    describes a file it wrote with these fields (``delta_files.RANGE_FIELDS``)."""
 
     topic: str
     partition: int
@@ -367,10 +369,18 @@ class LogDivergenceResolver:
         with Client(
             self.bootstrap, request_timeout_ms=self.request_timeout_ms, security=self.security
         ) as client:
-            answer = client.offsets_for_leader_epoch(topic, partition, position.epoch)
-        if answer.end_offset < 0:
-            return None
-        return min(position.offset, answer.end_offset)
+            divergence = validate(
+                client,
+                TopicPartition(topic, partition),
+                position,
+                leader_epoch=None,
+                log_start_offset=0,
+            )
+        if divergence is None:
+            return position.offset  # the log holds everything the table does
+        # Only an offset the log names is a divergence point; the inexact "log start"
+        # answers would make the table drop rows retention already removed from the log.
+        return divergence.offset if divergence.epoch >= 0 else None
 
 
 def plan_commit(
@@ -443,8 +453,9 @@ def _remove_new_root(root: str, existed: bool) -> None:
 
 
 @dataclass(frozen=True)
-class WrittenFile:
-    """A Parquet file a task wrote, as it described it (``delta_files.FILES_SCHEMA``)."""
+class WrittenFile(PartitionRange):
+    """A Parquet file a task wrote, as it described it (``delta_files.FILES_SCHEMA``): the
+    offsets of the one topic-partition it holds (an error row holds none) and its action."""
 
     action: str
     path: str | None
@@ -452,34 +463,26 @@ class WrittenFile:
     modification_time: int
     partition_values: dict[str, str | None]
     stats: str
-    topic: str
-    partition: int
-    min_offset: int
-    max_offset: int
-    first_epoch: int
-    last_epoch: int
-    rows: int
     duplicate_offset: int | None
     replaces: str | None
     error: str | None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WrittenFile:
+        def number(name: str, missing: int = -1) -> int:
+            return missing if row[name] is None else int(row[name])
+
         values = row.get("partition_values")
         return cls(
+            topic=row["topic"] or "",
+            **{name: number(name) for name in RANGE_FIELDS if name not in ("topic", "rows")},
+            rows=number("rows", 0),
             action=row["action"],
             path=row["path"],
-            size=int(row["size"] or 0),
-            modification_time=int(row["modification_time"] or 0),
+            size=number("size", 0),
+            modification_time=number("modification_time", 0),
             partition_values=json.loads(values) if values else {},
             stats=row["stats"] or "{}",
-            topic=row["topic"] or "",
-            partition=int(row["partition"] if row["partition"] is not None else -1),
-            min_offset=int(row["min_offset"] if row["min_offset"] is not None else -1),
-            max_offset=int(row["max_offset"] if row["max_offset"] is not None else -1),
-            first_epoch=int(row["first_epoch"] if row["first_epoch"] is not None else -1),
-            last_epoch=int(row["last_epoch"] if row["last_epoch"] is not None else -1),
-            rows=int(row["rows"] or 0),
             duplicate_offset=row["duplicate_offset"],
             replaces=row["replaces"],
             error=row["error"],

@@ -38,6 +38,17 @@ FILES_SCHEMA = (
     "min_offset long, max_offset long, first_epoch int, last_epoch int, rows long, "
     "duplicate_offset long, replaces string, error string"
 )
+#: What a file's row says about the rows it holds: the fields of ``delta.PartitionRange``
+#: (named alike in ``_OpenFile`` and ``FILES_SCHEMA``).
+RANGE_FIELDS = (
+    "topic",
+    "partition",
+    "min_offset",
+    "max_offset",
+    "first_epoch",
+    "last_epoch",
+    "rows",
+)
 _FILES_ARROW = pa.schema(
     [
         ("action", pa.string()),
@@ -182,13 +193,7 @@ class _OpenFile:
             modification_time=int(st.st_mtime * 1000),
             partition_values=json.dumps(self.partition_values),
             stats=json.dumps(stats),
-            topic=self.topic,
-            partition=self.partition,
-            min_offset=self.min_offset,
-            max_offset=self.max_offset,
-            first_epoch=self.first_epoch,
-            last_epoch=self.last_epoch,
-            rows=self.rows,
+            **{name: getattr(self, name) for name in RANGE_FIELDS},
             duplicate_offset=duplicate,
             replaces=replaces,
         )

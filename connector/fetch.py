@@ -12,7 +12,6 @@ LogTruncationException (onTruncation=fail).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,10 +30,18 @@ from ..replica.client import (
 )
 from ..replica.client.security import ClientSecurity
 from . import planning
-from .offsets import UNKNOWN_EPOCH, Position, TopicPartition
-from .planning import FENCED_ERRORS, QuorumLogSourceError
+from .offsets import Position, TopicPartition
+from .planning import FENCED_ERRORS
+from .retry import Backoff
 from .schema import to_spark_batches
-from .truncation import LogTruncationException, TruncatedPartition, check_position
+from .truncation import TruncatedPartition
+from .validation import (
+    QuorumLogSourceError,
+    StaleMetadata,
+    below_log_start,
+    settle_truncations,
+    validate,
+)
 
 if TYPE_CHECKING:
     from .options import SourceOptions
@@ -45,11 +52,23 @@ _RETRY_ERRORS = (*FENCED_ERRORS, NotLeaderError, LeaderNotAvailableError, Reques
 _LONG_POLL_MS = 200
 
 
+#: The source options a task carries (``SourceOptions`` fields of the same names).
+TASK_OPTIONS = (
+    "bootstrap",
+    "fetch_max_bytes",
+    "request_timeout_ms",
+    "fail_on_data_loss",
+    "on_truncation",
+    "security",
+    "attempt_timeout_ms",
+    "include_headers",
+)
+
+
 @dataclass
 class QuorumLogPartition(InputPartition):  # type: ignore[misc]
     """One Spark task: offsets [start_offset, end_offset) of topic/partition."""
 
-    bootstrap: str
     topic: str
     partition: int
     start_offset: int
@@ -57,6 +76,8 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
     end_offset: int
     end_epoch: int  # epoch of the record before end_offset, -1 unknown
     leader_epoch: int  # the leader epoch the range was planned in
+    # TASK_OPTIONS:
+    bootstrap: str
     fetch_max_bytes: int
     request_timeout_ms: int
     fail_on_data_loss: bool
@@ -83,23 +104,8 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
         leader_epoch: int,
     ) -> QuorumLogPartition:
         """The task reading [start, end) of ``tp``, planned in ``leader_epoch``."""
-        return cls(
-            bootstrap=opts.bootstrap,
-            topic=tp.topic,
-            partition=tp.partition,
-            start_offset=start.offset,
-            start_epoch=start.epoch,
-            end_offset=end.offset,
-            end_epoch=end.epoch,
-            leader_epoch=leader_epoch,
-            fetch_max_bytes=opts.fetch_max_bytes,
-            request_timeout_ms=opts.request_timeout_ms,
-            fail_on_data_loss=opts.fail_on_data_loss,
-            on_truncation=opts.on_truncation,
-            security=opts.security,
-            attempt_timeout_ms=opts.attempt_timeout_ms,
-            include_headers=opts.include_headers,
-        )
+        carried = {name: getattr(opts, name) for name in TASK_OPTIONS}
+        return cls(tp.topic, tp.partition, *start, *end, leader_epoch, **carried)
 
 
 def read_partition(partition: Any) -> Iterator[pa.RecordBatch]:
@@ -113,13 +119,7 @@ def read_partition(partition: Any) -> Iterator[pa.RecordBatch]:
 
 
 def _read(p: QuorumLogPartition) -> Iterator[pa.RecordBatch]:
-    client = planning.connect(
-        p.bootstrap,
-        p.request_timeout_ms,
-        "executor",
-        p.security,
-        attempt_timeout_ms=p.attempt_timeout_ms,
-    )
+    client = planning.client_for(p, "executor")
     try:
         yield from _RangeReader(p, client).run()
     finally:
@@ -144,26 +144,17 @@ class _RangeReader:
         self.last_epoch = p.start_epoch
         self.limit = p.end_offset
         self.leader_epoch = p.leader_epoch
-        self._deadline: float | None = None
-        self._attempt = 0
+        self.backoff = Backoff(client, p.request_timeout_ms)
 
     def _wait(self, why: str) -> None:
         """Back off before a retry; past requestTimeoutMs without progress, fail."""
-        now = time.monotonic()
-        if self._deadline is None:
-            self._deadline = now + self.p.request_timeout_ms / 1000
-        if now >= self._deadline:
-            raise QuorumLogSourceError(
+        self.backoff.wait(
+            QuorumLogSourceError(
                 f"{self.tp}: task reading offsets [{self.p.start_offset}, {self.p.end_offset}) "
                 f"made no progress at offset {self.pos} for {self.p.request_timeout_ms} ms: "
                 f"{why}. Raise option requestTimeoutMs or check the cluster."
             )
-        time.sleep(min(self.client.backoff_s(self._attempt), max(0.0, self._deadline - now)))
-        self._attempt += 1
-
-    def _progress(self) -> None:
-        self._deadline = None
-        self._attempt = 0
+        )
 
     def run(self) -> Iterator[pa.RecordBatch]:
         p = self.p
@@ -194,9 +185,9 @@ class _RangeReader:
                     f"high watermark {result.high_watermark} is below the planned end "
                     f"offset {self.limit}"
                 )
-                self._follow_leader(force_check=self._attempt > 2)
+                self._follow_leader(force_check=self.backoff.attempt > 2)
                 continue
-            self._progress()
+            self.backoff.progress()
             if last.offset >= self.limit - 1:
                 if (
                     last.offset == p.end_offset - 1
@@ -249,14 +240,16 @@ class _RangeReader:
         pm = self.client.partition_metadata(p.topic, p.partition)
         truncated: list[TruncatedPartition] = []
         for position in checks:
-            if position.epoch > self.leader_epoch:
+            try:
+                divergence = validate(
+                    self.client,
+                    self.tp,
+                    position,
+                    leader_epoch=self.leader_epoch,
+                    log_start_offset=pm.log_start_offset,
+                )
+            except StaleMetadata:
                 continue  # metadata behind the plan: nothing to compare yet
-            answer = self.client.offsets_for_leader_epoch(
-                p.topic, p.partition, position.epoch, current_leader_epoch=self.leader_epoch
-            )
-            divergence = check_position(
-                position, answer.epoch, answer.end_offset, pm.log_start_offset
-            )
             if divergence is not None:
                 truncated.append(TruncatedPartition.of(self.tp, position, divergence))
         if not truncated:
@@ -270,35 +263,29 @@ class _RangeReader:
                     p.end_offset,
                 )
             return
-        first = min(t.divergence_offset for t in truncated)
-        exc = LogTruncationException(
-            [min(truncated, key=lambda t: t.divergence_offset)],
-            context=(
-                f"Detected by the Spark task reading offsets [{p.start_offset}, "
-                f"{p.end_offset}) of {self.tp} ({why}; planned in leader epoch "
-                f"{p.leader_epoch})."
-            ),
+        first = min(truncated, key=lambda t: t.divergence_offset)
+        settle_truncations(
+            p.on_truncation,
+            [first],
+            f"Detected by the Spark task reading offsets [{p.start_offset}, "
+            f"{p.end_offset}) of {self.tp} ({why}; planned in leader epoch "
+            f"{p.leader_epoch}).",
+            resume=f"stopping this task at offset {first.divergence_offset}; the next batch "
+            "resumes there.",
         )
-        if p.on_truncation == "fail":
-            raise exc
-        log.warning("%s Stopping this task at offset %d; the next batch resumes there.", exc, first)
-        self.limit = min(self.limit, max(first, self.p.start_offset))
+        self.limit = min(self.limit, max(first.divergence_offset, p.start_offset))
 
     def _out_of_range(self, exc: OffsetOutOfRangeError) -> None:
         p = self.p
         pm = self.client.partition_metadata(p.topic, p.partition, refresh=True)
         if self.pos < pm.log_start_offset:
-            message = (
-                f"{self.tp}: offsets [{self.pos}, {pm.log_start_offset}) were removed from the "
-                f"log (retention) before this task read them; the log now starts at "
-                f"{pm.log_start_offset}."
+            self.pos, self.last_epoch = below_log_start(
+                p.fail_on_data_loss,
+                self.tp,
+                Position(self.pos, self.last_epoch),
+                pm.log_start_offset,
+                " before this task read them",
             )
-            if p.fail_on_data_loss:
-                raise QuorumLogSourceError(
-                    message + " Set failOnDataLoss=false to skip to the log start instead."
-                )
-            log.warning("%s Skipping to the log start (failOnDataLoss=false).", message)
-            self.pos, self.last_epoch = pm.log_start_offset, UNKNOWN_EPOCH
             return
         self.leader_epoch = max(self.leader_epoch, pm.leader_epoch)
         self._check_lineage(f"offset {self.pos} is out of range ({exc})")

@@ -41,40 +41,47 @@ _DURATION_UNITS_MS = {
     "d": 86_400_000,
 }
 
-# lower-case option key -> canonical name (Spark passes keys case-insensitively)
-OPTION_NAMES = {
-    name.lower(): name
-    for name in (
-        "bootstrap",
-        "topic",
-        "topicPattern",
-        "startingOffsets",
-        "endingOffsets",
-        "startingTimestamp",
-        "startingOffsetsByTimestamp",
-        "endingTimestamp",
-        "endingOffsetsByTimestamp",
-        "includeHeaders",
-        "maxOffsetsPerTrigger",
-        "minOffsetsPerTrigger",
-        "maxTriggerDelay",
-        "minPartitions",
-        "maxRecordsPerPartition",
-        "onTruncation",
-        "failOnDataLoss",
-        "fetchMaxBytes",
-        "requestTimeoutMs",
-        "attemptTimeoutMs",
-        # Security: TLS (CA, optional client cert and key) and SCRAM authentication.
-        "tlsCaFile",
-        "tlsCertFile",
-        "tlsKeyFile",
-        "principal",
-        "secretFile",
-        "secretEnv",
-        "secret",
-    )
-}
+# Security: TLS (CA, optional client cert and key) and SCRAM authentication; the source
+# and the sink take them alike (``_security``).
+SECURITY_OPTIONS = (
+    "tlsCaFile",
+    "tlsCertFile",
+    "tlsKeyFile",
+    "principal",
+    "secretFile",
+    "secretEnv",
+    "secret",
+)
+
+
+def _by_lower_case(*names: str) -> dict[str, str]:
+    """lower-case option key -> canonical name (Spark passes keys case-insensitively)."""
+    return {name.lower(): name for name in names}
+
+
+OPTION_NAMES = _by_lower_case(
+    "bootstrap",
+    "topic",
+    "topicPattern",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "includeHeaders",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "onTruncation",
+    "failOnDataLoss",
+    "fetchMaxBytes",
+    "requestTimeoutMs",
+    "attemptTimeoutMs",
+    *SECURITY_OPTIONS,
+)
 # Spark adds "path" when load(path) is used; it means nothing to this source.
 _IGNORED = {"path"}
 _KAFKA_HINTS = {
@@ -389,21 +396,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     )
 
 
-SINK_OPTION_NAMES = {
-    name.lower(): name
-    for name in (
-        "bootstrap",
-        "topic",
-        "requestTimeoutMs",
-        "tlsCaFile",
-        "tlsCertFile",
-        "tlsKeyFile",
-        "principal",
-        "secretFile",
-        "secretEnv",
-        "secret",
-    )
-}
+SINK_OPTION_NAMES = _by_lower_case("bootstrap", "topic", "requestTimeoutMs", *SECURITY_OPTIONS)
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SourceOptions:

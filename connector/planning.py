@@ -4,11 +4,9 @@ position, the epoch of an arbitrary offset, and the maxOffsetsPerTrigger budget 
 
 from __future__ import annotations
 
-import logging
 import math
-import time
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from ..replica.client import (
     DEFAULT_ATTEMPT_TIMEOUT_MS,
@@ -16,30 +14,19 @@ from ..replica.client import (
     Client,
     FencedLeaderEpochError,
     PartitionMetadata,
-    RequestTimeoutError,
     UnknownLeaderEpochError,
     UnknownTopicError,
 )
 from ..replica.client.security import ClientSecurity
-from .offsets import UNKNOWN_EPOCH, Position, TopicPartition
-from .options import SourceOptions
-from .truncation import Divergence, LogTruncationException, TruncatedPartition, check_position
-
-log = logging.getLogger(__name__)
+from .offsets import EARLIEST, LATEST, UNKNOWN_EPOCH, Position, TopicPartition
+from .options import OffsetSpec, SourceOptions
+from .retry import Backoff
+from .truncation import Divergence
+from .validation import QuorumLogSourceError, StaleMetadata, validate
 
 T = TypeVar("T")
 
 FENCED_ERRORS = (FencedLeaderEpochError, UnknownLeaderEpochError)
-
-
-class QuorumLogSourceError(RuntimeError):
-    """A failure of the source that is not a truncation: the message names the partition,
-    the offsets involved and the fix."""
-
-
-class _StaleMetadata(Exception):
-    """Our metadata's leader epoch is older than an epoch we already hold (KIP-320: wait
-    until metadata catches up before validating)."""
 
 
 def connect(
@@ -58,6 +45,55 @@ def connect(
         attempt_timeout_ms=attempt_timeout_ms,
         security=security,
     )
+
+
+class ClientSettings(Protocol):
+    """How to reach the cluster: ``SourceOptions`` on the driver, a task's
+    ``QuorumLogPartition`` on an executor."""
+
+    @property
+    def bootstrap(self) -> str: ...
+    @property
+    def request_timeout_ms(self) -> int: ...
+    @property
+    def security(self) -> ClientSecurity | None: ...
+    @property
+    def attempt_timeout_ms(self) -> int: ...
+
+
+def client_for(settings: ClientSettings, role: str) -> Client:
+    """``connect`` with the settings of a reader (role ``driver``) or a task (``executor``)."""
+    return connect(
+        settings.bootstrap,
+        settings.request_timeout_ms,
+        role,
+        settings.security,
+        attempt_timeout_ms=settings.attempt_timeout_ms,
+    )
+
+
+def wanted_position(
+    spec: OffsetSpec, tp: TopicPartition, default: Literal["earliest", "latest"] = "earliest"
+) -> Position:
+    """The position an offsets option (startingOffsets / endingOffsets) asks for ``tp``:
+    a user's position, or the EARLIEST / LATEST sentinel (``Planner.lookup``); a partition
+    the JSON leaves out gets ``default``, as in Spark's Kafka source."""
+    if isinstance(spec, dict):
+        return spec.get(tp, Position(EARLIEST if default == "earliest" else LATEST))
+    return Position(EARLIEST if spec == "earliest" else LATEST)
+
+
+def check_known_partitions(
+    option: str, spec: OffsetSpec, meta: Mapping[TopicPartition, Any]
+) -> None:
+    """An offsets option's JSON may only name partitions that exist."""
+    if isinstance(spec, dict):
+        unknown = sorted(str(tp) for tp in spec if tp not in meta)
+        if unknown:
+            raise QuorumLogSourceError(
+                f"Option '{option}' names partitions that do not exist: {unknown}. "
+                f"Existing partitions: {[str(tp) for tp in meta]}."
+            )
 
 
 def split_budget(
@@ -152,23 +188,20 @@ class Planner:
         CurrentLeaderEpoch; on FENCED/UNKNOWN_LEADER_EPOCH refresh metadata and retry with
         back-off, up to requestTimeoutMs."""
         timeout_ms = self.options.request_timeout_ms
-        deadline = time.monotonic() + timeout_ms / 1000
-        attempt = 0
+        backoff = Backoff(self.client, timeout_ms)
         refresh = False
         while True:
             pm = self.client.partition_metadata(tp.topic, tp.partition, refresh=refresh)
             try:
                 return fn(pm)
-            except (*FENCED_ERRORS, _StaleMetadata) as exc:
-                last: Exception = exc
-            if time.monotonic() >= deadline:
-                raise QuorumLogSourceError(
-                    f"{tp}: the leader epoch kept changing or metadata stayed behind for "
-                    f"{timeout_ms} ms (last: {last}); raise requestTimeoutMs or check the "
-                    "cluster's health"
+            except (*FENCED_ERRORS, StaleMetadata) as exc:
+                backoff.wait(
+                    QuorumLogSourceError(
+                        f"{tp}: the leader epoch kept changing or metadata stayed behind for "
+                        f"{timeout_ms} ms (last: {exc}); raise requestTimeoutMs or check the "
+                        "cluster's health"
+                    )
                 )
-            time.sleep(min(self.client.backoff_s(attempt), max(0.0, deadline - time.monotonic())))
-            attempt += 1
             refresh = True
 
     def earliest(self, tp: TopicPartition, pm: PartitionMetadata) -> Position:
@@ -192,30 +225,37 @@ class Planner:
         )
         return Position(found.offset, found.epoch if found.offset > 0 else UNKNOWN_EPOCH)
 
+    def lookup(
+        self,
+        tp: TopicPartition,
+        pm: PartitionMetadata,
+        wanted: Position,
+        timestamp: int | None,
+        latest: Position | None = None,
+    ) -> Position | None:
+        """The position ``wanted`` names, looked up in the log now: by ``timestamp`` when
+        given (startingTimestamp & co. win over startingOffsets, as in Spark), else the
+        log start (EARLIEST) or end (LATEST; ``latest`` if the caller has it already).
+        None for a user's own position, which the caller validates."""
+        if timestamp is not None:
+            return self.at_timestamp(tp, pm, timestamp)
+        if wanted.offset == EARLIEST:
+            return self.earliest(tp, pm)
+        if wanted.offset == LATEST:
+            return latest if latest is not None else self.latest(tp, pm)
+        return None
+
     def validate(
         self, tp: TopicPartition, position: Position, pm: PartitionMetadata
     ) -> Divergence | None:
         """KIP-320 validation of ``position`` against the leader in ``pm``'s epoch."""
-        if position.epoch < 0 or position.offset <= 0:
-            return None
-        if position.epoch > pm.leader_epoch:
-            raise _StaleMetadata(
-                f"position epoch {position.epoch} is ahead of metadata leader epoch "
-                f"{pm.leader_epoch}"
-            )
-        answer = self.client.offsets_for_leader_epoch(
-            tp.topic, tp.partition, position.epoch, current_leader_epoch=pm.leader_epoch
-        )
-        divergence = check_position(position, answer.epoch, answer.end_offset, pm.log_start_offset)
-        log.debug(
-            "validated %s %s in leader epoch %d: answer %s -> %s",
+        return validate(
+            self.client,
             tp,
-            position.describe(),
-            pm.leader_epoch,
-            answer,
-            divergence,
+            position,
+            leader_epoch=pm.leader_epoch,
+            log_start_offset=pm.log_start_offset,
         )
-        return divergence
 
     def split(
         self, ranges: list[tuple[TopicPartition, Position, Position, int]]
@@ -262,46 +302,3 @@ class Planner:
                 return epoch
             epoch = answer.epoch
         return UNKNOWN_EPOCH
-
-
-def request_timeout_error(tp: TopicPartition, exc: RequestTimeoutError) -> QuorumLogSourceError:
-    return QuorumLogSourceError(f"{tp}: {exc} (raise option requestTimeoutMs to wait longer)")
-
-
-def divergence_position(divergence: Divergence) -> Position:
-    """Where to resume after a truncation: the divergence offset, with the epoch of the
-    record before it when the answer gave one (the leader's last record of that epoch)."""
-    epoch = divergence.epoch if divergence.epoch >= 0 and divergence.offset > 0 else UNKNOWN_EPOCH
-    return Position(divergence.offset, epoch)
-
-
-def settle_truncations(
-    options: SourceOptions, truncations: list[TruncatedPartition], context: str
-) -> None:
-    """onTruncation=fail: raise one LogTruncationException naming every partition;
-    resume: log a warning with the same facts (the caller already moved the positions)."""
-    if not truncations:
-        return
-    exc = LogTruncationException(truncations, context=context)
-    if options.on_truncation == "fail":
-        raise exc
-    log.warning("onTruncation=resume: re-reading from the divergence offsets. %s", exc)
-
-
-def below_log_start(
-    options: SourceOptions, tp: TopicPartition, position: Position, pm: PartitionMetadata
-) -> Position:
-    """failOnDataLoss for a position below the log start (retention removed records)."""
-    if position.offset >= pm.log_start_offset:
-        return position
-    message = (
-        f"{tp}: position offset {position.offset} is below the log start offset "
-        f"{pm.log_start_offset}; offsets [{position.offset}, {pm.log_start_offset}) were "
-        "removed (retention) and cannot be read."
-    )
-    if options.fail_on_data_loss:
-        raise QuorumLogSourceError(
-            message + " Set failOnDataLoss=false to continue from the log start."
-        )
-    log.warning("%s Continuing from the log start (failOnDataLoss=false).", message)
-    return Position(pm.log_start_offset, UNKNOWN_EPOCH)

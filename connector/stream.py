@@ -33,8 +33,6 @@ from ..replica.client import Client, PartitionMetadata
 from . import planning
 from .fetch import QuorumLogPartition, read_partition
 from .offsets import (
-    EARLIEST,
-    LATEST,
     Position,
     Positions,
     TopicPartition,
@@ -42,15 +40,15 @@ from .offsets import (
     to_offset_dict,
 )
 from .options import SourceOptions
-from .planning import (
-    Planner,
+from .planning import Planner, check_known_partitions, split_budget, wanted_position
+from .truncation import TruncatedPartition
+from .validation import (
     QuorumLogSourceError,
     below_log_start,
-    divergence_position,
+    data_loss,
+    resolve,
     settle_truncations,
-    split_budget,
 )
-from .truncation import TruncatedPartition
 
 log = logging.getLogger(__name__)
 
@@ -80,15 +78,8 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def _plan(self) -> Planner:
         if self._planner is None:
-            opts = self.options
-            self._client = planning.connect(
-                opts.bootstrap,
-                opts.request_timeout_ms,
-                "driver",
-                opts.security,
-                attempt_timeout_ms=opts.attempt_timeout_ms,
-            )
-            self._planner = Planner(opts, self._client)
+            self._client = planning.client_for(self.options, "driver")
+            self._planner = Planner(self.options, self._client)
         return self._planner
 
     def _refresh(self) -> dict[TopicPartition, PartitionMetadata]:
@@ -117,53 +108,47 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         current = memo.get(position, position)
         if position in memo and self._known_epochs.get(tp) == pm.leader_epoch:
             return current
-        divergence = self._plan().validate(tp, current, pm)
-        if divergence is not None:
-            truncations.append(TruncatedPartition.of(tp, current, divergence))
-            current = divergence_position(divergence)
-        return below_log_start(self.options, tp, current, pm)
+        current = resolve(self._plan().client, tp, current, pm, truncations)
+        return below_log_start(self.options.fail_on_data_loss, tp, current, pm.log_start_offset)
+
+    def _begin(
+        self,
+        tp: TopicPartition,
+        start: Position | None,
+        pm: PartitionMetadata,
+        truncations: list[TruncatedPartition],
+    ) -> Position:
+        """Where a batch starts reading ``tp``: its checkpointed ``start`` resolved, or for
+        a partition that appeared since (no start) its first planned start (earliest)."""
+        if start is not None:
+            return self._resolve(tp, start, pm, truncations)
+        return self._new_partition_starts.get(tp) or self._plan().earliest(tp, pm)
 
     # ---- Spark API ------------------------------------------------------------------------
     def initialOffset(self) -> dict[str, Any]:
         meta = self._refresh()
         spec = self.options.starting_offsets or "latest"
         planner = self._plan()
-        if isinstance(spec, dict):
-            unknown = sorted(str(tp) for tp in spec if tp not in meta)
-            if unknown:
-                raise QuorumLogSourceError(
-                    f"Option 'startingOffsets' names partitions that do not exist: {unknown}. "
-                    f"Existing partitions: {[str(tp) for tp in meta]}."
-                )
+        check_known_partitions("startingOffsets", spec, meta)
         positions: Positions = {}
         for tp in meta:
-            wanted = spec.get(tp, Position(EARLIEST)) if isinstance(spec, dict) else None
-
+            wanted = wanted_position(spec, tp)
             ts = self.options.timestamp_for(tp, ending=False)
-            if ts is not None:
-                wanted = None  # startingTimestamp / startingOffsetsByTimestamp win
 
             def lookup(
                 pm: PartitionMetadata,
                 tp: TopicPartition = tp,
-                wanted: Position | None = wanted,
+                wanted: Position = wanted,
                 ts: int | None = ts,
-            ) -> tuple[Position, int]:
-                if ts is not None:
-                    return planner.at_timestamp(tp, pm, ts), pm.leader_epoch
-                if spec == "earliest" or (wanted is not None and wanted.offset == EARLIEST):
-                    return planner.earliest(tp, pm), pm.leader_epoch
-                if spec == "latest" or (wanted is not None and wanted.offset == LATEST):
-                    return planner.latest(tp, pm), pm.leader_epoch
-                assert wanted is not None
-                return wanted, pm.leader_epoch
+            ) -> tuple[Position | None, int]:
+                return planner.lookup(tp, pm, wanted, ts), pm.leader_epoch
 
-            position, leader_epoch = planner.with_leader(tp, lookup)
-            positions[tp] = position
-            if wanted is None or wanted.offset < 0:
+            looked_up, leader_epoch = planner.with_leader(tp, lookup)
+            positions[tp] = wanted if looked_up is None else looked_up
+            if looked_up is not None:
                 # looked up just now in this leader epoch: nothing to validate; a user's
                 # position is validated by the first latestOffset
-                self._remember(tp, position, position)
+                self._remember(tp, looked_up, looked_up)
                 self._known_epochs[tp] = leader_epoch
         log.info("initial positions: %s", to_offset_dict(positions))
         return to_offset_dict(positions)
@@ -187,12 +172,11 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         opts = self.options
         for tp in starts:
             if tp not in meta:
-                message = f"{tp} no longer exists (topic deleted or unsubscribed)"
-                if opts.fail_on_data_loss:
-                    raise QuorumLogSourceError(
-                        message + "; set failOnDataLoss=false to drop it and continue."
-                    )
-                log.warning("%s; dropping it (failOnDataLoss=false)", message)
+                data_loss(
+                    opts.fail_on_data_loss,
+                    f"{tp} no longer exists (topic deleted or unsubscribed).",
+                    "drop it and continue",
+                )
 
         truncations: list[TruncatedPartition] = []
         froms: Positions = {}
@@ -203,10 +187,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 pm: PartitionMetadata, tp: TopicPartition = tp
             ) -> tuple[Position, Position, PartitionMetadata, list[TruncatedPartition]]:
                 found: list[TruncatedPartition] = []
-                if tp in starts:
-                    begin = self._resolve(tp, starts[tp], pm, found)
-                else:
-                    begin = self._new_partition_starts.get(tp) or planner.earliest(tp, pm)
+                begin = self._begin(tp, starts.get(tp), pm, found)
                 return begin, planner.latest(tp, pm), pm, found
 
             begin, latest[tp], pm, found = planner.with_leader(tp, plan_one)
@@ -219,7 +200,9 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             self._meta[tp] = pm
             self._known_epochs[tp] = pm.leader_epoch
         settle_truncations(
-            opts, truncations, "Found when planning a micro-batch (driver validation)."
+            opts.on_truncation,
+            truncations,
+            "Found when planning a micro-batch (driver validation).",
         )
         self._latest = latest
 
@@ -321,10 +304,7 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 end_position: Position = end_position,
             ) -> tuple[Position, Position, int, list[TruncatedPartition]]:
                 found: list[TruncatedPartition] = []
-                if tp in starts:
-                    begin = self._resolve(tp, starts[tp], pm, found)
-                else:
-                    begin = self._new_partition_starts.get(tp) or planner.earliest(tp, pm)
+                begin = self._begin(tp, starts.get(tp), pm, found)
                 # An end planned by an earlier process (replay after a restart) or before a
                 # leader change is validated too; reading stops at its divergence.
                 stop = self._resolve(tp, end_position, pm, found)
@@ -340,7 +320,9 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 continue
             ranges.append((tp, begin, stop, leader_epoch))
         settle_truncations(
-            opts, truncations, "Found when planning the tasks of a micro-batch (driver)."
+            opts.on_truncation,
+            truncations,
+            "Found when planning the tasks of a micro-batch (driver).",
         )
         out = [
             QuorumLogPartition.for_range(opts, tp, begin, stop, leader_epoch)

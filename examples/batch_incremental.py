@@ -13,36 +13,24 @@ Run: ``.venv/bin/python examples/batch_incremental.py`` (starts and stops its ow
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
-
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 TOPIC = "orders"
 
 
 def main() -> int:
     from deltalake import DeltaTable
-    from pyspark.sql import SparkSession
     from quorumlog.connector import ending_offsets_json
     from quorumlog.connector.delta import DeltaSink
+    from quorumlog.connector.local import local_spark_session
     from quorumlog.replica.node.cluster import LocalCluster
 
     work = Path(tempfile.mkdtemp(prefix="quorumlog-batch-"))
     table_path = str(work / "orders_delta")
     state_file = work / "next_offsets.json"
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("quorumlog-batch-incremental")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark_session("quorumlog-batch-incremental")
     sink = DeltaSink(table_path, app_id="orders-incremental")
     try:
         with LocalCluster(3, work / "cluster", log_level="WARNING") as cluster:
@@ -56,10 +44,8 @@ def main() -> int:
                 end = ending_offsets_json(cluster.bootstrap, TOPIC)
                 df = (
                     spark.read.format("quorumlog")
-                    .option("bootstrap", cluster.bootstrap)
-                    .option("topic", TOPIC)
-                    .option("startingOffsets", start)
-                    .option("endingOffsets", end)
+                    .options(bootstrap=cluster.bootstrap, topic=TOPIC)
+                    .options(startingOffsets=start, endingOffsets=end)
                     .load()
                 )
                 sink(df, run)  # one Delta transaction per run; a re-run of `run` is skipped

@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
-
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 TOPIC = "events"
 REPORT_PREFIX = "REPORT "
@@ -96,30 +92,16 @@ def main() -> int:
         producer = SteadyProducer(cluster.bootstrap, 2)
         producer.start()
 
-        from pyspark.sql import SparkSession
+        from quorumlog.connector.local import local_spark_session
 
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("quorumlog-demo")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.session.timeZone", "UTC")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_spark_session("quorumlog-demo", **{"spark.sql.shuffle.partitions": "2"})
 
         # Given the cluster, the sink asks it where the log diverged (KIP-320) when a
         # batch re-delivers offsets after a truncation, so the table stays exact.
         sink = DeltaSink(table_path, bootstrap=cluster.bootstrap)
+        source = {"bootstrap": cluster.bootstrap, "topic": TOPIC, "startingOffsets": "earliest"}
         stream = (
-            spark.readStream.format("quorumlog")
-            .option("bootstrap", cluster.bootstrap)
-            .option("topic", TOPIC)
-            .option("startingOffsets", "earliest")
-            .option("onTruncation", "resume")
-            .load()
+            spark.readStream.format("quorumlog").options(**source, onTruncation="resume").load()
         )
         query = (
             stream.writeStream.foreachBatch(sink)
@@ -214,36 +196,20 @@ def main() -> int:
 
         log_df = (
             spark.read.format("quorumlog")
-            .option("bootstrap", cluster.bootstrap)
-            .option("topic", TOPIC)
-            .option("startingOffsets", "earliest")
-            .option("endingOffsets", "latest")
+            .options(**source, endingOffsets="latest")
             .load()
             .select("partition", "offset", "leaderEpoch", "value")
         )
         log_rows = {
             (r.partition, r.offset): (r.leaderEpoch, bytes(r.value)) for r in log_df.collect()
         }
-        table = DeltaTable(table_path).to_pyarrow_table(
-            columns=["partition", "offset", "leaderEpoch", "value"]
+        held = (
+            DeltaTable(table_path)
+            .to_pyarrow_table(columns=["partition", "offset", "leaderEpoch", "value"])
+            .to_pylist()
         )
-        delta_keys = list(
-            zip(
-                table.column("partition").to_pylist(),
-                table.column("offset").to_pylist(),
-                strict=True,
-            )
-        )
-        delta_rows = {
-            (p, o): (e, v)
-            for p, o, e, v in zip(
-                table.column("partition").to_pylist(),
-                table.column("offset").to_pylist(),
-                table.column("leaderEpoch").to_pylist(),
-                table.column("value").to_pylist(),
-                strict=True,
-            )
-        }
+        delta_keys = [(r["partition"], r["offset"]) for r in held]
+        delta_rows = {(r["partition"], r["offset"]): (r["leaderEpoch"], r["value"]) for r in held}
         truncations = [
             t
             for h in DeltaTable(table_path).history()

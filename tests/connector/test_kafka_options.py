@@ -12,6 +12,14 @@ from .test_spark_e2e import run_available_now, source, triples
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 
+def read_available_now(spark: Any, df: Any, tmp_path: Path) -> Any:
+    """Run the streaming ``df`` once with Trigger.AvailableNow into Parquet; what it wrote."""
+    out = tmp_path / "out"
+    query = run_available_now(df, out, tmp_path / "ck")
+    assert query.exception() is None
+    return spark.read.parquet(str(out))
+
+
 def test_min_partitions_and_max_records_split_the_read(
     spark: Any, cluster: Any, tmp_path: Path
 ) -> None:
@@ -28,14 +36,8 @@ def test_min_partitions_and_max_records_split_the_read(
     assert capped.rdd.getNumPartitions() == 3
     assert triples(capped) == whole
 
-    out, ck = tmp_path / "out", tmp_path / "ck"
-    query = run_available_now(
-        source(spark, c, "split", stream=True, startingOffsets="earliest", minPartitions="4"),
-        out,
-        ck,
-    )
-    assert query.exception() is None
-    assert triples(spark.read.parquet(str(out))) == whole
+    streamed = source(spark, c, "split", stream=True, startingOffsets="earliest", minPartitions="4")
+    assert triples(read_available_now(spark, streamed, tmp_path)) == whole
 
 
 def test_timestamps_and_headers(spark: Any, cluster: Any, tmp_path: Path) -> None:
@@ -99,11 +101,7 @@ def test_timestamps_and_headers(spark: Any, cluster: Any, tmp_path: Path) -> Non
     # a timestamp past every record resolves to the end: nothing to read
     assert rows(source(spark, c, "ts", startingTimestamp="99999")) == []
 
-    out, ck = tmp_path / "out", tmp_path / "ck"
-    query = run_available_now(
-        source(spark, c, "ts", stream=True, startingTimestamp="7000", includeHeaders="true"),
-        out,
-        ck,
-    )
-    assert query.exception() is None
-    assert rows(spark.read.parquet(str(out))) == [r for r in everything if r[2] >= 7000]
+    streamed = source(spark, c, "ts", stream=True, startingTimestamp="7000", includeHeaders="true")
+    assert rows(read_available_now(spark, streamed, tmp_path)) == [
+        r for r in everything if r[2] >= 7000
+    ]

@@ -99,6 +99,13 @@ def ofle(requests: list[tuple[str, Any]], topic: str) -> list[Any]:
     return [args for kind, args in requests if kind == "ofle" and args[0] == topic]
 
 
+def new_topic(c: Any, topic: str, *counts: int) -> list[list[Any]]:
+    """Create ``topic`` with one partition per count and produce ``values(count)`` to each;
+    the acknowledgements per partition."""
+    c.create_topic(topic, len(counts))
+    return [c.produce(topic, p, values(n)) for p, n in enumerate(counts)]
+
+
 # ---- micro-batches, failover, restart ----------------------------------------------------
 
 
@@ -106,9 +113,7 @@ def test_micro_batches_exactly_once_with_control_gaps(
     cluster: Any, stream: Any, requests: list[Any]
 ) -> None:
     c = cluster
-    c.create_topic("gaps", 2)
-    a0 = c.produce("gaps", 0, values(5))
-    a1 = c.produce("gaps", 1, values(2))
+    a0, a1 = new_topic(c, "gaps", 5, 2)
     # offset 0 of each partition is its first leader's control record (no row)
     assert [a.offset for a in a0] == [1, 2, 3, 4, 5] and [a.offset for a in a1] == [1, 2]
     r = stream("gaps", startingOffsets="earliest")
@@ -141,8 +146,7 @@ def test_restart_from_checkpoint_validates_and_continues(
     cluster: Any, stream: Any, requests: list[Any]
 ) -> None:
     c = cluster
-    c.create_topic("restart", 1)
-    acks = c.produce("restart", 0, values(4))
+    (acks,) = new_topic(c, "restart", 4)
     r = stream("restart", startingOffsets="earliest")
     start = r.initialOffset()
     end = r.latestOffset(start, ALL)
@@ -167,8 +171,7 @@ def consumed_then_truncated(
     """A reader consumes 5 records and 5 more acknowledged ones (``running(reader, end)``
     runs then); an unclean election truncates the last 5 (and maybe the record before
     them). Returns (reader, start, end, Truncation)."""
-    c.create_topic(topic, 1)
-    c.produce(topic, 0, values(5))
+    new_topic(c, topic, 5)
     # while a node is paused every metadata request waits for it up to requestTimeoutMs
     r = stream(topic, startingOffsets="earliest", requestTimeoutMs=PAUSED_TIMEOUT_MS)
     start = r.initialOffset()
@@ -252,8 +255,7 @@ def test_truncation_found_by_leader_epoch_change_in_running_query(
 
 def test_starting_json_position_with_epoch_is_validated(cluster: Any, stream: Any) -> None:
     c = cluster
-    c.create_topic("trjson", 1)
-    c.produce("trjson", 0, values(5))
+    new_topic(c, "trjson", 5)
     tr = unclean_election(c, "trjson", 0, values(3, "old"))
     offset, epoch = tr.position
     r = stream(
@@ -314,8 +316,7 @@ def test_max_offsets_per_trigger_splits_budget_with_exact_epochs(cluster: Any, s
 
 def test_trigger_available_now_has_a_fixed_end(cluster: Any, stream: Any) -> None:
     c = cluster
-    c.create_topic("avnow", 1)
-    c.produce("avnow", 0, values(3))
+    new_topic(c, "avnow", 3)
     r = stream("avnow", startingOffsets="earliest", maxOffsetsPerTrigger="2")
     start = r.initialOffset()
     r.prepareForTriggerAvailableNow()
@@ -334,8 +335,7 @@ def test_trigger_available_now_has_a_fixed_end(cluster: Any, stream: Any) -> Non
 
 def test_new_partitions_start_at_earliest_and_vanished_fail(cluster: Any, stream: Any) -> None:
     c = cluster
-    c.create_topic("npa", 1)
-    c.produce("npa", 0, values(2))
+    new_topic(c, "npa", 2)
     r = stream(topicPattern="np[ab]", startingOffsets="latest")
     start = r.initialOffset()
     assert list(start) == ["npa"]

@@ -57,24 +57,26 @@ def assert_every_row_once(path: Path) -> None:
     assert got == EXPECTED
 
 
-def test_stream_with_redelivery_and_restart(spark: Any, tmp_path: Path) -> None:
-    input_dir, checkpoint, table = tmp_path / "in", tmp_path / "ck", tmp_path / "t"
-    for i, batch in enumerate(BATCHES[:2]):
-        write_input_file(input_dir, i, batch)
+def drain(spark: Any, input_dir: Path, checkpoint: Path, table: Path) -> Any:
+    """Start the query into a ``DeltaSink``, process every input file there is, stop it."""
     query = start_stream(spark, input_dir, checkpoint, DeltaSink(table))
     try:
         query.processAllAvailable()
     finally:
         query.stop()
+    return query
+
+
+def test_stream_with_redelivery_and_restart(spark: Any, tmp_path: Path) -> None:
+    input_dir, checkpoint, table = tmp_path / "in", tmp_path / "ck", tmp_path / "t"
+    for i, batch in enumerate(BATCHES[:2]):
+        write_input_file(input_dir, i, batch)
+    query = drain(spark, input_dir, checkpoint, table)
     assert DeltaTable(str(table)).transaction_version(query_id(checkpoint)) == 1
 
     for i, batch in enumerate(BATCHES[2:], start=2):
         write_input_file(input_dir, i, batch)
-    restarted = start_stream(spark, input_dir, checkpoint, DeltaSink(table))
-    try:
-        restarted.processAllAvailable()
-    finally:
-        restarted.stop()
+    restarted = drain(spark, input_dir, checkpoint, table)
     assert str(restarted.id) == str(query.id) == query_id(checkpoint)
     assert_every_row_once(table)
     assert sink_commits(table) == {0: 1, 1: 1, 2: 1, 3: 1}
@@ -131,11 +133,7 @@ def test_exactly_once_across_a_driver_killed_between_delta_and_spark_commits(
     assert not (checkpoint / "commits" / str(kill_after)).exists()
 
     caplog.set_level(logging.INFO, logger="quorumlog.connector.delta")
-    query = start_stream(spark, input_dir, checkpoint, DeltaSink(table))
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    drain(spark, input_dir, checkpoint, table)
     assert f"batch {kill_after} of app {query_id(checkpoint)} already committed" in caplog.text
     assert sink_commits(table) == {0: 1, 1: 1, 2: 1, 3: 1}
     assert_every_row_once(table)
