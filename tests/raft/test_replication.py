@@ -13,48 +13,21 @@ from quorumlog.replica.raft import (
     FetchResponse,
     NotLeaderError,
     QuorumConfig,
-    RaftReplica,
     Role,
     VoteRequest,
-    VoteResponse,
 )
 
-from tests.raft.harness import CLUSTER, Cluster, leader_log, make_replica
-from tests.sim.memlog import MemLog, client_batch
-
-
-def fetch(
-    src: int,
-    epoch: int,
-    offset: int,
-    last_epoch: int,
-    cluster: str = CLUSTER,
-    dst: int = 1,
-) -> FetchRequest:
-    return FetchRequest(cluster, src, dst, epoch, offset, last_epoch, 500, 1 << 20, 7)
-
-
-def answer(core: RaftReplica, req: FetchRequest, now: int = 0) -> FetchResponse:
-    out = core.handle(req, now)
-    (resp,) = [m for m in out.messages if isinstance(m, FetchResponse)]
-    assert resp.request_id == req.request_id and resp.fetch_offset == req.fetch_offset
-    return resp
-
-
-def new_leader(
-    log: MemLog | None = None,
-    epoch: int = 2,
-    voters: tuple[int, ...] = (1, 2, 3),
-    config: QuorumConfig | None = None,
-) -> RaftReplica:
-    """Node 1 restarted as a candidate that wins with one vote."""
-    kwargs = {"config": config} if config else {}
-    r = make_replica(1, voters=voters, log=log, persisted=ElectionState(epoch, None, 1), **kwargs)
-    for v in voters[1 : len(voters) // 2 + 1]:
-        r.handle(VoteResponse(CLUSTER, v, 1, 0, epoch, None, True, False, epoch), 0)
-    assert r.role is Role.LEADER
-    return r
-
+from tests.raft.harness import (
+    CLUSTER,
+    Cluster,
+    answer,
+    fetch,
+    leader_log,
+    leader_with_records,
+    make_replica,
+    new_leader,
+)
+from tests.sim.memlog import client_batch
 
 # ---------------------------------------------------------------- fetch errors
 
@@ -200,10 +173,7 @@ def test_observers_never_count_and_hwm_never_goes_back() -> None:
 
 
 def test_consumer_fetch_stops_at_the_hwm_and_never_counts() -> None:
-    leader = new_leader(epoch=2)
-    leader.append(client_batch([1, 2, 3]), 0)
-    leader.log.flush()
-    leader.on_log_flushed(0)
+    leader = leader_with_records()
     consumer = FetchRequest(CLUSTER, CONSUMER_REPLICA_ID, 1, -1, 0, -1, 500, 1 << 20)
     assert answer(leader, consumer).records == b""
     assert leader.high_watermark == 0
