@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from quorumlog.connector import LogTruncationException
 from quorumlog.connector.delta import DeltaSink, read_committed_positions
@@ -31,14 +31,17 @@ from quorumlog.replica.client import Client, QuorumLogError
 from quorumlog.replica.storage import HEADER_SIZE, encode_batch, iter_batches
 from quorumlog.replica.storage.log import CATCH_UP_FILE
 
-from ..node.helpers import local_view, read_all, read_log_dir
+from tests.support.cluster import local_view, read_all, read_log_dir
+from tests.support.waits import retry, wait_until
+
 from .checker import ConsumedBatch, Counts, ForcedElection, Record, check
 from .cluster import ProxiedCluster
 from .proxy import Mode
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
+# The campaign polls the cluster gently: it runs on the same two cores as the nodes.
+POLL_S = 0.2
 TOPIC = "chaos"
 FAULT_KINDS = (
     "kill",
@@ -214,23 +217,6 @@ class CampaignResult:
         return "\n".join(lines)
 
 
-def wait_for(cond: Callable[[], T | None], what: str, timeout_s: float, poll_s: float = 0.2) -> T:
-    """Poll ``cond`` until truthy (returned); bounded in time and count."""
-    deadline = time.monotonic() + timeout_s
-    last: BaseException | None = None
-    for _ in range(int(timeout_s / poll_s) + 10):
-        try:
-            value = cond()
-            if value:
-                return value
-        except (QuorumLogError, OSError, TimeoutError) as exc:
-            last = exc
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(poll_s)
-    raise TimeoutError(f"timed out after {timeout_s}s waiting for {what} (last error: {last})")
-
-
 class Campaign:
     def __init__(
         self,
@@ -309,7 +295,12 @@ class Campaign:
             producer = Producer(cluster.bootstrap, self.partitions, f"s{self.seed}")
             producer.start()
             self._start = time.monotonic()
-            wait_for(lambda: _committed_end(table, 0) > 0, "the first rows in Delta", 120)
+            wait_until(
+                lambda: _committed_end(table, 0) > 0,
+                120,
+                "the first rows in Delta",
+                interval=POLL_S,
+            )
             self._nemesis(cluster)
             forced: list[ForcedElection] = []
             if self.mode == "unclean":
@@ -330,12 +321,13 @@ class Campaign:
                     # Offset and epoch: after an unclean election the table's old position
                     # can lie past the new log end until the stream re-reads and replaces.
                     end, epoch = records[-1][0] + 1, records[-1][1]
-                    wait_for(
+                    wait_until(
                         lambda p=p, end=end, epoch=epoch: (
                             _committed_position(table, p) == (end, epoch)
                         ),
-                        f"the stream to drain p{p} to offset {end} in epoch {epoch}",
                         120,
+                        f"the stream to drain p{p} to offset {end} in epoch {epoch}",
+                        interval=POLL_S,
                     )
             exc = queries[0].exception()
             if exc is not None:
@@ -397,8 +389,13 @@ class Campaign:
 
     def _expect_truncation_failure(self, query: Any) -> None:
         try:
-            wait_for(lambda: query.exception() is not None or not query.isActive, "", 120)
-        except TimeoutError:
+            wait_until(
+                lambda: query.exception() is not None or not query.isActive,
+                120,
+                "the fail-mode query to fail",
+                interval=POLL_S,
+            )
+        except AssertionError:
             self.result.errors.append("onTruncation=fail: the query did not fail")
             return
         exc = query.exception()
@@ -484,17 +481,19 @@ class Campaign:
             cluster.wait_for_leader(TOPIC, p, 60)
         # A restarted node serves Metadata without the topic until it has replayed the
         # metadata log up to a high watermark it learns from the metadata leader.
-        wait_for(
+        wait_until(
             lambda: all(local_view(cluster, n, TOPIC, 0) is not None for n in cluster.ports),
-            "every node to know the topic again",
             60,
+            "every node to know the topic again",
+            interval=POLL_S,
         )
         # A replica repairing damage (a "corrupt" fault) must not vote until it has caught
         # up: let it, so the next fault never meets two replicas of a quorum down.
-        wait_for(
+        wait_until(
             lambda: not any(cluster.data_dir.glob(f"node-*/{TOPIC}-*/{CATCH_UP_FILE}")),
-            "damaged replicas to catch up",
             60,
+            "damaged replicas to catch up",
+            interval=POLL_S,
         )
 
     # ---- the unclean election ---------------------------------------------------------
@@ -508,43 +507,42 @@ class Campaign:
         cluster.isolate(lagging)
         self._note(f"unclean: isolate n{lagging}, a follower of p{p}")
         hwm0 = client.partition_metadata(TOPIC, p, refresh=True).high_watermark
-        wait_for(
+        wait_until(
             lambda: client.partition_metadata(TOPIC, p, refresh=True).high_watermark > hwm0 + 100,
-            "records committed while the follower is cut off",
             60,
+            "records committed while the follower is cut off",
+            interval=POLL_S,
         )
         target = client.partition_metadata(TOPIC, p, refresh=True).high_watermark
-        wait_for(
+        wait_until(
             lambda: all(_committed_end(t, p) >= target for t in self._tables),
-            "the stream(s) to consume them",
             90,
+            "the stream(s) to consume them",
+            interval=POLL_S,
         )
         self._note(f"unclean: stream consumed p{p} to {_committed_end(table, p)}; kill {majority}")
         for n in majority:
             cluster.kill(n)
         cluster.heal()
-        epoch = wait_for(
-            lambda: cluster.force_leader(TOPIC, p, lagging), f"force n{lagging} to lead p{p}", 30
-        )
+        epoch = retry(lambda: cluster.force_leader(TOPIC, p, lagging), 30, interval=POLL_S)
         self._note(f"unclean: n{lagging} leads p{p} in epoch {epoch}")
         for n in majority:
             self._restart(cluster, n)
         self._recover(cluster)
         # The forced leader alone may not serve metadata (the metadata quorum lost its
         # majority too), so ask once the cluster is back.
-        answer = wait_for(
-            lambda: client.offsets_for_leader_epoch(TOPIC, p, epoch - 1),
-            "OffsetsForLeaderEpoch after the unclean election",
-            60,
+        answer = retry(
+            lambda: client.offsets_for_leader_epoch(TOPIC, p, epoch - 1), 60, interval=POLL_S
         )
         divergence = answer.end_offset
         self._note(f"unclean: p{p} diverged at offset {divergence}")
-        wait_for(
+        wait_until(
             lambda: (
                 client.partition_metadata(TOPIC, p, refresh=True).high_watermark > divergence + 50
             ),
-            "new records past the divergence",
             60,
+            "new records past the divergence",
+            interval=POLL_S,
         )
         return ForcedElection(p, epoch, divergence)
 
@@ -571,8 +569,8 @@ class Campaign:
             return True
 
         try:
-            wait_for(converged, "replicas to converge", 60)
-        except TimeoutError as exc:
+            wait_until(converged, 60, "replicas to converge", interval=POLL_S)
+        except AssertionError as exc:
             self._note(str(exc))
 
     def _read_replicas(self, cluster: ProxiedCluster) -> dict[int, dict[int, dict[int, Any]]]:

@@ -7,7 +7,8 @@ import argparse
 import logging
 import sys
 
-from ..conftest import build_spark_session
+from tests.support.spark import build_spark_session
+
 from .campaign import Campaign
 
 

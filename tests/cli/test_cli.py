@@ -5,50 +5,35 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from quorumlog.replica.node.cluster import LocalCluster, free_ports
 
-from ..node.helpers import find_leader
+from tests.support.cli import run_cli
+from tests.support.cluster import create_and_find_leader, find_leader
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
-QUORUMLOG = [sys.executable, "-m", "quorumlog.replica.cli.main"]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "quorumlog"
-
-
-def run(
-    *args: str, stdin: str | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*QUORUMLOG, *args], input=stdin, capture_output=True, text=True, timeout=timeout
-    )
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(3, tmp_path_factory.mktemp("cli")) as c:
-        yield c
 
 
 def test_topic_create_list_delete(cluster: LocalCluster) -> None:
     b = cluster.bootstrap
-    r = run("topic", "create", "cli-topic", "-b", b, "--partitions", "2")
+    r = run_cli("topic", "create", "cli-topic", "-b", b, "--partitions", "2")
     assert r.returncode == 0, r.stderr
     assert "created topic cli-topic with 2 partition(s)" in r.stdout
-    r = run("topic", "list", "-b", b)
+    r = run_cli("topic", "list", "-b", b)
     assert r.returncode == 0 and "cli-topic" in r.stdout.split()
-    r = run("topic", "create", "cli-topic", "-b", b)
+    r = run_cli("topic", "create", "cli-topic", "-b", b)
     assert r.returncode == 1
     assert "quorumlog: error:" in r.stderr and "already exists" in r.stderr
     assert "Traceback" not in r.stderr
-    r = run("topic", "delete", "cli-topic", "-b", b)
+    r = run_cli("topic", "delete", "cli-topic", "-b", b)
     assert r.returncode == 0 and "deleted topic cli-topic" in r.stdout
-    r = run("topic", "create", "-b", b)
+    r = run_cli("topic", "create", "-b", b)
     assert r.returncode == 2 and "needs a topic name" in r.stderr
-    r = run("topic", "create", "bad name", "-b", b)
+    r = run_cli("topic", "create", "bad name", "-b", b)
     assert r.returncode == 1 and "invalid" in r.stderr
 
 
@@ -56,18 +41,20 @@ def test_produce_stdin_and_consume(cluster: LocalCluster) -> None:
     b = cluster.bootstrap
     cluster.create_topic("lines", 1)
     lines = [f"line {i}" for i in range(25)] + ["k1:with key"]
-    r = run("produce", "lines", "-b", b, "--partition", "0", "-v", stdin="\n".join(lines) + "\n")
+    r = run_cli(
+        "produce", "lines", "-b", b, "--partition", "0", "-v", stdin="\n".join(lines) + "\n"
+    )
     assert r.returncode == 0, r.stderr
     assert "produced 26 record(s) to lines" in r.stderr
     batches = [json.loads(x) for x in r.stdout.splitlines()]
     assert sum(x["last_offset"] - x["base_offset"] + 1 for x in batches) == 26
     assert {x["partition"] for x in batches} == {0}
 
-    r = run("consume", "lines", "-b", b, "--max-records", "26", "--timeout-ms", "20000")
+    r = run_cli("consume", "lines", "-b", b, "--max-records", "26", "--timeout-ms", "20000")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == lines
 
-    r = run(
+    r = run_cli(
         "consume",
         "lines",
         "-b",
@@ -100,7 +87,7 @@ def test_console_script_is_installed(cluster: LocalCluster) -> None:
 def test_describe(cluster: LocalCluster) -> None:
     cluster.create_topic("described", 2)
     cluster.produce("described", 0, [b"a", b"b"])
-    r = run("describe", "-b", cluster.bootstrap, "--topic", "described")
+    r = run_cli("describe", "-b", cluster.bootstrap, "--topic", "described")
     assert r.returncode == 0, r.stderr
     header, *rows = r.stdout.splitlines()
     assert header.split()[:5] == ["TOPIC", "PARTITION", "LEADER", "EPOCH", "HIGH-WATERMARK"]
@@ -111,39 +98,20 @@ def test_describe(cluster: LocalCluster) -> None:
         assert cols[:4] == ["described", str(p), str(pm.leader_id), str(pm.leader_epoch)]
         assert int(cols[4]) == pm.high_watermark
         assert "lag" in row
-    r = run("describe", "-b", cluster.bootstrap, "--topic", "nope")
+    r = run_cli("describe", "-b", cluster.bootstrap, "--topic", "nope")
     assert r.returncode == 1 and "unknown topic" in r.stderr
 
 
 def test_force_leader_needs_explicit_data_loss_flag(cluster: LocalCluster) -> None:
-    cluster.create_topic("guarded", 1)
-    leader, epoch = find_leader(cluster, "guarded", 0, [cluster.leader_of("guarded", 0)])
+    leader, epoch = create_and_find_leader(cluster, "guarded")
     follower = next(n for n in cluster.ports if n != leader)
-    r = run(
-        "partition",
-        "force-leader",
-        "guarded",
-        "0",
-        "--node",
-        str(follower),
-        "-b",
-        cluster.bootstrap,
-    )
+    force = ("partition", "force-leader", "guarded", "0", "--node", str(follower))
+    r = run_cli(*force, "-b", cluster.bootstrap)
     assert r.returncode == 2
     assert "--i-understand-data-loss" in r.stderr and "UNCLEAN" in r.stderr
     # Nothing happened.
     assert find_leader(cluster, "guarded", 0, [leader]) == (leader, epoch)
-    r = run(
-        "partition",
-        "force-leader",
-        "guarded",
-        "0",
-        "--node",
-        str(follower),
-        "-b",
-        cluster.bootstrap,
-        "--i-understand-data-loss",
-    )
+    r = run_cli(*force, "-b", cluster.bootstrap, "--i-understand-data-loss")
     assert r.returncode == 0, r.stderr
     assert f"node {follower} now leads guarded/0 in epoch" in r.stdout
     new_epoch = int(r.stdout.split()[-1])
@@ -156,7 +124,7 @@ def test_unreachable_bootstrap_is_a_clear_error() -> None:
     # describe reads metadata first: BootstrapUnreachableError at once. (`topic list`
     # retries a refused connection for the whole request timeout, 30 s: see
     # tests/client/test_admin_errors.py::test_list_topics_unreachable_bootstrap.)
-    r = run("describe", "-b", f"127.0.0.1:{port}")
+    r = run_cli("describe", "-b", f"127.0.0.1:{port}")
     assert r.returncode == 1
     assert "no quorumlog node reachable" in r.stderr
     assert f"127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
@@ -164,15 +132,15 @@ def test_unreachable_bootstrap_is_a_clear_error() -> None:
 
 def test_topic_max_message_bytes(cluster: LocalCluster) -> None:
     b = cluster.bootstrap
-    r = run("topic", "create", "cli-small", "-b", b, "--max-message-bytes", "2000")
+    r = run_cli("topic", "create", "cli-small", "-b", b, "--max-message-bytes", "2000")
     assert r.returncode == 0, r.stderr
-    r = run("produce", "cli-small", "-b", b, "--generate", "5", "--value-size", "100")
+    r = run_cli("produce", "cli-small", "-b", b, "--generate", "5", "--value-size", "100")
     assert r.returncode == 0, r.stderr
-    r = run("produce", "cli-small", "-b", b, "--generate", "1", "--value-size", "3000")
+    r = run_cli("produce", "cli-small", "-b", b, "--generate", "1", "--value-size", "3000")
     assert r.returncode == 1, r.stderr
     assert "quorumlog: error:" in r.stderr and "max.message.bytes 2000" in r.stderr
     assert "Traceback" not in r.stderr
-    r = run("topic", "create", "cli-huge", "-b", b, "--max-message-bytes", str(1 << 30))
+    r = run_cli("topic", "create", "cli-huge", "-b", b, "--max-message-bytes", str(1 << 30))
     assert r.returncode == 1 and "max.message.bytes must be 1.." in r.stderr, r.stderr
 
 
@@ -193,7 +161,7 @@ def test_serve_max_message_bytes(tmp_path: Path) -> None:
         "--max-message-bytes",
         "0",
     ]
-    r = run(*bad)
+    r = run_cli(*bad)
     assert r.returncode == 1 and "--max-message-bytes must be 1.." in r.stderr, r.stderr
     assert not (tmp_path / "bad").exists()
 

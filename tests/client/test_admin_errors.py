@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from quorumlog.replica.client import Client
 from quorumlog.replica.client.errors import (
@@ -15,15 +13,9 @@ from quorumlog.replica.client.errors import (
 from quorumlog.replica.node.cluster import LocalCluster, free_ports
 from quorumlog.replica.protocol import ErrorCode
 
-from ..node.helpers import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(3, tmp_path_factory.mktemp("admin")) as c:
-        yield c
 
 
 def test_duplicate_topic(cluster: LocalCluster) -> None:
@@ -87,7 +79,7 @@ def test_delete_topic_then_unknown(cluster: LocalCluster) -> None:
             return True
         return False
 
-    wait_until(gone, "every node to forget short-lived", timeout_s=10)
+    wait_until(gone, 10, "every node to forget short-lived")
     with pytest.raises(UnknownTopicError):
         cluster.client.delete_topic("short-lived")
     # The name can be used again, with fresh offsets.

@@ -16,6 +16,8 @@ import pytest
 from quorumlog.replica.client import Client, RequestTimeoutError
 from quorumlog.replica.client.connection import AttemptTimedOut, Connection, ConnectionLost
 
+from tests.support.waits import wait_until
+
 
 @pytest.fixture
 def silent() -> Iterator[tuple[str, int]]:
@@ -61,9 +63,8 @@ def test_abort_wakes_a_hung_tls_handshake(silent: tuple[str, int]) -> None:
 
     thread = threading.Thread(target=establish, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 5
-    while conn._sock is None and time.monotonic() < deadline:  # connected, in the handshake
-        time.sleep(0.01)
+    # connected, in the handshake
+    wait_until(lambda: conn._sock is not None, 5, "the connection's socket", interval=0.01)
     t0 = time.monotonic()
     conn.abort()
     thread.join(5)

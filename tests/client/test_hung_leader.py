@@ -7,28 +7,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from quorumlog.replica.client import Client, QuorumLogError, RequestTimeoutError
+from quorumlog.replica.client import Client, RequestTimeoutError
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.storage.records import encode_batch
 
+from tests.support.waits import retry
+
 TOPIC = "hung"
-T = TypeVar("T")
 BAR_S = 3.0  # the issue's bar: within 3 s of the leader being SIGSTOPped
-
-
-def retry(fn: Callable[[], T], timeout: float) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except QuorumLogError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 class _Timed(threading.Thread):
@@ -50,11 +39,10 @@ class _Timed(threading.Thread):
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """One 3-node cluster for this module; every test leaves every node running."""
-    with LocalCluster(3, tmp_path_factory.mktemp("hung")) as c:
-        c.create_topic(TOPIC, 1)
-        yield c
+def cluster(cluster: LocalCluster) -> LocalCluster:
+    """The module's cluster (tests/support) with TOPIC; every test leaves every node running."""
+    cluster.create_topic(TOPIC, 1)
+    return cluster
 
 
 @pytest.mark.cluster
@@ -126,7 +114,7 @@ def test_existing_client_produces_and_fetches_within_3s_of_leader_sigstop(
         # wakes it answers the produce it had queued into a closed socket, and a new
         # connection to it gets the answer to its own request.
         assert hung_conn.closed
-        versions = retry(lambda: producer.api_versions(leader), timeout=30)
+        versions = retry(lambda: producer.api_versions(leader), 30)
         assert versions.error == 0 and versions.node_id == leader and versions.apis
         assert producer._conns[leader_addr] is not hung_conn
 

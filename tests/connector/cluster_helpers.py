@@ -1,47 +1,18 @@
-"""Helpers for connector tests against real node processes (``LocalCluster``): bounded
-waits, the log as the leader holds it, and fault scenarios (clean failover, unclean
-election with truncation). No fakes: every fact comes from the running cluster."""
+"""Helpers for connector tests against real node processes (``LocalCluster``): the log as
+the leader holds it, and fault scenarios (clean failover, unclean election with
+truncation). No fakes: every fact comes from the running cluster. Waits and retries are
+tests/support's."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from quorumlog.replica.client import Client
-from quorumlog.replica.client.errors import QuorumLogError
 from quorumlog.replica.storage.records import iter_batches
 from quorumlog.replica.storage.types import OffsetAndEpoch
 
-T = TypeVar("T")
-
-
-def wait_until(cond: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``cond`` until it returns something truthy (returned); fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = cond()
-        except (QuorumLogError, OSError):
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
-def retry(fn: Callable[[], T], timeout: float = 30.0) -> T:
-    """Call ``fn`` until it does not raise a cluster error (a leader is being elected...)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except (QuorumLogError, OSError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+from tests.support.waits import retry, wait_until
 
 
 def values(n: int, prefix: str = "v") -> list[bytes]:

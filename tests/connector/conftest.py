@@ -1,4 +1,5 @@
-"""Connector fixtures: real node processes (LocalCluster) on loopback, no fakes."""
+"""Connector fixtures: real node processes (LocalCluster) on loopback, no fakes. The
+module-scoped ``cluster`` comes from tests/support (via tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,6 @@ from typing import Any
 import pytest
 from quorumlog.connector import planning
 from quorumlog.replica.client import DEFAULT_ATTEMPT_TIMEOUT_MS, Client
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One 3-node cluster per test module; each test uses its own topic(s). Tests that
-    inject faults leave every node running again when they finish."""
-    from quorumlog.replica.node.cluster import LocalCluster
-
-    with LocalCluster(3, tmp_path_factory.mktemp("cluster")) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

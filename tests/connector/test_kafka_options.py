@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from .test_spark_e2e import run_available_now, source, triples
+from tests.support.spark import run_available_now, source, triples
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 

@@ -23,15 +23,15 @@ from quorumlog.connector.stream import QuorumLogStreamReader
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.storage.records import encode_batch
 
+from tests.support.waits import retry, wait_until
+
 from .cluster_helpers import (
     end_position,
     log_entries,
     move_leader,
-    retry,
     unclean_election,
     values,
     wait_replicated,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]

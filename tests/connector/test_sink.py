@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from .test_spark_e2e import source
+from tests.support.spark import source
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 

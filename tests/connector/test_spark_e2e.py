@@ -6,81 +6,29 @@ No ``register`` call anywhere here: format "quorumlog" resolves through the top-
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from quorumlog.connector import LogTruncationException, ending_offsets_json, next_offsets
 
-from . import cluster_helpers
-from .cluster_helpers import wait_until
+from tests.support.spark import REPO, run_available_now, run_spark_script, source, triples
+from tests.support.waits import retry, wait_until
 
-T = TypeVar("T")
+from .cluster_helpers import wait_replicated
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def retry(fn: Callable[[], T], timeout: float = 60.0) -> T:
-    return cluster_helpers.retry(fn, timeout)
-
-
-@pytest.fixture(scope="module")
-def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from quorumlog.replica.node.cluster import LocalCluster
-
-    with LocalCluster(nodes=3, data_dir=tmp_path_factory.mktemp("shared")) as cluster:
-        yield cluster
-
-
-def source(spark: Any, cluster: Any, topic: str, *, stream: bool = False, **options: str) -> Any:
-    reader = spark.readStream if stream else spark.read
-    reader = (
-        reader.format("quorumlog").option("bootstrap", cluster.bootstrap).option("topic", topic)
-    )
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
-
-
-def triples(df: Any) -> list[tuple[int, int, int, bytes]]:
-    return sorted(
-        (r["partition"], r["offset"], r["leaderEpoch"], bytes(r["value"]))
-        for r in df.select("partition", "offset", "leaderEpoch", "value").collect()
-    )
 
 
 def log_contents(spark: Any, cluster: Any, topic: str) -> list[tuple[int, int, int, bytes]]:
     return triples(source(spark, cluster, topic, startingOffsets="earliest"))
 
 
-def run_available_now(df: Any, out: Path, checkpoint: Path) -> Any:
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination(180)
-    except Exception:  # the failure is inspected through query.exception()
-        pass
-    return query
-
-
 # ---- batch ------------------------------------------------------------------------------
 
 
-def test_batch_read_every_record_once_with_offsets_and_epochs(
-    spark: Any, shared_cluster: Any
-) -> None:
-    c = shared_cluster
+def test_batch_read_every_record_once_with_offsets_and_epochs(spark: Any, cluster: Any) -> None:
+    c = cluster
     c.create_topic("batch3", 3)
     expected = []
     for p in range(3):
@@ -101,10 +49,8 @@ def test_batch_read_every_record_once_with_offsets_and_epochs(
     assert row["timestamp"] is not None
 
 
-def test_batch_starting_ending_offsets_and_incremental_reads(
-    spark: Any, shared_cluster: Any
-) -> None:
-    c = shared_cluster
+def test_batch_starting_ending_offsets_and_incremental_reads(spark: Any, cluster: Any) -> None:
+    c = cluster
     c.create_topic("incr", 2)
     first = {p: c.produce("incr", p, [f"a{i}".encode() for i in range(5)]) for p in range(2)}
     (o2, e2) = first[0][2]
@@ -158,11 +104,11 @@ def test_option_error_at_analysis_time(
     assert message in str(info.value)
 
 
-def test_unknown_topic_and_unreachable_bootstrap_are_clear(spark: Any, shared_cluster: Any) -> None:
+def test_unknown_topic_and_unreachable_bootstrap_are_clear(spark: Any, cluster: Any) -> None:
     with pytest.raises(
         Exception, match=r"Topic\(s\) \['nope'\] given in option 'topic' do not exist"
     ):
-        source(spark, shared_cluster, "nope").count()
+        source(spark, cluster, "nope").count()
     df = spark.read.format("quorumlog").option("bootstrap", "127.0.0.1:1").option("topic", "t")
     with pytest.raises(Exception, match="Cannot reach the quorumlog cluster.*127.0.0.1:1"):
         df.option("requestTimeoutMs", "1000").load().count()
@@ -204,14 +150,14 @@ def test_stream_exactly_once_across_batches_restart_and_leader_kill(
             leader = c.wait_for_leader("ev", 0)
             c.kill(leader)  # kill -9 during the query
             for p in range(2):
-                retry(lambda p=p: c.produce("ev", p, [f"b{p}-{i}".encode() for i in range(20)]))
+                retry(lambda p=p: c.produce("ev", p, [f"b{p}-{i}".encode() for i in range(20)]), 60)
             wait_until(lambda: sink_count() >= 100, 120, "rows produced after the kill")
             assert query.exception() is None
         finally:
             query.stop()
         c.restart(leader)
         for p in range(2):
-            retry(lambda p=p: c.produce("ev", p, [f"c{p}-{i}".encode() for i in range(10)]))
+            retry(lambda p=p: c.produce("ev", p, [f"c{p}-{i}".encode() for i in range(10)]), 60)
         # restart from the checkpoint (clean failover since: must not look like truncation)
         run_available_now(source(spark, c, "ev", stream=True, startingOffsets="earliest"), out, ck)
         got = triples(spark.read.parquet(str(out)))
@@ -228,7 +174,7 @@ def test_truncation_fail_then_resume(spark: Any, tmp_path: Path) -> None:
         c.produce("tr", 0, [b"a", b"b"])
         # acks=quorum needs one follower: wait until both hold a and b, so the divergence
         # below is known (under load the lagging one may not have fetched them yet).
-        leader = cluster_helpers.wait_replicated(c, "tr", 0)
+        leader = wait_replicated(c, "tr", 0)
         lagging, other = [n for n in sorted(c.ports) if n != leader]
         c.pause(lagging)
         c.produce("tr", 0, [b"absorbed"])  # answers the fetch it had parked; then it hears nothing
@@ -261,10 +207,10 @@ def test_truncation_fail_then_resume(spark: Any, tmp_path: Path) -> None:
         c.pause(other)
         c.resume(lagging)
         try:
-            retry(lambda: c.force_leader("tr", 0, lagging))
+            retry(lambda: c.force_leader("tr", 0, lagging), 60)
         finally:
             c.resume(other)
-        retry(lambda: c.produce("tr", 0, [b"new0"]))
+        retry(lambda: c.produce("tr", 0, [b"new0"]), 60)
         c.restart(leader)
         assert c.client.list_offsets("tr", 0, "latest").offset < position[0]
         # where the new leader's log leaves the consumed history (the lagging replica may or
@@ -285,7 +231,7 @@ def test_truncation_fail_then_resume(spark: Any, tmp_path: Path) -> None:
             assert f"tr/0: consumed position offset {position[0]}" in str(error)
 
         expect_truncation()  # new log end below the checkpointed offset
-        retry(lambda: c.produce("tr", 0, [f"new{i}".encode() for i in range(1, 12)]))
+        retry(lambda: c.produce("tr", 0, [f"new{i}".encode() for i in range(1, 12)]), 60)
         assert c.client.list_offsets("tr", 0, "latest").offset > position[0]
         expect_truncation()  # log end past the checkpoint: only the epoch reveals it
 
@@ -304,7 +250,7 @@ import json, os, sys, tempfile
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 sys.path.insert(0, {repo!r})
-from tests.conftest import build_spark_session
+from tests.support.spark import build_spark_session
 spark = build_spark_session("local-cluster[2,1,1024]", app="quorumlog-local-cluster")
 try:
     df = (spark.read.format("quorumlog").option("bootstrap", {bootstrap!r})
@@ -325,21 +271,11 @@ finally:
 
 
 @pytest.mark.slow
-def test_local_cluster_executors_in_separate_jvms(shared_cluster: Any, tmp_path: Path) -> None:
-    c = shared_cluster
+def test_local_cluster_executors_in_separate_jvms(cluster: Any, tmp_path: Path) -> None:
+    c = cluster
     c.create_topic("lc", 2)
     for p in range(2):
         c.produce("lc", p, [f"v{i}".encode() for i in range(50)])
     script = tmp_path / "lc.py"
     script.write_text(_LOCAL_CLUSTER_SCRIPT.format(repo=str(REPO), bootstrap=c.bootstrap))
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=420,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert json.loads(lines[-1][len("RESULT ") :]) == {"batch": 100, "stream": 100}
+    assert run_spark_script(script, 420) == {"batch": 100, "stream": 100}

@@ -14,7 +14,7 @@ import pytest
 from quorumlog.replica.client import Client
 from quorumlog.replica.storage.records import encode_batch
 
-from .cluster_helpers import wait_until
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 

@@ -15,8 +15,8 @@ import sys
 
 from quorumlog.connector.delta import CommitResult, DeltaSink
 
-from tests.conftest import build_spark_session
 from tests.connector_delta.helpers import start_stream
+from tests.support.spark import build_spark_session
 
 
 def main(argv: list[str]) -> int:

@@ -5,10 +5,6 @@ truncation repair rewrites files on the executors too."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.spark import REPO, run_spark_script
+
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
-REPO = Path(__file__).resolve().parents[2]
 TOPIC = "big"
 PARTITIONS = 2
 RECORDS = 5_000_000
@@ -28,7 +25,7 @@ RSS_LIMIT_MB = 300
 _SCRIPT = r"""
 import json, os, sys, tempfile, threading, time
 sys.path.insert(0, {repo!r})
-from tests.conftest import build_spark_session
+from tests.support.spark import build_spark_session
 from quorumlog.connector.delta import DeltaSink
 from pyspark.sql import functions as F
 
@@ -175,17 +172,7 @@ def test_five_million_rows_written_by_executors_with_a_flat_driver(
     script.write_text(
         _SCRIPT.format(repo=str(REPO), bootstrap=big_topic.bootstrap, topic=TOPIC, table=str(table))
     )
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, proc.stdout[-3000:] + proc.stderr[-6000:]
-    out = json.loads(lines[-1][len("RESULT ") :])
+    out = run_spark_script(script, 1200)
 
     # One micro-batch of 5M rows, one commit, files from both executors' tasks.
     assert out["versions"] == 0, out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -97,25 +98,10 @@ def test_idempotent_producer_then_consumer_reads_back(broker: KafkaTestBroker) -
     counts = [b.record_count for b in broker.produced]
     assert sequences == [sum(counts[:i]) for i in range(len(counts))]
 
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": "codec-test",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 100,
-            # librdkafka skips the CRC32C check by default; make it verify our encoder's.
-            "check.crcs": True,
-        }
-    )
+    consumer = _consumer(broker, "codec-test")
     try:
         consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
-        seen = []
-        deadline = time.monotonic() + 30
-        while len(seen) < RECORDS and time.monotonic() < deadline:
-            for msg in consumer.consume(num_messages=500, timeout=0.5):
-                assert msg.error() is None, msg.error()
-                seen.append(msg)
-        assert len(seen) == RECORDS, f"consumed {len(seen)} of {RECORDS} in 30 s"
+        seen = _consume(consumer, RECORDS)
         for i, msg in enumerate(seen):
             key, value, headers, ts = _expected(i)
             assert msg.offset() == i
@@ -130,6 +116,20 @@ def test_idempotent_producer_then_consumer_reads_back(broker: KafkaTestBroker) -
         consumer.close()
     assert not broker.errors, broker.errors
     assert any(name == "Fetch" for name, _ in broker.versions_used)
+
+
+def _consumer(broker: KafkaTestBroker, group: str) -> Any:
+    """A librdkafka consumer of ``broker`` that checks every batch's CRC32C (librdkafka
+    skips the check by default; this makes it verify our encoder's)."""
+    return confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "check.crcs": True,
+        }
+    )
 
 
 def _consume(consumer: object, count: int) -> list[object]:
@@ -246,15 +246,7 @@ def test_consumer_validates_its_position_after_a_leader_epoch_change(
     for i in range(100):
         producer.produce(TOPIC, value=b"e0-%d" % i)
     assert producer.flush(30) == 0
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": "epochs",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 100,
-            "check.crcs": True,
-        }
-    )
+    consumer = _consumer(broker, "epochs")
     try:
         consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
         assert [m.leader_epoch() for m in _consume(consumer, 100)] == [0] * 100

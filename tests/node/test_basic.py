@@ -4,8 +4,6 @@ ListOffsets and OffsetsForLeaderEpoch, on one shared 3-node cluster."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from quorumlog.replica.client import Client
@@ -17,7 +15,8 @@ from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.protocol import ApiKey, ErrorCode
 from quorumlog.replica.protocol import messages as m
 
-from .helpers import find_leader, local_view, node_request, read_all, wait_until
+from tests.support.cluster import find_leader, local_view, node_request, read_all
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -25,10 +24,10 @@ TOPIC = "basic"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(3, tmp_path_factory.mktemp("basic")) as c:
-        c.create_topic(TOPIC, 3)
-        yield c
+def cluster(cluster: LocalCluster) -> LocalCluster:
+    """The module's cluster (tests/support), with TOPIC's three partitions."""
+    cluster.create_topic(TOPIC, 3)
+    return cluster
 
 
 def test_every_partition_elects_a_leader_on_start(cluster: LocalCluster) -> None:
@@ -241,11 +240,6 @@ def _batch(value: bytes) -> bytes:
     return encode_batch([value])
 
 
-def test_wait_until_is_bounded(tmp_path: Path) -> None:
-    with pytest.raises(AssertionError, match="never"):
-        wait_until(lambda: False, "never", timeout_s=0.1)
-
-
 def test_followers_learn_the_high_watermark_without_waiting_a_long_poll(
     cluster: LocalCluster,
 ) -> None:
@@ -267,7 +261,7 @@ def test_followers_learn_the_high_watermark_without_waiting_a_long_poll(
                 v = local_view(cluster, f, TOPIC, 0)
                 return v is not None and v.high_watermark >= end
 
-            wait_until(learned, f"follower {f} to learn HWM {end}", timeout_s=5, interval_s=0.005)
+            wait_until(learned, 5, f"follower {f} to learn HWM {end}", interval=0.005)
         lags.append(time.monotonic() - t0)
     print(f"\nfollower HWM lag after an acks=quorum produce: {[round(x * 1000) for x in lags]} ms")
     assert statistics.median(lags) < 0.15, lags

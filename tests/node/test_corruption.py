@@ -11,14 +11,15 @@ from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.storage import HEADER_SIZE, Log, iter_batches
 from quorumlog.replica.storage.log import CATCH_UP_FILE
 
-from .helpers import (
+from tests.support.cluster import (
+    ELECTION_BOUND_S,
     describe,
     find_leader,
     freeze_and_stop,
     read_all,
     wait_caught_up,
-    wait_until,
 )
+from tests.support.waits import wait_for_log, wait_until
 
 TOPIC = "scrubbed"
 BATCHES = 30
@@ -82,8 +83,8 @@ def wait_repaired(c: LocalCluster, node: int) -> None:
     leader reports it at its own log end."""
     wait_until(
         lambda: not (partition_dir(c, node) / CATCH_UP_FILE).exists(),
+        60,  # re-fetching the cut log; slow only on a loaded machine
         f"node {node} caught back up",
-        timeout_s=60,  # re-fetching the cut log; slow only on a loaded machine
     )
     leader, _ = find_leader(c, TOPIC, 0, c.ports)
     wait_caught_up(c, leader, TOPIC, 0, [node])
@@ -106,10 +107,7 @@ def test_follower_damage_is_found_by_the_scrub_and_repaired(tmp_path: Path) -> N
         c.terminate(follower)  # clean shutdown: its sealed segments are trusted on restart
         seg = damage_sealed_batch(c, follower)
         c.start_node(follower)
-        wait_until(
-            lambda: "found by the scrub" in c.log_path(follower).read_text(),
-            f"node {follower}'s scrub to find the damage",
-        )
+        wait_for_log(c, "found by the scrub", ELECTION_BOUND_S, nodes=[follower])
         line = next(
             ln for ln in c.log_path(follower).read_text().splitlines() if "found by the scrub" in ln
         )

@@ -14,7 +14,8 @@ from quorumlog.replica.node.metadata import METADATA_TOPIC
 from quorumlog.replica.protocol import ApiKey
 from quorumlog.replica.protocol import messages as m
 
-from .helpers import node_request, wait_caught_up, wait_until
+from tests.support.cluster import ELECTION_BOUND_S, node_request, wait_caught_up
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
@@ -43,7 +44,7 @@ def test_second_serve_on_a_busy_data_dir_exits_naming_dir_and_holder(tmp_path: P
         c.create_topic("busy", 1)
         first = c.produce("busy", 0, [b"x"] * 10)[-1]
         wait_caught_up(c, c.leader_of("busy", 0), "busy", 0, c.ports)
-        before = wait_until(lambda: _metadata_quorum(c), "a metadata leader")
+        before = wait_until(lambda: _metadata_quorum(c), ELECTION_BOUND_S, "a metadata leader")
         victim = before[0]  # the metadata leader: the node whose disturbance matters most
         holder_pid = c.procs[victim].pid
         data_dir = c.node_dir(victim)

@@ -9,50 +9,33 @@ from pathlib import Path
 
 import pytest
 from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.protocol import messages as m
 
-from .helpers import (
+from tests.support.cluster import (
     FETCH_TIMEOUT_S,
-    Record,
     assert_replicas_identical,
+    assert_tail_truncated,
     copy_log_dir,
+    create_and_find_leader,
     find_leader,
     freeze_and_stop,
-    produce_to,
+    produce_batches,
+    produce_direct,
     read_all,
     read_log_dir,
     replica_logs,
+    uncommitted_tail,
     wait_caught_up,
-    wait_until,
+    wait_hwm,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 
-def wait_hwm(c: LocalCluster, topic: str, offset: int) -> None:
-    wait_until(
-        lambda: c.client.list_offsets(topic, 0, "latest").offset >= offset,
-        f"{topic}/0 high watermark >= {offset}",
-    )
-
-
-def _produce_batches(
-    c: LocalCluster, topic: str, batches: int, size: int, tag: str
-) -> list[Record]:
-    acked: list[Record] = []
-    for b in range(batches):
-        values = [f"{tag}-{b}-{i}".encode() for i in range(size)]
-        res = c.produce(topic, 0, values)
-        acked.extend((o, e, v) for (o, e), v in zip(res, values, strict=True))
-    return acked
-
-
 def test_kill9_leader_loses_no_acknowledged_record(tmp_path: Path) -> None:
     topic = "crash"
     with LocalCluster(3, tmp_path) as c:
-        c.create_topic(topic, 1)
-        old_leader, old_epoch = find_leader(c, topic, 0, [c.leader_of(topic, 0)])
-        acked = _produce_batches(c, topic, 8, 40, "before")  # 320 records in 8 batches
+        old_leader, old_epoch = create_and_find_leader(c, topic)
+        acked = produce_batches(c, topic, 8, 40, "before")  # 320 records in 8 batches
         assert len(acked) == 320
 
         t0 = time.monotonic()
@@ -67,7 +50,7 @@ def test_kill9_leader_loses_no_acknowledged_record(tmp_path: Path) -> None:
         # epoch (KIP-595); then every acknowledged record reads back from it.
         wait_hwm(c, topic, acked[-1][0] + 1)
         assert read_all(c.client, topic, 0) == acked
-        after = _produce_batches(c, topic, 3, 20, "after")
+        after = produce_batches(c, topic, 3, 20, "after")
         assert {e for _, e, _ in after} == {new_epoch}
         assert after[0][0] > acked[-1][0]
 
@@ -87,9 +70,8 @@ def test_kill9_leader_loses_no_acknowledged_record(tmp_path: Path) -> None:
 def test_sigterm_leader_hands_over_quickly(tmp_path: Path) -> None:
     topic = "graceful"
     with LocalCluster(3, tmp_path) as c:
-        c.create_topic(topic, 1)
-        leader, epoch = find_leader(c, topic, 0, [c.leader_of(topic, 0)])
-        acked = _produce_batches(c, topic, 3, 30, "g")
+        leader, epoch = create_and_find_leader(c, topic)
+        acked = produce_batches(c, topic, 3, 30, "g")
         others = [n for n in c.ports if n != leader]
         wait_caught_up(c, leader, topic, 0, others)
 
@@ -116,19 +98,12 @@ def test_follower_truncates_diverged_tail_after_kill9(tmp_path: Path) -> None:
     leader restarts, gets a DivergingEpoch on its first fetch and truncates the tail."""
     topic = "diverge"
     with LocalCluster(3, tmp_path) as c:
-        c.create_topic(topic, 1)
-        leader, epoch = find_leader(c, topic, 0, [c.leader_of(topic, 0)])
+        leader, epoch = create_and_find_leader(c, topic)
         followers = [n for n in c.ports if n != leader]
-        acked = _produce_batches(c, topic, 2, 25, "acked")
+        acked = produce_batches(c, topic, 2, 25, "acked")
         wait_caught_up(c, leader, topic, 0, followers)
 
-        for f in followers:
-            c.pause(f)
-        # A follower's fetch parked at the leader is answered with the first batch
-        # appended now, into the stopped follower's socket buffer: that batch may still
-        # be replicated (and committed by the next leader). Later batches cannot be.
-        leak = _produce_tail(c, leader, topic, epoch, "leak", 1)
-        tail = _produce_tail(c, leader, topic, epoch, "tail", 3)
+        leak, tail = uncommitted_tail(c, leader, topic, epoch)
         c.kill(leader)
         # The tail reached the old leader's files (kill -9 keeps what was written).
         dead_copy = read_log_dir(copy_log_dir(c, leader, topic, 0, tmp_path))
@@ -137,40 +112,12 @@ def test_follower_truncates_diverged_tail_after_kill9(tmp_path: Path) -> None:
         for f in followers:
             c.resume(f)
         new_leader, new_epoch = find_leader(c, topic, 0, followers, min_epoch=epoch + 1)
-        after: list[Record] = []
-        for b in range(3):
-            values = [f"new-{b}-{i}".encode() for i in range(10)]
-            r = produce_to(c, new_leader, topic, 0, values)
-            assert r.error == 0, r
-            after.extend((r.base_offset + i, r.leader_epoch, v) for i, v in enumerate(values))
+        after = produce_direct(c, new_leader, topic, 3, 10, "new")
         # The new epoch reuses the tail's offsets: the logs really diverge.
         assert after[0][0] <= tail[-1][0]
 
         c.start_node(leader)
-        wait_caught_up(c, new_leader, topic, 0, c.ports)
-        wait_hwm(c, topic, after[-1][0] + 1)
-        survived = read_all(c.client, topic, 0)
-        assert survived in (acked + after, acked + leak + after)
-        freeze_and_stop(c)
-
-    same = assert_replicas_identical(replica_logs(c, topic, 0))
-    assert same.user_records() == survived
-    assert not {v for _, _, v in same.user_records()} & {v for _, _, v in tail}
-    # The epoch checkpoint agrees: the new epoch starts where the old leader's log diverged.
-    starts = dict(same.epochs)
-    assert starts[new_epoch] in (leak[0][0], tail[0][0])
-    print(f"\nleaked batch replicated: {survived != acked + after}")
-
-
-def _produce_tail(
-    c: LocalCluster, leader: int, topic: str, epoch: int, tag: str, batches: int
-) -> list[Record]:
-    """acks=leader batches: acknowledged by the leader alone, never committed."""
-    tail: list[Record] = []
-    for b in range(batches):
-        values = [f"{tag}-{b}-{i}".encode() for i in range(10)]
-        r = produce_to(c, leader, topic, 0, values, acks=m.ACKS_LEADER)
-        assert r.error == 0, r
-        assert r.leader_epoch == epoch
-        tail.extend((r.base_offset + i, r.leader_epoch, v) for i, v in enumerate(values))
-    return tail
+        same = assert_tail_truncated(
+            c, new_leader, topic, new_epoch, acked=acked, leak=leak, tail=tail, after=after
+        )
+    print(f"\nleaked batch replicated: {same.user_records() != acked + after}")

@@ -12,19 +12,21 @@ from quorumlog.replica.protocol import ApiKey, ErrorCode
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import UNCLEAN_EPOCH_GAP
 
-from .helpers import (
-    Record,
+from tests.support.cluster import (
     assert_replicas_identical,
+    create_and_find_leader,
     find_leader,
     freeze_and_stop,
     local_view,
     node_request,
+    produce_batches,
+    produce_direct,
     produce_to,
     read_all,
     replica_logs,
     wait_caught_up,
+    wait_hwm,
 )
-from .test_failover import _produce_batches, wait_hwm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -32,19 +34,13 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 def test_force_leader_on_minority_truncates_committed_records(tmp_path: Path) -> None:
     topic = "unclean"
     with LocalCluster(3, tmp_path) as c:
-        c.create_topic(topic, 1)
-        leader, old_epoch = find_leader(c, topic, 0, [c.leader_of(topic, 0)])
+        leader, old_epoch = create_and_find_leader(c, topic)
         minority, other = [n for n in c.ports if n != leader]
-        base = _produce_batches(c, topic, 2, 10, "base")
+        base = produce_batches(c, topic, 2, 10, "base")
         wait_caught_up(c, leader, topic, 0, [minority, other])
 
         c.pause(minority)
-        committed: list[Record] = []
-        for b in range(4):
-            values = [f"committed-{b}-{i}".encode() for i in range(10)]
-            r = produce_to(c, leader, topic, 0, values)  # acks=quorum: leader + other
-            assert r.error == 0, r
-            committed.extend((r.base_offset + i, r.leader_epoch, v) for i, v in enumerate(values))
+        committed = produce_direct(c, leader, topic, 4, 10, "committed")  # leader + other
         old_end = committed[-1][0] + 1
         # The majority is lost: the leader dies, the other follower stops answering.
         c.kill(leader)
@@ -75,12 +71,7 @@ def test_force_leader_on_minority_truncates_committed_records(tmp_path: Path) ->
         # The others return and follow the forced leader's higher epoch, truncating.
         c.resume(other)
         c.start_node(leader)
-        new: list[Record] = []
-        for b in range(2):
-            values = [f"new-{b}-{i}".encode() for i in range(10)]
-            r = produce_to(c, minority, topic, 0, values, timeout_ms=20000)
-            assert r.error == 0, r
-            new.extend((r.base_offset + i, r.leader_epoch, v) for i, v in enumerate(values))
+        new = produce_direct(c, minority, topic, 2, 10, "new", timeout_ms=20000)
         assert {e for _, e, _ in new} == {forced_epoch}
         wait_caught_up(c, minority, topic, 0, c.ports)
         assert find_leader(c, topic, 0, c.ports) == (minority, forced_epoch)
@@ -115,10 +106,9 @@ def test_force_leader_then_majority_restarts_no_split_brain(tmp_path: Path) -> N
     replica could win an ordinary election in the forced epoch itself (split brain)."""
     topic = "unclean2"
     with LocalCluster(3, tmp_path) as c:
-        c.create_topic(topic, 1)
-        leader, old_epoch = find_leader(c, topic, 0, [c.leader_of(topic, 0)])
+        leader, old_epoch = create_and_find_leader(c, topic)
         minority, other = [n for n in c.ports if n != leader]
-        _produce_batches(c, topic, 1, 10, "base")
+        produce_batches(c, topic, 1, 10, "base")
         wait_caught_up(c, leader, topic, 0, [minority, other])
         c.pause(minority)
         for b in range(3):

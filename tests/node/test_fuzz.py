@@ -29,10 +29,7 @@ from quorumlog.replica.protocol import (
     DecodeError,
     FrameError,
     decode_body,
-    decode_frame,
     encode,
-    encode_frame,
-    frame_length,
 )
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import (
@@ -44,27 +41,16 @@ from quorumlog.replica.raft import (
 )
 from quorumlog.replica.storage import batches_to_table, encode_batch
 
-from ..security.forge import (
-    connect,
-    log_text,
-    quorum_view,
-    raft_frame,
-    send_raft,
-    sync,
-    wait_for_log,
-)
-from .helpers import find_leader, local_view, read_all
+from tests.support.cluster import create_and_find_leader, local_view, read_all
+from tests.support.forge import connect, quorum_view, send_raft, sync
+from tests.support.waits import log_text, wait_for_log
+from tests.support.wire import raft_frame, read_frame, request_frame
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 FUZZ_SECONDS = float(os.environ.get("QUORUMLOG_FUZZ_SECONDS", "12"))
 SEED = int(os.environ.get("QUORUMLOG_FUZZ_SEED", "595320"))
 TOPIC = "fuzz"
-
-
-def frame_bytes(api: int, req: object, version: int = API_VERSION, cid: int = 1) -> bytes:
-    body, payload = encode(req)
-    return b"".join(bytes(b) for b in encode_frame(api, version, cid, "fuzzer", body, payload))
 
 
 def valid_frames(epoch: int) -> list[bytes]:
@@ -141,7 +127,10 @@ def valid_frames(epoch: int) -> list[bytes]:
             m.RaftEnvelope(topic=TOPIC, partition=0, kind="NoSuchKind", body=[], records=b""),
         ),
     ]
-    return [frame_bytes(int(api), req, cid=i + 1) for i, (api, req) in enumerate(reqs)]
+    return [
+        request_frame(api, req, correlation_id=i + 1, client_id="fuzzer")
+        for i, (api, req) in enumerate(reqs)
+    ]
 
 
 def random_msgpack(rng: random.Random, depth: int = 0) -> object:
@@ -261,9 +250,8 @@ def send_one(
 def test_fuzz_one_node_stays_up_and_serves(tmp_path: Path) -> None:
     rng = random.Random(SEED)
     with LocalCluster(3, tmp_path) as c:
-        c.create_topic(TOPIC, 1)
+        target, epoch = create_and_find_leader(c, TOPIC)
         c.create_topic("bystander", 1)
-        target, epoch = find_leader(c, TOPIC, 0, [c.leader_of(TOPIC, 0)])
         before = c.produce(TOPIC, 0, [b"before"])
         valid = valid_frames(epoch)
         addr = (c.host, c.ports[target])
@@ -401,10 +389,7 @@ def pipelinable(data: bytes, sender: int | None) -> bool:
     and the message does not decode or does not claim ``sender`` (node 3's credentials may
     say what node 3 says; that is not forgery)."""
     try:
-        total, meta_len = frame_length(data[: PREFIX.size])
-        if total + 4 != len(data):
-            return False
-        frame = decode_frame(data[PREFIX.size :], meta_len)
+        frame = read_frame(data)
     except FrameError:
         return False
     if frame.api_key != ApiKey.RAFT or sender is None:
@@ -443,9 +428,8 @@ def test_flood_of_bad_raft_frames_is_refused_and_logged_in_proportion(tmp_path: 
     anywhere, and its log grows by less than 1 MB (one line per connection, a budget)."""
     rng = random.Random(SEED)
     with LocalCluster(3, tmp_path / "c") as c:
-        c.create_topic(TOPIC, 1)
+        target, epoch = create_and_find_leader(c, TOPIC)
         c.create_topic("bystander", 1)
-        target, epoch = find_leader(c, TOPIC, 0, [c.leader_of(TOPIC, 0)])
         meta = {n: le for (n, t), le in quorum_epochs(c, TOPIC).items() if t != TOPIC}
         meta_epoch = next(iter(meta.values()))[1]
         epochs = {TOPIC: epoch, "__cluster_metadata": meta_epoch}
@@ -495,7 +479,7 @@ def test_flood_of_bad_raft_frames_is_refused_and_logged_in_proportion(tmp_path: 
             probe.close()
             mark = f"{port}) closed after 2 problems"
             try:
-                line = wait_for_log(c, target, mark, timeout_s=0.5).split(mark)[-1]
+                line = wait_for_log(c, mark, 0.5, nodes=[target]).split(mark)[-1]
             except AssertionError:
                 continue
             totals = re.search(r"node totals: (\d+) refused raft messages, (\d+) bad frames", line)

@@ -17,7 +17,8 @@ from quorumlog.replica.node.datadir import CATCH_UP_PENDING_FILE
 from quorumlog.replica.node.directories import PEER_DIRECTORIES_FILE
 from quorumlog.replica.storage.log import CATCH_UP_FILE
 
-from .helpers import (
+from tests.support.cluster import (
+    ELECTION_BOUND_S,
     assert_replicas_identical,
     find_leader,
     freeze_and_stop,
@@ -25,8 +26,8 @@ from .helpers import (
     read_all,
     replica_logs,
     wait_caught_up,
-    wait_until,
 )
+from tests.support.waits import wait_for_log, wait_until
 
 TOPIC = "lost-disk"
 # Long enough for several election rounds (400 ms timeouts, 800 ms fetch timeout).
@@ -58,6 +59,7 @@ def test_a_wiped_node_cannot_elect_a_stale_leader_and_catches_up(tmp_path: Path)
         for n in c.ports:
             wait_until(
                 lambda n=n: len((c.node_dir(n) / PEER_DIRECTORIES_FILE).read_text().split()) == 4,
+                ELECTION_BOUND_S,
                 f"node {n} to remember its peers' directories",
             )
         # A new cluster: nobody was replaced.
@@ -70,10 +72,7 @@ def test_a_wiped_node_cannot_elect_a_stale_leader_and_catches_up(tmp_path: Path)
         c.kill(wiped)
         shutil.rmtree(c.node_dir(wiped))
         c.start_node(wiped)
-        wait_until(
-            lambda: "replaced a lost one" in c.log_path(wiped).read_text(),
-            f"node {wiped} to learn its directory was replaced",
-        )
+        wait_for_log(c, "replaced a lost one", ELECTION_BOUND_S, nodes=[wiped])
         c.kill(leader)
         c.resume(stale)
         # {wiped, stale} is a majority, but `wiped` may not vote: no leader may emerge
@@ -93,11 +92,13 @@ def test_a_wiped_node_cannot_elect_a_stale_leader_and_catches_up(tmp_path: Path)
                 (c.node_dir(wiped) / f"{TOPIC}-0").is_dir()
                 and not (c.node_dir(wiped) / f"{TOPIC}-0" / CATCH_UP_FILE).exists()
             ),
+            ELECTION_BOUND_S,
             f"node {wiped} to catch up",
         )
         wait_caught_up(c, new_leader, TOPIC, 0, c.ports)
         wait_until(
             lambda: not (c.node_dir(wiped) / CATCH_UP_PENDING_FILE).exists(),
+            ELECTION_BOUND_S,
             f"node {wiped}'s metadata to catch up",
         )
         assert [v for _, _, v in read_all(c.client, TOPIC, 0)] == first + second

@@ -7,7 +7,6 @@ elections."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from quorumlog.replica.client import Client, InvalidRequestError, RecordTooLargeError
@@ -29,15 +28,10 @@ from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import FetchResponse
 from quorumlog.replica.storage import encode_batch
 
-from .helpers import describe, find_leader, wait_until
+from tests.support.cluster import describe, find_leader
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(3, tmp_path_factory.mktemp("sizes")) as c:
-        yield c
 
 
 def _batch_of(size: int) -> bytes:
@@ -64,7 +58,7 @@ def _all_replicas_at(c: LocalCluster, leader: int, topic: str, end: int) -> None
         ends = sorted(v.end_offset for v in d.voters)
         return d.error == 0 and ends == [end] * 3
 
-    wait_until(at_end, f"every replica of {topic}/0 at log end {end}", 60)
+    wait_until(at_end, 60, f"every replica of {topic}/0 at log end {end}")
 
 
 def _assert_replicated_without_elections(

@@ -12,20 +12,20 @@ from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.protocol import ApiKey, ErrorCode
 from quorumlog.replica.protocol import messages as m
 
-from .helpers import (
-    Record,
-    assert_replicas_identical,
+from tests.support.cluster import (
+    ELECTION_BOUND_S,
+    assert_tail_truncated,
+    create_and_find_leader,
     find_leader,
-    freeze_and_stop,
     local_view,
     node_request,
+    produce_batches,
+    produce_direct,
     produce_to,
-    read_all,
-    replica_logs,
+    uncommitted_tail,
     wait_caught_up,
-    wait_until,
 )
-from .test_failover import _produce_batches, _produce_tail, wait_hwm
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -33,18 +33,13 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 def test_sigstopped_leader_resigns_follows_and_truncates_its_tail(tmp_path: Path) -> None:
     topic = "zombie"
     with LocalCluster(3, tmp_path) as c:
-        c.create_topic(topic, 1)
-        zombie, old_epoch = find_leader(c, topic, 0, [c.leader_of(topic, 0)])
+        zombie, old_epoch = create_and_find_leader(c, topic)
         followers = [n for n in c.ports if n != zombie]
-        acked = _produce_batches(c, topic, 3, 30, "acked")
+        acked = produce_batches(c, topic, 3, 30, "acked")
         wait_caught_up(c, zombie, topic, 0, followers)
 
-        # The tail: acks=leader while the followers are stopped, so nothing commits. (The
-        # first batch may reach a stopped follower's socket buffer through a parked fetch.)
-        for f in followers:
-            c.pause(f)
-        leak = _produce_tail(c, zombie, topic, old_epoch, "leak", 1)
-        tail = _produce_tail(c, zombie, topic, old_epoch, "tail", 3)
+        # The tail: acks=leader while the followers are stopped, so nothing commits.
+        leak, tail = uncommitted_tail(c, zombie, topic, old_epoch)
         # Still the leader: check-quorum resigns only after 1.5 x fetch timeout.
         view = local_view(c, zombie, topic, 0)
         assert view is not None and view.is_local_leader and view.leader_epoch == old_epoch
@@ -53,13 +48,7 @@ def test_sigstopped_leader_resigns_follows_and_truncates_its_tail(tmp_path: Path
             c.resume(f)
 
         new_leader, new_epoch = find_leader(c, topic, 0, followers, min_epoch=old_epoch + 1)
-        after: list[Record] = []
-        for b in range(3):
-            values = [f"after-{b}-{i}".encode() for i in range(15)]
-            r = produce_to(c, new_leader, topic, 0, values)
-            assert r.error == 0, r
-            assert r.leader_epoch == new_epoch
-            after.extend((r.base_offset + i, r.leader_epoch, v) for i, v in enumerate(values))
+        after = produce_direct(c, new_leader, topic, 3, 15, "after", epoch=new_epoch)
         assert after[0][0] <= tail[-1][0]  # the new epoch writes over the tail's offsets
 
         t0 = time.monotonic()
@@ -69,7 +58,7 @@ def test_sigstopped_leader_resigns_follows_and_truncates_its_tail(tmp_path: Path
             v = local_view(c, zombie, topic, 0)
             return v is not None and not v.is_local_leader and v.leader_epoch >= new_epoch
 
-        wait_until(resigned, f"zombie {zombie} to give up epoch {old_epoch}", timeout_s=10)
+        wait_until(resigned, 10, f"zombie {zombie} to give up epoch {old_epoch}")
         resign_s = time.monotonic() - t0
         print(f"\nzombie stopped leading {resign_s * 1000:.0f} ms after SIGCONT")
 
@@ -98,16 +87,10 @@ def test_sigstopped_leader_resigns_follows_and_truncates_its_tail(tmp_path: Path
             lambda: (
                 (v := local_view(c, zombie, topic, 0)) is not None and v.leader_id == new_leader
             ),
+            ELECTION_BOUND_S,
             f"zombie {zombie} to follow {new_leader}",
         )
-        wait_caught_up(c, new_leader, topic, 0, c.ports)
-        wait_hwm(c, topic, after[-1][0] + 1)
-        survived = read_all(c.client, topic, 0)
-        assert survived in (acked + after, acked + leak + after)
-        freeze_and_stop(c)
-
-    same = assert_replicas_identical(replica_logs(c, topic, 0))
-    assert same.user_records() == survived
-    assert not {v for _, _, v in same.user_records()} & {v for _, _, v in tail}
+        same = assert_tail_truncated(
+            c, new_leader, topic, new_epoch, acked=acked, leak=leak, tail=tail, after=after
+        )
     assert b"to-the-zombie" not in {v for _, _, v in same.user_records()}
-    assert dict(same.epochs)[new_epoch] in (leak[0][0], tail[0][0])

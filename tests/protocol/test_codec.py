@@ -13,20 +13,20 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from quorumlog.replica.protocol import (
+from quorumlog.replica.protocol import ErrorCode
+from quorumlog.replica.protocol import messages as m
+from quorumlog.replica.protocol.codec import DecodeError, decode_body, encode
+from quorumlog.replica.protocol.framing import (
     DEFAULT_MAX_FRAME_BYTES,
     PREFIX,
-    DecodeError,
-    ErrorCode,
     FrameError,
-    decode_body,
     decode_frame,
-    encode,
     encode_frame,
     frame_length,
 )
-from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import messages as rm
+
+from tests.support.wire import read_frame, request_frame
 
 PROTOCOL_TYPES = [
     obj
@@ -86,11 +86,8 @@ def message_strategy(cls: type) -> st.SearchStrategy[Any]:
 
 
 def through_wire(message: Any, correlation_id: int = 7) -> Any:
-    body, payload = encode(message)
-    wire = b"".join(bytes(b) for b in encode_frame(3, 0, correlation_id, "cid", body, payload))
-    total, meta_len = frame_length(wire[: PREFIX.size])
-    assert total == len(wire) - 4
-    frame = decode_frame(wire[PREFIX.size :], meta_len)
+    wire = request_frame(3, message, correlation_id=correlation_id, client_id="cid", version=0)
+    frame = read_frame(wire)  # the prefix's length is the frame's
     assert (frame.api_key, frame.api_version, frame.correlation_id, frame.client_id) == (
         3,
         0,

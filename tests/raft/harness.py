@@ -1,19 +1,23 @@
 """A synchronous, lossless harness for unit tests: cores over in-memory logs, a message
-queue the test pumps, and the driver rules (persist before send, flush before fetch)."""
+queue the test pumps, and the driver rules (persist before send, flush before fetch);
+and single cores stepped by hand: a leader made in one step, fetches to it, its answers."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 
 from quorumlog.replica.raft import (
     ElectionState,
+    FetchRequest,
     FetchResponse,
     Message,
     Output,
     QuorumConfig,
     RaftReplica,
     Role,
+    VoteResponse,
 )
 
 from tests.sim.memlog import MemLog, client_batch
@@ -55,6 +59,75 @@ def leader_log(*epochs: tuple[int, int]) -> MemLog:
             uid += count - 1
     log.flush()
     return log
+
+
+def fetch(
+    src: int,
+    epoch: int,
+    offset: int,
+    last_epoch: int,
+    cluster: str = CLUSTER,
+    dst: int = 1,
+) -> FetchRequest:
+    return FetchRequest(
+        cluster_id=cluster,
+        replica_id=src,
+        dst=dst,
+        current_leader_epoch=epoch,
+        fetch_offset=offset,
+        last_fetched_epoch=last_epoch,
+        max_wait_ms=500,
+        max_bytes=1 << 20,
+        request_id=7,
+    )
+
+
+def answer(core: RaftReplica, req: FetchRequest, now: int = 0) -> FetchResponse:
+    out = core.handle(req, now)
+    (resp,) = [m for m in out.messages if isinstance(m, FetchResponse)]
+    assert resp.request_id == req.request_id and resp.fetch_offset == req.fetch_offset
+    return resp
+
+
+def new_leader(
+    log: MemLog | None = None,
+    epoch: int = 2,
+    voters: tuple[int, ...] = (1, 2, 3),
+    config: QuorumConfig | None = None,
+) -> RaftReplica:
+    """Node 1 restarted as a candidate that wins with one vote."""
+    kwargs = {"config": config} if config else {}
+    r = make_replica(1, voters=voters, log=log, persisted=ElectionState(epoch, None, 1), **kwargs)
+    for v in voters[1 : len(voters) // 2 + 1]:
+        r.handle(
+            VoteResponse(
+                cluster_id=CLUSTER,
+                src=v,
+                dst=1,
+                error=0,
+                leader_epoch=epoch,
+                leader_id=None,
+                vote_granted=True,
+                pre_vote=False,
+                candidate_epoch=epoch,
+            ),
+            0,
+        )
+    assert r.role is Role.LEADER
+    return r
+
+
+def leader_with_records(log: MemLog | None = None, epoch: int = 2) -> RaftReplica:
+    """``new_leader`` that appended client records [1, 2, 3] and flushed them."""
+    leader = new_leader(log, epoch=epoch)
+    leader.append(client_batch([1, 2, 3]), 0)
+    leader.log.flush()
+    leader.on_log_flushed(0)
+    return leader
+
+
+def catching_up_fetch(src: int, epoch: int, offset: int, last_epoch: int) -> FetchRequest:
+    return dataclasses.replace(fetch(src, epoch, offset, last_epoch), catching_up=True)
 
 
 class Cluster:
@@ -157,3 +230,15 @@ class Cluster:
         info, _, out = self.cores[leader].append(client_batch(ids), self.now)
         self.apply(leader, out)
         return info.last_offset
+
+
+def replicated_cluster(batches: int = 5) -> tuple[Cluster, int, int]:
+    """A 3-voter cluster that elected a leader and replicated ``batches`` two-record
+    batches; (cluster, leader, one of its followers)."""
+    c = Cluster()
+    leader = c.elect()
+    for i in range(batches):
+        c.produce([10 * i, 10 * i + 1])
+    c.advance(200)
+    follower = next(n for n in c.voters if n != leader)
+    return c, leader, follower

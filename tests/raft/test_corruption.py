@@ -14,49 +14,31 @@ from quorumlog.replica.raft import (
     VoteResponse,
 )
 
-from tests.raft.harness import CLUSTER, Cluster, leader_log, make_replica
-from tests.raft.test_replication import answer, fetch, new_leader
+from tests.raft.harness import (
+    CLUSTER,
+    answer,
+    catching_up_fetch,
+    fetch,
+    leader_log,
+    leader_with_records,
+    make_replica,
+    replicated_cluster,
+)
 from tests.sim.memlog import client_batch
 
 
-def catching_up_fetch(src: int, epoch: int, offset: int, last_epoch: int) -> FetchRequest:
-    return FetchRequest(
-        cluster_id=CLUSTER,
-        replica_id=src,
-        dst=1,
-        current_leader_epoch=epoch,
-        fetch_offset=offset,
-        last_fetched_epoch=last_epoch,
-        max_wait_ms=500,
-        max_bytes=1 << 20,
-        request_id=7,
-        catching_up=True,
-    )
-
-
 def test_a_catching_up_voter_does_not_count_towards_the_hwm() -> None:
-    leader = new_leader(epoch=2)
-    leader.append(client_batch([1, 2, 3]), 0)
-    leader.log.flush()
-    leader.on_log_flushed(0)
+    leader = leader_with_records()
     answer(leader, catching_up_fetch(2, 2, 4, 2))
     assert leader.high_watermark == 0
     assert 2 not in leader.begin_shutdown(0).messages[0].preferred_successors  # type: ignore[union-attr]
-    leader = new_leader(epoch=2)
-    leader.append(client_batch([1, 2, 3]), 0)
-    leader.log.flush()
-    leader.on_log_flushed(0)
+    leader = leader_with_records()
     answer(leader, fetch(2, 2, 4, 2))  # the same fetch, caught up: counts
     assert leader.high_watermark == 4
 
 
 def test_a_follower_that_finds_damage_cuts_its_log_and_fetches_again() -> None:
-    c = Cluster()
-    leader = c.elect()
-    for i in range(5):
-        c.produce([10 * i, 10 * i + 1])
-    c.advance(200)
-    follower = next(n for n in c.voters if n != leader)
+    c, leader, follower = replicated_cluster()
     log = c.logs[follower]
     old_end = log.end_offset
     assert old_end == log.durable_end_offset > 5
@@ -76,10 +58,7 @@ def test_a_follower_that_finds_damage_cuts_its_log_and_fetches_again() -> None:
 
 
 def test_a_leader_that_finds_damage_resigns_then_cuts_its_log() -> None:
-    leader = new_leader(leader_log((1, 5)), epoch=2)
-    leader.append(client_batch([1, 2, 3]), 0)
-    leader.log.flush()
-    leader.on_log_flushed(0)
+    leader = leader_with_records(leader_log((1, 5)))
     answer(leader, fetch(2, 2, 9, 2))
     assert leader.high_watermark == 9
     base = leader.log.damage(3)  # type: ignore[attr-defined]
@@ -136,12 +115,7 @@ def test_a_restarted_replica_still_catching_up_does_not_stand() -> None:
 def test_a_prospective_follower_that_finds_damage_finds_its_leader_again() -> None:
     """Cut off from the leader long enough to be prospective (it still names the leader),
     the follower finds damage: it must look for the leader, follow it and catch up."""
-    c = Cluster()
-    leader = c.elect()
-    for i in range(5):
-        c.produce([10 * i, 10 * i + 1])
-    c.advance(200)
-    follower = next(n for n in c.voters if n != leader)
+    c, leader, follower = replicated_cluster()
     core, log = c.cores[follower], c.logs[follower]
     old_end = log.end_offset
     c.advance(3000, drop=lambda m: follower in (m.src, m.dst) and leader in (m.src, m.dst))

@@ -11,9 +11,16 @@ from quorumlog.replica.raft import (
     VoteResponse,
 )
 
-from tests.raft.harness import CLUSTER, Cluster, leader_log
-from tests.raft.test_corruption import catching_up_fetch
-from tests.raft.test_replication import answer, fetch, new_leader
+from tests.raft.harness import (
+    CLUSTER,
+    Cluster,
+    answer,
+    catching_up_fetch,
+    fetch,
+    leader_log,
+    new_leader,
+    replicated_cluster,
+)
 from tests.sim.memlog import MemLog
 
 
@@ -27,13 +34,8 @@ def test_a_leader_tells_a_catching_up_fetcher_a_floor_covering_its_epoch_start()
 
 
 def test_a_replaced_replica_does_not_vote_until_caught_up_past_the_leaders_floor() -> None:
-    c = Cluster()
-    leader = c.elect()
-    for i in range(5):
-        c.produce([10 * i, 10 * i + 1])
-    c.advance(200)
+    c, leader, follower = replicated_cluster()
     hwm = c.cores[leader].high_watermark
-    follower = next(n for n in c.voters if n != leader)
     # Its disk is lost: an empty log and no quorum state, marked before anything else.
     c.crash(follower)
     c.logs[follower] = MemLog()
@@ -93,12 +95,8 @@ def test_a_replaced_replica_takes_a_floor_only_once_enough_voters_told_their_epo
     """With 3 voters, the leader alone cannot vouch that it is current (a stale leader of
     an old epoch would give a floor below records acknowledged in a later one): the
     replaced replica also needs the third voter's epoch."""
-    c = Cluster()
-    leader = c.elect()
-    for i in range(5):
-        c.produce([10 * i, 10 * i + 1])
-    c.advance(200)
-    replaced, other = (n for n in c.voters if n != leader)
+    c, leader, replaced = replicated_cluster()
+    other = next(n for n in c.voters if n not in (leader, replaced))
     c.crash(other)
     c.crash(replaced)
     c.logs[replaced] = MemLog()

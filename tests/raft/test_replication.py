@@ -3,6 +3,8 @@ force_leader, consumers/observers, flush-before-fetch and the fencing helper."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from quorumlog.replica.raft import (
     CONSUMER_REPLICA_ID,
@@ -13,71 +15,21 @@ from quorumlog.replica.raft import (
     FetchResponse,
     NotLeaderError,
     QuorumConfig,
-    RaftReplica,
     Role,
     VoteRequest,
-    VoteResponse,
 )
 
-from tests.raft.harness import CLUSTER, Cluster, leader_log, make_replica
-from tests.sim.memlog import MemLog, client_batch
-
-
-def fetch(
-    src: int,
-    epoch: int,
-    offset: int,
-    last_epoch: int,
-    cluster: str = CLUSTER,
-    dst: int = 1,
-) -> FetchRequest:
-    return FetchRequest(
-        cluster_id=cluster,
-        replica_id=src,
-        dst=dst,
-        current_leader_epoch=epoch,
-        fetch_offset=offset,
-        last_fetched_epoch=last_epoch,
-        max_wait_ms=500,
-        max_bytes=1 << 20,
-        request_id=7,
-    )
-
-
-def answer(core: RaftReplica, req: FetchRequest, now: int = 0) -> FetchResponse:
-    out = core.handle(req, now)
-    (resp,) = [m for m in out.messages if isinstance(m, FetchResponse)]
-    assert resp.request_id == req.request_id and resp.fetch_offset == req.fetch_offset
-    return resp
-
-
-def new_leader(
-    log: MemLog | None = None,
-    epoch: int = 2,
-    voters: tuple[int, ...] = (1, 2, 3),
-    config: QuorumConfig | None = None,
-) -> RaftReplica:
-    """Node 1 restarted as a candidate that wins with one vote."""
-    kwargs = {"config": config} if config else {}
-    r = make_replica(1, voters=voters, log=log, persisted=ElectionState(epoch, None, 1), **kwargs)
-    for v in voters[1 : len(voters) // 2 + 1]:
-        r.handle(
-            VoteResponse(
-                cluster_id=CLUSTER,
-                src=v,
-                dst=1,
-                error=0,
-                leader_epoch=epoch,
-                leader_id=None,
-                vote_granted=True,
-                pre_vote=False,
-                candidate_epoch=epoch,
-            ),
-            0,
-        )
-    assert r.role is Role.LEADER
-    return r
-
+from tests.raft.harness import (
+    CLUSTER,
+    Cluster,
+    answer,
+    fetch,
+    leader_log,
+    leader_with_records,
+    make_replica,
+    new_leader,
+)
+from tests.sim.memlog import client_batch
 
 # ---------------------------------------------------------------- fetch errors
 
@@ -274,21 +226,11 @@ def test_observers_never_count_and_hwm_never_goes_back() -> None:
 
 def test_a_fetch_without_a_replica_id_is_refused() -> None:
     """Consumers are served by the driver (tests/driver); the core serves replicas only."""
-    leader = new_leader(epoch=2)
-    leader.append(client_batch([1, 2, 3]), 0)
-    consumer = FetchRequest(
-        cluster_id=CLUSTER,
-        replica_id=CONSUMER_REPLICA_ID,
-        dst=1,
-        current_leader_epoch=2,
-        fetch_offset=0,
-        last_fetched_epoch=-1,
-        max_wait_ms=500,
-        max_bytes=1 << 20,
-    )
+    leader = leader_with_records()
+    consumer = dataclasses.replace(fetch(2, 2, 0, -1), replica_id=CONSUMER_REPLICA_ID)
     resp = answer(leader, consumer)
     assert resp.error == ErrorCode.INVALID_REQUEST and resp.records == b""
-    assert leader.describe(0).observers == []
+    assert leader.high_watermark == 0 and leader.describe(0).observers == []
 
 
 def test_empty_answer_is_parkable() -> None:

@@ -23,16 +23,9 @@ from quorumlog.replica.raft import (
 )
 from quorumlog.replica.storage import encode_batch
 
-from ..node.helpers import wait_until
-from .forge import (
-    METADATA_TOPIC,
-    connect,
-    log_text,
-    quorum_view,
-    send_raft,
-    sync,
-    wait_for_log,
-)
+from tests.support.cluster import ELECTION_BOUND_S
+from tests.support.forge import METADATA_TOPIC, connect, quorum_view, send_raft, sync
+from tests.support.waits import log_text, wait_for_log, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -52,7 +45,7 @@ def stable_view(cluster: LocalCluster) -> dict[tuple[int, str, int], tuple[int, 
         has_meta = any(k[1] == METADATA_TOPIC for k in view)
         return view if ok and has_meta and len(by_partition) == 3 else None
 
-    return wait_until(settled, "a settled quorum view")
+    return wait_until(settled, ELECTION_BOUND_S, "a settled quorum view")
 
 
 def pick_roles(view: dict[tuple[int, str, int], tuple[int, int]]) -> tuple[int, int, int, int]:
@@ -160,7 +153,7 @@ def forge_and_check(cluster: LocalCluster, as_node: int | None, claimed: int, re
             sync(conn)
         finally:
             conn.close()
-        wait_for_log(cluster, target, refusal)
+        wait_for_log(cluster, refusal, nodes=[target])
         closed.append((target, port, 2 * len(msgs)))
     # Nothing moved: the same leader and epoch everywhere, and a quorum produce still works
     # in that epoch (an EndQuorumEpoch, had it been applied, starts an election at once).
@@ -171,7 +164,7 @@ def forge_and_check(cluster: LocalCluster, as_node: int | None, claimed: int, re
     # One line when the first forged frame arrived, one with the count when it closed.
     for target, port, n in closed:
         summary = f"{port}) closed after {n} problems: {n} refused raft messages"
-        logs = wait_for_log(cluster, target, summary)
+        logs = wait_for_log(cluster, summary, nodes=[target])
         assert len([ln for ln in logs.splitlines() if f", {port})" in ln]) == 2, port
 
 

@@ -8,19 +8,20 @@ import pytest
 from quorumlog.connector.options import QuorumLogOptionError, parse_options
 from quorumlog.replica.node.cluster import LocalCluster
 
+from tests.support.spark import source
+
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 
+def as_reader(cluster: LocalCluster) -> dict[str, str]:
+    """The source options that read as principal "reader" over TLS."""
+    secret_file = str(cluster.secret_file("reader"))
+    return {"tlsCaFile": cluster.ca_file, "principal": "reader", "secretFile": secret_file}
+
+
 def test_batch_read_over_tls_with_auth(spark: Any, secure_cluster: LocalCluster) -> None:
-    df = (
-        spark.read.format("quorumlog")
-        .option("bootstrap", secure_cluster.bootstrap)
-        .option("topic", "granted")
-        .option("tlsCaFile", secure_cluster.ca_file)
-        .option("principal", "reader")
-        .option("secretFile", str(secure_cluster.secret_file("reader")))
-        .option("endingOffsets", "latest")
-        .load()
+    df = source(
+        spark, secure_cluster, "granted", endingOffsets="latest", **as_reader(secure_cluster)
     )
     values = [r.value for r in df.orderBy("offset").collect()]
     assert values[:3] == [b"a", b"b", b"c"]
@@ -30,15 +31,7 @@ def test_batch_read_over_tls_with_auth(spark: Any, secure_cluster: LocalCluster)
 
 
 def test_spark_read_without_grant_fails_clearly(spark: Any, secure_cluster: LocalCluster) -> None:
-    df = (
-        spark.read.format("quorumlog")
-        .option("bootstrap", secure_cluster.bootstrap)
-        .option("topic", "other")
-        .option("tlsCaFile", secure_cluster.ca_file)
-        .option("principal", "reader")
-        .option("secretFile", str(secure_cluster.secret_file("reader")))
-        .load()
-    )
+    df = source(spark, secure_cluster, "other", **as_reader(secure_cluster))
     with pytest.raises(Exception, match="AUTHORIZATION_FAILED"):
         df.collect()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,12 @@ from quorumlog.replica.client import (
 from quorumlog.replica.client.connection import Connection, ConnectionLost
 from quorumlog.replica.node.certs import CertificateAuthority
 from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.protocol import ApiKey, ErrorCode, encode, scram
+from quorumlog.replica.protocol import ApiKey, ErrorCode, scram
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.storage.records import encode_batch
+
+from tests.support.waits import wait_for_log, wait_until
+from tests.support.wire import request_frame
 
 pytestmark = pytest.mark.cluster
 
@@ -35,16 +37,6 @@ def assert_serving(cluster: LocalCluster) -> None:
     """The node still answers a well-behaved client after the failure."""
     with client(cluster) as c:
         assert "granted" in c.metadata()
-
-
-def wait_for_log(cluster: LocalCluster, text: str, timeout_s: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        logs = "\n".join(cluster.log_path(n).read_text(errors="replace") for n in cluster.procs)
-        if text in logs:
-            return logs
-        time.sleep(0.05)
-    raise AssertionError(f"no node logged {text!r} within {timeout_s}s")
 
 
 def first_port(cluster: LocalCluster) -> tuple[str, int]:
@@ -102,8 +94,8 @@ def test_bad_server_certificate_is_refused(bad: str, tmp_path: Path) -> None:
         cluster.start_node(1)
         sec = cluster.client_security()
         reason = "expired" if bad == "expired" else "self-signed|self signed"
-        deadline = time.monotonic() + 15
-        while True:
+
+        def refused() -> TlsError | None:
             try:
                 Connection(
                     cluster.host,
@@ -113,14 +105,14 @@ def test_bad_server_certificate_is_refused(bad: str, tmp_path: Path) -> None:
                     ssl_context=sec.ssl_context() if sec else None,
                 )
             except TlsError as exc:
-                assert str(cluster.ports[1]) in str(exc)
-                assert any(r in str(exc) for r in reason.split("|")), exc
-                break
+                return exc
             except ConnectionLost:
-                assert time.monotonic() < deadline, "node did not start"
-                time.sleep(0.05)
-                continue
+                return None  # not listening yet
             raise AssertionError("a bad server certificate was accepted")
+
+        exc = wait_until(refused, 15, "the node to start and refuse the handshake")
+        assert str(cluster.ports[1]) in str(exc)
+        assert any(r in str(exc) for r in reason.split("|")), exc
         assert cluster.is_running(1)
     finally:
         cluster.stop()
@@ -281,15 +273,7 @@ def test_only_nodes_may_send_raft(secure_cluster: LocalCluster, principal: str) 
         credentials=sec.credentials(),
     )
     env = m.RaftEnvelope(topic="granted", partition=0, kind="VoteRequest", body=[], records=b"")
-    body, _ = encode(env)
-    conn._sock.sendall(
-        b"".join(
-            bytes(b)
-            for b in __import__(
-                "quorumlog.replica.protocol", fromlist=["encode_frame"]
-            ).encode_frame(int(ApiKey.RAFT), 0, 0, "raft", body)
-        )
-    )
+    conn._sock.sendall(request_frame(ApiKey.RAFT, env, client_id="raft"))
     wait_for_log(secure_cluster, f"denied RAFT to principal '{principal}'")
     # The connection and the node keep serving.
     assert (

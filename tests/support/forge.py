@@ -3,13 +3,13 @@ connection, or on a connection authenticated with some node's credentials."""
 
 from __future__ import annotations
 
-import time
-
 from quorumlog.replica.client.connection import Connection
 from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.protocol import API_VERSION, ApiKey, encode, encode_frame
+from quorumlog.replica.protocol import ApiKey
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import Message
+
+from .wire import raft_frame
 
 METADATA_TOPIC = "__cluster_metadata"
 
@@ -28,19 +28,6 @@ def connect(cluster: LocalCluster, node: int, *, as_node: int | None = None) -> 
         timeout_s=10,
         ssl_context=sec.ssl_context() if sec is not None else None,
         credentials=creds,
-    )
-
-
-def raft_frame(topic: str, partition: int, msg: Message) -> bytes:
-    """One RAFT frame as a node's PeerLink would send it (see Node._send_raw)."""
-    body, payload = encode(msg)
-    env, _ = encode(
-        m.RaftEnvelope(
-            topic=topic, partition=partition, kind=type(msg).__name__, body=body, records=b""
-        )
-    )
-    return b"".join(
-        bytes(b) for b in encode_frame(int(ApiKey.RAFT), API_VERSION, 0, "x", env, payload)
     )
 
 
@@ -78,18 +65,3 @@ def quorum_view(cluster: LocalCluster, topic: str) -> dict[tuple[int, str, int],
         finally:
             conn.close()
     return out
-
-
-def log_text(cluster: LocalCluster, node: int) -> str:
-    return cluster.log_path(node).read_text(errors="replace")
-
-
-def wait_for_log(cluster: LocalCluster, node: int, text: str, timeout_s: float = 10.0) -> str:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        logs = log_text(cluster, node)
-        if text in logs:
-            return logs
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"node {node} did not log {text!r} within {timeout_s}s")
-        time.sleep(0.05)

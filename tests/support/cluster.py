@@ -1,23 +1,26 @@
-"""Helpers for node tests: bounded waits, direct per-node requests (no metadata fan-out, so
-a SIGSTOPped node never stalls a check), reading partitions back through the client and
-from a stopped node's partition directory."""
+"""Real node processes (``LocalCluster``) for tests: the module-scoped cluster fixture,
+direct per-node requests (no metadata fan-out, so a SIGSTOPped node never stalls a
+check), leaders found by asking the nodes, producing straight to a node, reading
+partitions back through the client and from a stopped node's partition directory."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
+import shutil
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from quorumlog.replica import defaults
 from quorumlog.replica.client import Client
-from quorumlog.replica.client.connection import Connection, ConnectionLost
-from quorumlog.replica.client.errors import QuorumLogError
+from quorumlog.replica.client.connection import Connection
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.protocol import ApiKey
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.storage import Log, batches_to_table, encode_batch
+
+from .waits import TRANSIENT, wait_until
 
 T = TypeVar("T")
 
@@ -29,30 +32,15 @@ ELECTION_BOUND_S = 20.0
 Record = tuple[int, int, bytes | None]  # (offset, leader epoch, value)
 
 
-def wait_until(
-    cond: Callable[[], T | None],
-    what: str,
-    timeout_s: float = ELECTION_BOUND_S,
-    interval_s: float = 0.02,
-) -> T:
-    """Poll ``cond`` until it returns a truthy value (returned); bounded in time and count.
-    Exceptions from ``cond`` count as "not yet" and are shown if the wait times out."""
-    deadline = time.monotonic() + timeout_s
-    max_polls = int(timeout_s / interval_s) + 100
-    last_exc: BaseException | None = None
-    for _ in range(max_polls):
-        try:
-            value = cond()
-            if value:
-                return value
-        except (QuorumLogError, OSError, TimeoutError) as exc:
-            last_exc = exc
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(interval_s)
-    raise AssertionError(
-        f"timed out after {timeout_s}s waiting for {what} (last error: {last_exc})"
-    )
+@pytest.fixture(scope="module")
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalCluster]:
+    """One 3-node cluster per test module; each test uses its own topic(s). Tests that
+    inject faults leave every node running again when they finish."""
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    with LocalCluster(3, tmp_path_factory.mktemp(name)) as c:
+        yield c
 
 
 def node_request(
@@ -111,15 +99,21 @@ def find_leader(
         for n in nodes:
             try:
                 p = local_view(cluster, n, topic, partition, timeout_s=0.5)
-            except (ConnectionLost, QuorumLogError, OSError):
+            except TRANSIENT:
                 continue
             if p is not None and p.is_local_leader and p.leader_epoch >= min_epoch:
                 return n, p.leader_epoch
         return None
 
     return wait_until(
-        probe, f"a leader of {topic}/{partition} among {nodes}", timeout_s, interval_s
+        probe, timeout_s, f"a leader of {topic}/{partition} among {nodes}", interval=interval_s
     )
+
+
+def create_and_find_leader(cluster: LocalCluster, topic: str) -> tuple[int, int]:
+    """A new one-partition topic; (leader, epoch) of its partition, as the leader says."""
+    cluster.create_topic(topic, 1)
+    return find_leader(cluster, topic, 0, [cluster.leader_of(topic, 0)])
 
 
 def produce_to(
@@ -142,6 +136,66 @@ def produce_to(
     )
     return node_request(
         cluster, node, ApiKey.PRODUCE, req, m.ProduceResponse, timeout_s=timeout_ms / 1000 + 5
+    )
+
+
+def produce_batches(
+    cluster: LocalCluster, topic: str, batches: int, size: int, tag: str
+) -> list[Record]:
+    """``batches`` batches of ``size`` records ``{tag}-{batch}-{i}`` to partition 0 through
+    the cluster's client (acks=quorum, routed to the leader); what was acknowledged."""
+    acked: list[Record] = []
+    for b in range(batches):
+        values = [f"{tag}-{b}-{i}".encode() for i in range(size)]
+        res = cluster.produce(topic, 0, values)
+        acked.extend((o, e, v) for (o, e), v in zip(res, values, strict=True))
+    return acked
+
+
+def produce_direct(
+    cluster: LocalCluster,
+    node: int,
+    topic: str,
+    batches: int,
+    size: int,
+    tag: str,
+    *,
+    acks: int = m.ACKS_QUORUM,
+    epoch: int | None = None,
+    timeout_ms: int = 10000,
+) -> list[Record]:
+    """As ``produce_batches``, but each batch straight to ``node`` (``produce_to``); each
+    must succeed, in leader epoch ``epoch`` if given."""
+    out: list[Record] = []
+    for b in range(batches):
+        values = [f"{tag}-{b}-{i}".encode() for i in range(size)]
+        r = produce_to(cluster, node, topic, 0, values, acks=acks, timeout_ms=timeout_ms)
+        assert r.error == 0, r
+        assert epoch is None or r.leader_epoch == epoch, (r, epoch)
+        out.extend((r.base_offset + i, r.leader_epoch, v) for i, v in enumerate(values))
+    return out
+
+
+def uncommitted_tail(
+    cluster: LocalCluster, leader: int, topic: str, epoch: int
+) -> tuple[list[Record], list[Record]]:
+    """Pause every follower of ``leader`` and append acks=leader batches it alone holds:
+    (leak, tail). A follower's fetch parked at the leader is answered with the first batch
+    appended now, into the stopped follower's socket buffer: that batch (``leak``) may
+    still be replicated and committed by the next leader. The ``tail`` cannot be."""
+    for f in cluster.ports:
+        if f != leader:
+            cluster.pause(f)
+    leak = produce_direct(cluster, leader, topic, 1, 10, "leak", acks=m.ACKS_LEADER, epoch=epoch)
+    tail = produce_direct(cluster, leader, topic, 3, 10, "tail", acks=m.ACKS_LEADER, epoch=epoch)
+    return leak, tail
+
+
+def wait_hwm(cluster: LocalCluster, topic: str, offset: int) -> None:
+    wait_until(
+        lambda: cluster.client.list_offsets(topic, 0, "latest").offset >= offset,
+        ELECTION_BOUND_S,
+        f"{topic}/0 high watermark >= {offset}",
     )
 
 
@@ -257,14 +311,12 @@ def wait_caught_up(
         ends = {v.replica_id: v.end_offset for v in d.voters}
         return all(ends.get(n, -1) == ends.get(leader) for n in want)
 
-    wait_until(caught_up, f"replicas {want} caught up with leader {leader}", timeout_s)
+    wait_until(caught_up, timeout_s, f"replicas {want} caught up with leader {leader}")
 
 
 def copy_log_dir(cluster: LocalCluster, node: int, topic: str, partition: int, dest: Path) -> Path:
     """A copy of a (dead) node's partition directory, to read without touching the original
     (opening a Log recovers and closes it cleanly, which would hide an unclean restart)."""
-    import shutil
-
     target = dest / f"copy-node-{node}-{topic}-{partition}"
     shutil.copytree(cluster.node_dir(node) / f"{topic}-{partition}", target)
     return target
@@ -284,3 +336,31 @@ def assert_replicas_identical(logs: dict[int, LogContents]) -> LogContents:
             assert a == b, f"node {first_node} has {a}, node {n} has {b}"
         assert other.epochs == first.epochs, (first_node, first.epochs, n, other.epochs)
     return first
+
+
+def assert_tail_truncated(
+    cluster: LocalCluster,
+    new_leader: int,
+    topic: str,
+    new_epoch: int,
+    *,
+    acked: list[Record],
+    leak: list[Record],
+    tail: list[Record],
+    after: list[Record],
+) -> LogContents:
+    """After an ``uncommitted_tail`` and a new leader that wrote ``after`` over its offsets:
+    every replica catches up, the log reads ``acked`` (+ ``leak`` if it was replicated) +
+    ``after``; then the cluster is frozen and every replica's files hold exactly that, no
+    record of the tail, and the new epoch starts where the old leader's log diverged.
+    Returns the replicas' common contents."""
+    wait_caught_up(cluster, new_leader, topic, 0, cluster.ports)
+    wait_hwm(cluster, topic, after[-1][0] + 1)
+    survived = read_all(cluster.client, topic, 0)
+    assert survived in (acked + after, acked + leak + after)
+    freeze_and_stop(cluster)
+    same = assert_replicas_identical(replica_logs(cluster, topic, 0))
+    assert same.user_records() == survived
+    assert not {v for _, _, v in same.user_records()} & {v for _, _, v in tail}
+    assert dict(same.epochs)[new_epoch] in (leak[0][0], tail[0][0])
+    return same

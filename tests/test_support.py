@@ -1,0 +1,77 @@
+"""The shared test helpers (tests/support) keep their promises: waits are bounded and
+return what they waited for, retries stop at their deadline, hand-made frames read back."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from quorumlog.replica.client.errors import QuorumLogError
+from quorumlog.replica.protocol import FrameError
+from quorumlog.replica.protocol import messages as m
+
+from tests.support.waits import retry, wait_until
+from tests.support.wire import read_frame, request_frame
+
+
+def test_wait_until_is_bounded() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(AssertionError, match="never"):
+        wait_until(lambda: False, 0.1, "never")
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_wait_until_returns_the_value_and_shows_the_last_transient_error() -> None:
+    calls: list[int] = []
+
+    def third_time() -> str | None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise QuorumLogError("electing")
+        return "ready" if len(calls) >= 3 else None
+
+    assert wait_until(third_time, 5, "the third call", interval=0.001) == "ready"
+
+    def failing() -> None:
+        raise OSError("refused")
+
+    with pytest.raises(AssertionError, match=r"a node \(last error: refused\)"):
+        wait_until(failing, 0.05, "a node", interval=0.001)
+
+
+def test_wait_until_lets_other_errors_through() -> None:
+    def broken() -> None:
+        raise KeyError("a bug, not a transient state")
+
+    with pytest.raises(KeyError):
+        wait_until(broken, 5, "never")
+
+
+def test_retry_retries_transient_errors_until_its_deadline() -> None:
+    attempts: list[int] = []
+
+    def flaky() -> int:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise QuorumLogError("not leader")
+        return 7
+
+    assert retry(flaky, 5, interval=0.001) == 7 and len(attempts) == 3
+
+    def down() -> int:
+        raise ConnectionRefusedError("down")
+
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionRefusedError):
+        retry(down, 0.05, interval=0.001)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_a_frame_made_by_hand_reads_back_and_a_cut_one_does_not() -> None:
+    wire = request_frame(m.ApiKey.METADATA, m.MetadataRequest(topics=["t"]), correlation_id=9)
+    frame = read_frame(wire)
+    assert (frame.api_key, frame.correlation_id, frame.client_id) == (m.ApiKey.METADATA, 9, "test")
+    with pytest.raises(FrameError):
+        read_frame(wire[:-1])
+    with pytest.raises(FrameError):
+        read_frame(wire + b"\x00")
