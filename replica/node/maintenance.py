@@ -73,16 +73,17 @@ class Maintenance:
             found = lg.scrub(budget)
             budget -= lg.scrubbed_bytes - before
             if found is not None:
+                # Cut first, then say so: whoever reads the line finds the log cut and marked.
+                self.execute(self.driver.on_corruption(key, found.offset, self.now_ms()))
                 log.error(
                     "%s/%d: corrupt batch at offset %d in %s (position %d), found by the "
-                    "scrub: %s; cutting the log there and re-fetching from the leader",
+                    "scrub: %s; the log was cut there and re-fetches from the leader",
                     *key,
                     found.offset,
                     found.path,
                     found.position,
                     found.reason,
                 )
-                self.execute(self.driver.on_corruption(key, found.offset, self.now_ms()))
             elif lg.scrub_passes == passes and budget <= 0:
                 return  # this replica continues next time
             self._scrub_next += 1

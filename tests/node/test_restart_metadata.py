@@ -33,7 +33,11 @@ def test_restarted_node_knows_topics_while_the_others_are_unreachable(tmp_path: 
             c.start_node(victim)
             resp = wait_until(
                 lambda: node_request(
-                    c, victim, ApiKey.METADATA, m.MetadataRequest(["known"]), m.MetadataResponse
+                    c,
+                    victim,
+                    ApiKey.METADATA,
+                    m.MetadataRequest(topics=["known"]),
+                    m.MetadataResponse,
                 ),
                 30,
                 "the restarted node to answer",
