@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..raft import UNCLEAN_EPOCH_GAP, ElectionState, Message, QuorumConfig, RaftReplica
+from . import queries
 from .errors import error_response
 from .partition import Limits, PartitionDriver, ServedLog
 from .ready import PartitionKey, Ready
@@ -139,11 +140,11 @@ class Driver:
         elif isinstance(req, m.FetchRequest):
             p.fetch(token, req, now, ready)
         elif isinstance(req, m.ListOffsetsRequest):
-            p.list_offsets(token, req, now, ready)
+            queries.list_offsets(p, token, req, now, ready)
         elif isinstance(req, m.OffsetsForLeaderEpochRequest):
-            p.offsets_for_leader_epoch(token, req, ready)
+            queries.offsets_for_leader_epoch(p, token, req, ready)
         elif isinstance(req, m.DescribeQuorumRequest):
-            p.describe(token, now, ready)
+            queries.describe(p, token, now, ready)
         else:
             self._force_leader(token, p, req, now, ready)
         return ready

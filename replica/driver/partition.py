@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..constants import UNKNOWN, or_unknown
+from ..constants import or_unknown
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..raft import (
@@ -23,7 +23,6 @@ from ..raft import (
     RaftReplica,
 )
 from ..raft.log import ReplicaLog
-from ..raft.state import ReplicaProgress
 from ..storage.errors import StorageError
 from .errors import error_response
 from .ready import PartitionKey, Ready
@@ -337,72 +336,6 @@ class PartitionDriver:
                 self.consumers.append(w)
             else:
                 ready.answers.append((w.token, resp or self._fetched(ErrorCode.NONE, "")))
-
-    def list_offsets(self, token: int, req: m.ListOffsetsRequest, now: int, ready: Ready) -> None:
-        core, lg = self.core, self.log
-
-        def answer(code: ErrorCode, text: str, offset: int = UNKNOWN, ts: int = UNKNOWN) -> None:
-            epoch = lg.epoch_at(offset - 1) if offset > lg.start_offset else UNKNOWN
-            resp = m.ListOffsetsResponse(
-                error=int(code), error_message=text, offset=offset, leader_epoch=epoch, timestamp=ts
-            )
-            ready.answers.append((token, resp))
-
-        code = core.check_leader_epoch(req.current_leader_epoch)
-        if code != ErrorCode.NONE:
-            answer(code, f"leader epoch {req.current_leader_epoch} vs {core.epoch}")
-        elif req.timestamp == m.LATEST_TIMESTAMP:
-            answer(ErrorCode.NONE, "", core.high_watermark)
-        elif req.timestamp == m.EARLIEST_TIMESTAMP:
-            answer(ErrorCode.NONE, "", lg.start_offset)
-        else:
-            try:
-                offset, ts = lg.offset_for_timestamp(req.timestamp, core.high_watermark)
-            except CorruptDataError as exc:
-                self.on_corruption(exc.offset, now, ready)
-                answer(ErrorCode.NOT_LEADER, f"damaged data at offset {exc.offset}")
-                return
-            answer(ErrorCode.NONE, "", offset, ts)
-
-    def offsets_for_leader_epoch(
-        self, token: int, req: m.OffsetsForLeaderEpochRequest, ready: Ready
-    ) -> None:
-        code = self.core.check_leader_epoch(req.current_leader_epoch)
-        if code != ErrorCode.NONE:
-            text = f"leader epoch {req.current_leader_epoch} vs {self.core.epoch}"
-            resp = error_response(type(req), code, text)
-        else:
-            found = self.log.end_offset_for(req.leader_epoch)
-            resp = m.OffsetsForLeaderEpochResponse(
-                error=0, error_message="", leader_epoch=found.epoch, end_offset=found.end_offset
-            )
-        ready.answers.append((token, resp))
-
-    def describe(self, token: int, now: int, ready: Ready) -> None:
-        core = self.core
-        if not core.is_leader:
-            resp = error_response(m.DescribeQuorumRequest, ErrorCode.NOT_LEADER, "not the leader")
-        else:
-            d = core.describe(now)
-
-            def row(p: ReplicaProgress) -> m.ReplicaStateInfo:
-                return m.ReplicaStateInfo(
-                    replica_id=p.replica_id,
-                    end_offset=p.end_offset,
-                    last_fetch_ms=now - p.last_fetch_ms if p.last_fetch_ms >= 0 else UNKNOWN,
-                    lag=p.lag,
-                )
-
-            resp = m.DescribeQuorumResponse(
-                error=0,
-                error_message="",
-                leader_id=or_unknown(d.leader_id),
-                leader_epoch=d.leader_epoch,
-                high_watermark=d.high_watermark,
-                voters=[row(p) for p in d.voters],
-                observers=[row(p) for p in d.observers],
-            )
-        ready.answers.append((token, resp))
 
     # ------------------------------------------------------------------ lifecycle
     def tick(self, now: int, ready: Ready) -> None:
