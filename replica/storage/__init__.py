@@ -6,16 +6,9 @@ the leaf modules ``replica.constants`` and ``replica.defaults``).
 decode): the client, the producer, the Kafka codec and the connector import it from
 here, and the raft core treats batches as opaque bytes."""
 
-from . import records, types
+from . import errors, records, types
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
-from .errors import (
-    CorruptCheckpointError,
-    CorruptDataError,
-    CorruptLogError,
-    CorruptRecordError,
-    OffsetOutOfRangeError,
-    StorageError,
-)
+from .errors import *  # noqa: F403 (every storage error)
 from .log import CLEAN_SHUTDOWN_FILE, Log, LogConfig
 from .quorum_state import QUORUM_STATE_FILE, QuorumState, QuorumStateStore
 from .records import *  # noqa: F403 (the record-batch format, re-exported whole)
@@ -24,18 +17,13 @@ from .types import *  # noqa: F403 (the value types the raft core shares)
 __all__ = [
     *records.__all__,
     *types.__all__,
+    *errors.__all__,
     "CHECKPOINT_FILE",
     "CLEAN_SHUTDOWN_FILE",
     "QUORUM_STATE_FILE",
-    "CorruptCheckpointError",
-    "CorruptDataError",
-    "CorruptLogError",
-    "CorruptRecordError",
     "LeaderEpochCache",
     "Log",
     "LogConfig",
-    "OffsetOutOfRangeError",
     "QuorumState",
     "QuorumStateStore",
-    "StorageError",
 ]
