@@ -1059,41 +1059,33 @@ class RaftReplica:
 
     # ------------------------------------------------------------------ fetch
 
-    def _fetch_answer(
-        self,
-        req: FetchRequest,
-        error: ErrorCode,
-        diverging: tuple[int, int] | None = None,
-        records: bytes = b"",
-        catch_up_floor: int = UNKNOWN,
-    ) -> FetchResponse:
+    def _fetch_error(self, req: FetchRequest, error: ErrorCode) -> FetchResponse:
         return self._answer(
             FetchResponse,
             req.replica_id,
             error,
             high_watermark=self._high_watermark,
             log_start_offset=self.log.start_offset,
-            diverging_epoch=diverging,
-            records=records,
+            diverging_epoch=None,
+            records=b"",
             fetch_offset=req.fetch_offset,
             request_id=req.request_id,
-            catch_up_floor=catch_up_floor,
         )
 
     def _on_fetch_request(self, req: FetchRequest, now_ms: int, out: Output) -> FetchResponse:
         if req.cluster_id != self.cluster_id:
-            return self._fetch_answer(req, ErrorCode.INVALID_CLUSTER_ID)
+            return self._fetch_error(req, ErrorCode.INVALID_CLUSTER_ID)
         is_replica = req.replica_id != CONSUMER_REPLICA_ID
         if is_replica or req.current_leader_epoch != UNKNOWN:
             if req.current_leader_epoch < self._epoch:
-                return self._fetch_answer(req, ErrorCode.FENCED_LEADER_EPOCH)
+                return self._fetch_error(req, ErrorCode.FENCED_LEADER_EPOCH)
             if req.current_leader_epoch > self._epoch:
-                return self._fetch_answer(req, ErrorCode.UNKNOWN_LEADER_EPOCH)
+                return self._fetch_error(req, ErrorCode.UNKNOWN_LEADER_EPOCH)
         st = self._state
         if not isinstance(st, LeaderState):
-            return self._fetch_answer(req, ErrorCode.NOT_LEADER)
+            return self._fetch_error(req, ErrorCode.NOT_LEADER)
         if req.fetch_offset < self.log.start_offset or req.fetch_offset < 0:
-            return self._fetch_answer(req, ErrorCode.OFFSET_OUT_OF_RANGE)
+            return self._fetch_error(req, ErrorCode.OFFSET_OUT_OF_RANGE)
 
         is_voter = req.replica_id in st.progress
         if is_voter:
@@ -1128,13 +1120,23 @@ class RaftReplica:
                     records = self.log.read(req.fetch_offset, req.max_bytes, max_offset)
                 except CorruptDataError as exc:
                     self._repair(exc.offset, now_ms, out)
-                    return self._fetch_answer(req, ErrorCode.NOT_LEADER)
-        return self._fetch_answer(
-            req,
-            ErrorCode.NONE,
-            diverging,
-            records,
-            max(self._high_watermark, st.epoch_start_offset) if req.catching_up else UNKNOWN,
+                    return self._fetch_error(req, ErrorCode.NOT_LEADER)
+        return FetchResponse(
+            cluster_id=self.cluster_id,
+            src=self.node_id,
+            dst=req.replica_id,
+            error=int(ErrorCode.NONE),
+            leader_id=self.node_id,
+            leader_epoch=self._epoch,
+            high_watermark=self._high_watermark,
+            log_start_offset=self.log.start_offset,
+            diverging_epoch=diverging,
+            records=records,
+            fetch_offset=req.fetch_offset,
+            request_id=req.request_id,
+            catch_up_floor=max(self._high_watermark, st.epoch_start_offset)
+            if req.catching_up
+            else UNKNOWN,
         )
 
     def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
