@@ -304,50 +304,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", required=True)
     p.add_argument("--cluster-id", required=True)
     p.add_argument("--log-level", default="INFO")
-    p.add_argument(
-        "--election-timeout-ms",
-        type=int,
-        default=defaults.QUORUM_ELECTION_TIMEOUT_MS,
-        help="quorum.election.timeout.ms (default %(default)s)",
-    )
-    p.add_argument(
-        "--fetch-timeout-ms",
-        type=int,
-        default=defaults.QUORUM_FETCH_TIMEOUT_MS,
-        help="quorum.fetch.timeout.ms (default %(default)s)",
-    )
-    p.add_argument(
-        "--segment-bytes",
-        type=int,
-        default=defaults.SEGMENT_BYTES,
-        help="segment.bytes (default %(default)s)",
-    )
-    p.add_argument(
-        "--retention-bytes",
-        type=int,
-        default=defaults.RETENTION_BYTES,
-        help="retention.bytes per partition (default: unlimited)",
-    )
-    p.add_argument(
-        "--retention-ms",
-        type=int,
-        default=defaults.RETENTION_MS,
-        help="retention.ms (default: unlimited)",
-    )
-    p.add_argument(
-        "--max-message-bytes",
-        type=int,
-        default=defaults.MAX_MESSAGE_BYTES,
-        help="max.message.bytes for topics that set none: the largest record batch a "
-        "produce may carry (default %(default)s)",
-    )
-    p.add_argument(
-        "--scrub-bytes-per-second",
-        type=int,
-        default=defaults.SCRUB_BYTES_PER_SECOND,
-        help="background CRC check of sealed segments, bytes per second for the node "
-        "(default %(default)s; 0 = off); damage found is repaired from the leader",
-    )
+    # The node's integer knobs: (flag, shipped default, what it is).
+    for flag, default, what in (
+        (
+            "--election-timeout-ms",
+            defaults.QUORUM_ELECTION_TIMEOUT_MS,
+            "quorum.election.timeout.ms",
+        ),
+        ("--fetch-timeout-ms", defaults.QUORUM_FETCH_TIMEOUT_MS, "quorum.fetch.timeout.ms"),
+        ("--segment-bytes", defaults.SEGMENT_BYTES, "segment.bytes"),
+        ("--retention-bytes", defaults.RETENTION_BYTES, "retention.bytes per partition"),
+        ("--retention-ms", defaults.RETENTION_MS, "retention.ms"),
+        (
+            "--max-message-bytes",
+            defaults.MAX_MESSAGE_BYTES,
+            "max.message.bytes for topics that set none: the largest record batch a "
+            "produce may carry",
+        ),
+        (
+            "--scrub-bytes-per-second",
+            defaults.SCRUB_BYTES_PER_SECOND,
+            "background CRC check of sealed segments, bytes per second for the node "
+            "(0 = off); damage found is repaired from the leader",
+        ),
+    ):
+        shown = "unlimited" if default is None else "%(default)s"
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {shown})")
     p.add_argument(
         "--peer-address",
         action="append",

@@ -67,6 +67,11 @@ DEFAULT_ATTEMPT_TIMEOUT_MS = defaults.ATTEMPT_TIMEOUT_MS
 _SERVER_WAIT_SHARE = 0.8
 
 
+def _server_wait_ms(attempt_s: float) -> int:
+    """How long a node may wait inside an attempt of ``attempt_s`` seconds."""
+    return int(attempt_s * 1000 * _SERVER_WAIT_SHARE)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionMetadata:
     topic: str
@@ -666,12 +671,11 @@ class Client:
             # out of _leader_call at once, as no retry can make the batch fit.
             check_batch_size(topic, partition, records, pm.max_message_bytes)
             sent += 1
-            quorum_wait_ms = max(1, int(attempt_s * 1000 * _SERVER_WAIT_SHARE))
             return m.ProduceRequest(
                 topic=topic,
                 partition=partition,
                 acks=acks,
-                timeout_ms=quorum_wait_ms,
+                timeout_ms=max(1, _server_wait_ms(attempt_s)),
                 records=records,
             )
 
@@ -716,7 +720,7 @@ class Client:
 
         def request(pm: PartitionMetadata, attempt_s: float) -> m.FetchRequest:
             left_ms = int((wait_until - time.monotonic()) * 1000)
-            poll_ms = max(0, min(left_ms, int(attempt_s * 1000 * _SERVER_WAIT_SHARE)))
+            poll_ms = max(0, min(left_ms, _server_wait_ms(attempt_s)))
             return m.FetchRequest(
                 topic=topic,
                 partition=partition,

@@ -1,12 +1,36 @@
-"""Typed client exceptions; each carries the error code and the facts in its message."""
+"""Typed client exceptions; each carries the error code and the facts in its message.
+
+A class names the code it stands for in its header (``code=``, plus ``also=`` for codes
+that mean the same to a client; ``local=True`` for errors the client raises itself and
+no answer maps to); ``error_for`` maps an answer's code to its class from those headers,
+so the code of a class is written once.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..protocol.errors import ErrorCode
+
+_BY_CODE: dict[ErrorCode, type[QuorumLogError]] = {}
 
 
 class QuorumLogError(Exception):
     error_code: ErrorCode = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init_subclass__(
+        cls,
+        code: ErrorCode | None = None,
+        also: tuple[ErrorCode, ...] = (),
+        local: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.error_code = code
+            if not local:
+                for c in (code, *also):
+                    _BY_CODE[c] = cls
 
     def __init__(self, message: str, error_code: ErrorCode | None = None) -> None:
         super().__init__(message)
@@ -14,86 +38,72 @@ class QuorumLogError(Exception):
             self.error_code = error_code
 
 
-class NotLeaderError(QuorumLogError):
-    error_code = ErrorCode.NOT_LEADER
+class NotLeaderError(
+    QuorumLogError, code=ErrorCode.NOT_LEADER, also=(ErrorCode.NOT_QUORUM_LEADER,)
+):
+    """The node asked does not lead the partition: refresh metadata, retry at the leader."""
 
 
-class LeaderNotAvailableError(QuorumLogError):
-    error_code = ErrorCode.LEADER_NOT_AVAILABLE
+class LeaderNotAvailableError(QuorumLogError, code=ErrorCode.LEADER_NOT_AVAILABLE):
+    """The partition has no leader right now (an election is running): retry."""
 
 
-class FencedLeaderEpochError(QuorumLogError):
-    error_code = ErrorCode.FENCED_LEADER_EPOCH
+class FencedLeaderEpochError(QuorumLogError, code=ErrorCode.FENCED_LEADER_EPOCH):
+    """The request's leader epoch is older than the leader's (KIP-320): refresh, revalidate."""
 
 
-class UnknownLeaderEpochError(QuorumLogError):
-    error_code = ErrorCode.UNKNOWN_LEADER_EPOCH
+class UnknownLeaderEpochError(QuorumLogError, code=ErrorCode.UNKNOWN_LEADER_EPOCH):
+    """The request's leader epoch is newer than the node knows (KIP-320): retry."""
 
 
-class OffsetOutOfRangeError(QuorumLogError):
-    error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+class OffsetOutOfRangeError(QuorumLogError, code=ErrorCode.OFFSET_OUT_OF_RANGE):
+    """The offset is below the log start or above the log end."""
 
 
-class UnknownTopicError(QuorumLogError):
-    error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+class UnknownTopicError(QuorumLogError, code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+    """No such topic or partition."""
 
 
-class TopicExistsError(QuorumLogError):
-    error_code = ErrorCode.TOPIC_ALREADY_EXISTS
+class TopicExistsError(QuorumLogError, code=ErrorCode.TOPIC_ALREADY_EXISTS):
+    """CreateTopic of a name that is taken."""
 
 
-class BootstrapUnreachableError(QuorumLogError):
-    error_code = ErrorCode.NETWORK_EXCEPTION
+class BootstrapUnreachableError(QuorumLogError, code=ErrorCode.NETWORK_EXCEPTION, local=True):
+    """No bootstrap address answered."""
 
 
-class RequestTimeoutError(QuorumLogError):
-    error_code = ErrorCode.REQUEST_TIMED_OUT
+class RequestTimeoutError(QuorumLogError, code=ErrorCode.REQUEST_TIMED_OUT):
+    """A call did not finish within its request timeout, retries included."""
 
 
-class InvalidRequestError(QuorumLogError):
-    error_code = ErrorCode.INVALID_REQUEST
+class InvalidRequestError(QuorumLogError, code=ErrorCode.INVALID_REQUEST):
+    """The node refused the request as malformed or not allowed in this state."""
 
 
-class RecordTooLargeError(QuorumLogError):
+class RecordTooLargeError(QuorumLogError, code=ErrorCode.MESSAGE_TOO_LARGE):
     """A record batch over the topic's max.message.bytes (Kafka's
     RecordTooLargeException). Raised before sending when the client knows the limit, or
     on the node's MESSAGE_TOO_LARGE answer; never retried: the same batch fails again."""
-
-    error_code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class SecurityError(QuorumLogError):
     """TLS or authentication failed on connect; retrying with the same settings will not help."""
 
 
-class TlsError(SecurityError):
-    error_code = ErrorCode.NETWORK_EXCEPTION
+class TlsError(SecurityError, code=ErrorCode.NETWORK_EXCEPTION, local=True):
+    """The TLS handshake failed (certificate, CA or protocol)."""
 
 
-class AuthenticationError(SecurityError):
-    error_code = ErrorCode.SASL_AUTHENTICATION_FAILED
+class AuthenticationError(
+    SecurityError,
+    code=ErrorCode.SASL_AUTHENTICATION_FAILED,
+    also=(ErrorCode.ILLEGAL_SASL_STATE,),
+):
+    """The SCRAM exchange failed: wrong principal or secret."""
 
 
-class AuthorizationError(QuorumLogError):
-    error_code = ErrorCode.AUTHORIZATION_FAILED
-
-
-_BY_CODE: dict[ErrorCode, type[QuorumLogError]] = {
-    ErrorCode.AUTHORIZATION_FAILED: AuthorizationError,
-    ErrorCode.SASL_AUTHENTICATION_FAILED: AuthenticationError,
-    ErrorCode.ILLEGAL_SASL_STATE: AuthenticationError,
-    ErrorCode.NOT_LEADER: NotLeaderError,
-    ErrorCode.NOT_QUORUM_LEADER: NotLeaderError,
-    ErrorCode.LEADER_NOT_AVAILABLE: LeaderNotAvailableError,
-    ErrorCode.FENCED_LEADER_EPOCH: FencedLeaderEpochError,
-    ErrorCode.UNKNOWN_LEADER_EPOCH: UnknownLeaderEpochError,
-    ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicError,
-    ErrorCode.TOPIC_ALREADY_EXISTS: TopicExistsError,
-    ErrorCode.REQUEST_TIMED_OUT: RequestTimeoutError,
-    ErrorCode.INVALID_REQUEST: InvalidRequestError,
-    ErrorCode.MESSAGE_TOO_LARGE: RecordTooLargeError,
-}
+class AuthorizationError(QuorumLogError, code=ErrorCode.AUTHORIZATION_FAILED):
+    """The authenticated principal may not do this."""
 
 
 def error_for(code: int, message: str) -> QuorumLogError:

@@ -10,9 +10,43 @@ newest defined there (librdkafka 2.x and the Java client 3.x negotiate inside th
 
 from __future__ import annotations
 
+from typing import Any
+
 from .schema import Api, F
 
 # fmt: off
+
+
+# Structures several APIs share (Kafka's common structs), parameterised by the versions
+# their fields exist in.
+def _endpoints(name: str, v: str, rack: str, **tagging: Any) -> F:
+    """An array of node endpoints (Kafka's NodeEndpoint / MetadataResponseBroker)."""
+    return F(name, "[]", v, **tagging, fields=(
+        F("node_id", "int32", v),
+        F("host", "string", v),
+        F("port", "int32", v),
+        F("rack", "string", rack, nullable=rack, default=None),
+    ))
+
+
+def _topic_partitions(v: str, *partition_fields: F) -> F:
+    """``topics[]: name, partitions[]: partition_index, <partition_fields>``."""
+    return F("topics", "[]", v, fields=(
+        F("name", "string", v),
+        F("partitions", "[]", v, fields=(F("partition_index", "int32", v), *partition_fields)),
+    ))
+
+
+def _committed_offset(v: str, epoch: str) -> tuple[F, ...]:
+    """One partition's committed position in an OffsetFetch answer."""
+    return (
+        F("committed_offset", "int64", v),
+        F("committed_leader_epoch", "int32", epoch, default=-1),
+        F("metadata", "string", v, nullable=v),
+        F("error_code", "int16", v),
+    )
+
+
 PRODUCE = Api(0, "Produce", 3, 11, flexible="9+",
     request=(
         F("transactional_id", "string", "3+", nullable="3+", default=None),
@@ -47,12 +81,7 @@ PRODUCE = Api(0, "Produce", 3, 11, flexible="9+",
             )),
         )),
         F("throttle_time_ms", "int32", "1+", default=0),
-        F("node_endpoints", "[]", "10+", tag=0, tagged="10+", fields=(
-            F("node_id", "int32", "10+"),
-            F("host", "string", "10+"),
-            F("port", "int32", "10+"),
-            F("rack", "string", "10+", nullable="10+", default=None),
-        )),
+        _endpoints("node_endpoints", "10+", "10+", tag=0, tagged="10+"),
     ),
 )
 FETCH = Api(1, "Fetch", 4, 17, flexible="12+",
@@ -122,42 +151,29 @@ FETCH = Api(1, "Fetch", 4, 17, flexible="12+",
                 F("records", "records", "0+", nullable="0+"),
             )),
         )),
-        F("node_endpoints", "[]", "16+", tag=0, tagged="16+", fields=(
-            F("node_id", "int32", "16+"),
-            F("host", "string", "16+"),
-            F("port", "int32", "16+"),
-            F("rack", "string", "16+", nullable="16+", default=None),
-        )),
+        _endpoints("node_endpoints", "16+", "16+", tag=0, tagged="16+"),
     ),
 )
 LIST_OFFSETS = Api(2, "ListOffsets", 1, 10, flexible="6+",
     request=(
         F("replica_id", "int32", "0+"),
         F("isolation_level", "int8", "2+"),
-        F("topics", "[]", "0+", fields=(
-            F("name", "string", "0+"),
-            F("partitions", "[]", "0+", fields=(
-                F("partition_index", "int32", "0+"),
-                F("current_leader_epoch", "int32", "4+", default=-1),
-                F("timestamp", "int64", "0+"),
-                F("max_num_offsets", "int32", "0", default=1),
-            )),
-        )),
+        _topic_partitions("0+",
+            F("current_leader_epoch", "int32", "4+", default=-1),
+            F("timestamp", "int64", "0+"),
+            F("max_num_offsets", "int32", "0", default=1),
+        ),
         F("timeout_ms", "int32", "10+"),
     ),
     response=(
         F("throttle_time_ms", "int32", "2+"),
-        F("topics", "[]", "0+", fields=(
-            F("name", "string", "0+"),
-            F("partitions", "[]", "0+", fields=(
-                F("partition_index", "int32", "0+"),
-                F("error_code", "int16", "0+"),
-                F("old_style_offsets", "[]int64", "0"),
-                F("timestamp", "int64", "1+", default=-1),
-                F("offset", "int64", "1+", default=-1),
-                F("leader_epoch", "int32", "4+", default=-1),
-            )),
-        )),
+        _topic_partitions("0+",
+            F("error_code", "int16", "0+"),
+            F("old_style_offsets", "[]int64", "0"),
+            F("timestamp", "int64", "1+", default=-1),
+            F("offset", "int64", "1+", default=-1),
+            F("leader_epoch", "int32", "4+", default=-1),
+        ),
     ),
 )
 METADATA = Api(3, "Metadata", 0, 12, flexible="9+",
@@ -172,12 +188,7 @@ METADATA = Api(3, "Metadata", 0, 12, flexible="9+",
     ),
     response=(
         F("throttle_time_ms", "int32", "3+"),
-        F("brokers", "[]", "0+", fields=(
-            F("node_id", "int32", "0+"),
-            F("host", "string", "0+"),
-            F("port", "int32", "0+"),
-            F("rack", "string", "1+", nullable="1+", default=None),
-        )),
+        _endpoints("brokers", "0+", "1+"),
         F("cluster_id", "string", "2+", nullable="2+", default=None),
         F("controller_id", "int32", "1+", default=-1),
         F("topics", "[]", "0+", fields=(
@@ -206,26 +217,16 @@ OFFSET_COMMIT = Api(8, "OffsetCommit", 0, 9, flexible="8+",
         F("member_id", "string", "1+"),
         F("group_instance_id", "string", "7+", nullable="7+", default=None),
         F("retention_time_ms", "int64", "2-4", default=-1),
-        F("topics", "[]", "0+", fields=(
-            F("name", "string", "0+"),
-            F("partitions", "[]", "0+", fields=(
-                F("partition_index", "int32", "0+"),
-                F("committed_offset", "int64", "0+"),
-                F("committed_leader_epoch", "int32", "6+", default=-1),
-                F("commit_timestamp", "int64", "1", default=-1),
-                F("committed_metadata", "string", "0+", nullable="0+"),
-            )),
-        )),
+        _topic_partitions("0+",
+            F("committed_offset", "int64", "0+"),
+            F("committed_leader_epoch", "int32", "6+", default=-1),
+            F("commit_timestamp", "int64", "1", default=-1),
+            F("committed_metadata", "string", "0+", nullable="0+"),
+        ),
     ),
     response=(
         F("throttle_time_ms", "int32", "3+"),
-        F("topics", "[]", "0+", fields=(
-            F("name", "string", "0+"),
-            F("partitions", "[]", "0+", fields=(
-                F("partition_index", "int32", "0+"),
-                F("error_code", "int16", "0+"),
-            )),
-        )),
+        _topic_partitions("0+", F("error_code", "int16", "0+")),
     ),
 )
 OFFSET_FETCH = Api(9, "OffsetFetch", 0, 9, flexible="6+",
@@ -248,29 +249,11 @@ OFFSET_FETCH = Api(9, "OffsetFetch", 0, 9, flexible="6+",
     ),
     response=(
         F("throttle_time_ms", "int32", "3+"),
-        F("topics", "[]", "0-7", fields=(
-            F("name", "string", "0-7"),
-            F("partitions", "[]", "0-7", fields=(
-                F("partition_index", "int32", "0-7"),
-                F("committed_offset", "int64", "0-7"),
-                F("committed_leader_epoch", "int32", "5-7", default=-1),
-                F("metadata", "string", "0-7", nullable="0-7"),
-                F("error_code", "int16", "0-7"),
-            )),
-        )),
+        _topic_partitions("0-7", *_committed_offset("0-7", "5-7")),
         F("error_code", "int16", "2-7", default=0),
         F("groups", "[]", "8+", fields=(
             F("group_id", "string", "8+"),
-            F("topics", "[]", "8+", fields=(
-                F("name", "string", "8+"),
-                F("partitions", "[]", "8+", fields=(
-                    F("partition_index", "int32", "8+"),
-                    F("committed_offset", "int64", "8+"),
-                    F("committed_leader_epoch", "int32", "8+", default=-1),
-                    F("metadata", "string", "8+", nullable="8+"),
-                    F("error_code", "int16", "8+"),
-                )),
-            )),
+            _topic_partitions("8+", *_committed_offset("8+", "8+")),
             F("error_code", "int16", "8+", default=0),
         )),
     ),

@@ -278,8 +278,7 @@ def _decode_records(data: bytes, count: int, base_ts: int, batch: KafkaRecordBat
     # by the record-length check at the end of each record.
     ts_append = batch.timestamps.append
     od_append = batch.offset_deltas.append
-    key_append = batch.keys.append
-    value_append = batch.values.append
+    key_then_value = ((batch.keys.append, "key"), (batch.values.append, "value"))
     headers_append = batch.headers.append
     uvar = _uvarint_slow
     end = len(data)
@@ -311,32 +310,20 @@ def _decode_records(data: bytes, count: int, base_ts: int, batch: KafkaRecordBat
         else:
             b, pos = uvar(data, pos, 5)
         od_append((b >> 1) ^ -(b & 1))
-        b = data[pos]
-        if b < 0x80:
-            pos += 1
-        else:
-            b, pos = uvar(data, pos, 5)
-        n = (b >> 1) ^ -(b & 1)
-        if n >= 0:
-            key_append(data[pos : pos + n])
-            pos += n
-        elif n == -1:
-            key_append(None)
-        else:
-            raise KafkaDecodeError(f"negative key length {n} in a record")
-        b = data[pos]
-        if b < 0x80:
-            pos += 1
-        else:
-            b, pos = uvar(data, pos, 5)
-        n = (b >> 1) ^ -(b & 1)
-        if n >= 0:
-            value_append(data[pos : pos + n])
-            pos += n
-        elif n == -1:
-            value_append(None)
-        else:
-            raise KafkaDecodeError(f"negative value length {n} in a record")
+        for append, what in key_then_value:  # the same nullable-bytes field twice
+            b = data[pos]
+            if b < 0x80:
+                pos += 1
+            else:
+                b, pos = uvar(data, pos, 5)
+            n = (b >> 1) ^ -(b & 1)
+            if n >= 0:
+                append(data[pos : pos + n])
+                pos += n
+            elif n == -1:
+                append(None)
+            else:
+                raise KafkaDecodeError(f"negative {what} length {n} in a record")
         b = data[pos]
         if b == 0:
             pos += 1

@@ -48,9 +48,8 @@ def parse_peer_addresses(items: list[str]) -> dict[int, tuple[str, int]]:
     return _parse_id_addresses(items, "peer address", "peer")
 
 
-# The shipped defaults live in replica.defaults (why they are what they are is said there).
+# The node's name for the shipped max.message.bytes (replica.defaults says why).
 DEFAULT_MAX_MESSAGE_BYTES = defaults.MAX_MESSAGE_BYTES
-DEFAULT_SCRUB_BYTES_PER_SECOND = defaults.SCRUB_BYTES_PER_SECOND
 # The largest max.message.bytes a topic or node may set; topics may lower the limit, not
 # raise it. Not the frame limit (a 63 MiB batch fits every frame, see max_batch_bytes) but
 # time: each replica checks and writes one batch in one go on its event loop, and a
@@ -182,16 +181,8 @@ class NodeConfig:
             segment_bytes=args.segment_bytes,
             retention_bytes=args.retention_bytes,
             retention_ms=args.retention_ms,
-            max_message_bytes=(
-                args.max_message_bytes
-                if getattr(args, "max_message_bytes", None) is not None
-                else DEFAULT_MAX_MESSAGE_BYTES
-            ),
-            scrub_bytes_per_second=(
-                DEFAULT_SCRUB_BYTES_PER_SECOND
-                if getattr(args, "scrub_bytes_per_second", None) is None
-                else args.scrub_bytes_per_second
-            ),
+            max_message_bytes=args.max_message_bytes,
+            scrub_bytes_per_second=args.scrub_bytes_per_second,
             tls=tls,
             auth_config=auth_config,
             auth_principal=principal,

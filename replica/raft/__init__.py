@@ -83,59 +83,24 @@ node and the simulator both execute it.
 from __future__ import annotations
 
 from ..protocol.errors import ErrorCode
+from . import log, messages
 from .config import QuorumConfig
-from .log import (
-    CATCH_UP_UNKNOWN,
-    UNDEFINED_EPOCH,
-    UNDEFINED_OFFSET,
-    AppendInfo,
-    CorruptDataError,
-    EpochEndOffset,
-    OffsetAndEpoch,
-    ReplicaLog,
-)
-from .messages import (
-    CONSUMER_REPLICA_ID,
-    BeginQuorumEpochRequest,
-    BeginQuorumEpochResponse,
-    EndQuorumEpochRequest,
-    EndQuorumEpochResponse,
-    FetchRequest,
-    FetchResponse,
-    Message,
-    VoteRequest,
-    VoteResponse,
-)
+from .log import *  # noqa: F403 (the log interface and its value types)
+from .messages import *  # noqa: F403 (the quorum messages)
 from .replica import UNCLEAN_EPOCH_GAP, NotLeaderError, Output, QuorumDescription, RaftReplica
 from .state import ElectionState, ReplicaProgress, Role
 
 __all__ = [
-    "CATCH_UP_UNKNOWN",
-    "CONSUMER_REPLICA_ID",
+    *log.__all__,
+    *messages.__all__,
     "UNCLEAN_EPOCH_GAP",
-    "UNDEFINED_EPOCH",
-    "UNDEFINED_OFFSET",
-    "AppendInfo",
-    "BeginQuorumEpochRequest",
-    "BeginQuorumEpochResponse",
-    "CorruptDataError",
     "ElectionState",
-    "EndQuorumEpochRequest",
-    "EndQuorumEpochResponse",
-    "EpochEndOffset",
     "ErrorCode",
-    "FetchRequest",
-    "FetchResponse",
-    "Message",
     "NotLeaderError",
-    "OffsetAndEpoch",
     "Output",
     "QuorumConfig",
     "QuorumDescription",
     "RaftReplica",
-    "ReplicaLog",
     "ReplicaProgress",
     "Role",
-    "VoteRequest",
-    "VoteResponse",
 ]

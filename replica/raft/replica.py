@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from ..constants import UNKNOWN
 from ..protocol.errors import ErrorCode
@@ -26,8 +27,10 @@ from .messages import (
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
+    EpochResponse,
     FetchRequest,
     FetchResponse,
+    LeaderAnnouncement,
     Message,
     VoteRequest,
     VoteResponse,
@@ -48,6 +51,8 @@ from .state import (
 __all__ = ["UNCLEAN_EPOCH_GAP", "NotLeaderError", "Output", "QuorumDescription", "RaftReplica"]
 
 logger = logging.getLogger(__name__)
+
+_Answer = TypeVar("_Answer", bound=EpochResponse)
 
 # Epochs an unclean election skips (see RaftReplica.force_leader).
 UNCLEAN_EPOCH_GAP = 1000
@@ -372,17 +377,8 @@ class RaftReplica:
         for v in self.voters:
             if v != self.node_id and v not in self._probe_epochs:
                 out.messages.append(
-                    FetchRequest(
-                        cluster_id=self.cluster_id,
-                        replica_id=self.node_id,
-                        dst=v,
-                        current_leader_epoch=UNKNOWN,
-                        fetch_offset=self.log.end_offset,
-                        last_fetched_epoch=self.log.last_epoch(),
-                        max_wait_ms=0,
-                        max_bytes=0,
-                        request_id=self._probe_id,
-                        catching_up=True,
+                    self._fetch_request(
+                        v, 0, 0, self._probe_id, current_leader_epoch=UNKNOWN, catching_up=True
                     )
                 )
 
@@ -781,6 +777,31 @@ class RaftReplica:
             )
         st.resend_at = now_ms + self.config.request_timeout_ms
 
+    def _fetch_request(
+        self,
+        dst: int,
+        max_wait_ms: int,
+        max_bytes: int,
+        request_id: int,
+        current_leader_epoch: int | None = None,
+        catching_up: bool | None = None,
+    ) -> FetchRequest:
+        """A Fetch from our log end (the epoch check and catch-up flag ours unless given)."""
+        return FetchRequest(
+            cluster_id=self.cluster_id,
+            replica_id=self.node_id,
+            dst=dst,
+            current_leader_epoch=self._epoch
+            if current_leader_epoch is None
+            else current_leader_epoch,
+            fetch_offset=self.log.end_offset,
+            last_fetched_epoch=self.log.last_epoch(),
+            max_wait_ms=max_wait_ms,
+            max_bytes=max_bytes,
+            request_id=request_id,
+            catching_up=self.catching_up if catching_up is None else catching_up,
+        )
+
     def _send_fetch(self, st: FollowerState, now_ms: int, out: Output) -> None:
         assert self._leader_id is not None
         self._next_request_id += 1
@@ -790,17 +811,11 @@ class RaftReplica:
         # fetch_offset tells the leader what we hold durably: flush first.
         out.flush_log |= self.log.end_offset > self.log.durable_end_offset
         out.messages.append(
-            FetchRequest(
-                cluster_id=self.cluster_id,
-                replica_id=self.node_id,
-                dst=self._leader_id,
-                current_leader_epoch=self._epoch,
-                fetch_offset=self.log.end_offset,
-                last_fetched_epoch=self.log.last_epoch(),
-                max_wait_ms=self.config.fetch_max_wait_ms,
-                max_bytes=self.config.fetch_max_bytes,
-                request_id=st.fetch_request_id,
-                catching_up=self.catching_up,
+            self._fetch_request(
+                self._leader_id,
+                self.config.fetch_max_wait_ms,
+                self.config.fetch_max_bytes,
+                st.fetch_request_id,
             )
         )
         self._probe_epochs_of_voters(now_ms, out)
@@ -808,20 +823,7 @@ class RaftReplica:
     def _discover_leader(self, st: UnattachedState, now_ms: int, out: Output) -> None:
         """An observer without a leader asks a random voter (any answer names one)."""
         target = self._rng.choice(self.voters)
-        out.messages.append(
-            FetchRequest(
-                cluster_id=self.cluster_id,
-                replica_id=self.node_id,
-                dst=target,
-                current_leader_epoch=self._epoch,
-                fetch_offset=self.log.end_offset,
-                last_fetched_epoch=self.log.last_epoch(),
-                max_wait_ms=0,
-                max_bytes=self.config.fetch_max_bytes,
-                request_id=0,
-                catching_up=self.catching_up,
-            )
-        )
+        out.messages.append(self._fetch_request(target, 0, self.config.fetch_max_bytes, 0))
         st.discover_at = now_ms + self.config.retry_backoff_ms + self.config.request_timeout_ms
         self._probe_epochs_of_voters(now_ms, out)
 
@@ -885,14 +887,39 @@ class RaftReplica:
             and self._log_at_least_ours(req.last_offset_epoch, req.last_offset)
         )
 
-    def _vote_response(self, req: VoteRequest, error: ErrorCode, granted: bool) -> VoteResponse:
-        return VoteResponse(
+    def _answer(self, cls: type[_Answer], dst: int, error: ErrorCode, **fields: Any) -> _Answer:
+        """A response with the head every answer shares: the addressing, our epoch and the
+        leader we advertise; ``fields`` are the rest of ``cls``."""
+        return cls(
             cluster_id=self.cluster_id,
             src=self.node_id,
-            dst=req.src,
+            dst=dst,
             error=int(error),
             leader_epoch=self._epoch,
             leader_id=self._advertised_leader(),
+            **fields,
+        )
+
+    def _stale_or_taught(self, resp: EpochResponse, now_ms: int, out: Output) -> bool:
+        """True when a response is for another cluster, or named a newer epoch or a leader
+        we did not know (``_maybe_learn`` acted on it): its handler stops there."""
+        return resp.cluster_id != self.cluster_id or self._maybe_learn(
+            resp.leader_epoch, resp.leader_id, now_ms, out, resp.src
+        )
+
+    def _announcement_error(self, req: LeaderAnnouncement) -> ErrorCode:
+        """Begin/EndQuorumEpoch from another cluster or an older epoch are refused."""
+        if req.cluster_id != self.cluster_id:
+            return ErrorCode.INVALID_CLUSTER_ID
+        if req.leader_epoch < self._epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        return ErrorCode.NONE
+
+    def _vote_response(self, req: VoteRequest, error: ErrorCode, granted: bool) -> VoteResponse:
+        return self._answer(
+            VoteResponse,
+            req.src,
+            error,
             vote_granted=granted,
             pre_vote=req.pre_vote,
             candidate_epoch=req.candidate_epoch,
@@ -930,9 +957,7 @@ class RaftReplica:
         return self._vote_response(req, ErrorCode.NONE, granted)
 
     def _on_vote_response(self, resp: VoteResponse, now_ms: int, out: Output) -> None:
-        if resp.cluster_id != self.cluster_id or resp.error == ErrorCode.INVALID_CLUSTER_ID:
-            return
-        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
+        if resp.error == ErrorCode.INVALID_CLUSTER_ID or self._stale_or_taught(resp, now_ms, out):
             return
         st = self._state
         if resp.pre_vote:
@@ -961,11 +986,9 @@ class RaftReplica:
     def _on_begin_quorum_epoch(
         self, req: BeginQuorumEpochRequest, now_ms: int, out: Output
     ) -> BeginQuorumEpochResponse:
-        error = ErrorCode.NONE
-        if req.cluster_id != self.cluster_id:
-            error = ErrorCode.INVALID_CLUSTER_ID
-        elif req.leader_epoch < self._epoch:
-            error = ErrorCode.FENCED_LEADER_EPOCH
+        error = self._announcement_error(req)
+        if error != ErrorCode.NONE:
+            pass
         elif req.leader_epoch > self._epoch or (
             self._leader_id is None and self._role is not Role.RESIGNED
         ):
@@ -983,21 +1006,12 @@ class RaftReplica:
             error = ErrorCode.INVALID_QUORUM_STATE
         elif isinstance(self._state, FollowerState) and not self._state.leader_resigned:
             self._state.last_contact_ms = now_ms
-        return BeginQuorumEpochResponse(
-            cluster_id=self.cluster_id,
-            src=self.node_id,
-            dst=req.src,
-            error=int(error),
-            leader_epoch=self._epoch,
-            leader_id=self._advertised_leader(),
-        )
+        return self._answer(BeginQuorumEpochResponse, req.src, error)
 
     def _on_begin_quorum_epoch_response(
         self, resp: BeginQuorumEpochResponse, now_ms: int, out: Output
     ) -> None:
-        if resp.cluster_id != self.cluster_id:
-            return
-        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
+        if self._stale_or_taught(resp, now_ms, out):
             return
         if isinstance(self._state, LeaderState) and resp.leader_epoch == self._epoch:
             self._state.begin_unacked.discard(resp.src)
@@ -1017,12 +1031,8 @@ class RaftReplica:
     def _on_end_quorum_epoch(
         self, req: EndQuorumEpochRequest, now_ms: int, out: Output
     ) -> EndQuorumEpochResponse:
-        error = ErrorCode.NONE
-        if req.cluster_id != self.cluster_id:
-            error = ErrorCode.INVALID_CLUSTER_ID
-        elif req.leader_epoch < self._epoch:
-            error = ErrorCode.FENCED_LEADER_EPOCH
-        else:
+        error = self._announcement_error(req)
+        if error == ErrorCode.NONE:
             at = self._end_quorum_backoff(tuple(req.preferred_successors), now_ms)
             if req.leader_epoch > self._epoch:
                 self._become_unattached(now_ms, out, epoch=req.leader_epoch)
@@ -1035,21 +1045,12 @@ class RaftReplica:
                 self._become_unattached(now_ms, out, direct_at=at)
             if at <= now_ms:
                 out.merge(self.tick(now_ms))
-        return EndQuorumEpochResponse(
-            cluster_id=self.cluster_id,
-            src=self.node_id,
-            dst=req.src,
-            error=int(error),
-            leader_epoch=self._epoch,
-            leader_id=self._advertised_leader(),
-        )
+        return self._answer(EndQuorumEpochResponse, req.src, error)
 
     def _on_end_quorum_epoch_response(
         self, resp: EndQuorumEpochResponse, now_ms: int, out: Output
     ) -> None:
-        if resp.cluster_id != self.cluster_id:
-            return
-        if self._maybe_learn(resp.leader_epoch, resp.leader_id, now_ms, out, resp.src):
+        if self._stale_or_taught(resp, now_ms, out):
             return
         if isinstance(self._state, ResignedState):
             self._state.end_unacked.discard(resp.src)
@@ -1059,13 +1060,10 @@ class RaftReplica:
     # ------------------------------------------------------------------ fetch
 
     def _fetch_error(self, req: FetchRequest, error: ErrorCode) -> FetchResponse:
-        return FetchResponse(
-            cluster_id=self.cluster_id,
-            src=self.node_id,
-            dst=req.replica_id,
-            error=int(error),
-            leader_id=self._advertised_leader(),
-            leader_epoch=self._epoch,
+        return self._answer(
+            FetchResponse,
+            req.replica_id,
+            error,
             high_watermark=self._high_watermark,
             log_start_offset=self.log.start_offset,
             diverging_epoch=None,

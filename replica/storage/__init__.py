@@ -6,81 +6,24 @@ the leaf modules ``replica.constants`` and ``replica.defaults``).
 decode): the client, the producer, the Kafka codec and the connector import it from
 here, and the raft core treats batches as opaque bytes."""
 
+from . import errors, records, types
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
-from .errors import (
-    CorruptCheckpointError,
-    CorruptDataError,
-    CorruptLogError,
-    CorruptRecordError,
-    OffsetOutOfRangeError,
-    StorageError,
-)
+from .errors import *  # noqa: F403 (every storage error)
 from .log import CLEAN_SHUTDOWN_FILE, Log, LogConfig
 from .quorum_state import QUORUM_STATE_FILE, QuorumState, QuorumStateStore
-from .records import (
-    CONTROL_FLAG,
-    HEADER_SIZE,
-    OUTPUT_SCHEMA,
-    RECORD_SCHEMA,
-    BatchHeader,
-    LeaderChange,
-    batches_to_table,
-    decode_leader_change,
-    encode_arrow,
-    encode_batch,
-    encode_control_batch,
-    iter_batches,
-    parse_header,
-    restamp_header,
-    rewrite_header,
-    validate_arrow,
-    validate_payload,
-)
-from .types import (
-    CATCH_UP_UNKNOWN,
-    UNDEFINED_EPOCH,
-    UNDEFINED_OFFSET,
-    AppendInfo,
-    EpochEndOffset,
-    OffsetAndEpoch,
-)
+from .records import *  # noqa: F403 (the record-batch format, re-exported whole)
+from .types import *  # noqa: F403 (the value types the raft core shares)
 
 __all__ = [
-    "CATCH_UP_UNKNOWN",
+    *records.__all__,
+    *types.__all__,
+    *errors.__all__,
     "CHECKPOINT_FILE",
     "CLEAN_SHUTDOWN_FILE",
-    "CONTROL_FLAG",
-    "HEADER_SIZE",
-    "OUTPUT_SCHEMA",
     "QUORUM_STATE_FILE",
-    "RECORD_SCHEMA",
-    "UNDEFINED_EPOCH",
-    "UNDEFINED_OFFSET",
-    "AppendInfo",
-    "BatchHeader",
-    "CorruptCheckpointError",
-    "CorruptDataError",
-    "CorruptLogError",
-    "CorruptRecordError",
-    "EpochEndOffset",
-    "LeaderChange",
     "LeaderEpochCache",
     "Log",
     "LogConfig",
-    "OffsetAndEpoch",
-    "OffsetOutOfRangeError",
     "QuorumState",
     "QuorumStateStore",
-    "StorageError",
-    "batches_to_table",
-    "decode_leader_change",
-    "encode_arrow",
-    "encode_batch",
-    "encode_control_batch",
-    "iter_batches",
-    "parse_header",
-    "restamp_header",
-    "rewrite_header",
-    "validate_arrow",
-    "validate_payload",
 ]

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "CorruptCheckpointError",
+    "CorruptDataError",
+    "CorruptLogError",
+    "CorruptRecordError",
+    "OffsetOutOfRangeError",
+    "StorageError",
+]
+
 
 class StorageError(Exception):
     """Base class of every error raised by ``replica.storage``."""

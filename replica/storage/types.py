@@ -6,6 +6,15 @@ from typing import NamedTuple
 
 from ..constants import UNKNOWN
 
+__all__ = [
+    "CATCH_UP_UNKNOWN",
+    "UNDEFINED_EPOCH",
+    "UNDEFINED_OFFSET",
+    "AppendInfo",
+    "EpochEndOffset",
+    "OffsetAndEpoch",
+]
+
 # Kafka's names for an unknown epoch / offset: the one UNKNOWN (replica.constants), kept
 # as names for callers outside replica/ (the simulator's in-memory log uses them).
 UNDEFINED_EPOCH = UNKNOWN
