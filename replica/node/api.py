@@ -157,26 +157,16 @@ class Api:
         )
 
     def _partition_info(self, topic: str, partition: int, replicas: list[int]) -> m.PartitionInfo:
+        """What this node knows of a partition; UNKNOWN where it hosts no replica of it."""
         p = self.driver.get((topic, partition))
-        if p is None:  # assigned elsewhere: what the metadata says, state unknown
-            return m.PartitionInfo(
-                error=0,
-                partition=partition,
-                leader_id=UNKNOWN,
-                leader_epoch=UNKNOWN,
-                replicas=replicas,
-                high_watermark=UNKNOWN,
-                log_start_offset=UNKNOWN,
-                is_local_leader=False,
-            )
-        core = p.core
+        core = p.core if p is not None else None
         return m.PartitionInfo(
             error=0,
             partition=partition,
-            leader_id=or_unknown(core.leader_id),
-            leader_epoch=core.epoch,
+            leader_id=or_unknown(core.leader_id) if core else UNKNOWN,
+            leader_epoch=core.epoch if core else UNKNOWN,
             replicas=replicas,
-            high_watermark=core.high_watermark,
-            log_start_offset=p.log.start_offset,
-            is_local_leader=core.is_leader,
+            high_watermark=core.high_watermark if core else UNKNOWN,
+            log_start_offset=p.log.start_offset if p is not None else UNKNOWN,
+            is_local_leader=core is not None and core.is_leader,
         )

@@ -14,24 +14,14 @@ import os
 import random
 import signal
 import time
+import typing
 from typing import Any
 
 from .. import defaults
 from ..driver import Driver, Limits, PartitionKey, Ready
 from ..protocol import DecodeError, Frame, decode_body, encode, max_batch_bytes
 from ..protocol import messages as m
-from ..raft import (
-    BeginQuorumEpochRequest,
-    BeginQuorumEpochResponse,
-    EndQuorumEpochRequest,
-    EndQuorumEpochResponse,
-    FetchRequest,
-    FetchResponse,
-    Message,
-    QuorumConfig,
-    VoteRequest,
-    VoteResponse,
-)
+from ..raft import Message, QuorumConfig
 from ..storage import LogConfig
 from ..storage.errors import StorageError
 from .api import Api
@@ -55,19 +45,8 @@ from .transport import PeerLink, Server
 
 log = logging.getLogger(__name__)
 
-RAFT_CLASSES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (
-        VoteRequest,
-        VoteResponse,
-        BeginQuorumEpochRequest,
-        BeginQuorumEpochResponse,
-        EndQuorumEpochRequest,
-        EndQuorumEpochResponse,
-        FetchRequest,
-        FetchResponse,
-    )
-}
+# Raft frames name their message class; only these may be decoded from a peer.
+RAFT_CLASSES: dict[str, type] = {cls.__name__: cls for cls in typing.get_args(Message)}
 
 TICK_S = 0.01
 

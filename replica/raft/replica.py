@@ -1141,19 +1141,27 @@ class RaftReplica:
 
     def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
         """HWM = the largest offset durable on a majority of voters, once that covers
-        the leader's own epoch start; observers never count; never moves back."""
-        offsets = sorted(
-            [self.log.durable_end_offset]
-            + [r.end_offset for r in st.progress.values() if r.replica_id not in st.catching_up],
-            reverse=True,
-        )
+        the leader's own epoch start; never moves back."""
+        offsets = sorted(self._counted_offsets(st), reverse=True)
         if len(offsets) < self.majority:
             return
         candidate = offsets[self.majority - 1]
-        if candidate > st.epoch_start_offset and candidate > self._high_watermark:
+        if candidate > self._commit_floor(st) and candidate > self._high_watermark:
             self._high_watermark = candidate
             out.high_watermark = candidate
             out.fetch_wakeup = True
+
+    def _counted_offsets(self, st: LeaderState) -> list[int]:
+        """What counts towards the HWM: the leader's durable end and each voter's fetch
+        offset (durable there), except voters catching up; observers never count."""
+        return [self.log.durable_end_offset] + [
+            r.end_offset for r in st.progress.values() if r.replica_id not in st.catching_up
+        ]
+
+    def _commit_floor(self, st: LeaderState) -> int:
+        """The HWM must pass this first: the leader's own epoch start (Raft commits
+        earlier epochs' entries only through one of its own)."""
+        return st.epoch_start_offset
 
     def _on_fetch_response(self, resp: FetchResponse, now_ms: int, out: Output) -> None:
         if resp.cluster_id != self.cluster_id:

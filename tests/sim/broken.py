@@ -29,47 +29,22 @@ class TwoVotesPerEpoch(RaftReplica):
 class HwmCountsObservers(RaftReplica):
     """Counts observers' fetch offsets as if they were voters."""
 
-    def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
-        offsets = sorted(
-            [self.log.durable_end_offset]
-            + [r.end_offset for r in st.progress.values()]
-            + [r.end_offset for r in st.observers.values()],
-            reverse=True,
-        )
-        candidate = offsets[self.majority - 1]
-        if candidate > st.epoch_start_offset and candidate > self._high_watermark:
-            self._high_watermark = candidate
-            out.high_watermark = candidate
-            out.fetch_wakeup = True
+    def _counted_offsets(self, st: LeaderState) -> list[int]:
+        return super()._counted_offsets(st) + [r.end_offset for r in st.observers.values()]
 
 
 class HwmCountsUnflushed(RaftReplica):
     """The leader counts its own log end, flushed or not."""
 
-    def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
-        offsets = sorted(
-            [self.log.end_offset] + [r.end_offset for r in st.progress.values()], reverse=True
-        )
-        candidate = offsets[self.majority - 1]
-        if candidate > st.epoch_start_offset and candidate > self._high_watermark:
-            self._high_watermark = candidate
-            out.high_watermark = candidate
-            out.fetch_wakeup = True
+    def _counted_offsets(self, st: LeaderState) -> list[int]:
+        return [self.log.end_offset] + super()._counted_offsets(st)[1:]
 
 
 class HwmIgnoresEpochStart(RaftReplica):
     """Commits previous epochs' entries before one of its own epoch is replicated."""
 
-    def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
-        offsets = sorted(
-            [self.log.durable_end_offset] + [r.end_offset for r in st.progress.values()],
-            reverse=True,
-        )
-        candidate = offsets[self.majority - 1]
-        if candidate > self._high_watermark:
-            self._high_watermark = candidate
-            out.high_watermark = candidate
-            out.fetch_wakeup = True
+    def _commit_floor(self, st: LeaderState) -> int:
+        return -1
 
 
 class VotesWhileCatchingUp(RaftReplica):
