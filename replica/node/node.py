@@ -31,6 +31,7 @@ from .datadir import DataDir
 from .directories import DirectoryIds
 from .maintenance import Maintenance
 from .partitions import PartitionManager
+from .peers import PeerLink
 from .security import (
     AuthConfig,
     check_own_principal,
@@ -41,7 +42,7 @@ from .security import (
     peer_client_context,
     server_context,
 )
-from .transport import PeerLink, Server
+from .transport import Server
 
 log = logging.getLogger(__name__)
 

@@ -4,13 +4,9 @@ in flight (pipelining with a bound, for back-pressure), and one-way links to pee
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import random
 import ssl
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..protocol import (
@@ -37,6 +33,7 @@ from .directories import (
     decode_statement,
     encode_statement,
 )
+from .problems import BAD, DENIED, FAILED, REFUSED, ConnectionProblems, LogBudget, WireStats, short
 from .security import AuthConfig, ForgedSender, Principal, authorize
 
 log = logging.getLogger(__name__)
@@ -116,99 +113,6 @@ async def _denied(code: ErrorCode, message: str) -> tuple[int, Any]:
 
 async def _ready(api_key: int, response: Any) -> tuple[int, Any]:
     return api_key, response
-
-
-class LogBudget:
-    """A node-wide bound on bad-input log lines (a token bucket): a flood of bad connections
-    costs a few lines a second, and the next line that gets out says how many were held."""
-
-    def __init__(self, per_s: float = 5.0, burst: int = 100) -> None:
-        self._per_s = per_s
-        self._burst = float(burst)
-        self._tokens = float(burst)
-        self._at = time.monotonic()
-        self.suppressed = 0
-
-    def log(self, level: int, message: str, *args: object, exc_info: bool = False) -> None:
-        now = time.monotonic()
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_s)
-        self._at = now
-        if self._tokens < 1:
-            self.suppressed += 1
-            return
-        self._tokens -= 1
-        if self.suppressed:
-            message += " (%d similar lines suppressed before this one)"
-            args = (*args, self.suppressed)
-            self.suppressed = 0
-        log.log(level, message, *args, exc_info=exc_info)
-
-
-@dataclass
-class WireStats:
-    """Node-wide counts of bad input, over every connection since start."""
-
-    bad_frames: int = 0  # frames that do not decode (the framing, or a raft message)
-    refused_raft: int = 0  # raft frames not applied: no node identity, or a forged sender
-    denied_requests: int = 0  # requests authorization refused
-    failed_requests: int = 0  # requests whose handler raised
-
-    def describe(self) -> str:
-        return (
-            f"{self.refused_raft} refused raft messages, {self.bad_frames} bad frames, "
-            f"{self.denied_requests} denied requests, {self.failed_requests} failed requests"
-        )
-
-
-# Categories of bad input, as counted per connection and in WireStats.
-_BAD, _REFUSED, _DENIED, _FAILED = "bad frames", "refused raft messages", "denied", "failed"
-_STAT_FIELD = {
-    _BAD: "bad_frames",
-    _REFUSED: "refused_raft",
-    _DENIED: "denied_requests",
-    _FAILED: "failed_requests",
-}
-
-
-class ConnectionProblems:
-    """Bad input on one connection, logged in proportion: the first problem of each kind at
-    once (one line, no traceback unless the node itself failed), the rest only counted, and
-    one summary line when the connection closes if anything went unlogged."""
-
-    def __init__(self, peer: object, stats: WireStats, budget: LogBudget) -> None:
-        self.peer = peer
-        self.counts: collections.Counter[str] = collections.Counter()
-        self._stats = stats
-        self._budget = budget
-        self._logged: set[str] = set()
-
-    def note(
-        self, category: str, key: str, message: str, *args: object, exc_info: bool = False
-    ) -> None:
-        self.counts[category] += 1
-        field_name = _STAT_FIELD[category]
-        setattr(self._stats, field_name, getattr(self._stats, field_name) + 1)
-        if key not in self._logged:
-            self._logged.add(key)
-            self._budget.log(logging.WARNING, message, *args, exc_info=exc_info)
-
-    def close(self) -> None:
-        total = sum(self.counts.values())
-        if total > len(self._logged):
-            parts = ", ".join(f"{n} {what}" for what, n in sorted(self.counts.items()))
-            self._budget.log(
-                logging.WARNING,
-                "connection from %s closed after %d problems: %s (node totals: %s)",
-                self.peer,
-                total,
-                parts,
-                self._stats.describe(),
-            )
-
-
-def _short(exc: BaseException, limit: int = 200) -> str:
-    text = str(exc)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class Server:
@@ -312,7 +216,7 @@ class Server:
                     continue
                 except FrameError as exc:
                     # The stream cannot be re-synchronised after a bad prefix: answer, then close.
-                    problems.note(_BAD, "frame", "closing connection from %s: %s", peer, exc)
+                    problems.note(BAD, "frame", "closing connection from %s: %s", peer, exc)
                     writer.writelines(error_frame(0, exc.error_code, str(exc)))
                     break
                 frames += 1
@@ -358,7 +262,7 @@ class Server:
                         api = _api_name(frame.api_key)
                         is_raft = frame.api_key == ApiKey.RAFT
                         problems.note(
-                            _REFUSED if is_raft else _DENIED,
+                            REFUSED if is_raft else DENIED,
                             f"denied {api}",
                             "denied %s to principal %r (%s) from %s: %s",
                             api,
@@ -448,7 +352,7 @@ class Server:
         sender = principal.node_id if principal is not None and principal.kind == "node" else None
         if sender is None:
             problems.note(
-                _REFUSED,
+                REFUSED,
                 "unauthenticated",
                 "refused raft traffic from %s: the connection did not authenticate as a node%s",
                 peer,
@@ -462,7 +366,7 @@ class Server:
             self._one_way(frame, sender)
         except ForgedSender as exc:
             problems.note(
-                _REFUSED,
+                REFUSED,
                 "forged",
                 "refused raft message from %s, authenticated as node %d: %s",
                 peer,
@@ -471,17 +375,17 @@ class Server:
             )
         except DecodeError as exc:
             problems.note(
-                _BAD, "raft", "bad raft frame from %s (node %d): %s", peer, sender, _short(exc)
+                BAD, "raft", "bad raft frame from %s (node %d): %s", peer, sender, short(exc)
             )
         except Exception as exc:
             # Not a decoding problem: the node failed on a message it decoded. Show where once.
             problems.note(
-                _BAD,
+                BAD,
                 "raft-failed",
                 "raft message from %s (node %d) failed: %s",
                 peer,
                 sender,
-                _short(exc),
+                short(exc),
                 exc_info=True,
             )
 
@@ -613,7 +517,7 @@ class Server:
             except asyncio.CancelledError:
                 return
             except Exception as exc:
-                problems.note(_FAILED, "failed", "request from %s failed", peer, exc_info=True)
+                problems.note(FAILED, "failed", "request from %s failed", peer, exc_info=True)
                 buffers = error_frame(
                     correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
                 )
@@ -628,204 +532,3 @@ class Server:
                 await writer.drain()
             except (ConnectionError, RuntimeError):
                 return
-
-
-class PeerLink:
-    """One-way frames to one peer over a long-lived connection. Messages sent while the
-    link is down are dropped (raft retries); reconnects back off with jitter."""
-
-    def __init__(
-        self,
-        node_id: int,
-        host: str,
-        port: int,
-        client_id: str,
-        rng: random.Random,
-        *,
-        ssl_context: ssl.SSLContext | None = None,
-        credentials: tuple[str, str] | None = None,
-        server_hostname: str | None = None,
-        directories: DirectoryIds | None = None,
-    ) -> None:
-        self.node_id = node_id
-        self._directories = directories
-        self.host = host
-        self.port = port
-        self._client_id = client_id
-        self._rng = rng
-        self._ssl = ssl_context
-        # The name the peer's certificate must carry: its --voters host, even when the
-        # link goes through another address.
-        self._server_hostname = server_hostname or host
-        # (principal, secret) this node authenticates as when the peer requires it.
-        self._credentials = credentials
-        self._warned = False
-        self._queue: asyncio.Queue[list[bytes | memoryview]] = asyncio.Queue(4096)
-        self._task: asyncio.Task[None] | None = None
-        self.connected = False
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    def send(self, body: Any, payload: bytes | memoryview = b"") -> None:
-        if not self.connected:
-            return
-        try:
-            self._queue.put_nowait(
-                encode_frame(int(ApiKey.RAFT), API_VERSION, 0, self._client_id, body, payload)
-            )
-        except asyncio.QueueFull:
-            log.warning("link to node %d is backed up; dropping a raft message", self.node_id)
-
-    async def _run(self) -> None:
-        backoff = 0.05
-        while True:
-            try:
-                reader, writer = await asyncio.open_connection(
-                    self.host,
-                    self.port,
-                    ssl=self._ssl,
-                    server_hostname=self._server_hostname if self._ssl is not None else None,
-                )
-            except OSError as exc:
-                if isinstance(exc, ssl.SSLError) and not self._warned:
-                    self._warned = True
-                    log.warning(
-                        "TLS handshake with node %d at %s:%d failed: %s",
-                        self.node_id,
-                        self.host,
-                        self.port,
-                        exc,
-                    )
-                await asyncio.sleep(backoff * (0.5 + self._rng.random()))
-                backoff = min(backoff * 2, 0.5)
-                continue
-            if self._credentials is not None:
-                try:
-                    await asyncio.wait_for(
-                        authenticate(reader, writer, *self._credentials), AUTH_TIMEOUT_S
-                    )
-                    if self._directories is not None:
-                        await asyncio.wait_for(
-                            exchange_directories(reader, writer, self._directories, self.node_id),
-                            AUTH_TIMEOUT_S,
-                        )
-                except (OSError, TimeoutError, asyncio.IncompleteReadError, AuthError) as exc:
-                    if not self._warned:
-                        self._warned = True
-                        log.warning(
-                            "authenticating to node %d at %s:%d failed: %s",
-                            self.node_id,
-                            self.host,
-                            self.port,
-                            exc,
-                        )
-                    writer.close()
-                    await asyncio.sleep(backoff * (0.5 + self._rng.random()))
-                    backoff = min(backoff * 2, 0.5)
-                    continue
-            self._warned = False
-            backoff = 0.05
-            self.connected = True
-            drain_reader = asyncio.create_task(self._discard(reader))
-            try:
-                while True:
-                    buffers = await self._queue.get()
-                    writer.writelines(buffers)
-                    if self._queue.empty() or writer.transport.get_write_buffer_size() > (4 << 20):
-                        await writer.drain()
-                    if drain_reader.done():
-                        break
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                self.connected = False
-                drain_reader.cancel()
-                while not self._queue.empty():
-                    self._queue.get_nowait()
-                writer.close()
-
-    @staticmethod
-    async def _discard(reader: asyncio.StreamReader) -> None:
-        # Peers never answer one-way frames; a read returning b"" means the link closed.
-        while await reader.read(65536):
-            pass
-
-
-class AuthError(Exception):
-    """The peer refused our credentials, or did not prove it holds our verifier."""
-
-
-async def authenticate(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, principal: str, secret: str
-) -> str:
-    """Client side of the SCRAM exchange on an asyncio stream; returns the principal kind."""
-    client = scram.ScramClient(principal, secret)
-
-    async def step(correlation_id: int, auth_bytes: bytes) -> AuthenticateResponse:
-        return await _auth_step(reader, writer, correlation_id, scram.MECHANISM, auth_bytes)
-
-    try:
-        first = await step(1, client.first_message())
-        final = await step(2, client.final_message(first.auth_bytes))
-        client.verify_server_final(final.auth_bytes)
-    except (scram.ScramError, DecodeError, FrameError, ValueError) as exc:
-        raise AuthError(str(exc)) from exc
-    return final.principal_kind
-
-
-def _send_auth(
-    writer: asyncio.StreamWriter, correlation_id: int, mechanism: str, auth_bytes: bytes
-) -> None:
-    body, _ = encode(AuthenticateRequest(mechanism=mechanism, auth_bytes=auth_bytes))
-    writer.writelines(encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body))
-
-
-async def _auth_step(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    correlation_id: int,
-    mechanism: str,
-    auth_bytes: bytes,
-) -> AuthenticateResponse:
-    _send_auth(writer, correlation_id, mechanism, auth_bytes)
-    await writer.drain()
-    frame = await read_frame(reader, DEFAULT_MAX_FRAME_BYTES)
-    if frame.api_key == ApiKey.ERROR:
-        err = decode_body(ErrorResponse, frame.body)
-        raise AuthError(f"{ErrorCode(err.error).name}: {err.error_message}")
-    resp = decode_body(AuthenticateResponse, frame.body)
-    if resp.error != ErrorCode.NONE:
-        raise AuthError(f"{ErrorCode(resp.error).name}: {resp.error_message}")
-    return resp
-
-
-async def exchange_directories(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    dirs: DirectoryIds,
-    peer: int,
-) -> None:
-    """Client side of the data-directory exchange (see ``directories``), right after
-    authenticating as a node: learn whether this node's directory replaced a lost one
-    (marked durably before the acknowledgement), and record the peer's id."""
-    try:
-        resp = await _auth_step(
-            reader,
-            writer,
-            3,
-            DIRECTORY_MECHANISM,
-            encode_statement(dirs.own, dirs.remembered(peer)),
-        )
-        theirs, remembered = decode_statement(resp.auth_bytes)
-    except (DecodeError, FrameError, ValueError) as exc:
-        raise AuthError(f"directory exchange: {exc}") from exc
-    dirs.check_own(peer, remembered)
-    dirs.learn(peer, theirs)  # it answered only once its own mark (if any) was durable
-    _send_auth(writer, 4, DIRECTORY_ACK_MECHANISM, b"")
-    await writer.drain()

@@ -1,0 +1,235 @@
+"""One-way links from a node to its peers: a long-lived connection per peer, the SCRAM
+exchange as a node principal and the directory-id exchange, then raft frames."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import ssl
+from typing import Any
+
+from ..protocol import (
+    API_VERSION,
+    DEFAULT_MAX_FRAME_BYTES,
+    ApiKey,
+    DecodeError,
+    ErrorCode,
+    FrameError,
+    decode_body,
+    encode,
+    encode_frame,
+    scram,
+)
+from ..protocol.messages import AuthenticateRequest, AuthenticateResponse, ErrorResponse
+from .directories import (
+    DIRECTORY_ACK_MECHANISM,
+    DIRECTORY_MECHANISM,
+    DirectoryIds,
+    decode_statement,
+    encode_statement,
+)
+from .transport import AUTH_TIMEOUT_S, read_frame
+
+log = logging.getLogger(__name__)
+
+
+class PeerLink:
+    """One-way frames to one peer over a long-lived connection. Messages sent while the
+    link is down are dropped (raft retries); reconnects back off with jitter."""
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        client_id: str,
+        rng: random.Random,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        credentials: tuple[str, str] | None = None,
+        server_hostname: str | None = None,
+        directories: DirectoryIds | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self._directories = directories
+        self.host = host
+        self.port = port
+        self._client_id = client_id
+        self._rng = rng
+        self._ssl = ssl_context
+        # The name the peer's certificate must carry: its --voters host, even when the
+        # link goes through another address.
+        self._server_hostname = server_hostname or host
+        # (principal, secret) this node authenticates as when the peer requires it.
+        self._credentials = credentials
+        self._warned = False
+        self._queue: asyncio.Queue[list[bytes | memoryview]] = asyncio.Queue(4096)
+        self._task: asyncio.Task[None] | None = None
+        self.connected = False
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def send(self, body: Any, payload: bytes | memoryview = b"") -> None:
+        if not self.connected:
+            return
+        try:
+            self._queue.put_nowait(
+                encode_frame(int(ApiKey.RAFT), API_VERSION, 0, self._client_id, body, payload)
+            )
+        except asyncio.QueueFull:
+            log.warning("link to node %d is backed up; dropping a raft message", self.node_id)
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                reader, writer = await asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=self._ssl,
+                    server_hostname=self._server_hostname if self._ssl is not None else None,
+                )
+            except OSError as exc:
+                if isinstance(exc, ssl.SSLError) and not self._warned:
+                    self._warned = True
+                    log.warning(
+                        "TLS handshake with node %d at %s:%d failed: %s",
+                        self.node_id,
+                        self.host,
+                        self.port,
+                        exc,
+                    )
+                await asyncio.sleep(backoff * (0.5 + self._rng.random()))
+                backoff = min(backoff * 2, 0.5)
+                continue
+            if self._credentials is not None:
+                try:
+                    await asyncio.wait_for(
+                        authenticate(reader, writer, *self._credentials), AUTH_TIMEOUT_S
+                    )
+                    if self._directories is not None:
+                        await asyncio.wait_for(
+                            exchange_directories(reader, writer, self._directories, self.node_id),
+                            AUTH_TIMEOUT_S,
+                        )
+                except (OSError, TimeoutError, asyncio.IncompleteReadError, AuthError) as exc:
+                    if not self._warned:
+                        self._warned = True
+                        log.warning(
+                            "authenticating to node %d at %s:%d failed: %s",
+                            self.node_id,
+                            self.host,
+                            self.port,
+                            exc,
+                        )
+                    writer.close()
+                    await asyncio.sleep(backoff * (0.5 + self._rng.random()))
+                    backoff = min(backoff * 2, 0.5)
+                    continue
+            self._warned = False
+            backoff = 0.05
+            self.connected = True
+            drain_reader = asyncio.create_task(self._discard(reader))
+            try:
+                while True:
+                    buffers = await self._queue.get()
+                    writer.writelines(buffers)
+                    if self._queue.empty() or writer.transport.get_write_buffer_size() > (4 << 20):
+                        await writer.drain()
+                    if drain_reader.done():
+                        break
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                self.connected = False
+                drain_reader.cancel()
+                while not self._queue.empty():
+                    self._queue.get_nowait()
+                writer.close()
+
+    @staticmethod
+    async def _discard(reader: asyncio.StreamReader) -> None:
+        # Peers never answer one-way frames; a read returning b"" means the link closed.
+        while await reader.read(65536):
+            pass
+
+
+class AuthError(Exception):
+    """The peer refused our credentials, or did not prove it holds our verifier."""
+
+
+async def authenticate(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, principal: str, secret: str
+) -> str:
+    """Client side of the SCRAM exchange on an asyncio stream; returns the principal kind."""
+    client = scram.ScramClient(principal, secret)
+
+    async def step(correlation_id: int, auth_bytes: bytes) -> AuthenticateResponse:
+        return await _auth_step(reader, writer, correlation_id, scram.MECHANISM, auth_bytes)
+
+    try:
+        first = await step(1, client.first_message())
+        final = await step(2, client.final_message(first.auth_bytes))
+        client.verify_server_final(final.auth_bytes)
+    except (scram.ScramError, DecodeError, FrameError, ValueError) as exc:
+        raise AuthError(str(exc)) from exc
+    return final.principal_kind
+
+
+def _send_auth(
+    writer: asyncio.StreamWriter, correlation_id: int, mechanism: str, auth_bytes: bytes
+) -> None:
+    body, _ = encode(AuthenticateRequest(mechanism=mechanism, auth_bytes=auth_bytes))
+    writer.writelines(encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body))
+
+
+async def _auth_step(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    correlation_id: int,
+    mechanism: str,
+    auth_bytes: bytes,
+) -> AuthenticateResponse:
+    _send_auth(writer, correlation_id, mechanism, auth_bytes)
+    await writer.drain()
+    frame = await read_frame(reader, DEFAULT_MAX_FRAME_BYTES)
+    if frame.api_key == ApiKey.ERROR:
+        err = decode_body(ErrorResponse, frame.body)
+        raise AuthError(f"{ErrorCode(err.error).name}: {err.error_message}")
+    resp = decode_body(AuthenticateResponse, frame.body)
+    if resp.error != ErrorCode.NONE:
+        raise AuthError(f"{ErrorCode(resp.error).name}: {resp.error_message}")
+    return resp
+
+
+async def exchange_directories(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    dirs: DirectoryIds,
+    peer: int,
+) -> None:
+    """Client side of the data-directory exchange (see ``directories``), right after
+    authenticating as a node: learn whether this node's directory replaced a lost one
+    (marked durably before the acknowledgement), and record the peer's id."""
+    try:
+        resp = await _auth_step(
+            reader,
+            writer,
+            3,
+            DIRECTORY_MECHANISM,
+            encode_statement(dirs.own, dirs.remembered(peer)),
+        )
+        theirs, remembered = decode_statement(resp.auth_bytes)
+    except (DecodeError, FrameError, ValueError) as exc:
+        raise AuthError(f"directory exchange: {exc}") from exc
+    dirs.check_own(peer, remembered)
+    dirs.learn(peer, theirs)  # it answered only once its own mark (if any) was durable
+    _send_auth(writer, 4, DIRECTORY_ACK_MECHANISM, b"")
+    await writer.drain()
