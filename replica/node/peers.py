@@ -22,13 +22,8 @@ from ..protocol import (
     scram,
 )
 from ..protocol.messages import AuthenticateRequest, AuthenticateResponse, ErrorResponse
-from .directories import (
-    DIRECTORY_ACK_MECHANISM,
-    DIRECTORY_MECHANISM,
-    DirectoryIds,
-    decode_statement,
-    encode_statement,
-)
+from . import directories
+from .directories import DirectoryIds
 from .transport import AUTH_TIMEOUT_S, read_frame
 
 log = logging.getLogger(__name__)
@@ -223,13 +218,13 @@ async def exchange_directories(
             reader,
             writer,
             3,
-            DIRECTORY_MECHANISM,
-            encode_statement(dirs.own, dirs.remembered(peer)),
+            directories.DIRECTORY_MECHANISM,
+            directories.encode_statement(dirs.own, dirs.remembered(peer)),
         )
-        theirs, remembered = decode_statement(resp.auth_bytes)
+        theirs, remembered = directories.decode_statement(resp.auth_bytes)
     except (DecodeError, FrameError, ValueError) as exc:
         raise AuthError(f"directory exchange: {exc}") from exc
     dirs.check_own(peer, remembered)
     dirs.learn(peer, theirs)  # it answered only once its own mark (if any) was durable
-    _send_auth(writer, 4, DIRECTORY_ACK_MECHANISM, b"")
+    _send_auth(writer, 4, directories.DIRECTORY_ACK_MECHANISM, b"")
     await writer.drain()
