@@ -35,8 +35,8 @@ class Driver:
     Steps: ``open``/``close`` a partition replica, ``raft`` (a message from a peer),
     ``tick`` (timers: elections, fetches, long-poll and produce expiry), ``flushed`` (a
     flush the Ready asked for completed), ``request`` (a client request, answered by the
-    token it came with), and the node events ``on_corruption``, ``begin_catch_up`` and
-    ``begin_shutdown``. Nothing here touches sockets, files or clocks."""
+    token it came with), and the node events ``on_corruption``, ``begin_catch_up``,
+    ``peer_unreachable`` and ``begin_shutdown``. Nothing here touches sockets, files or clocks."""
 
     partition_class = PartitionDriver  # the simulator's teeth tests break it on purpose
 
@@ -184,6 +184,15 @@ class Driver:
         for p in self:
             if not p.closed:
                 p.run(p.core.begin_catch_up(now), now, ready)
+        return ready
+
+    def peer_unreachable(self, peer: int, now: int) -> Ready:
+        """The transport found ``peer``'s node refusing connections (its process is
+        gone): followers of that leader stand without waiting for their fetch timeout."""
+        ready = Ready()
+        for p in self:
+            if not p.closed and p.core.leader_id == peer:
+                p.run(p.core.on_peer_unreachable(peer, now), now, ready)
         return ready
 
     def begin_shutdown(self, now: int) -> Ready:

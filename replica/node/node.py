@@ -239,6 +239,7 @@ class Node:
                     server_hostname=self.config.voters[nid][0],
                     credentials=self._peer_credentials(),
                     directories=self.directories,
+                    on_refused=self._peer_refused,
                 )
                 link.start()
                 self.peers[nid] = link
@@ -253,6 +254,9 @@ class Node:
             self.config.cluster_id,
             len(self.config.voters),
         )
+
+    def _peer_refused(self, peer: int) -> None:
+        self.execute(self.driver.peer_unreachable(peer, now_ms()))
 
     def _on_directory_replaced(self, peer: int, remembered: str) -> None:
         self.datadir.replaced(

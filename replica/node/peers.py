@@ -7,6 +7,7 @@ import asyncio
 import logging
 import random
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from ..protocol import (
@@ -31,7 +32,10 @@ log = logging.getLogger(__name__)
 
 class PeerLink:
     """One-way frames to one peer over a long-lived connection. Messages sent while the
-    link is down are dropped (raft retries); reconnects back off with jitter."""
+    link is down are dropped (raft retries); reconnects back off with jitter. When the
+    peer's node refuses a connection (no process listens: it died), ``on_refused(peer)``
+    is called once until the link is up again: the driver's hint that a dead leader
+    need not be waited for (``Driver.peer_unreachable``)."""
 
     def __init__(
         self,
@@ -45,8 +49,11 @@ class PeerLink:
         credentials: tuple[str, str] | None = None,
         server_hostname: str | None = None,
         directories: DirectoryIds | None = None,
+        on_refused: Callable[[int], None] | None = None,
     ) -> None:
         self.node_id = node_id
+        self._on_refused = on_refused
+        self._refused_told = False
         self._directories = directories
         self.host = host
         self.port = port
@@ -59,7 +66,8 @@ class PeerLink:
         # (principal, secret) this node authenticates as when the peer requires it.
         self._credentials = credentials
         self._warned = False
-        self._queue: asyncio.Queue[list[bytes | memoryview]] = asyncio.Queue(4096)
+        # Frames to send; None wakes the sender when the peer closed the connection.
+        self._queue: asyncio.Queue[list[bytes | memoryview] | None] = asyncio.Queue(4096)
         self._task: asyncio.Task[None] | None = None
         self.connected = False
 
@@ -92,6 +100,10 @@ class PeerLink:
                     server_hostname=self._server_hostname if self._ssl is not None else None,
                 )
             except OSError as exc:
+                if isinstance(exc, ConnectionRefusedError) and not self._refused_told:
+                    self._refused_told = True
+                    if self._on_refused is not None:
+                        self._on_refused(self.node_id)
                 if isinstance(exc, ssl.SSLError) and not self._warned:
                     self._warned = True
                     log.warning(
@@ -129,12 +141,20 @@ class PeerLink:
                     backoff = min(backoff * 2, 0.5)
                     continue
             self._warned = False
+            self._refused_told = False
             backoff = 0.05
             self.connected = True
             drain_reader = asyncio.create_task(self._discard(reader))
+            # A closed connection is noticed at once, not at the next send: the reconnect
+            # then tells whether the peer's process is gone.
+            drain_reader.add_done_callback(lambda t: None if t.cancelled() else self._wake())
             try:
                 while True:
                     buffers = await self._queue.get()
+                    if buffers is None:
+                        if drain_reader.done():
+                            break
+                        continue  # a wake-up meant for an earlier connection
                     writer.writelines(buffers)
                     if self._queue.empty() or writer.transport.get_write_buffer_size() > (4 << 20):
                         await writer.drain()
@@ -149,11 +169,20 @@ class PeerLink:
                     self._queue.get_nowait()
                 writer.close()
 
+    def _wake(self) -> None:
+        try:
+            self._queue.put_nowait(None)
+        except asyncio.QueueFull:
+            pass  # the sender is busy and sees drain_reader done after its next write
+
     @staticmethod
     async def _discard(reader: asyncio.StreamReader) -> None:
         # Peers never answer one-way frames; a read returning b"" means the link closed.
-        while await reader.read(65536):
-            pass
+        try:
+            while await reader.read(65536):
+                pass
+        except OSError:
+            pass  # reset: closed too
 
 
 class AuthError(Exception):

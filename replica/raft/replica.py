@@ -331,6 +331,22 @@ class RaftReplica:
         self._repair(offset, now_ms, out)
         return out
 
+    def on_peer_unreachable(self, peer: int, now_ms: int) -> Output:
+        """The driver learnt that ``peer``'s node refuses connections: its process is gone
+        (a slow or cut-off node times out instead). A follower of that leader stops
+        shielding it from others' pre-votes and stands (pre-vote first) after a short
+        random delay, so that two followers rarely split the vote, instead of after its
+        fetch timeout. A hint only: a vote and the HWM need what they always need, voters
+        that still hear from the leader refuse the pre-vote (a live leader keeps its
+        epoch), and the leader's next answer clears it."""
+        st = self._state
+        if isinstance(st, FollowerState) and self._leader_id == peer and not st.leader_unreachable:
+            logger.info("replica %s: leader %s refuses connections", self.node_id, peer)
+            st.leader_unreachable = True
+            delay = self._rng.randrange(self.config.election_timeout_ms // 4 + 1)
+            st.fetch_timeout_at = min(st.fetch_timeout_at, now_ms + delay)
+        return self.tick(now_ms)
+
     def begin_catch_up(self, now_ms: int, floor: int | None = None) -> Output:
         """The driver learnt this replica may lack records it acknowledged below
         ``floor`` (None: below a point not known yet, as when its data directory replaced
@@ -870,6 +886,7 @@ class RaftReplica:
         return (
             isinstance(st, FollowerState)
             and not st.leader_resigned
+            and not st.leader_unreachable
             and st.last_contact_ms is not None
             and now_ms - st.last_contact_ms < self.config.fetch_timeout_ms
         )
@@ -1192,6 +1209,7 @@ class RaftReplica:
             return
         st.last_contact_ms = now_ms
         st.fetch_timeout_at = now_ms + self.config.fetch_timeout_ms
+        st.leader_unreachable = False  # it answered: the hint was wrong or stale
         if resp.diverging_epoch is not None:
             self._truncate_to_diverging(resp.diverging_epoch, out)
         elif resp.fetch_offset == self.log.end_offset:

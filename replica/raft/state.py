@@ -92,6 +92,9 @@ class FollowerState:
     fetch_retry_at: int | None = None
     election_at: int | None = None  # the leader resigned (EndQuorumEpoch)
     leader_resigned: bool = False
+    # Its node refused connections (a hint, cleared by its next answer): others'
+    # pre-votes are not refused on its behalf.
+    leader_unreachable: bool = False
 
 
 @dataclass(slots=True)

@@ -66,7 +66,9 @@ KEY = ("sim", 0)
 LIMITS = Limits(max_fetch_bytes=256, produce_timeout_ms=3000)
 
 # Event kinds (ints keep the heap cheap).
-DELIVER, TICK, FLUSH, CLIENT, FAULT, RESTART, STOP, UNFAULT, HEAL, SCRUB, CONSUME = range(11)
+DELIVER, TICK, FLUSH, CLIENT, FAULT, RESTART, STOP, UNFAULT, HEAL, SCRUB, CONSUME, REFUSED = range(
+    12
+)
 KIND_NAMES = [
     "deliver",
     "tick",
@@ -79,6 +81,7 @@ KIND_NAMES = [
     "heal",
     "scrub",
     "consume",
+    "refused",
 ]
 
 ReplicaFactory = Callable[..., RaftReplica]
@@ -342,6 +345,11 @@ class Simulation:
             self.heal()
         elif kind == SCRUB:
             self.scrub(self.nodes[data[0]])
+        elif kind == REFUSED:
+            node, peer = self.nodes[data[0]], self.nodes[data[1]]
+            if node.driver is not None and node.incarnation == data[2] and not peer.alive:
+                self.stats["refused"] = self.stats.get("refused", 0) + 1
+                self.execute(node, node.driver.peer_unreachable(peer.id, self.local(node)))
         elif kind == CONSUME:
             self.consume()
             self.push(self.now + self.rng.randint(50, 300), CONSUME, None)
@@ -369,6 +377,9 @@ class Simulation:
             node,
             node.driver.open(KEY, self.voter_ids, node.log, node.persisted, self.local(node)),
         )
+        for other in self.nodes.values():
+            if not other.alive and other is not node:
+                self.refuse(node, other)
         if node.disk_lost and node.driver is not None:
             # Told by a peer before anything else; durable in its log from here on.
             node.disk_lost = False
@@ -380,6 +391,16 @@ class Simulation:
         node.driver = None  # its clients' requests go unanswered (they time out)
         if lose_unflushed:
             node.log.crash()
+        for other in self.nodes.values():
+            if other.alive:
+                self.refuse(other, node)
+
+    def refuse(self, node: SimNode, peer: SimNode) -> None:
+        """``node``'s link to a stopped ``peer`` finds it refusing connections (as TCP
+        does when no process listens), unless the network between them is cut."""
+        if (node.id, peer.id) not in self.blocked and (peer.id, node.id) not in self.blocked:
+            at = self.now + self.rng.randint(1, 20)
+            self.push(at, REFUSED, (node.id, peer.id, node.incarnation))
 
     def execute(self, node: SimNode, ready: Ready) -> None:
         """Do what the driver asks, in the Ready's order, as the asyncio node does."""
