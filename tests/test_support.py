@@ -10,6 +10,7 @@ from quorumlog.replica.client.errors import QuorumLogError
 from quorumlog.replica.protocol import FrameError
 from quorumlog.replica.protocol import messages as m
 
+from tests.support import messages
 from tests.support.waits import retry, wait_until
 from tests.support.wire import read_frame, request_frame
 
@@ -75,3 +76,19 @@ def test_a_frame_made_by_hand_reads_back_and_a_cut_one_does_not() -> None:
         read_frame(wire[:-1])
     with pytest.raises(FrameError):
         read_frame(wire + b"\x00")
+
+
+def test_message_factories_build_the_default_scene_and_take_any_field() -> None:
+    leader_to_follower = (messages.CLUSTER, 1, 2)
+    for make in (messages.vote_request, messages.begin_quorum_epoch, messages.end_quorum_epoch):
+        msg = make()
+        assert (msg.cluster_id, msg.src, msg.dst) == leader_to_follower
+    resp = messages.fetch_response(leader_epoch=4, diverging_epoch=(1, 5), request_id=3)
+    assert (resp.cluster_id, resp.src, resp.dst, resp.error) == (*leader_to_follower, 0)
+    assert (resp.leader_epoch, resp.diverging_epoch, resp.request_id) == (4, (1, 5), 3)
+    assert messages.vote_response().vote_granted and messages.vote_response().dst == 1
+    fetch = messages.fetch_request(fetch_offset=9)
+    assert (fetch.replica_id, fetch.dst, fetch.fetch_offset, fetch.catching_up) == (2, 1, 9, False)
+    assert messages.consumer_fetch().current_leader_epoch == m.NO_EPOCH
+    with pytest.raises(TypeError):
+        messages.fetch_request(fetch_ofset=9)  # a misspelt field is refused, not ignored

@@ -47,33 +47,34 @@ class ConsumedBatch:
     truncated: bool  # the sink recorded a truncation of this partition in this commit
 
 
+# The kinds above, each named once: anomalies, then the kinds counted apart.
+ANOMALIES = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skip", "stale")
+COUNTED_APART = ("lost_unclean", "log_duplicates", "not_converged")
+
+
 @dataclass
 class Counts:
-    lost: int = 0
-    duplicate: int = 0
-    inconsistent: int = 0
-    nonmonotonic: int = 0
-    skip: int = 0
-    stale: int = 0
-    lost_unclean: int = 0
-    log_duplicates: int = 0
-    not_converged: int = 0
+    """How many of each kind ``check`` found (``counts["lost"]``), and a few examples."""
+
+    found: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(ANOMALIES + COUNTED_APART, 0)
+    )
     examples: dict[str, list[str]] = field(default_factory=dict)
 
-    ANOMALIES = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skip", "stale")
+    def __getitem__(self, kind: str) -> int:
+        return self.found[kind]
 
     def add(self, kind: str, example: str, n: int = 1) -> None:
-        setattr(self, kind, getattr(self, kind) + n)
+        self.found[kind] += n  # a KeyError for a kind not named above
         shown = self.examples.setdefault(kind, [])
         if len(shown) < 5:
             shown.append(example)
 
     def anomalies(self) -> int:
-        return sum(getattr(self, k) for k in self.ANOMALIES)
+        return sum(self.found[k] for k in ANOMALIES)
 
     def summary(self) -> dict[str, int]:
-        names = (*self.ANOMALIES, "lost_unclean", "log_duplicates", "not_converged")
-        return {k: getattr(self, k) for k in names}
+        return dict(self.found)
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,16 @@ def test_checker_finds_each_anomaly() -> None:
         ConsumedBatch(1, 0, ((1, 1, b"a"),), False),
     ]
     c = check([0], acks, log, {0: 4}, replicas, table, batches)
-    assert c.lost == 3  # b"lost" (from log and table), b"b" and b"c" (from the table)
-    assert c.duplicate == 2  # offset 1 twice, value b"a" twice
-    assert c.inconsistent == 1  # offset 2: b"b" in the log, b"X" in node 2's files
-    assert c.nonmonotonic == 1  # batch 1 starts below batch 0's end
-    assert c.skip == 1  # offset 2, inside batch 0's range
-    assert c.stale == 1  # offset 3: the table's b"old" is not the log's b"c"
+    assert c["lost"] == 3  # b"lost" (from log and table), b"b" and b"c" (from the table)
+    assert c["duplicate"] == 2  # offset 1 twice, value b"a" twice
+    assert c["inconsistent"] == 1  # offset 2: b"b" in the log, b"X" in node 2's files
+    assert c["nonmonotonic"] == 1  # batch 1 starts below batch 0's end
+    assert c["skip"] == 1  # offset 2, inside batch 0's range
+    assert c["stale"] == 1  # offset 3: the table's b"old" is not the log's b"c"
     # an acknowledged record past a forced election's divergence is counted apart
     forced = [ForcedElection(0, 3, 4)]
     c = check([0], acks, log, {0: 4}, replicas, {0: log[0]}, [], forced)
-    assert c.lost_unclean == 1 and c.lost == 0
+    assert c["lost_unclean"] == 1 and c["lost"] == 0
 
 
 def _run(spark: Any, **kwargs: Any) -> None:

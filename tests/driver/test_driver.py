@@ -11,6 +11,7 @@ from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import ElectionState, FetchRequest, Message, QuorumConfig, VoteRequest
 
 from tests.sim.memlog import MemLog, client_batch, decode_batches
+from tests.support.messages import consumer_fetch
 
 KEY = ("t", 0)
 CONFIG = QuorumConfig()
@@ -84,16 +85,8 @@ def produce(ids: list[int], acks: int = m.ACKS_QUORUM, timeout_ms: int = 0) -> m
     )
 
 
-def fetch(offset: int, epoch: int = -1, wait: int = 0) -> m.FetchRequest:
-    return m.FetchRequest(
-        topic="t",
-        partition=0,
-        current_leader_epoch=epoch,
-        fetch_offset=offset,
-        max_wait_ms=wait,
-        min_bytes=1,
-        max_bytes=1 << 20,
-    )
+def fetch(offset: int, epoch: int = m.NO_EPOCH, wait: int = 0) -> m.FetchRequest:
+    return consumer_fetch(fetch_offset=offset, current_leader_epoch=epoch, max_wait_ms=wait)
 
 
 def record_ids(records: bytes) -> list[int]:

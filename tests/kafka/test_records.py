@@ -87,53 +87,32 @@ def test_known_batch_layout() -> None:
     assert fields[6:] == (0, 1000, 1000, 9, 1, 5, 1)
 
 
-@settings(max_examples=100, deadline=None)
-@given(
-    record_columns(),
-    st.integers(0, 2**62),
-    st.integers(-1, 2**31 - 1),
-    st.integers(-1, 2**62),
-    st.integers(-1, 2**15 - 1),
-    st.integers(-1, 2**31 - 1),
-    st.sampled_from([0, ATTR_TRANSACTIONAL]),
-    st.sampled_from([0, COMPRESSION_GZIP, COMPRESSION_SNAPPY]),
+# A batch's header fields, as encode_batch names them and the decoded batch reads them back.
+BATCH_HEADER_FIELDS = st.fixed_dictionaries(
+    {
+        "base_offset": st.integers(0, 2**62),
+        "partition_leader_epoch": st.integers(-1, 2**31 - 1),
+        "producer_id": st.integers(-1, 2**62),
+        "producer_epoch": st.integers(-1, 2**15 - 1),
+        "base_sequence": st.integers(-1, 2**31 - 1),
+        "compression": st.sampled_from([0, COMPRESSION_GZIP, COMPRESSION_SNAPPY]),
+    }
 )
-def test_record_batch_round_trip(
-    cols: dict[str, list],
-    base_offset: int,
-    epoch: int,
-    pid: int,
-    pepoch: int,
-    seq: int,
-    attrs: int,
-    compression: int,
-) -> None:
-    data = encode_batch(
-        cols["values"],
-        cols["keys"],
-        cols["timestamps"],
-        cols["headers"],
-        base_offset=base_offset,
-        partition_leader_epoch=epoch,
-        producer_id=pid,
-        producer_epoch=pepoch,
-        base_sequence=seq,
-        attributes=attrs,
-        compression=compression,
-    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(record_columns(), BATCH_HEADER_FIELDS, st.sampled_from([0, ATTR_TRANSACTIONAL]))
+def test_record_batch_round_trip(cols: dict[str, list], header: dict[str, int], attrs: int) -> None:
+    columns = (cols["values"], cols["keys"], cols["timestamps"], cols["headers"])
+    data = encode_batch(*columns, **header, attributes=attrs)
     batch = decode_batch(data)
     assert batch.size == len(data)
-    assert (batch.keys, batch.values, batch.timestamps, batch.headers) == (
-        cols["keys"],
-        cols["values"],
-        cols["timestamps"],
-        cols["headers"],
-    )
+    assert (batch.values, batch.keys, batch.timestamps, batch.headers) == columns
     assert batch.offset_deltas == list(range(len(cols["values"])))
-    assert (batch.base_offset, batch.partition_leader_epoch) == (base_offset, epoch)
-    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (pid, pepoch, seq)
-    assert batch.is_transactional == bool(attrs) and batch.compression == compression
+    assert {name: getattr(batch, name) for name in header} == header
+    assert batch.is_transactional == bool(attrs)
     assert batch.max_timestamp == max(cols["timestamps"])
+    base_offset = header["base_offset"]
     assert batch.next_offset == base_offset + len(cols["values"])
     # Two batches back to back, the second cut short: a fetch response may end that way.
     assert [b.base_offset for b in iter_batches(data + data[:-3], allow_partial_tail=True)] == [

@@ -16,6 +16,7 @@ from quorumlog.replica.protocol import ApiKey, ErrorCode
 from quorumlog.replica.protocol import messages as m
 
 from tests.support.cluster import find_leader, local_view, node_request, read_all
+from tests.support.messages import consumer_fetch
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -145,15 +146,7 @@ def test_requests_to_a_follower_answer_not_leader(cluster: LocalCluster, api: st
                 cluster,
                 follower,
                 ApiKey.FETCH,
-                m.FetchRequest(
-                    topic=TOPIC,
-                    partition=0,
-                    current_leader_epoch=current,
-                    fetch_offset=0,
-                    max_wait_ms=0,
-                    min_bytes=1,
-                    max_bytes=1 << 20,
-                ),
+                consumer_fetch(topic=TOPIC, current_leader_epoch=current),
                 m.FetchResponse,
             )
             # The follower names the leader it knows, so a client can re-route at once.

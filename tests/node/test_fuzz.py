@@ -32,17 +32,12 @@ from quorumlog.replica.protocol import (
     encode,
 )
 from quorumlog.replica.protocol import messages as m
-from quorumlog.replica.raft import (
-    BeginQuorumEpochRequest,
-    EndQuorumEpochRequest,
-    FetchRequest,
-    Message,
-    VoteRequest,
-)
+from quorumlog.replica.raft import Message
 from quorumlog.replica.storage import batches_to_table, encode_batch
 
 from tests.support.cluster import create_and_find_leader, local_view, read_all
-from tests.support.forge import connect, quorum_view, send_raft, sync
+from tests.support.forge import connect, leadership_claims, quorum_view, send_raft, sync
+from tests.support.messages import consumer_fetch, fetch_request
 from tests.support.waits import log_text, wait_for_log
 from tests.support.wire import raft_frame, read_frame, request_frame
 
@@ -74,30 +69,8 @@ def valid_frames(epoch: int) -> list[bytes]:
                 topic=TOPIC, partition=0, acks=m.ACKS_QUORUM, timeout_ms=1000, records=batch
             ),
         ),
-        (
-            ApiKey.FETCH,
-            m.FetchRequest(
-                topic=TOPIC,
-                partition=0,
-                current_leader_epoch=epoch,
-                fetch_offset=0,
-                max_wait_ms=0,
-                min_bytes=1,
-                max_bytes=1 << 16,
-            ),
-        ),
-        (
-            ApiKey.FETCH,
-            m.FetchRequest(
-                topic=TOPIC,
-                partition=0,
-                current_leader_epoch=-1,
-                fetch_offset=1,
-                max_wait_ms=50,
-                min_bytes=1,
-                max_bytes=100,
-            ),
-        ),
+        (ApiKey.FETCH, consumer_fetch(topic=TOPIC, current_leader_epoch=epoch, max_bytes=1 << 16)),
+        (ApiKey.FETCH, consumer_fetch(topic=TOPIC, fetch_offset=1, max_wait_ms=50, max_bytes=100)),
         (
             ApiKey.LIST_OFFSETS,
             m.ListOffsetsRequest(
@@ -321,38 +294,10 @@ def forged_messages(
     """Well-formed raft messages to ``target`` claiming to come from node ``liar``, each of
     which would move leadership or the high watermark if applied."""
     high = epoch + rng.randrange(1, 1000)
-    return [
-        VoteRequest(
-            cluster_id=cluster_id,
-            src=liar,
-            dst=target,
-            candidate_epoch=high,
-            last_offset_epoch=high - 1,
-            last_offset=10**9,
-            pre_vote=rng.random() < 0.5,
-        ),
-        BeginQuorumEpochRequest(
-            cluster_id=cluster_id, src=liar, dst=target, leader_id=liar, leader_epoch=high
-        ),
-        EndQuorumEpochRequest(
-            cluster_id=cluster_id,
-            src=liar,
-            dst=target,
-            leader_id=liar,
-            leader_epoch=epoch,
-            preferred_successors=(liar,),
-        ),
-        FetchRequest(
-            cluster_id=cluster_id,
-            replica_id=liar,
-            dst=target,
-            current_leader_epoch=epoch,
-            fetch_offset=rng.randrange(10**6),
-            last_fetched_epoch=epoch,
-            max_wait_ms=0,
-            max_bytes=1 << 20,
-        ),
-    ]
+    claims = leadership_claims(cluster_id, liar, target, epoch, high, pre_vote=rng.random() < 0.5)
+    position = {"fetch_offset": rng.randrange(10**6), "last_fetched_epoch": epoch}
+    head = {"cluster_id": cluster_id, "replica_id": liar, "dst": target}
+    return [*claims, fetch_request(**head, current_leader_epoch=epoch, **position)]
 
 
 def raft_input(

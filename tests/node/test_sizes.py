@@ -25,10 +25,10 @@ from quorumlog.replica.protocol import (
     max_batch_bytes,
 )
 from quorumlog.replica.protocol import messages as m
-from quorumlog.replica.raft import FetchResponse
 from quorumlog.replica.storage import encode_batch
 
 from tests.support.cluster import describe, find_leader
+from tests.support.messages import fetch_response
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -183,20 +183,10 @@ def test_replica_fetch_frame_with_a_largest_batch_fits_the_frame_limit() -> None
     replica fetch answer for the longest topic name fits the frame limit."""
     assert MAX_MESSAGE_BYTES_CEILING <= max_batch_bytes()
     records = bytes(max_batch_bytes())
-    msg = FetchResponse(
-        cluster_id="c" * 64,
-        src=1,
-        dst=2,
-        error=0,
-        leader_id=1,
-        leader_epoch=2**31,
-        high_watermark=2**62,
-        log_start_offset=2**62,
-        diverging_epoch=None,
-        records=records,
-        fetch_offset=2**62,
-        request_id=2**62,
+    widest = dict.fromkeys(
+        ("high_watermark", "log_start_offset", "fetch_offset", "request_id"), 2**62
     )
+    msg = fetch_response(cluster_id="c" * 64, leader_epoch=2**31, records=records, **widest)
     body, payload = encode(msg)
     env, _ = encode(
         m.RaftEnvelope(

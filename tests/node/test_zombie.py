@@ -25,6 +25,7 @@ from tests.support.cluster import (
     uncommitted_tail,
     wait_caught_up,
 )
+from tests.support.messages import consumer_fetch
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -67,15 +68,7 @@ def test_sigstopped_leader_resigns_follows_and_truncates_its_tail(tmp_path: Path
             c,
             zombie,
             ApiKey.FETCH,
-            m.FetchRequest(
-                topic=topic,
-                partition=0,
-                current_leader_epoch=old_epoch,
-                fetch_offset=0,
-                max_wait_ms=0,
-                min_bytes=1,
-                max_bytes=1 << 20,
-            ),
+            consumer_fetch(topic=topic, current_leader_epoch=old_epoch),
             m.FetchResponse,
         )
         assert fetch.error == ErrorCode.FENCED_LEADER_EPOCH, fetch

@@ -26,6 +26,7 @@ from quorumlog.replica.protocol.framing import (
 )
 from quorumlog.replica.raft import messages as rm
 
+from tests.support.messages import fetch_response
 from tests.support.wire import read_frame, request_frame
 
 PROTOCOL_TYPES = [
@@ -123,15 +124,10 @@ def test_records_travel_as_the_raw_payload() -> None:
 
 
 def test_raft_envelope_carries_a_raft_message() -> None:
-    inner = rm.FetchResponse(
+    inner = fetch_response(
         cluster_id="c",
-        src=1,
-        dst=2,
-        error=0,
-        leader_id=1,
         leader_epoch=3,
         high_watermark=10,
-        log_start_offset=0,
         diverging_epoch=(2, 5),
         records=b"batch",
         fetch_offset=9,

@@ -17,12 +17,11 @@ from quorumlog.replica.raft import (
     QuorumConfig,
     RaftReplica,
     Role,
-    VoteResponse,
 )
 
 from tests.sim.memlog import MemLog, client_batch
+from tests.support.messages import CLUSTER, fetch_request, vote_response
 
-CLUSTER = "test-cluster"
 CONFIG = QuorumConfig()
 
 
@@ -69,16 +68,11 @@ def fetch(
     cluster: str = CLUSTER,
     dst: int = 1,
 ) -> FetchRequest:
-    return FetchRequest(
-        cluster_id=cluster,
-        replica_id=src,
-        dst=dst,
-        current_leader_epoch=epoch,
-        fetch_offset=offset,
-        last_fetched_epoch=last_epoch,
-        max_wait_ms=500,
-        max_bytes=1 << 20,
-        request_id=7,
+    """Node ``src``'s fetch in ``epoch`` from ``offset`` (the record before it of
+    ``last_epoch``), request id 7: an answer that does not echo it shows."""
+    position = {"fetch_offset": offset, "last_fetched_epoch": last_epoch, "request_id": 7}
+    return fetch_request(
+        cluster_id=cluster, replica_id=src, dst=dst, current_leader_epoch=epoch, **position
     )
 
 
@@ -99,20 +93,7 @@ def new_leader(
     kwargs = {"config": config} if config else {}
     r = make_replica(1, voters=voters, log=log, persisted=ElectionState(epoch, None, 1), **kwargs)
     for v in voters[1 : len(voters) // 2 + 1]:
-        r.handle(
-            VoteResponse(
-                cluster_id=CLUSTER,
-                src=v,
-                dst=1,
-                error=0,
-                leader_epoch=epoch,
-                leader_id=None,
-                vote_granted=True,
-                pre_vote=False,
-                candidate_epoch=epoch,
-            ),
-            0,
-        )
+        r.handle(vote_response(src=v, leader_epoch=epoch, candidate_epoch=epoch), 0)
     assert r.role is Role.LEADER
     return r
 
@@ -152,15 +133,9 @@ class Cluster:
 
     def start(self, node: int) -> None:
         self.down.discard(node)
-        self.cores[node] = RaftReplica(
-            self.config,
-            node,
-            self.voters,
-            CLUSTER,
-            self.logs[node],
-            self.persisted[node],
-            random.Random(node),
-            self.now,
+        log, persisted = self.logs[node], self.persisted[node]
+        self.cores[node] = make_replica(
+            node, self.voters, log, persisted, now=self.now, config=self.config, seed=node
         )
         self.apply(node, self.cores[node].startup_output())
 

@@ -4,18 +4,18 @@ votes, nor stands, nor counts towards the high watermark."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from quorumlog.replica.raft import (
     ElectionState,
     ErrorCode,
     FetchRequest,
     FetchResponse,
     Role,
-    VoteRequest,
     VoteResponse,
 )
 
 from tests.raft.harness import (
-    CLUSTER,
     answer,
     catching_up_fetch,
     fetch,
@@ -25,6 +25,7 @@ from tests.raft.harness import (
     replicated_cluster,
 )
 from tests.sim.memlog import client_batch
+from tests.support.messages import vote_request
 
 
 def test_a_catching_up_voter_does_not_count_towards_the_hwm() -> None:
@@ -83,32 +84,13 @@ def test_a_restarted_replica_still_catching_up_does_not_stand() -> None:
     assert r.role is Role.UNATTACHED
     assert all(isinstance(m, FetchRequest) and m.catching_up for m in out.messages)
     # Nor vote, even for a candidate with a better log; the same replica caught up would.
-    vote = VoteRequest(
-        cluster_id=CLUSTER,
-        src=2,
-        dst=1,
-        candidate_epoch=4,
-        last_offset_epoch=9,
-        last_offset=100,
-        pre_vote=False,
-    )
+    vote = vote_request(src=2, dst=1, candidate_epoch=4, last_offset_epoch=9, last_offset=100)
     (resp,) = r.handle(vote, 10**6).messages
     assert isinstance(resp, VoteResponse) and not resp.vote_granted
     log.append_as_leader(client_batch([7, 8, 9]), 1)
     log.flush()
     assert log.catch_up_offset == -1 and not r.catching_up
-    (resp,) = r.handle(
-        VoteRequest(
-            cluster_id=CLUSTER,
-            src=2,
-            dst=1,
-            candidate_epoch=5,
-            last_offset_epoch=9,
-            last_offset=100,
-            pre_vote=False,
-        ),
-        10**6,
-    ).messages
+    (resp,) = r.handle(dataclasses.replace(vote, candidate_epoch=5), 10**6).messages
     assert isinstance(resp, VoteResponse) and resp.vote_granted
 
 

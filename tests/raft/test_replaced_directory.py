@@ -7,12 +7,10 @@ from __future__ import annotations
 from quorumlog.replica.raft import (
     CATCH_UP_UNKNOWN,
     Role,
-    VoteRequest,
     VoteResponse,
 )
 
 from tests.raft.harness import (
-    CLUSTER,
     Cluster,
     answer,
     catching_up_fetch,
@@ -22,6 +20,7 @@ from tests.raft.harness import (
     replicated_cluster,
 )
 from tests.sim.memlog import MemLog
+from tests.support.messages import vote_request
 
 
 def test_a_leader_tells_a_catching_up_fetcher_a_floor_covering_its_epoch_start() -> None:
@@ -47,19 +46,10 @@ def test_a_replaced_replica_does_not_vote_until_caught_up_past_the_leaders_floor
     # A candidate with any log gets no vote (nor pre-vote) from it.
     core = c.cores[follower]
     epoch = c.cores[leader].epoch
+    any_log = {"last_offset_epoch": 9, "last_offset": 99}
     for e, pre in ((epoch + 1, True), (epoch, False)):
-        (resp,) = core.handle(
-            VoteRequest(
-                cluster_id=CLUSTER,
-                src=3,
-                dst=follower,
-                candidate_epoch=e,
-                last_offset_epoch=9,
-                last_offset=99,
-                pre_vote=pre,
-            ),
-            c.now,
-        ).messages
+        vote = vote_request(src=3, dst=follower, candidate_epoch=e, pre_vote=pre, **any_log)
+        (resp,) = core.handle(vote, c.now).messages
         assert isinstance(resp, VoteResponse) and not resp.vote_granted
     assert core.role is Role.UNATTACHED
     # Its fetches say catching_up until it is past the leader's HWM.
@@ -76,18 +66,7 @@ def test_a_fresh_replica_not_marked_votes_as_today() -> None:
     c = Cluster()
     core = c.cores[2]
     assert not core.catching_up
-    (resp,) = core.handle(
-        VoteRequest(
-            cluster_id=CLUSTER,
-            src=3,
-            dst=2,
-            candidate_epoch=1,
-            last_offset_epoch=0,
-            last_offset=0,
-            pre_vote=True,
-        ),
-        c.now,
-    ).messages
+    (resp,) = core.handle(vote_request(src=3, candidate_epoch=1, pre_vote=True), c.now).messages
     assert isinstance(resp, VoteResponse) and resp.vote_granted
 
 

@@ -12,7 +12,6 @@ from quorumlog.replica.raft import (
     EndQuorumEpochRequest,
     ErrorCode,
     FetchRequest,
-    FetchResponse,
     NotLeaderError,
     QuorumConfig,
     Role,
@@ -20,7 +19,6 @@ from quorumlog.replica.raft import (
 )
 
 from tests.raft.harness import (
-    CLUSTER,
     Cluster,
     answer,
     fetch,
@@ -30,6 +28,7 @@ from tests.raft.harness import (
     new_leader,
 )
 from tests.sim.memlog import client_batch
+from tests.support.messages import end_quorum_epoch, fetch_response
 
 # ---------------------------------------------------------------- fetch errors
 
@@ -79,19 +78,8 @@ def test_follower_truncates_to_min_of_both_ends_and_fetches_again() -> None:
     out = follower.startup_output()
     (req,) = [m for m in out.messages if isinstance(m, FetchRequest)]
     assert (req.fetch_offset, req.last_fetched_epoch) == (9, 2)
-    resp = FetchResponse(
-        cluster_id=CLUSTER,
-        src=1,
-        dst=2,
-        error=0,
-        leader_id=1,
-        leader_epoch=4,
-        high_watermark=0,
-        log_start_offset=0,
-        diverging_epoch=(1, 5),
-        records=b"",
-        fetch_offset=9,
-        request_id=req.request_id,
+    resp = fetch_response(
+        leader_epoch=4, diverging_epoch=(1, 5), fetch_offset=9, request_id=req.request_id
     )
     out = follower.handle(resp, 10)
     assert log.end_offset == 5 and out.truncated_to == 5
@@ -111,17 +99,13 @@ def test_truncation_below_the_high_watermark_is_surfaced() -> None:
     assert hwm == 4
     epoch = core.epoch
     pending = core._state.fetch_request_id  # type: ignore[union-attr]
-    resp = FetchResponse(
-        cluster_id=CLUSTER,
+    resp = fetch_response(
         src=leader,
         dst=follower,
-        error=0,
         leader_id=leader,
         leader_epoch=epoch,
         high_watermark=hwm,
-        log_start_offset=0,
         diverging_epoch=(1, 1),
-        records=b"",
         fetch_offset=4,
         request_id=pending,
     )
@@ -133,20 +117,7 @@ def test_truncation_below_the_high_watermark_is_surfaced() -> None:
 def test_stale_or_duplicate_fetch_answers_are_ignored() -> None:
     follower = make_replica(2, persisted=ElectionState(4, 1, None))
     follower.startup_output()
-    stale = FetchResponse(
-        cluster_id=CLUSTER,
-        src=1,
-        dst=2,
-        error=0,
-        leader_id=1,
-        leader_epoch=4,
-        high_watermark=0,
-        log_start_offset=0,
-        diverging_epoch=None,
-        records=client_batch([1]),
-        fetch_offset=0,
-        request_id=999,
-    )
+    stale = fetch_response(leader_epoch=4, records=client_batch([1]), request_id=999)
     assert follower.handle(stale, 0).messages == []
     assert follower.log_end_offset == 0
 
@@ -157,22 +128,10 @@ def test_stale_or_duplicate_fetch_answers_are_ignored() -> None:
 def test_follower_asks_for_a_flush_before_reporting_its_offset() -> None:
     follower = make_replica(2, persisted=ElectionState(4, 1, None))
     (req,) = follower.startup_output().messages
+    assert isinstance(req, FetchRequest)
     src = leader_log((4, 3))
     records = src.read(0, 1 << 20)
-    resp = FetchResponse(
-        cluster_id=CLUSTER,
-        src=1,
-        dst=2,
-        error=0,
-        leader_id=1,
-        leader_epoch=4,
-        high_watermark=0,
-        log_start_offset=0,
-        diverging_epoch=None,
-        records=records,
-        fetch_offset=0,
-        request_id=req.request_id,
-    )  # type: ignore[union-attr]
+    resp = fetch_response(leader_epoch=4, records=records, request_id=req.request_id)
     out = follower.handle(resp, 5)
     (nxt,) = [m for m in out.messages if isinstance(m, FetchRequest)]
     assert nxt.fetch_offset == 3 and out.flush_log
@@ -289,17 +248,7 @@ def test_successor_rank_n_waits_min_max_backoff(rank: int, wait: int) -> None:
     successors = tuple(v for v in (3, 4, 5, 6, 7) if v != me)
     successors = successors[:rank] + (me,) + successors[rank:]
     r = make_replica(me, voters=voters, persisted=ElectionState(4, 1, None), config=cfg)
-    out = r.handle(
-        EndQuorumEpochRequest(
-            cluster_id=CLUSTER,
-            src=1,
-            dst=me,
-            leader_id=1,
-            leader_epoch=4,
-            preferred_successors=successors,
-        ),
-        1000,
-    )
+    out = r.handle(end_quorum_epoch(dst=me, leader_epoch=4, preferred_successors=successors), 1000)
     if wait == 0:
         assert r.role is Role.CANDIDATE and r.epoch == 5  # at once, no pre-vote
         assert out.persist == ElectionState(5, None, me)
@@ -312,12 +261,7 @@ def test_successor_rank_n_waits_min_max_backoff(rank: int, wait: int) -> None:
 
 def test_voter_not_in_successors_waits_an_election_timeout() -> None:
     r = make_replica(2, voters=(1, 2, 3), persisted=ElectionState(4, 1, None))
-    r.handle(
-        EndQuorumEpochRequest(
-            cluster_id=CLUSTER, src=1, dst=2, leader_id=1, leader_epoch=4, preferred_successors=(3,)
-        ),
-        0,
-    )
+    r.handle(end_quorum_epoch(leader_epoch=4, preferred_successors=(3,)), 0)
     r.tick(999)
     assert r.role is Role.FOLLOWER
     r.tick(2000)
@@ -360,19 +304,9 @@ def test_follower_truncates_to_its_own_end_when_that_is_lower() -> None:
     log = leader_log((1, 5), (2, 4))
     follower = make_replica(2, log=log, persisted=ElectionState(4, 1, None))
     (req,) = follower.startup_output().messages
-    resp = FetchResponse(
-        cluster_id=CLUSTER,
-        src=1,
-        dst=2,
-        error=0,
-        leader_id=1,
-        leader_epoch=4,
-        high_watermark=0,
-        log_start_offset=0,
-        diverging_epoch=(1, 7),
-        records=b"",
-        fetch_offset=9,
-        request_id=req.request_id,
-    )  # type: ignore[union-attr]
+    assert isinstance(req, FetchRequest)
+    resp = fetch_response(
+        leader_epoch=4, diverging_epoch=(1, 7), fetch_offset=9, request_id=req.request_id
+    )
     out = follower.handle(resp, 10)
     assert out.truncated_to == 5 and log.last_epoch() == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from quorumlog.replica.raft import (
-    BeginQuorumEpochRequest,
     ElectionState,
     ErrorCode,
     FetchRequest,
@@ -13,21 +12,15 @@ from quorumlog.replica.raft import (
     VoteResponse,
 )
 
-from tests.raft.harness import CLUSTER, Cluster, leader_log, make_replica
+from tests.raft.harness import Cluster, leader_log, make_replica
+from tests.support.messages import begin_quorum_epoch, fetch_request, vote_request, vote_response
 
 
 def vote(
     src: int, dst: int, epoch: int, last_epoch: int = 0, end: int = 0, pre: bool = False
 ) -> VoteRequest:
-    return VoteRequest(
-        cluster_id=CLUSTER,
-        src=src,
-        dst=dst,
-        candidate_epoch=epoch,
-        last_offset_epoch=last_epoch,
-        last_offset=end,
-        pre_vote=pre,
-    )
+    log = {"last_offset_epoch": last_epoch, "last_offset": end}
+    return vote_request(src=src, dst=dst, candidate_epoch=epoch, pre_vote=pre, **log)
 
 
 def only_response(out_messages: list[object]) -> VoteResponse:
@@ -107,20 +100,7 @@ def test_failed_election_backs_off_exponentially_capped() -> None:
     r = make_replica(1, config=cfg, persisted=ElectionState(4, None, 1))  # candidate
     assert r.role is Role.CANDIDATE
     for voter in (2, 3):
-        r.handle(
-            VoteResponse(
-                cluster_id=CLUSTER,
-                src=voter,
-                dst=1,
-                error=0,
-                leader_epoch=4,
-                leader_id=None,
-                vote_granted=False,
-                pre_vote=False,
-                candidate_epoch=4,
-            ),
-            0,
-        )
+        r.handle(vote_response(src=voter, leader_epoch=4, vote_granted=False, candidate_epoch=4), 0)
     # A majority rejected: the candidate lost and waits rand[0, 100 * 2^1) ms.
     deadline = r.next_deadline_ms()
     assert deadline is not None and 0 <= deadline < 200
@@ -177,20 +157,8 @@ def test_candidate_persists_its_vote_before_its_vote_requests() -> None:
     r.tick(10_000)  # election timeout -> pre-vote
     assert r.role is Role.PROSPECTIVE and r.epoch == 2
     for voter in (2, 3):
-        out = r.handle(
-            VoteResponse(
-                cluster_id=CLUSTER,
-                src=voter,
-                dst=1,
-                error=0,
-                leader_epoch=2,
-                leader_id=None,
-                vote_granted=True,
-                pre_vote=True,
-                candidate_epoch=3,
-            ),
-            10_000,
-        )
+        granted = vote_response(src=voter, leader_epoch=2, pre_vote=True, candidate_epoch=3)
+        out = r.handle(granted, 10_000)
         if r.role is Role.CANDIDATE:
             break
     assert r.role is Role.CANDIDATE
@@ -214,9 +182,7 @@ def test_every_state_change_is_in_the_output_that_sends_on_it() -> None:
 
 def test_begin_quorum_epoch_makes_a_persisted_follower() -> None:
     r = make_replica(2, persisted=ElectionState(1))
-    out = r.handle(
-        BeginQuorumEpochRequest(cluster_id=CLUSTER, src=1, dst=2, leader_id=1, leader_epoch=3), 0
-    )
+    out = r.handle(begin_quorum_epoch(leader_epoch=3), 0)
     assert out.persist == ElectionState(3, 1, None)
     assert r.role is Role.FOLLOWER
     assert any(isinstance(m, FetchRequest) for m in out.messages)
@@ -230,16 +196,7 @@ def test_restart_as_leader_comes_back_resigned() -> None:
     assert r.role is Role.RESIGNED and r.epoch == 4
     out = r.startup_output()
     assert {m.dst for m in out.messages} == {2, 3}  # EndQuorumEpoch to the voters
-    fetch = FetchRequest(
-        cluster_id=CLUSTER,
-        replica_id=2,
-        dst=1,
-        current_leader_epoch=4,
-        fetch_offset=0,
-        last_fetched_epoch=-1,
-        max_wait_ms=0,
-        max_bytes=1000,
-    )
+    fetch = fetch_request(current_leader_epoch=4)
     answer = r.handle(fetch, 0).messages[0]
     assert answer.error == ErrorCode.NOT_LEADER  # type: ignore[union-attr]
 

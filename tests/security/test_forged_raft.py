@@ -15,16 +15,19 @@ from quorumlog.replica.client.connection import Connection
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.protocol import ApiKey, ErrorCode
 from quorumlog.replica.protocol import messages as m
-from quorumlog.replica.raft import (
-    BeginQuorumEpochRequest,
-    EndQuorumEpochRequest,
-    FetchRequest,
-    VoteRequest,
-)
 from quorumlog.replica.storage import encode_batch
 
 from tests.support.cluster import ELECTION_BOUND_S
-from tests.support.forge import METADATA_TOPIC, connect, quorum_view, send_raft, sync
+from tests.support.forge import (
+    METADATA_TOPIC,
+    connect,
+    forged_vote,
+    leadership_claims,
+    quorum_view,
+    send_raft,
+    sync,
+)
+from tests.support.messages import begin_quorum_epoch, end_quorum_epoch, fetch_request
 from tests.support.waits import log_text, wait_for_log, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -65,48 +68,19 @@ def forged_quorum_messages(
     higher epoch, a BeginQuorumEpoch naming ``claimed`` as leader, and EndQuorumEpochs."""
     cid = cluster.cluster_id
     high = epoch + 7
+    to_victim = {"cluster_id": cid, "dst": victim}
     return [
-        (
-            leader,
-            TOPIC,
-            [
-                VoteRequest(
-                    cluster_id=cid,
-                    src=claimed,
-                    dst=leader,
-                    candidate_epoch=high,
-                    last_offset_epoch=high - 1,
-                    last_offset=10**9,
-                    pre_vote=False,
-                ),
-                BeginQuorumEpochRequest(
-                    cluster_id=cid, src=claimed, dst=leader, leader_id=claimed, leader_epoch=high
-                ),
-                EndQuorumEpochRequest(
-                    cluster_id=cid,
-                    src=claimed,
-                    dst=leader,
-                    leader_id=claimed,
-                    leader_epoch=epoch,
-                    preferred_successors=(claimed,),
-                ),
-            ],
-        ),
+        (leader, TOPIC, leadership_claims(cid, claimed, leader, epoch, high)),
         (
             victim,
             TOPIC,
             [
-                BeginQuorumEpochRequest(
-                    cluster_id=cid,
-                    src=claimed,
-                    dst=victim,
-                    leader_id=claimed,
-                    leader_epoch=high + 1,
+                begin_quorum_epoch(
+                    **to_victim, src=claimed, leader_id=claimed, leader_epoch=high + 1
                 ),
-                EndQuorumEpochRequest(
-                    cluster_id=cid,
+                end_quorum_epoch(
+                    **to_victim,
                     src=leader,
-                    dst=victim,
                     leader_id=leader,
                     leader_epoch=epoch,
                     preferred_successors=(victim,),
@@ -125,23 +99,8 @@ def forge_and_check(cluster: LocalCluster, as_node: int | None, claimed: int, re
     # The metadata quorum too: a Vote with a higher epoch at its leader.
     meta_epoch = view[(meta_leader, METADATA_TOPIC, 0)][1]
     meta_claimed = claimed if claimed != meta_leader else victim
-    plan.append(
-        (
-            meta_leader,
-            METADATA_TOPIC,
-            [
-                VoteRequest(
-                    cluster_id=cluster.cluster_id,
-                    src=meta_claimed,
-                    dst=meta_leader,
-                    candidate_epoch=meta_epoch + 7,
-                    last_offset_epoch=meta_epoch + 6,
-                    last_offset=10**9,
-                    pre_vote=False,
-                )
-            ],
-        )
-    )
+    meta_vote = forged_vote(cluster.cluster_id, meta_claimed, meta_leader, meta_epoch + 7)
+    plan.append((meta_leader, METADATA_TOPIC, [meta_vote]))
     closed: list[tuple[int, int, int]] = []
     for target, topic, msgs in plan:
         conn = connect(cluster, target, as_node=as_node)
@@ -209,32 +168,17 @@ def forge_fetch_and_check(cluster: LocalCluster, forger: int) -> None:
                 if fut.done():
                     break
                 rid += 1
-                for f in followers:
-                    fetch = FetchRequest(
-                        cluster_id=cluster.cluster_id,
-                        replica_id=f,
-                        dst=leader,
-                        current_leader_epoch=epoch,
-                        fetch_offset=end + 1,
-                        last_fetched_epoch=epoch,
-                        max_wait_ms=0,
-                        max_bytes=1 << 20,
-                        request_id=rid,
-                    )
-                    send_raft(client_conn, TOPIC, part, fetch)
-                for f in impersonated:
-                    fetch = FetchRequest(
-                        cluster_id=cluster.cluster_id,
-                        replica_id=f,
-                        dst=leader,
-                        current_leader_epoch=epoch,
-                        fetch_offset=end + 1,
-                        last_fetched_epoch=epoch,
-                        max_wait_ms=0,
-                        max_bytes=1 << 20,
-                        request_id=rid,
-                    )
-                    send_raft(node_conn, TOPIC, part, fetch)
+                claims = {"current_leader_epoch": epoch, "fetch_offset": end + 1, "request_id": rid}
+                for conn, senders in ((client_conn, followers), (node_conn, impersonated)):
+                    for f in senders:
+                        fetch = fetch_request(
+                            cluster_id=cluster.cluster_id,
+                            replica_id=f,
+                            dst=leader,
+                            last_fetched_epoch=epoch,
+                            **claims,
+                        )
+                        send_raft(conn, TOPIC, part, fetch)
                 time.sleep(0.02)
             resp = fut.result(timeout=30)
         assert resp.error in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_LEADER), (

@@ -19,11 +19,12 @@ from quorumlog.replica.node.security import (
     node_id_of_name,
     node_secret,
 )
-from quorumlog.replica.raft import (
-    BeginQuorumEpochRequest,
-    EndQuorumEpochRequest,
-    FetchRequest,
-    VoteResponse,
+
+from tests.support.messages import (
+    begin_quorum_epoch,
+    end_quorum_epoch,
+    fetch_request,
+    vote_response,
 )
 
 VOTERS = "1@127.0.0.1:9001,2@127.0.0.1:9002,3@127.0.0.1:9003"
@@ -113,60 +114,20 @@ def test_node_principal_ids(tmp_path: Path) -> None:
 
 
 def test_a_raft_message_must_claim_its_connection_node() -> None:
-    check_raft_sender(
-        BeginQuorumEpochRequest(cluster_id="c", src=2, dst=1, leader_id=2, leader_epoch=5), 2
+    from_2 = fetch_request(
+        replica_id=2, current_leader_epoch=5, fetch_offset=10, last_fetched_epoch=5
     )
-    check_raft_sender(
-        FetchRequest(
-            cluster_id="c",
-            replica_id=2,
-            dst=1,
-            current_leader_epoch=5,
-            fetch_offset=10,
-            last_fetched_epoch=5,
-            max_wait_ms=0,
-            max_bytes=100,
-        ),
-        2,
-    )
+    check_raft_sender(begin_quorum_epoch(src=2, dst=1, leader_id=2, leader_epoch=5), 2)
+    check_raft_sender(from_2, 2)
     forged = [
+        # Announces another leader.
+        (begin_quorum_epoch(src=3, dst=1, leader_id=2, leader_epoch=5), "claims node 2"),
         (
-            BeginQuorumEpochRequest(cluster_id="c", src=3, dst=1, leader_id=2, leader_epoch=5),
-            "claims node 2",
-        ),  # announces another
-        (
-            EndQuorumEpochRequest(
-                cluster_id="c", src=3, dst=1, leader_id=2, leader_epoch=5, preferred_successors=(3,)
-            ),
+            end_quorum_epoch(src=3, dst=1, leader_id=2, leader_epoch=5, preferred_successors=(3,)),
             "claims node 2",
         ),
-        (
-            FetchRequest(
-                cluster_id="c",
-                replica_id=2,
-                dst=1,
-                current_leader_epoch=5,
-                fetch_offset=10,
-                last_fetched_epoch=5,
-                max_wait_ms=0,
-                max_bytes=100,
-            ),
-            "claims node 2",
-        ),
-        (
-            VoteResponse(
-                cluster_id="c",
-                src=2,
-                dst=1,
-                error=0,
-                leader_epoch=5,
-                leader_id=None,
-                vote_granted=True,
-                pre_vote=False,
-                candidate_epoch=5,
-            ),
-            "claims node 2",
-        ),
+        (from_2, "claims node 2"),
+        (vote_response(src=2, leader_epoch=5, candidate_epoch=5), "claims node 2"),
     ]
     for msg, why in forged:
         with pytest.raises(ForgedSender, match=why):

@@ -162,6 +162,13 @@ class SimNode:
         p = self.driver.get(KEY) if self.driver is not None else None
         return p.core if p is not None else None
 
+    def begin_incarnation(self) -> None:
+        """A (re)started process: running, no timer pending, its HWM checks from scratch."""
+        self.incarnation += 1
+        self.alive, self.stopping = True, False
+        self.tick_at = self.flush_at = None
+        self.last_hwm = self.checked_upto = 0
+
 
 @dataclass
 class SimResult:
@@ -358,13 +365,7 @@ class Simulation:
     # ------------------------------------------------------------------ executor
 
     def start(self, node: SimNode) -> None:
-        node.incarnation += 1
-        node.alive = True
-        node.stopping = False
-        node.tick_at = None
-        node.flush_at = None
-        node.last_hwm = 0
-        node.checked_upto = 0
+        node.begin_incarnation()
         node.driver = self.driver_class(
             node.id,
             CLUSTER_ID,

@@ -1,6 +1,7 @@
 """The one home of what tests share, a module per kind: ``waits`` (bounded waits and
 retries, waiting for a node's log line), ``cluster`` (the module-scoped cluster fixture and
 helpers over real node processes), ``spark`` (the session fixture, the source, Spark jobs
-as processes), ``wire`` (frames by hand), ``forge`` (raft traffic as an attacker sends it),
-``cli`` (the ``quorumlog`` command as a subprocess). conftest.py files import the fixtures
+as processes), ``wire`` (frames by hand), ``messages`` (raft messages and consumer
+fetches, every field defaulted), ``forge`` (raft traffic as an attacker sends it), ``cli``
+(the ``quorumlog`` command as a subprocess). conftest.py files import the fixtures
 from here; no test imports from another test module."""

@@ -1,5 +1,6 @@
 """Helpers to speak raft at a node the way an attacker would: raw RAFT frames on a client
-connection, or on a connection authenticated with some node's credentials."""
+connection, or on a connection authenticated with some node's credentials; and the raft
+messages that would move leadership if a node applied them."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from quorumlog.replica.client.connection import Connection
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.protocol import ApiKey
 from quorumlog.replica.protocol import messages as m
-from quorumlog.replica.raft import Message
+from quorumlog.replica.raft import Message, VoteRequest
 
+from .messages import begin_quorum_epoch, end_quorum_epoch, vote_request
 from .wire import raft_frame
 
 METADATA_TOPIC = "__cluster_metadata"
@@ -29,6 +31,29 @@ def connect(cluster: LocalCluster, node: int, *, as_node: int | None = None) -> 
         ssl_context=sec.ssl_context() if sec is not None else None,
         credentials=creds,
     )
+
+
+def forged_vote(
+    cluster_id: str, claimed: int, target: int, epoch: int, *, pre_vote: bool = False
+) -> VoteRequest:
+    """A Vote from ``claimed`` to ``target`` as candidate of ``epoch``, its log ahead of any."""
+    log = {"last_offset_epoch": epoch - 1, "last_offset": 10**9}
+    head = {"cluster_id": cluster_id, "src": claimed, "dst": target}
+    return vote_request(**head, candidate_epoch=epoch, pre_vote=pre_vote, **log)
+
+
+def leadership_claims(
+    cluster_id: str, claimed: int, target: int, epoch: int, high: int, *, pre_vote: bool = False
+) -> list[Message]:
+    """What ``claimed`` would send ``target`` to take the leadership of ``epoch``: a Vote for
+    the higher epoch ``high``, a BeginQuorumEpoch of ``high`` naming itself leader, and an
+    EndQuorumEpoch of ``epoch`` naming itself successor."""
+    head = {"cluster_id": cluster_id, "src": claimed, "dst": target, "leader_id": claimed}
+    return [
+        forged_vote(cluster_id, claimed, target, high, pre_vote=pre_vote),
+        begin_quorum_epoch(**head, leader_epoch=high),
+        end_quorum_epoch(**head, leader_epoch=epoch, preferred_successors=(claimed,)),
+    ]
 
 
 def send_raft(conn: Connection, topic: str, partition: int, *msgs: Message) -> None:
