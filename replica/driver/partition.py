@@ -122,6 +122,8 @@ class PartitionDriver:
         if out.persist is not None:
             ready.persist.append((self.key, out.persist))  # before any send of this output
         lg = self.log
+        if out.truncated_to is not None or out.repaired_at is not None:
+            self._drop_stale_held()
         if out.flush_log and lg.durable_end_offset < lg.end_offset:
             self.held.append(_Held(lg.end_offset, out.messages))  # flush before send
             self._want_flush(ready)
@@ -156,6 +158,13 @@ class PartitionDriver:
                 self.run(self.core.handle(msg, now), now, ready)
             else:
                 ready.send.append((self.key, msg))
+
+    def _drop_stale_held(self) -> None:
+        """Messages held for log data a truncation removed describe a log that is gone
+        (a fetch offset no longer held here must never reach the leader): drop them;
+        the core sends fresh ones."""
+        end = self.log.end_offset
+        self.held = deque(h for h in self.held if h.needs <= end)
 
     def _want_flush(self, ready: Ready) -> None:
         if not self.flushing:

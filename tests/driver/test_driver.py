@@ -192,3 +192,26 @@ def test_unknown_partitions_and_closed_ones_answer_every_request() -> None:
     waiting = nodes.request(leader, fetch(nodes.logs[leader].end_offset, wait=1000))
     nodes.run(leader, d.close(KEY))
     assert nodes.answers[waiting].error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[attr-defined]
+
+
+def test_a_fetch_held_for_data_that_a_repair_cut_is_dropped_not_sent() -> None:
+    """A follower's fetch waits for its flush; damage found meanwhile cuts the log below
+    the offset that fetch names. That fetch must never reach the leader (it would count
+    records this replica no longer holds), and the replica must go on fetching."""
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    nodes.request(leader, produce([1, 2, 3]))
+    nodes.flush(leader)
+    follower = next(i for i in nodes.drivers if i != leader)
+    nodes.advance(10, flush=False)  # the follower appends the records, holds its fetch
+    p = nodes.drivers[follower].partitions[KEY]
+    assert p.held
+    stale_end = p.held[-1].needs
+    nodes.run(follower, nodes.drivers[follower].on_corruption(KEY, 1, nodes.now))
+    released = nodes.flush(follower)
+    sent = [m for _, m in released.send if isinstance(m, FetchRequest)] + [
+        m for m in nodes.queue if isinstance(m, FetchRequest) and m.replica_id == follower
+    ]
+    assert all(m.fetch_offset < stale_end for m in sent)
+    nodes.advance(3000)
+    assert nodes.logs[follower].end_offset == nodes.logs[leader].end_offset
