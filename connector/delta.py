@@ -1,8 +1,10 @@
 """The Delta sink with truncation-safe checkpoints.
 
 ``df.writeStream.foreachBatch(DeltaSink(path)).option("checkpointLocation", ...).start()``
-writes every micro-batch to a Delta table with ``deltalake`` (delta-rs): the executors
-write the Parquet files (``delta_files.FileWriter`` in ``df.mapInArrow``) and the driver
+writes every micro-batch to a Delta table with ``deltalake`` (delta-rs): Spark's own
+Parquet writer writes the batch's files on the executors (into ``STAGING_DIR`` under the
+table; no row crosses into Python), tasks describe them from their footers and offset
+columns (``delta_files.FileDescriber``), and the driver moves them into the table and
 commits them in one transaction, so the driver's memory does not grow with the batch
 (object-store paths: the batch is written from the driver).
 
@@ -55,6 +57,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError
@@ -92,6 +95,10 @@ _DELTA_SPARK_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 STAGING_DIR = "_quorumlog_staging"
 #: Most tasks describing a batch's staged files (each reads two columns of a few files).
 _DESCRIBE_TASKS = 64
+#: A batch of at most this many rows is described on the driver: reading its offset and
+#: epoch columns takes milliseconds, a Spark job a second. A larger one is described by
+#: tasks, so the driver's work stays bounded whatever the batch size.
+DRIVER_DESCRIBE_ROWS = 256 * 1024
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 Engine = Literal["delta-rs", "delta-spark", "auto"]
@@ -500,9 +507,18 @@ def _stage(data: Any, batch: FileBatch) -> list[WrittenFile]:
     if not staged:
         return []
     describer = FileDescriber(batch.staging, tuple(batch.partition_by), topic_key, partition_key)
+    rows = sum(pq.read_metadata(os.path.join(batch.staging, s)).num_rows for s in staged)
+    if rows <= DRIVER_DESCRIBE_ROWS:
+        # a small batch: a Spark job would cost more than reading its offsets here
+        out = describer(iter([pa.record_batch({"staged": staged})]))
+        return [WrittenFile.from_row(r) for b in out for r in b.to_pylist()]
+    from pyspark.sql import functions as F
+
+    # the names spread over tasks by index: no shuffle stage, unlike a repartition
+    names = F.array(*(F.lit(s) for s in staged))
     described = (
-        batch.session.createDataFrame([(s,) for s in staged], "staged string")
-        .repartition(min(len(staged), _DESCRIBE_TASKS))
+        batch.session.range(0, len(staged), 1, min(len(staged), _DESCRIBE_TASKS))
+        .select(F.element_at(names, F.col("id").cast("int") + 1).alias("staged"))
         .mapInArrow(describer, FILES_SCHEMA)
         .collect()
     )
