@@ -476,7 +476,7 @@ def _column(name: str) -> Any:
 
 def _stage(data: Any, batch: FileBatch) -> list[WrittenFile]:
     """Write the batch with Spark's Parquet writer into ``batch.staging``, then describe
-    the files on the executors. The write is partitioned by the table's partition columns
+    the files (by tasks; a small batch on the driver). The write is partitioned by the table's partition columns
     and the topic-partition (copies of ``topic``/``partition`` when the table is not
     partitioned by them, so the files keep those columns) and sorted by offset within
     each: every file holds one topic-partition in offset order, which is what a Delta
