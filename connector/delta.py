@@ -1,8 +1,10 @@
 """The Delta sink with truncation-safe checkpoints.
 
 ``df.writeStream.foreachBatch(DeltaSink(path)).option("checkpointLocation", ...).start()``
-writes every micro-batch to a Delta table with ``deltalake`` (delta-rs): the executors
-write the Parquet files (``delta_files.FileWriter`` in ``df.mapInArrow``) and the driver
+writes every micro-batch to a Delta table with ``deltalake`` (delta-rs): Spark's own
+Parquet writer writes the batch's files on the executors (into ``STAGING_DIR`` under the
+table; no row crosses into Python), tasks describe them from their footers and offset
+columns (``delta_files.FileDescriber``), and the driver moves them into the table and
 commits them in one transaction, so the driver's memory does not grow with the batch
 (object-store paths: the batch is written from the driver).
 
@@ -46,6 +48,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +57,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError
@@ -63,8 +68,10 @@ from ..replica.client.security import ClientSecurity
 from .delta_files import (
     FILES_SCHEMA,
     RANGE_FIELDS,
+    STAGED_PARTITION,
+    STAGED_TOPIC,
+    FileDescriber,
     FileRewriter,
-    FileWriter,
     now_ms,
     partition_value,
 )
@@ -83,6 +90,15 @@ DEFAULT_PARTITION_BY: tuple[str, ...] = ("topic", "partition")
 #: by another writer (e.g. OPTIMIZE); the sink's own commits always carry it.
 DEFAULT_METADATA_LOOKBACK = 100
 _DELTA_SPARK_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+#: Where Spark's writer puts a batch's files (``<table>/STAGING_DIR/<uuid>``) before the
+#: driver moves them into the table; ``_``-prefixed, so Delta readers never look there.
+STAGING_DIR = "_quorumlog_staging"
+#: Most tasks describing a batch's staged files (each reads two columns of a few files).
+_DESCRIBE_TASKS = 64
+#: A batch of at most this many rows is described on the driver: reading its offset and
+#: epoch columns takes milliseconds, a Spark job a second. A larger one is described by
+#: tasks, so the driver's work stays bounded whatever the batch size.
+DRIVER_DESCRIBE_ROWS = 256 * 1024
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 Engine = Literal["delta-rs", "delta-spark", "auto"]
@@ -452,6 +468,63 @@ def _remove_new_root(root: str, existed: bool) -> None:
         _remove_empty_dirs(root, dirpath, remove_root=True)
 
 
+def _column(name: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _stage(data: Any, batch: FileBatch) -> list[WrittenFile]:
+    """Write the batch with Spark's Parquet writer into ``batch.staging``, then describe
+    the files (by tasks; a small batch on the driver). The write is partitioned by the table's partition columns
+    and the topic-partition (copies of ``topic``/``partition`` when the table is not
+    partitioned by them, so the files keep those columns) and sorted by offset within
+    each: every file holds one topic-partition in offset order, which is what a Delta
+    file's statistics and the commit plan need. Timestamps as INT64 microseconds: Spark's
+    default INT96 is deprecated and carries no statistics."""
+    assert batch.staging is not None
+    keys = list(batch.partition_by)
+    topic_key = "topic" if "topic" in keys else STAGED_TOPIC
+    partition_key = "partition" if "partition" in keys else STAGED_PARTITION
+    for key, column in ((topic_key, "topic"), (partition_key, "partition")):
+        if key != column:
+            data = data.withColumn(key, _column(column))
+            keys.append(key)
+    (
+        data.sortWithinPartitions(*(_column(k) for k in keys), "offset")
+        .write.mode("errorifexists")
+        .option("compression", "snappy")
+        .option("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .partitionBy(*keys)
+        .parquet(batch.staging)
+    )
+    staged = sorted(
+        os.path.relpath(os.path.join(directory, name), batch.staging)
+        for directory, _dirs, names in os.walk(batch.staging)
+        for name in names
+        if name.endswith(".parquet") and not name.startswith((".", "_"))
+    )
+    if not staged:
+        return []
+    describer = FileDescriber(batch.staging, tuple(batch.partition_by), topic_key, partition_key)
+    rows = sum(pq.read_metadata(os.path.join(batch.staging, s)).num_rows for s in staged)
+    if rows <= DRIVER_DESCRIBE_ROWS:
+        # a small batch: a Spark job would cost more than reading its offsets here
+        out = describer(iter([pa.record_batch({"staged": staged})]))
+        return [WrittenFile.from_row(r) for b in out for r in b.to_pylist()]
+    from pyspark.sql import functions as F
+
+    # the names spread over tasks by index: no shuffle stage, unlike a repartition
+    names = F.array(*(F.lit(s) for s in staged))
+    described = (
+        batch.session.range(0, len(staged), 1, min(len(staged), _DESCRIBE_TASKS))
+        .select(F.element_at(names, F.col("id").cast("int") + 1).alias("staged"))
+        .mapInArrow(describer, FILES_SCHEMA)
+        .collect()
+    )
+    return [WrittenFile.from_row(r.asDict()) for r in described]
+
+
 @dataclass(frozen=True)
 class WrittenFile(PartitionRange):
     """A Parquet file a task wrote, as it described it (``delta_files.FILES_SCHEMA``): the
@@ -459,6 +532,7 @@ class WrittenFile(PartitionRange):
 
     action: str
     path: str | None
+    staged: str | None  # where Spark's writer left it, relative to the batch's staging
     size: int
     modification_time: int
     partition_values: dict[str, str | None]
@@ -479,6 +553,7 @@ class WrittenFile(PartitionRange):
             rows=number("rows", 0),
             action=row["action"],
             path=row["path"],
+            staged=row.get("staged"),
             size=number("size", 0),
             modification_time=number("modification_time", 0),
             partition_values=json.loads(values) if values else {},
@@ -504,9 +579,31 @@ class FileBatch:
     partition_by: list[str]
     files: list[WrittenFile]
     schema: pa.Schema | None  # the table's schema when the commit creates the table
+    staging: str | None = None  # Spark's output directory for the batch, removed after it
+
+    def place(self) -> None:
+        """Move the staged files to their paths in the table: renames within the table's
+        file system, so no data is copied."""
+        assert self.staging is not None
+        for f in self.files:
+            if f.staged is None or f.path is None:
+                continue
+            target = os.path.join(self.root, f.path)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.replace(os.path.join(self.staging, f.staged), target)
+        self.remove_staging()
+
+    def remove_staging(self) -> None:
+        """Remove what is left of Spark's output (``_SUCCESS``, checksums, files not
+        committed) and the staging parent once no other batch uses it."""
+        if self.staging is None:
+            return
+        shutil.rmtree(self.staging, ignore_errors=True)
+        _remove_empty_dirs(self.root, os.path.dirname(self.staging), remove_root=False)
 
     def discard(self, root_existed: bool) -> None:
         """Remove the files of a batch that will not be committed (best effort)."""
+        self.remove_staging()
         for f in self.files:
             if f.path is None:
                 continue
@@ -764,8 +861,10 @@ class DeltaSink:
     def _write_distributed(
         self, df: Any, batch_id: int, app_id: str, table: DeltaTable | None
     ) -> CommitResult | None:
-        """Executors write the batch's Parquet files (``FileWriter`` in ``mapInArrow``) and
-        describe them; the driver plans from the descriptions and commits them."""
+        """Spark's own Parquet writer writes the batch into a staging directory under the
+        table (``_stage``), tasks describe the staged files from their footers and offset
+        columns (``FileDescriber``), the driver moves them into the table, plans from the
+        descriptions and commits them."""
         root = _local_root(self.path)
         assert root is not None
         partition_by = (
@@ -777,33 +876,36 @@ class DeltaSink:
                 f"Delta sink {self.path}: partition columns {missing} are not in the "
                 f"DataFrame (has {df.columns})."
             )
+        data = df.select(*(_column(c) for c in self._table_columns(df, table)))
         existed = os.path.isdir(root)
-        try:
-            described = df.mapInArrow(FileWriter(root, tuple(partition_by)), FILES_SCHEMA).collect()
-        except Exception as exc:
-            _remove_new_root(root, existed)
-            raise DeltaSinkError(
-                f"Delta sink {self.path}: writing the files of batch {batch_id} of app "
-                f"{app_id} failed: {exc}"
-            ) from exc
-        files = [WrittenFile.from_row(r.asDict()) for r in described]
         batch = FileBatch(
             session=df.sparkSession,
             root=root,
             partition_by=partition_by,
-            files=[f for f in files if f.action == "add"],
-            schema=None if table is not None else df.limit(0).toArrow().schema,
+            files=[],
+            schema=None if table is not None else data.limit(0).toArrow().schema,
+            staging=os.path.join(root, STAGING_DIR, uuid.uuid4().hex),
         )
         committing = False
         try:
+            try:
+                files = _stage(data, batch)
+            except Exception as exc:
+                raise DeltaSinkError(
+                    f"Delta sink {self.path}: writing the files of batch {batch_id} of app "
+                    f"{app_id} failed: {exc}"
+                ) from exc
             errors = [f.error for f in files if f.error]
             if errors:
                 raise DeltaSinkError(f"Delta sink {self.path}: batch {batch_id}: {errors[0]}")
+            batch.files = [f for f in files if f.action == "add"]
             if not batch.files:
                 logger.debug(
                     "Delta sink %s: batch %d is empty; nothing to commit", self.path, batch_id
                 )
+                batch.discard(existed)
                 return None
+            batch.place()
             ranges = _ranges_of_files(batch)
             rows = sum(r.rows for r in ranges)
             plan = plan_commit(
@@ -819,6 +921,23 @@ class DeltaSink:
                 batch.discard(existed)
             raise
         return self._committed(plan, rows)
+
+    def _table_columns(self, df: Any, table: DeltaTable | None) -> list[str]:
+        """The columns to write, in the table's order; a DataFrame must bring exactly the
+        table's columns (a file missing one, or holding one the table has not, would be
+        read wrong or not at all)."""
+        if table is None:
+            return list(df.columns)
+        columns = [f.name for f in table.schema().fields]
+        missing = [c for c in columns if c not in df.columns]
+        extra = [c for c in df.columns if c not in columns]
+        if missing or extra:
+            raise DeltaSinkError(
+                f"Delta sink {self.path}: the DataFrame's columns {df.columns} are not the "
+                f"table's {columns} (missing {missing}, not in the table {extra}); select the "
+                "table's columns before the sink."
+            )
+        return columns
 
     def _commit_landed(self, app_id: str, batch_id: int) -> bool:
         """After a failed commit call: did the commit happen anyway (then its files must

@@ -1,13 +1,18 @@
-"""Executor side of the Delta sink: Parquet files written by Spark tasks.
+"""Executor side of the Delta sink: describing the Parquet files Spark wrote, and
+rewriting the files a truncation repair keeps part of.
 
-``FileWriter`` runs in ``df.mapInArrow``: each task writes its rows under the table path
-(one file per partition-column values and topic-partition, so every file holds one
-topic-partition) and yields one small row per file describing it (``FILES_SCHEMA``):
-the add action's path, size, partition values and statistics, plus what the driver's
-commit plan needs (offset range, epochs at both ends, rows). ``FileRewriter`` does the
-same for a truncation repair: it reads a file the repair keeps part of, drops the
-replaced rows and writes the rest as a new file. The driver never sees a row of data;
-it commits the described files in one Delta transaction (``connector/delta.py``).
+A micro-batch's rows are written by Spark's own (JVM) Parquet writer into a staging
+directory under the table (``delta.py``), partitioned by the table's partition columns
+and the topic-partition and sorted by offset, so every staged file holds one
+topic-partition in offset order and no row crosses into Python. ``FileDescriber`` then
+runs in ``mapInArrow`` over the staged files' names: a task reads a file's footer (size,
+row count, column statistics) and its ``offset`` and ``leaderEpoch`` columns only, and
+yields one small row describing it (``FILES_SCHEMA``): the add action's path, partition
+values and statistics, plus what the driver's commit plan needs (offset range, epochs at
+both ends, rows, an offset held twice). ``FileRewriter`` does the same for a truncation
+repair: it reads a file the repair keeps part of, drops the replaced rows and writes the
+rest as a new file. The driver never sees a row of data; it moves the described files
+into the table and commits them in one Delta transaction.
 
 Problems found in the data (a null in a required column, an offset twice) are reported
 as rows with ``error`` set rather than raised, so the driver raises ``DeltaSinkError``
@@ -33,13 +38,13 @@ import pyarrow.parquet as pq
 
 #: One row per written (or replaced) file; Spark DDL for ``mapInArrow``'s output.
 FILES_SCHEMA = (
-    "action string, path string, size long, modification_time long, "
+    "action string, path string, staged string, size long, modification_time long, "
     "partition_values string, stats string, topic string, partition int, "
     "min_offset long, max_offset long, first_epoch int, last_epoch int, rows long, "
     "duplicate_offset long, replaces string, error string"
 )
 #: What a file's row says about the rows it holds: the fields of ``delta.PartitionRange``
-#: (named alike in ``_OpenFile`` and ``FILES_SCHEMA``).
+#: (named alike in ``_Offsets`` and ``FILES_SCHEMA``).
 RANGE_FIELDS = (
     "topic",
     "partition",
@@ -53,6 +58,7 @@ _FILES_ARROW = pa.schema(
     [
         ("action", pa.string()),
         ("path", pa.string()),
+        ("staged", pa.string()),
         ("size", pa.int64()),
         ("modification_time", pa.int64()),
         ("partition_values", pa.string()),
@@ -69,11 +75,18 @@ _FILES_ARROW = pa.schema(
         ("error", pa.string()),
     ]
 )
-#: Rows buffered per Parquet row group (Spark hands mapInArrow 10k-row batches).
+#: Rows buffered per Parquet row group of a rewritten file.
 ROW_GROUP_ROWS = 256 * 1024
 ROW_GROUP_BYTES = 64 << 20
+#: Rows of ``offset`` and ``leaderEpoch`` a describing task holds at once.
+_READ_ROWS = 256 * 1024
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9._-]{1,200}")
-_REQUIRED = ("topic", "partition", "offset", "leaderEpoch")
+#: Spark's directory name for a null partition value.
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+#: Staging partition columns for the topic-partition when the table is not partitioned by
+#: it: copies of ``topic`` and ``partition`` (the files keep the real columns).
+STAGED_TOPIC = "__quorumlog_topic"
+STAGED_PARTITION = "__quorumlog_partition"
 
 
 def partition_value(value: Any) -> str | None:
@@ -85,6 +98,10 @@ def partition_value(value: Any) -> str | None:
     return str(value)
 
 
+def null_error(column: str) -> str:
+    return f"Column {column!r} has null values; the sink needs it set."
+
+
 def _row(**values: Any) -> dict[str, Any]:
     return {name: values.get(name) for name in _FILES_ARROW.names}
 
@@ -93,13 +110,117 @@ def _batch(rows: Sequence[dict[str, Any]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(list(rows), schema=_FILES_ARROW)
 
 
-def _error(message: str) -> pa.RecordBatch:
-    return _batch([_row(action="error", error=message)])
+@dataclass
+class _Offsets:
+    """The offsets of one topic-partition's rows, fed in file order: their range, the
+    epochs at both ends, and whether they strictly increased (then none is held twice)."""
+
+    rows: int = 0
+    min_offset: int | None = None
+    max_offset: int | None = None
+    first_epoch: int = -1
+    last_epoch: int = -1
+    increasing: bool = True
+
+    def add(self, offsets: pa.Array, epochs: pa.Array) -> None:
+        n = len(offsets)
+        if n == 0:
+            return
+        bounds = pc.min_max(offsets)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if self.increasing:
+            ordered = n < 2 or pc.all(pc.greater(offsets.slice(1), offsets.slice(0, n - 1))).as_py()
+            self.increasing = bool(ordered) and (self.max_offset is None or low > self.max_offset)
+        if self.min_offset is None or low < self.min_offset:
+            self.min_offset = low
+            self.first_epoch = epochs[pc.index(offsets, low).as_py()].as_py()
+        if self.max_offset is None or high >= self.max_offset:
+            self.max_offset = high
+            # the last row holding the highest offset (equal offsets are duplicates anyway)
+            self.last_epoch = epochs[_last_index(offsets, high)].as_py()
+        self.rows += n
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "min_offset": self.min_offset,
+            "max_offset": self.max_offset,
+            "first_epoch": self.first_epoch,
+            "last_epoch": self.last_epoch,
+            "rows": self.rows,
+        }
+
+
+def file_stats(metadata: pq.FileMetaData) -> dict[str, Any]:
+    """A Parquet file's Delta statistics from its footer: ``numRecords`` and the min, max
+    and null count of its top-level integer columns (offset, leaderEpoch, ...), what Delta
+    readers prune files with and all a repair needs. A column some row group has no
+    statistics for is left out (no statistic is better than a wrong one)."""
+    schema = metadata.schema
+    columns = {}
+    for j in range(metadata.num_columns):
+        col = schema.column(j)
+        if (
+            col.max_repetition_level == 0
+            and col.path == col.name
+            and col.physical_type in ("INT32", "INT64")
+            and col.logical_type.type in ("NONE", "INT")
+        ):
+            columns[j] = col.name
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    no_bounds: set[str] = set()
+    no_nulls: set[str] = set()
+    for i in range(metadata.num_row_groups):
+        group = metadata.row_group(i)
+        if group.num_rows == 0:
+            continue
+        for j, name in columns.items():
+            st = group.column(j).statistics
+            if st is None or not st.has_null_count:
+                no_nulls.add(name)
+            else:
+                nulls[name] = nulls.get(name, 0) + st.null_count
+            if st is None or not st.has_min_max:
+                # a row group of nulls only has no bounds and needs none
+                if st is None or not st.has_null_count or st.null_count != group.num_rows:
+                    no_bounds.add(name)
+                continue
+            if name not in mins or st.min < mins[name]:
+                mins[name] = st.min
+            if name not in maxs or st.max > maxs[name]:
+                maxs[name] = st.max
+    return {
+        "numRecords": metadata.num_rows,
+        "minValues": {k: v for k, v in mins.items() if k not in no_bounds},
+        "maxValues": {k: v for k, v in maxs.items() if k not in no_bounds},
+        "nullCount": {k: v for k, v in nulls.items() if k not in no_nulls},
+    }
+
+
+def _described(
+    full_path: str, offsets: _Offsets, metadata: pq.FileMetaData | None = None, **values: Any
+) -> dict[str, Any]:
+    """The ``add`` row of a finished file: size and time from the file system, statistics
+    from the footer, the offsets' summary, and ``values`` (path, partition values, ...)."""
+    st = os.stat(full_path)
+    if metadata is None:
+        metadata = pq.read_metadata(full_path)
+    duplicate = None if offsets.increasing else _first_duplicate(full_path)
+    return _row(
+        action="add",
+        size=st.st_size,
+        modification_time=int(st.st_mtime * 1000),
+        stats=json.dumps(file_stats(metadata)),
+        **offsets.fields(),
+        duplicate_offset=duplicate,
+        **values,
+    )
 
 
 @dataclass
 class _OpenFile:
-    """One data file being written: buffered row groups, the running statistics."""
+    """One data file a repair writes: buffered row groups, the running offsets."""
 
     root: str
     rel_path: str
@@ -111,58 +232,19 @@ class _OpenFile:
     buffer: list[pa.RecordBatch] = field(default_factory=list)
     buffered_rows: int = 0
     buffered_bytes: int = 0
-    rows: int = 0
-    min_offset: int | None = None
-    max_offset: int | None = None
-    first_epoch: int = -1
-    last_epoch: int = -1
-    increasing: bool = True  # offsets strictly increasing in arrival order: no duplicates
-    mins: dict[str, Any] = field(default_factory=dict)
-    maxs: dict[str, Any] = field(default_factory=dict)
-    nulls: dict[str, int] = field(default_factory=dict)
+    offsets: _Offsets = field(default_factory=_Offsets)
 
     @property
     def full_path(self) -> str:
         return os.path.join(self.root, self.rel_path)
 
     def add(self, batch: pa.RecordBatch) -> None:
-        offsets = batch.column("offset")
-        epochs = batch.column("leaderEpoch")
-        bounds = pc.min_max(offsets)
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        if self.increasing:
-            n = batch.num_rows
-            ordered = n < 2 or pc.all(pc.greater(offsets.slice(1), offsets.slice(0, n - 1))).as_py()
-            self.increasing = bool(ordered) and (self.max_offset is None or low > self.max_offset)
-        if self.min_offset is None or low < self.min_offset:
-            self.min_offset = low
-            self.first_epoch = epochs[pc.index(offsets, low).as_py()].as_py()
-        if self.max_offset is None or high >= self.max_offset:
-            self.max_offset = high
-            # the last row holding the highest offset (equal offsets are duplicates anyway)
-            self.last_epoch = epochs[_last_index(offsets, high)].as_py()
-        self._stats(batch)
-        self.rows += batch.num_rows
+        self.offsets.add(batch.column("offset"), batch.column("leaderEpoch"))
         self.buffer.append(batch.select(self.columns))
         self.buffered_rows += batch.num_rows
         self.buffered_bytes += batch.nbytes
         if self.buffered_rows >= ROW_GROUP_ROWS or self.buffered_bytes >= ROW_GROUP_BYTES:
             self._flush()
-
-    def _stats(self, batch: pa.RecordBatch) -> None:
-        """Min, max and null count of the integer columns (offset, leaderEpoch, ...): what
-        Delta readers prune files with, and all a repair needs."""
-        for name in self.columns:
-            column = batch.column(name)
-            if not pa.types.is_integer(column.type):
-                continue
-            self.nulls[name] = self.nulls.get(name, 0) + column.null_count
-            bounds = pc.min_max(column)
-            low, high = bounds["min"].as_py(), bounds["max"].as_py()
-            if low is not None and (name not in self.mins or low < self.mins[name]):
-                self.mins[name] = low
-            if high is not None and (name not in self.maxs or high > self.maxs[name]):
-                self.maxs[name] = high
 
     def _flush(self) -> None:
         if not self.buffer:
@@ -178,23 +260,13 @@ class _OpenFile:
         self._flush()
         assert self.writer is not None
         self.writer.close()
-        duplicate = None if self.increasing else _first_duplicate(self.full_path)
-        st = os.stat(self.full_path)
-        stats = {
-            "numRecords": self.rows,
-            "minValues": self.mins,
-            "maxValues": self.maxs,
-            "nullCount": self.nulls,
-        }
-        return _row(
-            action="add",
+        return _described(
+            self.full_path,
+            self.offsets,
             path=self.rel_path,
-            size=st.st_size,
-            modification_time=int(st.st_mtime * 1000),
             partition_values=json.dumps(self.partition_values),
-            stats=json.dumps(stats),
-            **{name: getattr(self, name) for name in RANGE_FIELDS},
-            duplicate_offset=duplicate,
+            topic=self.topic,
+            partition=self.partition,
             replaces=replaces,
         )
 
@@ -213,8 +285,8 @@ def _last_index(values: pa.Array, value: int) -> int:
 
 
 def _first_duplicate(path: str) -> int | None:
-    """The lowest offset a file holds twice (only read back when the task's rows did not
-    arrive in increasing offset order, e.g. after a user's repartition)."""
+    """The lowest offset a file holds twice (only read back when the file's offsets did not
+    strictly increase)."""
     offsets = pq.read_table(path, columns=["offset"]).column("offset").combine_chunks()
     column = offsets.take(pc.array_sort_indices(offsets))
     if len(column) < 2:
@@ -225,7 +297,7 @@ def _first_duplicate(path: str) -> int | None:
     return int(column[pc.index(same, True).as_py()].as_py())
 
 
-def _file_name(root: str, values: dict[str, str | None]) -> str:
+def _file_name(values: dict[str, str | None]) -> str:
     """Hive-style directories when every partition value is plain (the common case:
     topic and partition); otherwise at the table root (Delta needs no directories)."""
     name = f"part-{uuid.uuid4().hex}-c000.snappy.parquet"
@@ -234,76 +306,63 @@ def _file_name(root: str, values: dict[str, str | None]) -> str:
     return name
 
 
-def _distinct_keys(batch: pa.RecordBatch, keys: Sequence[str]) -> list[tuple[Any, ...]]:
-    constant = []
-    for name in keys:
-        column = batch.column(name)
-        if column.null_count:
-            break
-        bounds = pc.min_max(column)
-        if bounds["min"] != bounds["max"]:
-            break
-        constant.append(bounds["min"].as_py())
-    else:
-        return [tuple(constant)]  # the usual batch: one topic-partition
-    distinct = pa.Table.from_batches([batch]).group_by(list(keys)).aggregate([])
-    return [tuple(row[k] for k in keys) for row in distinct.to_pylist()]
-
-
-def _rows_of(batch: pa.RecordBatch, keys: Sequence[str], key: tuple[Any, ...]) -> pa.RecordBatch:
-    mask = None
-    for name, value in zip(keys, key, strict=True):
-        column = batch.column(name)
-        term = pc.is_null(column) if value is None else pc.equal(column, value)
-        mask = term if mask is None else pc.and_(mask, term)
-    return batch.filter(mask)
+def _directory_values(rel_path: str) -> dict[str, str | None]:
+    """The partition values in a path Spark's writer made (``k=v`` directories, values
+    escaped as ``%XX``, a null as ``__HIVE_DEFAULT_PARTITION__``)."""
+    values: dict[str, str | None] = {}
+    for part in rel_path.split("/")[:-1]:
+        key, sep, value = part.partition("=")
+        if sep:
+            values[unquote(key)] = None if value == _HIVE_NULL else unquote(value)
+    return values
 
 
 @dataclass(frozen=True)
-class FileWriter:
-    """``mapInArrow`` function writing a micro-batch's rows as Parquet files under
-    ``root`` (a local or mounted directory every executor reaches)."""
+class FileDescriber:
+    """``mapInArrow`` function describing staged files. Input rows: ``staged`` (a file's
+    path relative to ``staging``). Yields per file one ``add`` row whose ``path`` is where
+    the driver is to move it in the table, an ``error`` row, or nothing (an empty file).
+    ``partition_by``: the table's partition columns; ``topic_key``/``partition_key``: the
+    staging directories' names for the topic-partition."""
 
-    root: str
+    staging: str
     partition_by: tuple[str, ...]
+    topic_key: str
+    partition_key: str
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        keys = list(dict.fromkeys([*self.partition_by, "topic", "partition"]))
-        files: dict[tuple[Any, ...], _OpenFile] = {}
-        done = False
-        try:
-            for batch in batches:
-                if batch.num_rows == 0:
-                    continue
-                for name in _REQUIRED:
-                    if batch.column(name).null_count:
-                        yield _error(f"Column {name!r} has null values; the sink needs it set.")
-                        return
-                found = _distinct_keys(batch, keys)
-                for key in found:
-                    f = files.get(key)
-                    if f is None:
-                        f = files[key] = self._open(batch.schema, keys, key)
-                    f.add(batch if len(found) == 1 else _rows_of(batch, keys, key))
-            rows = [f.close() for f in files.values()]
-            done = True
-            if rows:
-                yield _batch(rows)
-        finally:
-            if not done:
-                for f in files.values():
-                    f.abort()
+        for batch in batches:
+            rows = [self._describe(s) for s in batch.column("staged").to_pylist()]
+            found = [r for r in rows if r is not None]
+            if found:
+                yield _batch(found)
 
-    def _open(self, schema: pa.Schema, keys: Sequence[str], key: tuple[Any, ...]) -> _OpenFile:
-        by_name = dict(zip(keys, key, strict=True))
-        values = {name: partition_value(by_name[name]) for name in self.partition_by}
-        return _OpenFile(
-            root=self.root,
-            rel_path=_file_name(self.root, values),
-            topic=str(by_name["topic"]),
-            partition=int(by_name["partition"]),
-            partition_values=values,
-            columns=[n for n in schema.names if n not in self.partition_by],
+    def _describe(self, staged: str) -> dict[str, Any] | None:
+        dirs = _directory_values(staged)
+        topic, partition = dirs.get(self.topic_key), dirs.get(self.partition_key)
+        for name, value in (("topic", topic), ("partition", partition)):
+            if value is None:
+                return _row(action="error", error=null_error(name))
+        full_path = os.path.join(self.staging, staged)
+        parquet = pq.ParquetFile(full_path)
+        if parquet.metadata.num_rows == 0:
+            return None
+        offsets = _Offsets()
+        for b in parquet.iter_batches(batch_size=_READ_ROWS, columns=["offset", "leaderEpoch"]):
+            for name in ("offset", "leaderEpoch"):
+                if b.column(name).null_count:
+                    return _row(action="error", error=null_error(name))
+            offsets.add(b.column("offset"), b.column("leaderEpoch"))
+        values = {name: dirs.get(name) for name in self.partition_by}
+        return _described(
+            full_path,
+            offsets,
+            parquet.metadata,
+            path=_file_name(values),
+            staged=staged,
+            partition_values=json.dumps(values),
+            topic=topic,
+            partition=int(partition),  # type: ignore[arg-type]
         )
 
 
@@ -346,7 +405,7 @@ class FileRewriter:
         partition = values.get("partition") if "partition" not in kept.column_names else None
         f = _OpenFile(
             root=self.root,
-            rel_path=_file_name(self.root, values),
+            rel_path=_file_name(values),
             topic=str(topic if topic is not None else kept.column("topic")[0].as_py()),
             partition=int(
                 partition if partition is not None else kept.column("partition")[0].as_py()

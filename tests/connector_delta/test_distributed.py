@@ -114,6 +114,7 @@ try:
     out["repair_metrics"] = commit["operationMetrics"]
     out["repair_rss_growth_mb"] = repair.growth
     out["truncations"] = [t.to_json() for t in result.truncations]
+    out["repair_rows"] = result.rows  # the log's records of partition 0 from the cut
     out["cut"] = cut
     t = table_df(spark)
     out["after"] = sorted(tuple(r) for r in t.groupBy("partition").agg(
@@ -180,21 +181,27 @@ def test_five_million_rows_written_by_executors_with_a_flat_driver(
     assert out["write_rss_growth_mb"] < RSS_LIMIT_MB, out
     # The table equals the log: per partition the same rows, offsets and row digest.
     assert out["table"] == out["log"], out
-    assert sum(n for _, n, *_ in out["log"]) == RECORDS
+    # at least: a produce retried on a loaded machine may append its batch twice, and
+    # the table must hold what the log holds
+    assert sum(n for _, n, *_ in out["log"]) >= RECORDS
 
     # The repair replaced partition 0 from the cut up, in one commit, via Spark jobs.
     cut = out["cut"]
-    per_partition = RECORDS // PARTITIONS
     assert [(t["partition"], t["divergenceOffset"]) for t in out["truncations"]] == [(0, cut)]
     assert out["repair_rss_growth_mb"] < RSS_LIMIT_MB, out
     # partition 0's old file removed; added: the batch's file(s) and the rewrite of the old
     # file's rows below the cut (the driver writes no data file: FileRewriter on a task)
     p0, p1 = out["after"]
     _, n0, _, lo0, hi0, _ = out["log"][0]
-    assert n0 == hi0 - lo0 + 1 == per_partition  # rows at consecutive offsets
+    n1 = out["log"][1][1]
     assert lo0 < cut <= hi0
-    assert p0 == [0, per_partition, per_partition, hi0 - cut + 1, cut, cut], out
-    assert p1 == [1, per_partition, per_partition, 0, None, None], out
+    # offsets are consecutive but for a leader change's control record (one offset, no
+    # row) when an election happened while producing, as a loaded machine can cause
+    gaps = hi0 - lo0 + 1 - n0
+    assert 0 <= gaps <= 10, out
+    assert hi0 - cut + 1 - gaps <= out["repair_rows"] <= hi0 - cut + 1, out
+    assert p0 == [0, n0, n0, out["repair_rows"], cut, cut], out
+    assert p1 == [1, n1, n1, 0, None, None], out
     metrics = out["repair_metrics"]
     assert metrics["num_removed_files"] >= 1 and metrics["num_added_files"] >= 2, out
-    assert metrics["num_added_rows"] == per_partition, out  # new rows + the kept ones
+    assert metrics["num_added_rows"] == n0, out  # new rows + the kept ones
