@@ -38,6 +38,3 @@ class Ready:
     committed: list[PartitionKey] = field(default_factory=list)
     truncated: list[tuple[PartitionKey, int, bool]] = field(default_factory=list)
     repaired: list[tuple[PartitionKey, int]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.persist or self.flush or self.send or self.answers or self.committed)
