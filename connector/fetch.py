@@ -5,8 +5,8 @@ on a separately unpickled reader). Fetches carry the planned leader epoch as
 CurrentLeaderEpoch. If the leader changed since planning, the task re-validates what it
 has read so far and the planned end (OffsetsForLeaderEpoch in the new epoch) before
 reading on: records always belong to the planned epoch lineage, or the task stops at the
-divergence (onTruncation=resume: the driver re-reads from there next batch) or fails with
-LogTruncationException (onTruncation=fail).
+divergence once the leader has committed its epoch (onTruncation=resume: the driver re-reads
+from there next batch) or fails with LogTruncationException (onTruncation=fail).
 """
 
 from __future__ import annotations
@@ -228,7 +228,42 @@ class _RangeReader:
 
     def _check_lineage(self, why: str) -> None:
         """Check that what was read so far and the planned end are in the current leader's
-        log; on divergence fail (onTruncation=fail) or stop at the divergence (resume)."""
+        log; on divergence fail (onTruncation=fail) or stop at the divergence (resume).
+
+        Resume stops only at a divergence the leader has committed its epoch over: until
+        a majority follows it, an unclean leader's epoch can still be undone (it fails, the
+        old majority elects one of its own), and then the next batch, validating this
+        batch's planned end against the restored log, would find nothing to re-read and
+        the rows this task skipped would be lost. So it waits, bounded by
+        requestTimeoutMs, for the truncation to be committed or undone."""
+        p = self.p
+        first = self._first_divergence(why)
+        while first is not None and p.on_truncation == "resume" and not self._epoch_committed():
+            self._wait(
+                f"the leader of epoch {self.leader_epoch} reports a divergence at offset "
+                f"{first.divergence_offset} but has not committed its epoch yet"
+            )
+            self._refresh_leader_epoch()
+            try:
+                first = self._first_divergence(why)
+            except _RETRY_ERRORS as exc:
+                log.debug("%s: re-validation must be retried: %s", self.tp, exc)
+        if first is None:
+            return
+        settle_truncations(
+            p.on_truncation,
+            [first],
+            f"Detected by the Spark task reading offsets [{p.start_offset}, "
+            f"{p.end_offset}) of {self.tp} ({why}; planned in leader epoch "
+            f"{p.leader_epoch}).",
+            resume=f"stopping this task at offset {first.divergence_offset}; the next batch "
+            "resumes there.",
+        )
+        self.limit = min(self.limit, max(first.divergence_offset, p.start_offset))
+
+    def _first_divergence(self, why: str) -> TruncatedPartition | None:
+        """The lowest divergence of what was read so far and of the planned end from the
+        current leader's log (OffsetsForLeaderEpoch), None if both are in it."""
         p = self.p
         checks: list[Position] = []
         if self.pos > p.start_offset and self.last_epoch >= 0:
@@ -252,28 +287,40 @@ class _RangeReader:
                 continue  # metadata behind the plan: nothing to compare yet
             if divergence is not None:
                 truncated.append(TruncatedPartition.of(self.tp, position, divergence))
-        if not truncated:
-            if p.end_epoch < 0 and not checks:
-                log.warning(
-                    "%s: %s; offsets [%d, %d) carry no epoch, so the read cannot be checked "
-                    "for truncation",
-                    self.tp,
-                    why,
-                    p.start_offset,
-                    p.end_offset,
-                )
+        if not truncated and p.end_epoch < 0 and not checks:
+            log.warning(
+                "%s: %s; offsets [%d, %d) carry no epoch, so the read cannot be checked "
+                "for truncation",
+                self.tp,
+                why,
+                p.start_offset,
+                p.end_offset,
+            )
+        return min(truncated, key=lambda t: t.divergence_offset, default=None)
+
+    def _epoch_committed(self) -> bool:
+        """Whether the leader's high watermark has passed the start of its epoch: the
+        record before it (ListOffsets latest) is of the leader's own epoch (KIP-595: a
+        leader commits only once a majority holds a record of its epoch)."""
+        try:
+            latest = self.client.list_offsets(
+                self.p.topic, self.p.partition, "latest", current_leader_epoch=self.leader_epoch
+            )
+        except _RETRY_ERRORS as exc:
+            log.debug("%s: high watermark lookup must be retried: %s", self.tp, exc)
+            return False
+        return latest.epoch == self.leader_epoch
+
+    def _refresh_leader_epoch(self) -> None:
+        """Follow the leader metadata names, even to a lower epoch: an unclean epoch that
+        was undone leaves a leader elected below it."""
+        try:
+            pm = self.client.partition_metadata(self.p.topic, self.p.partition, refresh=True)
+        except _RETRY_ERRORS as exc:
+            log.debug("%s: metadata refresh failed: %s", self.tp, exc)
             return
-        first = min(truncated, key=lambda t: t.divergence_offset)
-        settle_truncations(
-            p.on_truncation,
-            [first],
-            f"Detected by the Spark task reading offsets [{p.start_offset}, "
-            f"{p.end_offset}) of {self.tp} ({why}; planned in leader epoch "
-            f"{p.leader_epoch}).",
-            resume=f"stopping this task at offset {first.divergence_offset}; the next batch "
-            "resumes there.",
-        )
-        self.limit = min(self.limit, max(first.divergence_offset, p.start_offset))
+        if pm.leader_id >= 0:
+            self.leader_epoch = pm.leader_epoch
 
     def _out_of_range(self, exc: OffsetOutOfRangeError) -> None:
         p = self.p

@@ -427,6 +427,12 @@ class RaftReplica:
         self._shutting_down = False
         self._set_election(epoch, None, self.node_id, out)
         self._become_leader(now_ms, out)
+        if isinstance(self._state, LeaderState):
+            # It leads because the majority is gone: resigning for want of one (check-quorum)
+            # would undo the operator's choice, and the old majority, back with its longer
+            # log, could then elect one of its own and revert this epoch under readers who
+            # already saw it. The rule applies once a majority has followed.
+            self._state.forced = True
         return out
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
@@ -695,6 +701,8 @@ class RaftReplica:
             if now_ms >= st.check_quorum_at:
                 if len(st.fetched_since_check) + 1 >= self.majority:
                     self._reset_check_quorum(st, now_ms)
+                elif st.forced:
+                    self._reset_check_quorum(st, now_ms, followed=False)
                 else:
                     logger.warning(
                         "leader %s of epoch %s not fetched by a majority for %s ms: resigning",
@@ -759,7 +767,10 @@ class RaftReplica:
             st.backoff_until - now_ms,
         )
 
-    def _reset_check_quorum(self, st: LeaderState, now_ms: int) -> None:
+    def _reset_check_quorum(self, st: LeaderState, now_ms: int, followed: bool = True) -> None:
+        """Start a new check-quorum period; ``followed``: a majority fetched in this one
+        (from then on even a forced leader must keep one)."""
+        st.forced = st.forced and not followed
         st.fetched_since_check.clear()
         st.check_quorum_at = now_ms + self.config.check_quorum_timeout_ms
 

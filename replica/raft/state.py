@@ -107,6 +107,8 @@ class LeaderState:
     begin_resend_at: int | None = None
     fetched_since_check: set[int] = field(default_factory=set)
     catching_up: set[int] = field(default_factory=set)  # voters not counted for the HWM
+    # Forced by an unclean election: check-quorum waits until a majority has followed.
+    forced: bool = False
 
 
 @dataclass(slots=True)

@@ -149,8 +149,7 @@ def unclean_election(
             before_force()
     finally:
         # The majority goes: the leader dies, the other follower stops (paused, not killed:
-        # it must fetch from the forced leader within 1.5 x the fetch timeout once resumed,
-        # or the forced leader resigns and the majority's log, with the records, wins).
+        # resumed, it follows the forced leader, which leads until a majority has followed).
         c.kill(leader)
         c.pause(other)
         c.resume(lagging)

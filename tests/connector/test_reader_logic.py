@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -500,6 +501,58 @@ def test_executor_detects_truncation_after_leader_change(cluster: Any, stream: A
         e.offset for e in log_entries(c, "extrunc", 0) if not e.control and e.offset < tr.divergence
     ]
     assert all(o < tr.divergence for *_, o, _ in rest)
+
+
+def test_executor_does_not_skip_rows_for_an_unclean_epoch_that_is_then_undone(
+    cluster: Any, stream: Any
+) -> None:
+    """A resume task meets a forced leader whose epoch no majority holds yet: it must not
+    stop at that divergence (the batch would end without the rows after it). The forced
+    leader dies before anyone follows it, the old majority elects one of its own, and the
+    log the batch was planned on is back: the task reads its whole range."""
+    c = cluster
+    c.create_topic("exundo", 1)
+    leader = wait_replicated(c, "exundo", 0)
+    lagging, other = [n for n in sorted(c.ports) if n != leader]
+    c.pause(lagging)
+    try:
+        c.produce("exundo", 0, [b"absorbed"])  # answers the fetch the paused node parked
+        one_batch_per_record(c, "exundo", values(6))
+        r = stream(
+            "exundo", startingOffsets="earliest", fetchMaxBytes="1", requestTimeoutMs="20000"
+        )
+        start = r.initialOffset()
+        (part,) = r.partitions(start, r.latestOffset(start, ALL))
+        part = dataclasses.replace(part, on_truncation="resume")
+        it = iter(read_partition(part))
+        rows = batch_rows([next(it), next(it)])
+    finally:
+        c.kill(leader)
+        c.pause(other)
+        c.resume(lagging)
+    rest: list[Any] = []
+    reader = threading.Thread(target=lambda: rest.extend(batch_rows(it)), daemon=True)
+    try:
+        forced = retry(lambda: c.force_leader("exundo", 0, lagging))
+        reader.start()
+        # the task finds the forced leader and waits on its uncommitted divergence
+        wait_until(
+            lambda: c.client.partition_metadata("exundo", 0, refresh=True).leader_epoch == forced,
+            30,
+            "metadata to name the forced leader",
+        )
+        time.sleep(2)  # the task's back-off rounds against the forced leader, by design
+        assert reader.is_alive() and not rest
+    finally:
+        c.kill(lagging)
+        c.resume(other)
+    c.start_node(leader)
+    reader.join(60)
+    assert not reader.is_alive()
+    planned = [e.offset for e in log_entries(c, "exundo", 0) if not e.control]
+    c.start_node(lagging)
+    c.wait_ready()
+    assert [o for *_, o, _ in rows + rest] == [o for o in planned if o < part.end_offset]
 
 
 def test_executor_never_reads_past_end_or_high_watermark(retention_cluster: Any) -> None:

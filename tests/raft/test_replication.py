@@ -294,6 +294,35 @@ def test_force_leader_leads_a_new_epoch_without_votes_and_truncates_others() -> 
     assert c.logs[leader].end_offset_for(1).end_offset < committed_end
 
 
+def test_forced_leader_stays_until_the_old_majority_follows_it() -> None:
+    """The majority is down, so the forced leader is never fetched by one: check-quorum
+    must not make it resign. Otherwise the old majority, back with its longer log, elects
+    one of its own and reverts the forced epoch that readers may already have seen."""
+    c = Cluster()
+    leader = c.elect()
+    behind = next(i for i in c.voters if i != leader)
+    c.produce([1, 2, 3])
+    c.advance(200, drop=lambda m: behind in (m.src, m.dst))
+    committed_end = c.cores[leader].high_watermark
+    majority = [i for i in c.voters if i != behind]
+    for node in majority:
+        c.crash(node)
+    top = max(core.epoch for core in c.cores.values())
+    c.apply(behind, c.cores[behind].force_leader(c.now, min_epoch=top + 1000))
+    c.advance(5 * c.config.check_quorum_timeout_ms)
+    assert c.cores[behind].role is Role.LEADER and c.cores[behind].epoch == top + 1000
+    for node in majority:
+        c.start(node)
+    c.advance(3000)
+    assert c.cores[behind].role is Role.LEADER and c.cores[behind].epoch == top + 1000
+    for node in majority:
+        assert c.cores[node].leader_id == behind
+        assert c.logs[node].end_offset_for(1).end_offset < committed_end
+    # Followed by a majority once, it is an ordinary leader: cut off, it resigns.
+    c.advance(3 * c.config.check_quorum_timeout_ms, drop=lambda m: behind in (m.src, m.dst))
+    assert c.cores[behind].role is not Role.LEADER
+
+
 def test_observer_cannot_be_forced_to_lead() -> None:
     with pytest.raises(ValueError):
         make_replica(9, voters=(1, 2, 3)).force_leader(0)
