@@ -25,7 +25,7 @@ from ..protocol import (
 from ..protocol.messages import AuthenticateRequest, AuthenticateResponse, ErrorResponse
 from . import directories
 from .directories import DirectoryIds
-from .transport import AUTH_TIMEOUT_S, read_frame
+from .transport import AUTH_TIMEOUT_S, read_frame, write_buffers
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class PeerLink:
                         if drain_reader.done():
                             break
                         continue  # a wake-up meant for an earlier connection
-                    writer.writelines(buffers)
+                    write_buffers(writer, buffers)
                     if self._queue.empty() or writer.transport.get_write_buffer_size() > (4 << 20):
                         await writer.drain()
                     if drain_reader.done():
@@ -211,7 +211,9 @@ def _send_auth(
     writer: asyncio.StreamWriter, correlation_id: int, mechanism: str, auth_bytes: bytes
 ) -> None:
     body, _ = encode(AuthenticateRequest(mechanism=mechanism, auth_bytes=auth_bytes))
-    writer.writelines(encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body))
+    write_buffers(
+        writer, encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body)
+    )
 
 
 async def _auth_step(

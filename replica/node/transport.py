@@ -90,6 +90,14 @@ async def read_frame(
     return decode_frame(rest, meta_len)
 
 
+def write_buffers(writer: asyncio.StreamWriter, buffers: list[bytes | memoryview]) -> None:
+    """Queue a frame's buffers on ``writer`` without joining them: Python 3.11's
+    ``writelines`` copies them into one bytes object (a whole record batch), ``write``
+    sends each from where it is and copies only what the socket does not take at once."""
+    for buf in buffers:
+        writer.write(buf)
+
+
 def _api_name(api_key: int) -> str:
     try:
         return ApiKey(api_key).name
@@ -217,7 +225,7 @@ class Server:
                 except FrameError as exc:
                     # The stream cannot be re-synchronised after a bad prefix: answer, then close.
                     problems.note(BAD, "frame", "closing connection from %s: %s", peer, exc)
-                    writer.writelines(error_frame(0, exc.error_code, str(exc)))
+                    write_buffers(writer, error_frame(0, exc.error_code, str(exc)))
                     break
                 frames += 1
                 if frames % YIELD_EVERY_FRAMES == 0:
@@ -419,11 +427,12 @@ class Server:
                 peer,
                 why,
             )
-            writer.writelines(
+            write_buffers(
+                writer,
                 _auth_frame(
                     cid,
                     AuthenticateResponse(error=int(code), error_message=message, auth_bytes=b""),
-                )
+                ),
             )
 
         frame = first_frame or await read_frame(reader, self._max_frame)
@@ -434,12 +443,13 @@ class Server:
                 peer,
                 _api_name(frame.api_key),
             )
-            writer.writelines(
+            write_buffers(
+                writer,
                 error_frame(
                     frame.correlation_id,
                     ErrorCode.ILLEGAL_SASL_STATE,
                     "this listener requires authentication (SCRAM-SHA-256) before any request",
-                )
+                ),
             )
             return None
         try:
@@ -457,11 +467,12 @@ class Server:
             entry[1] if entry else scram.decoy_verifier(name, auth.decoy_key),
             entry is not None,
         )
-        writer.writelines(
+        write_buffers(
+            writer,
             _auth_frame(
                 frame.correlation_id,
                 AuthenticateResponse(error=0, error_message="", auth_bytes=session.first_message()),
-            )
+            ),
         )
         frame = await read_frame(reader, self._max_frame)
         if frame.api_key != ApiKey.AUTHENTICATE:
@@ -486,7 +497,8 @@ class Server:
             return None
         assert entry is not None
         principal = entry[0]
-        writer.writelines(
+        write_buffers(
+            writer,
             _auth_frame(
                 frame.correlation_id,
                 AuthenticateResponse(
@@ -495,7 +507,7 @@ class Server:
                     auth_bytes=server_final,
                     principal_kind=principal.kind,
                 ),
-            )
+            ),
         )
         log.debug("authenticated %r (%s) from %s", principal.name, principal.kind, peer)
         return principal
@@ -528,7 +540,7 @@ class Server:
                 body, payload = encode(response)
                 buffers = encode_frame(api_key, API_VERSION, correlation_id, "", body, payload)
             try:
-                writer.writelines(buffers)
+                write_buffers(writer, buffers)
                 await writer.drain()
             except (ConnectionError, RuntimeError):
                 return

@@ -58,12 +58,11 @@ def encode_frame(
     body: Any,
     payload: bytes | memoryview = b"",
 ) -> list[bytes | memoryview]:
-    """Encode a frame as a list of buffers (for ``writelines``: the payload is not copied)."""
+    """Encode a frame as a list of buffers: the small head, then the payload (if any),
+    never copied (see ``transport.write_buffers``)."""
     meta = msgpack.packb([api_key, api_version, correlation_id, client_id, body], use_bin_type=True)
-    prefix = PREFIX.pack(4 + len(meta) + len(payload), len(meta))
-    if payload:
-        return [prefix, meta, payload]
-    return [prefix + meta]
+    head = PREFIX.pack(4 + len(meta) + len(payload), len(meta)) + meta
+    return [head, payload] if payload else [head]
 
 
 def frame_length(prefix: bytes, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> tuple[int, int]:

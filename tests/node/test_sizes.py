@@ -144,7 +144,7 @@ def test_a_frame_over_the_frame_limit_is_answered_and_the_connection_kept(
         meta_len = len(encode_frame(int(ApiKey.PRODUCE), API_VERSION, 7, "raw", body)[0]) - 8
         payload = bytes(DEFAULT_MAX_FRAME_BYTES - 4 - meta_len + 1)
         buffers = encode_frame(int(ApiKey.PRODUCE), API_VERSION, 7, "raw", body, payload)
-        assert PREFIX.unpack(bytes(buffers[0]))[0] == DEFAULT_MAX_FRAME_BYTES + 1
+        assert PREFIX.unpack_from(buffers[0])[0] == DEFAULT_MAX_FRAME_BYTES + 1
         conn._next_id = 8
         for b in buffers:
             conn._sock.sendall(b)

@@ -120,7 +120,7 @@ def test_records_travel_as_the_raw_payload() -> None:
     )
     assert payload == records and body[-1] is None
     wire = encode_frame(0, 0, 1, "c", body, payload)
-    assert wire[-1] is payload  # handed to writelines as-is, never copied into msgpack
+    assert wire[-1] is payload  # written as it is, never copied into msgpack
 
 
 def test_raft_envelope_carries_a_raft_message() -> None:
