@@ -115,7 +115,7 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     from ..node.cluster import LocalCluster
 
     _setup_logging("WARNING")
-    cluster = LocalCluster(args.nodes, args.data_dir, log_level=args.log_level)
+    cluster = LocalCluster(args.nodes, args.data_dir, log_level=args.log_level, kafka=args.kafka)
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -127,6 +127,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     with cluster:
         print(f"quorumlog cluster of {args.nodes} nodes is up (data under {cluster.data_dir})")
         print(f"bootstrap: {cluster.bootstrap}")
+        if args.kafka:
+            print(f"Kafka clients' bootstrap.servers: {cluster.kafka_bootstrap}")
         print(f"cluster secret (node-to-node authentication): {cluster.cluster_secret_file}")
         print("Ctrl-C stops every node.")
         sys.stdout.flush()
@@ -341,6 +343,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--allow-insecure", action="store_true", help="allow plaintext on a non-loopback address"
     )
+    p.add_argument(
+        "--kafka-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve Kafka clients here (plaintext; off by default)",
+    )
+    p.add_argument(
+        "--kafka-voters",
+        default=None,
+        metavar="ID@HOST:PORT,...",
+        help="every node's --kafka-listen address, for the Metadata Kafka clients get "
+        "(default: this node's only)",
+    )
     g = p.add_argument_group("security (TLS and SCRAM authentication)")
     g.add_argument("--tls-cert", default=None, help="this node's certificate (PEM)")
     g.add_argument("--tls-key", default=None, help="this node's private key (PEM)")
@@ -390,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--nodes", type=int, default=3)
     up.add_argument("--data-dir", default=None)
     up.add_argument("--log-level", default="INFO")
+    up.add_argument(
+        "--kafka", action="store_true", help="every node also serves Kafka clients (plaintext)"
+    )
     up.set_defaults(func=cmd_cluster_up)
     ns = csub.add_parser(
         "new-secret",

@@ -66,14 +66,18 @@ def decode_request_header(payload: Buffer) -> tuple[RequestHeader, Api | None, R
     return header, api, r
 
 
-def decode_request(payload: Buffer) -> tuple[RequestHeader, Api, Message]:
+def decode_request(
+    payload: Buffer, *, trailing_ok: bool = False
+) -> tuple[RequestHeader, Api, Message]:
     """Decode one request. Raises UnsupportedRequest for an api/version we do not serve,
-    KafkaDecodeError for anything malformed (then drop the connection)."""
+    KafkaDecodeError for anything malformed (then drop the connection). ``trailing_ok``:
+    bytes after the body are ignored, as a Kafka broker ignores them (librdkafka's
+    all-topics Metadata v12 carries 3 such bytes)."""
     header, api, r = decode_request_header(payload)
     if api is None or not api.supports(header.api_version):
         raise UnsupportedRequest(header)
     body = decode_struct(r, api.plan(header.api_version, True))
-    if r.remaining:
+    if r.remaining and not trailing_ok:
         raise KafkaDecodeError(
             f"{r.remaining} trailing bytes after {api.name} v{header.api_version} request"
         )

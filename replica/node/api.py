@@ -133,7 +133,7 @@ class Api:
                 code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 topics.append(m.TopicInfo(error=code, name=name, partitions=[]))
                 continue
-            parts = [self._partition_info(name, p, reps) for p, reps in enumerate(t.replicas)]
+            parts = [self.partition_info(name, p, reps) for p, reps in enumerate(t.replicas)]
             topics.append(
                 m.TopicInfo(
                     error=0,
@@ -156,7 +156,7 @@ class Api:
             topics=topics,
         )
 
-    def _partition_info(self, topic: str, partition: int, replicas: list[int]) -> m.PartitionInfo:
+    def partition_info(self, topic: str, partition: int, replicas: list[int]) -> m.PartitionInfo:
         """What this node knows of a partition; UNKNOWN where it hosts no replica of it."""
         p = self.driver.get((topic, partition))
         core = p.core if p is not None else None

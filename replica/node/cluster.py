@@ -53,10 +53,12 @@ class LocalCluster:
         secure: bool = False,
         mutual_tls: bool = False,
         principals: dict[str, tuple[str, list[str]]] | None = None,
+        kafka: bool = False,
     ) -> None:
         """``secure``: TLS on every listener with a throwaway CA, and SCRAM authentication
         with principals node-1..N, ``admin`` and ``principals`` (name -> (kind, topics));
-        ``mutual_tls`` also requires client certificates."""
+        ``mutual_tls`` also requires client certificates. ``kafka``: every node also
+        serves Kafka clients (``kafka_bootstrap``)."""
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
         self.n = nodes
@@ -70,7 +72,10 @@ class LocalCluster:
         self.node_args = node_args or []
         self.log_level = log_level
         self.start_timeout_s = start_timeout_s
-        self.ports = dict(zip(range(1, nodes + 1), free_ports(nodes, host), strict=True))
+        ids = range(1, nodes + 1)
+        ports = free_ports(2 * nodes if kafka else nodes, host)  # one call: all distinct
+        self.ports = dict(zip(ids, ports[:nodes], strict=True))
+        self.kafka_ports = dict(zip(ids, ports[nodes:], strict=True)) if kafka else {}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._client: Client | None = None
         self.secure = secure or mutual_tls
@@ -89,6 +94,20 @@ class LocalCluster:
     @property
     def voters(self) -> str:
         return ",".join(f"{i}@{self.host}:{p}" for i, p in self.ports.items())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """bootstrap.servers for Kafka clients (a cluster started with ``kafka=True``)."""
+        if not self.kafka_ports:
+            raise ValueError("this LocalCluster was started without kafka=True")
+        return ",".join(f"{self.host}:{p}" for p in self.kafka_ports.values())
+
+    def _kafka_args(self, node: int) -> list[str]:
+        if not self.kafka_ports:
+            return []
+        voters = ",".join(f"{i}@{self.host}:{p}" for i, p in self.kafka_ports.items())
+        listen = f"{self.host}:{self.kafka_ports[node]}"
+        return ["--kafka-listen", listen, "--kafka-voters", voters]
 
     def node_dir(self, node: int) -> Path:
         return self.data_dir / f"node-{node}"
@@ -115,6 +134,7 @@ class LocalCluster:
             "--log-level",
             self.log_level,
             *self._security_args(node),
+            *self._kafka_args(node),
             *self.node_args,
         ]
 

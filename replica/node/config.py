@@ -117,6 +117,10 @@ class NodeConfig:
     # Plaintext clusters (no auth_config): the secret nodes prove membership with before
     # the node accepts their raft traffic (security.node_secret).
     cluster_secret: str | None = field(default=None, repr=False)
+    # The Kafka listener (kafka_api.py; None: off) and every node's Kafka address, as
+    # Metadata answers it to Kafka clients (this node's listener if not given).
+    kafka_listen: tuple[str, int] | None = None
+    kafka_voters: dict[int, tuple[str, int]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -139,6 +143,16 @@ class NodeConfig:
                 "--cluster-secret-file/--cluster-secret-env is for plaintext clusters; with "
                 "--auth-config nodes authenticate as their node principals"
             )
+        if self.kafka_listen is not None and (self.tls is not None or self.auth_config):
+            raise ValueError(
+                "--kafka-listen serves plaintext Kafka clients only (Kafka SASL/TLS is not "
+                "built yet); it cannot run beside --tls-*/--auth-config"
+            )
+        unknown = sorted(set(self.kafka_voters) - set(self.voters))
+        if unknown:
+            raise ValueError(f"--kafka-voters names node(s) {unknown} that are not --voters")
+        if self.kafka_voters and self.kafka_listen is None:
+            raise ValueError("--kafka-voters needs --kafka-listen")
         if self.auth_config is None and self.cluster_secret is None and len(self.voters) > 1:
             raise ValueError(
                 f"a cluster of {len(self.voters)} voters without --auth-config needs the "
@@ -169,6 +183,16 @@ class NodeConfig:
                 "bind a loopback address, enable TLS and authentication (--tls-cert, "
                 "--tls-key, --tls-ca, --auth-config), or pass --allow-insecure"
             )
+        kafka_listen = kafka_voters = None
+        if getattr(args, "kafka_listen", None):
+            kafka_listen = parse_host_port(args.kafka_listen, "--kafka-listen")
+            if not is_loopback(kafka_listen[0]) and not args.allow_insecure:
+                raise SystemExit(
+                    f"quorumlog: refusing to serve Kafka clients without authentication on "
+                    f"{kafka_listen[0]}: bind a loopback address or pass --allow-insecure"
+                )
+        if getattr(args, "kafka_voters", None):
+            kafka_voters = parse_voters(args.kafka_voters)
         return NodeConfig(
             node_id=args.node_id,
             host=host,
@@ -189,6 +213,8 @@ class NodeConfig:
             auth_secret=secret,
             cluster_secret=cluster_secret,
             peer_addresses=parse_peer_addresses(getattr(args, "peer_address", None) or []),
+            kafka_listen=kafka_listen,
+            kafka_voters=kafka_voters or {},
         )
 
 

@@ -29,6 +29,7 @@ from .config import NodeConfig
 from .controller import METADATA_KEY, MetadataController
 from .datadir import DataDir
 from .directories import DirectoryIds
+from .kafka_api import KafkaHandlers, KafkaServer
 from .maintenance import Maintenance
 from .partitions import PartitionManager
 from .peers import PeerLink
@@ -129,6 +130,13 @@ class Node:
                 else None
             ),
         )
+        self.kafka: KafkaServer | None = None
+        if config.kafka_listen is not None:
+            host, port = config.kafka_listen
+            advertised = dict(config.kafka_voters) or {self.node_id: config.kafka_listen}
+            self.kafka = KafkaServer(
+                KafkaHandlers(self.api, advertised), host, port, config.max_frame_bytes
+            )
         self.directories: DirectoryIds | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -226,6 +234,9 @@ class Node:
         )
         self.server.directories = self.directories
         await self.server.start()
+        if self.kafka is not None:
+            await self.kafka.start()
+            log.info("node %d serving Kafka clients on %s:%d", self.node_id, *self.kafka.address)
         for nid, (host, port) in self.config.voters.items():
             if nid != self.node_id:
                 host, port = self.config.peer_addresses.get(nid, (host, port))
@@ -293,6 +304,8 @@ class Node:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
         await self.server.close()
+        if self.kafka is not None:
+            await self.kafka.close()
         for link in self.peers.values():
             await link.close()
         self.partitions.close_all()

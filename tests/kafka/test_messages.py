@@ -16,6 +16,7 @@ from quorumlog.replica.kafka.codec import (
     encode_response,
 )
 from quorumlog.replica.kafka.schema import Api
+from quorumlog.replica.kafka.wire import KafkaDecodeError
 
 from .strategies import api_versions, message_strategy
 
@@ -137,3 +138,13 @@ def test_fetch_v13_uses_topic_ids_and_older_versions_names() -> None:
     old = m.FETCH.default_request(11)
     old["topics"] = [{"topic": "t", "topic_id": uuid.UUID(int=0), "partitions": []}]
     assert decode_request(encode_request(m.FETCH, 11, 1, old))[2]["topics"][0]["topic"] == "t"
+
+
+def test_trailing_request_bytes_are_refused_unless_the_listener_ignores_them() -> None:
+    """librdkafka's all-topics Metadata v12 request (captured) ends with 3 bytes after the
+    body: a Kafka broker ignores them, and so does the listener (``trailing_ok``)."""
+    captured = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    with pytest.raises(KafkaDecodeError, match="3 trailing bytes after Metadata v12"):
+        decode_request(captured)
+    header, api, body = decode_request(captured, trailing_ok=True)
+    assert (api.name, header.correlation_id, body["topics"]) == ("Metadata", 3, None)

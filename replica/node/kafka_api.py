@@ -1,0 +1,438 @@
+"""The Kafka listener (optional, ``serve --kafka-listen HOST:PORT``): Kafka clients
+produce to and consume from the same partitions as native clients, with the same leader
+epochs and fencing (KIP-320), through the native api layer (``Api``).
+
+Served: ApiVersions, Metadata, Produce (RecordBatch v2; acks 0, 1, all = quorum-durable),
+Fetch, ListOffsets, OffsetForLeaderEpoch. ApiVersions lists only these, so a client
+does not ask for the rest; a request for an API it does not list is answered with
+UNSUPPORTED_VERSION where its answer has a top-level error code, else the connection
+closes (as a Kafka broker does for an api key it does not know). Plaintext only for now:
+``NodeConfig`` refuses the listener on a node with TLS or authentication.
+
+Records cross the boundary through ``kafka.convert``: a produced Kafka batch becomes one
+quorumlog batch (key, value, timestamp, headers, producer fields); a fetch turns stored
+batches back into RecordBatch v2 with the same base offset and leader epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..constants import UNKNOWN, or_unknown
+from ..kafka import messages as km
+from ..kafka.codec import UnsupportedRequest, api_versions_body, decode_request, encode_response
+from ..kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka
+from ..kafka.errors import KafkaError
+from ..kafka.records import check_produced, iter_batches
+from ..kafka.schema import Api as KafkaApi
+from ..kafka.schema import Message
+from ..kafka.wire import FrameDecoder, KafkaDecodeError, frame
+from ..protocol import ErrorCode
+from ..protocol import messages as m
+from .api import Api
+from .metadata import METADATA_TOPIC
+
+log = logging.getLogger(__name__)
+
+#: (api, lowest version, highest version) the listener serves; ApiVersions lists these.
+SERVED: tuple[tuple[KafkaApi, int, int], ...] = (
+    (km.PRODUCE, km.PRODUCE.min_version, km.PRODUCE.max_version),
+    (km.FETCH, km.FETCH.min_version, km.FETCH.max_version),
+    (km.LIST_OFFSETS, km.LIST_OFFSETS.min_version, km.LIST_OFFSETS.max_version),
+    (km.METADATA, km.METADATA.min_version, km.METADATA.max_version),
+    (km.API_VERSIONS, km.API_VERSIONS.min_version, km.API_VERSIONS.max_version),
+    (
+        km.OFFSET_FOR_LEADER_EPOCH,
+        km.OFFSET_FOR_LEADER_EPOCH.min_version,
+        km.OFFSET_FOR_LEADER_EPOCH.max_version,
+    ),
+)
+_SERVED_KEYS = tuple((api.key, low, high) for api, low, high in SERVED)
+
+#: Native error codes up to here are Kafka's own numbers and meanings (protocol/errors.py);
+#: the quorum ones above map in ``kafka_error``.
+_KAFKA_NUMBERED = 80
+_LEADER_MOVED = frozenset(
+    {ErrorCode.NOT_FOLLOWER, ErrorCode.NOT_QUORUM_LEADER, ErrorCode.SHUTTING_DOWN}
+)
+
+#: Fixed for every node, so a client's topic ids agree whichever node it asks.
+_TOPIC_ID_NAMESPACE = uuid.UUID("6d1c7c3e-2f4b-4d0e-9a57-0b9b3c5f8e21")
+
+Handler = Callable[[KafkaApi, int, Message], Awaitable[Message | None]]
+
+
+def kafka_error(code: int) -> int:
+    """The Kafka error code for a native one (same number where Kafka has that error)."""
+    if -1 <= code <= _KAFKA_NUMBERED:
+        return code
+    if code in _LEADER_MOVED:
+        return int(KafkaError.NOT_LEADER_OR_FOLLOWER)
+    return int(KafkaError.UNKNOWN_SERVER_ERROR)
+
+
+class KafkaHandlers:
+    """One handler per Kafka API, each mapping onto the native ``Api`` of this node."""
+
+    def __init__(self, api: Api, advertised: dict[int, tuple[str, int]]) -> None:
+        self.api = api
+        self.advertised = advertised
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self.handlers: dict[int, Handler] = {
+            km.API_VERSIONS.key: self.api_versions,
+            km.METADATA.key: self.metadata,
+            km.PRODUCE.key: self.produce,
+            km.FETCH.key: self.fetch,
+            km.LIST_OFFSETS.key: self.list_offsets,
+            km.OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
+        }
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        found = self._topic_ids.get(name)
+        if found is None:
+            cluster = self.api.config.cluster_id
+            found = self._topic_ids[name] = uuid.uuid5(_TOPIC_ID_NAMESPACE, f"{cluster}/{name}")
+        return found
+
+    def _topic_by_id(self, topic_id: Any) -> str | None:
+        for name in self.api.controller.state.topics:
+            if self.topic_id(name) == topic_id:
+                return name
+        return None
+
+    # ------------------------------------------------------------------ cluster
+    async def api_versions(self, api: KafkaApi, version: int, body: Message) -> Message:
+        return api_versions_body(version, _SERVED_KEYS)
+
+    async def metadata(self, api: KafkaApi, version: int, body: Message) -> Message:
+        state = self.api.controller.state
+        requested = body["topics"]
+        names = (
+            sorted(state.topics)
+            if requested is None
+            else [t["name"] or self._topic_by_id(t["topic_id"]) or "" for t in requested]
+        )
+        out = api.default_response(version)
+        out["brokers"] = [
+            {"node_id": i, "host": h, "port": p, "rack": None}
+            for i, (h, p) in sorted(self.advertised.items())
+        ]
+        out["cluster_id"] = self.api.config.cluster_id
+        out["controller_id"] = or_unknown(self.api.controller.leader_id())
+        topics = []
+        for name in names:
+            t = state.topics.get(name) if name != METADATA_TOPIC else None
+            entry: Message = {
+                "error_code": 0,
+                "name": name,
+                "topic_id": self.topic_id(name),
+                "is_internal": False,
+                "partitions": [],
+                "topic_authorized_operations": -2147483648,
+            }
+            if t is None:
+                entry["error_code"] = int(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                for p, replicas in enumerate(t.replicas):
+                    info = self.api.partition_info(name, p, replicas)
+                    known = info.leader_id >= 0
+                    entry["partitions"].append(
+                        {
+                            "error_code": 0 if known else int(KafkaError.LEADER_NOT_AVAILABLE),
+                            "partition_index": p,
+                            "leader_id": info.leader_id,
+                            "leader_epoch": info.leader_epoch,
+                            "replica_nodes": replicas,
+                            "isr_nodes": replicas,
+                            "offline_replicas": [],
+                        }
+                    )
+            topics.append(entry)
+        out["topics"] = topics
+        return out
+
+    # ------------------------------------------------------------------ partitions
+    async def produce(self, api: KafkaApi, version: int, body: Message) -> Message | None:
+        acks = body["acks"]
+        if acks not in (0, 1, -1):
+            return self._produce_answer(api, version, body, KafkaError.INVALID_REQUIRED_ACKS)
+        native_acks = m.ACKS_QUORUM if acks == -1 else m.ACKS_LEADER
+        jobs = [
+            self._produce_one(t["name"], pd, native_acks, body["timeout_ms"])
+            for t in body["topic_data"]
+            for pd in t["partition_data"]
+        ]
+        answers = iter(await asyncio.gather(*jobs))
+        if acks == 0:
+            return None
+        out = api.default_response(version)
+        out["responses"] = [
+            {"name": t["name"], "partition_responses": [next(answers) for _ in t["partition_data"]]}
+            for t in body["topic_data"]
+        ]
+        return out
+
+    def _produce_answer(
+        self, api: KafkaApi, version: int, body: Message, error: KafkaError
+    ) -> Message:
+        out = api.default_response(version)
+        out["responses"] = [
+            {
+                "name": t["name"],
+                "partition_responses": [
+                    _partition_produced(pd["index"], int(error), UNKNOWN, error.name)
+                    for pd in t["partition_data"]
+                ],
+            }
+            for t in body["topic_data"]
+        ]
+        return out
+
+    async def _produce_one(self, topic: str, pd: Message, acks: int, timeout_ms: int) -> Message:
+        index = pd["index"]
+        try:
+            batches = []
+            for batch in iter_batches(pd["records"] or b""):
+                check_produced(batch)
+                batches.append(kafka_to_quorumlog(batch))
+        except (KafkaDecodeError, ValueError) as exc:
+            return _partition_produced(index, int(KafkaError.CORRUPT_MESSAGE), UNKNOWN, str(exc))
+        if not batches:
+            return _partition_produced(index, int(KafkaError.INVALID_REQUEST), UNKNOWN, "empty")
+        req = m.ProduceRequest(
+            topic=topic,
+            partition=index,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            records=b"".join(batches),
+        )
+        resp = await self.api.produce(req)
+        return _partition_produced(
+            index,
+            kafka_error(resp.error),
+            getattr(resp, "base_offset", UNKNOWN),
+            resp.error_message,
+        )
+
+    async def fetch(self, api: KafkaApi, version: int, body: Message) -> Message:
+        wanted: list[tuple[str, Message]] = []
+        for t in body["topics"]:
+            name = t.get("topic") or self._topic_by_id(t.get("topic_id")) or ""
+            wanted.extend((name, p) for p in t["partitions"])
+
+        async def one(name: str, p: Message, max_wait_ms: int) -> tuple[Message, bool]:
+            req = m.FetchRequest(
+                topic=name,
+                partition=p["partition"],
+                current_leader_epoch=p["current_leader_epoch"],
+                fetch_offset=p["fetch_offset"],
+                max_wait_ms=max_wait_ms,
+                min_bytes=1,
+                max_bytes=max(1, p["partition_max_bytes"]),
+            )
+            resp = await self.api.partition_request(req)
+            records = b""
+            if resp.error == 0 and resp.records:
+                records = quorumlog_to_kafka(resp.records, verify_crc=False)
+            hwm = resp.high_watermark if resp.error == 0 else -1
+            answer = {
+                "partition_index": p["partition"],
+                "error_code": kafka_error(resp.error),
+                "high_watermark": hwm,
+                "last_stable_offset": hwm,
+                "log_start_offset": resp.log_start_offset if resp.error == 0 else -1,
+                "aborted_transactions": None,
+                "preferred_read_replica": -1,
+                "records": records,
+            }
+            if resp.error in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER):
+                answer["current_leader"] = {
+                    "leader_id": resp.leader_id,
+                    "leader_epoch": resp.leader_epoch,
+                }
+            return answer, bool(records) or resp.error != 0
+
+        # A first pass that does not wait; only when it finds nothing at all, one long
+        # poll of every partition (each returns when its data comes or max_wait_ms ends).
+        results = await asyncio.gather(*(one(n, p, 0) for n, p in wanted))
+        if body["max_wait_ms"] > 0 and not any(found for _, found in results):
+            wait = body["max_wait_ms"]
+            results = await asyncio.gather(*(one(n, p, wait) for n, p in wanted))
+        answers = iter(a for a, _ in results)
+        out = api.default_response(version)
+        out["responses"] = [
+            {
+                "topic": t.get("topic") or self._topic_by_id(t.get("topic_id")) or "",
+                "topic_id": t.get("topic_id") or uuid.UUID(int=0),
+                "partitions": [next(answers) for _ in t["partitions"]],
+            }
+            for t in body["topics"]
+        ]
+        return out
+
+    async def list_offsets(self, api: KafkaApi, version: int, body: Message) -> Message:
+        async def one(name: str, p: Message) -> Message:
+            req = m.ListOffsetsRequest(
+                topic=name,
+                partition=p["partition_index"],
+                current_leader_epoch=p["current_leader_epoch"],
+                timestamp=p["timestamp"],
+            )
+            resp = await self.api.partition_request(req)
+            ok = resp.error == 0
+            return {
+                "partition_index": p["partition_index"],
+                "error_code": kafka_error(resp.error),
+                "old_style_offsets": [],
+                "timestamp": resp.timestamp if ok else -1,
+                "offset": resp.offset if ok else -1,
+                "leader_epoch": resp.leader_epoch if ok else -1,
+            }
+
+        out = api.default_response(version)
+        out["topics"] = [
+            {
+                "name": t["name"],
+                "partitions": await asyncio.gather(*(one(t["name"], p) for p in t["partitions"])),
+            }
+            for t in body["topics"]
+        ]
+        return out
+
+    async def offset_for_leader_epoch(self, api: KafkaApi, version: int, body: Message) -> Message:
+        async def one(name: str, p: Message) -> Message:
+            req = m.OffsetsForLeaderEpochRequest(
+                topic=name,
+                partition=p["partition"],
+                current_leader_epoch=p["current_leader_epoch"],
+                leader_epoch=p["leader_epoch"],
+            )
+            resp = await self.api.partition_request(req)
+            ok = resp.error == 0
+            return {
+                "error_code": kafka_error(resp.error),
+                "partition": p["partition"],
+                "leader_epoch": resp.leader_epoch if ok else -1,
+                "end_offset": resp.end_offset if ok else -1,
+            }
+
+        out = api.default_response(version)
+        out["topics"] = [
+            {
+                "topic": t["topic"],
+                "partitions": await asyncio.gather(*(one(t["topic"], p) for p in t["partitions"])),
+            }
+            for t in body["topics"]
+        ]
+        return out
+
+
+def _partition_produced(index: int, error: int, base_offset: int, message: str) -> Message:
+    return {
+        "index": index,
+        "error_code": error,
+        "base_offset": base_offset if error == 0 else -1,
+        "log_append_time_ms": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message or None,
+    }
+
+
+class KafkaServer:
+    """Accepts Kafka connections; per connection, requests are handled concurrently and
+    answered in the order they came (clients pipeline them)."""
+
+    def __init__(self, handlers: KafkaHandlers, host: str, port: int, max_frame: int) -> None:
+        self.handlers = handlers
+        self.host = host
+        self.port = port
+        self.max_frame = max_frame
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._conns):
+            task.cancel()
+        await asyncio.gather(*self._conns, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=64)
+        responder = asyncio.create_task(self._respond(pending, writer))
+        frames = FrameDecoder(self.max_frame)
+        try:
+            while not responder.done():
+                data = await reader.read(1 << 20)
+                if not data:
+                    break
+                for payload in frames.feed(data):
+                    await pending.put(asyncio.create_task(self._answer(payload)))
+        except KafkaDecodeError as exc:
+            log.info("kafka connection from %s: %s", writer.get_extra_info("peername"), exc)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            await pending.put(None)
+            await asyncio.gather(responder, return_exceptions=True)
+            writer.close()
+            self._conns.discard(task)
+
+    async def _respond(
+        self,
+        pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        while True:
+            item = await pending.get()
+            if item is None:
+                return
+            try:
+                answer = await item
+            except KafkaDecodeError as exc:
+                log.info("kafka request dropped the connection: %s", exc)
+                return
+            except Exception:
+                log.exception("kafka request failed")
+                return
+            if answer is None:
+                continue
+            writer.write(frame(answer))
+            if pending.empty():
+                await writer.drain()
+
+    async def _answer(self, payload: bytes) -> bytes | None:
+        try:
+            header, api, body = decode_request(payload, trailing_ok=True)
+        except UnsupportedRequest as exc:
+            if exc.header.api_key == km.API_VERSIONS.key:
+                answer = api_versions_body(0, _SERVED_KEYS, KafkaError.UNSUPPORTED_VERSION)
+                return encode_response(km.API_VERSIONS, 0, exc.header.correlation_id, answer)
+            raise
+        handler = self.handlers.handlers.get(api.key)
+        if handler is None:
+            out = api.default_response(header.api_version)
+            if "error_code" not in out:
+                raise KafkaDecodeError(f"{api.name} is not served and has no error code")
+            out["error_code"] = int(KafkaError.UNSUPPORTED_VERSION)
+            return encode_response(api, header.api_version, header.correlation_id, out)
+        result = await handler(api, header.api_version, body)
+        if result is None:
+            return None
+        return encode_response(api, header.api_version, header.correlation_id, result)

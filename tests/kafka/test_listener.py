@@ -1,0 +1,255 @@
+"""The nodes' Kafka listener (``serve --kafka-listen``) with a real librdkafka client
+(confluent-kafka) on a 3-node cluster: records cross the boundary both ways, leader
+epochs and fencing reach Kafka clients, and what the listener does not serve is
+answered with a Kafka error on a connection that stays open."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import confluent_kafka.admin
+import pytest
+from quorumlog.replica.kafka import messages as km
+from quorumlog.replica.kafka.codec import decode_response, encode_request
+from quorumlog.replica.kafka.errors import KafkaError
+from quorumlog.replica.kafka.wire import FrameDecoder, frame
+from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.node.config import NodeConfig
+from quorumlog.replica.node.kafka_api import kafka_error
+from quorumlog.replica.node.security import TlsFiles
+from quorumlog.replica.protocol import ErrorCode
+
+from tests.support.cli import QUORUMLOG
+from tests.support.cluster import read_all
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
+
+RECORDS = 1000
+BASE_TS = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(3, tmp_path_factory.mktemp("kafka"), kafka=True, log_level="INFO") as c:
+        yield c
+
+
+def _record(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]], int]:
+    return f"key-{i}".encode(), bytes([i % 251]) * 100, [("n", str(i).encode())], BASE_TS + i
+
+
+def _produce(bootstrap: str, topic: str, partitions: int) -> dict[tuple[int, int], int]:
+    """RECORDS records with acks=all; (partition, offset) -> record index, per delivery."""
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5}
+    )
+    delivered: dict[tuple[int, int], int] = {}
+    errors: list[Any] = []
+
+    def report(i: int) -> Any:
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                delivered[(msg.partition(), msg.offset())] = i
+
+        return on_delivery
+
+    for i in range(RECORDS):
+        key, value, headers, ts = _record(i)
+        producer.produce(
+            topic,
+            value=value,
+            key=key,
+            headers=headers,
+            timestamp=ts,
+            partition=i % partitions,
+            on_delivery=report(i),
+        )
+        producer.poll(0)
+    assert producer.flush(60) == 0, "records still queued after 60 s"
+    assert not errors, errors[:3]
+    assert len(delivered) == RECORDS
+    return delivered
+
+
+def _consume(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
+        got: list[Any] = []
+        deadline = time.monotonic() + 60
+        while len(got) < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            got.append(msg)
+        return got
+    finally:
+        consumer.close()
+
+
+def test_kafka_clients_produce_and_consume_with_every_record_field(
+    kcluster: LocalCluster,
+) -> None:
+    c = kcluster
+    c.create_topic("kevents", 2)
+    delivered = _produce(c.kafka_bootstrap, "kevents", 2)
+    got = _consume(c.kafka_bootstrap, "kevents", 2, RECORDS)
+    assert len(got) == RECORDS
+    for msg in got:
+        i = delivered[(msg.partition(), msg.offset())]  # the offset the ack named
+        key, value, headers, ts = _record(i)
+        assert (msg.key(), msg.value(), msg.headers()) == (key, value, headers)
+        assert msg.timestamp() == (confluent_kafka.TIMESTAMP_CREATE_TIME, ts)
+        assert msg.leader_epoch() is not None and msg.leader_epoch() >= 1
+    # The native client reads the same records at the same offsets.
+    for p in range(2):
+        native = {o: v for o, _, v in read_all(c.client, "kevents", p)}
+        mine = {o: _record(i)[1] for (pp, o), i in delivered.items() if pp == p}
+        assert native == mine
+
+
+def test_kafka_consumer_reads_what_a_native_producer_wrote(kcluster: LocalCluster) -> None:
+    c = kcluster
+    c.create_topic("knative", 1)
+    values = [f"native-{i}".encode() for i in range(50)]
+    acks = c.produce("knative", 0, values)
+    got = _consume(c.kafka_bootstrap, "knative", 1, len(values))
+    assert [m.value() for m in got] == values
+    assert [m.offset() for m in got] == [a.offset for a in acks]
+
+
+def _request(port: int, api: Any, version: int, body: dict[str, Any], cid: int) -> bytes:
+    return frame(encode_request(api, version, cid, body, client_id="raw"))
+
+
+def _exchange(port: int, requests: list[bytes]) -> list[bytes]:
+    """Send raw requests on one connection; the answers, in order."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        for r in requests:
+            s.sendall(r)
+        frames = FrameDecoder()
+        answers: list[bytes] = []
+        while len(answers) < len(requests):
+            data = s.recv(1 << 16)
+            assert data, "the listener closed the connection"
+            answers.extend(frames.feed(data))
+        return answers
+
+
+def test_unserved_apis_get_a_kafka_error_and_the_connection_stays(
+    kcluster: LocalCluster,
+) -> None:
+    port = next(iter(kcluster.kafka_ports.values()))
+    init_req = km.INIT_PRODUCER_ID.default_request(4)
+    init_req["transaction_timeout_ms"] = 60000
+    versions_req = km.API_VERSIONS.default_request(3)
+    versions_req.update(client_software_name="raw", client_software_version="1")
+    versions, unserved, again = _exchange(
+        port,
+        [
+            _request(port, km.API_VERSIONS, 3, versions_req, 1),
+            _request(port, km.INIT_PRODUCER_ID, 4, init_req, 2),
+            _request(port, km.API_VERSIONS, 3, versions_req, 3),
+        ],
+    )
+    cid, body = decode_response(km.API_VERSIONS, 3, versions)
+    listed = {a["api_key"] for a in body["api_keys"]}
+    assert cid == 1 and listed == {0, 1, 2, 3, 18, 23}
+    cid, body = decode_response(km.INIT_PRODUCER_ID, 4, unserved)
+    assert (cid, body["error_code"]) == (2, KafkaError.UNSUPPORTED_VERSION)
+    assert decode_response(km.API_VERSIONS, 3, again)[0] == 3
+
+
+def test_fetch_is_fenced_by_the_leader_epoch(kcluster: LocalCluster) -> None:
+    c = kcluster
+    c.create_topic("kfenced", 1)
+    c.produce("kfenced", 0, [b"a", b"b"])
+    leader = c.leader_of("kfenced", 0)
+    epoch = c.client.partition_metadata("kfenced", 0, refresh=True).leader_epoch
+
+    def fetch(current: int, cid: int) -> bytes:
+        body = km.FETCH.default_request(12)
+        body.update(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20)
+        body["topics"] = [
+            {
+                "topic": "kfenced",
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": current,
+                        "fetch_offset": 0,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                ],
+            }
+        ]
+        return _request(c.kafka_ports[leader], km.FETCH, 12, body, cid)
+
+    answers = _exchange(c.kafka_ports[leader], [fetch(epoch, 1), fetch(epoch + 1, 2)])
+    codes = [
+        decode_response(km.FETCH, 12, a)[1]["responses"][0]["partitions"][0]["error_code"]
+        for a in answers
+    ]
+    assert codes == [KafkaError.NONE, KafkaError.UNKNOWN_LEADER_EPOCH]
+
+
+def test_native_errors_become_kafka_errors() -> None:
+    assert kafka_error(ErrorCode.NOT_LEADER) == KafkaError.NOT_LEADER_OR_FOLLOWER
+    assert kafka_error(ErrorCode.FENCED_LEADER_EPOCH) == KafkaError.FENCED_LEADER_EPOCH
+    assert kafka_error(ErrorCode.SHUTTING_DOWN) == KafkaError.NOT_LEADER_OR_FOLLOWER
+    assert kafka_error(ErrorCode.INVALID_CLUSTER_ID) == KafkaError.UNKNOWN_SERVER_ERROR
+
+
+def test_the_listener_refuses_tls_and_authentication(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--kafka-listen serves plaintext Kafka clients only"):
+        NodeConfig(
+            node_id=1,
+            host="127.0.0.1",
+            port=1,
+            voters={1: ("127.0.0.1", 1)},
+            data_dir=tmp_path,
+            cluster_id="c",
+            tls=TlsFiles("cert", "key", "ca"),
+            kafka_listen=("127.0.0.1", 2),
+        )
+
+
+def test_cluster_up_kafka_prints_a_bootstrap_kafka_clients_use(tmp_path: Path) -> None:
+    """``quorumlog cluster up --kafka``, as a user starts it: a Kafka admin client finds
+    every node through the bootstrap it prints; Ctrl-C stops the cluster."""
+    proc = subprocess.Popen(
+        [*QUORUMLOG, "cluster", "up", "--nodes", "3", "--kafka", "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        bootstrap = None
+        deadline = time.monotonic() + 60
+        while bootstrap is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, "cluster up ended before printing the Kafka bootstrap"
+            if line.startswith("Kafka clients' bootstrap.servers: "):
+                bootstrap = line.split(": ", 1)[1].strip()
+        assert bootstrap is not None
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
+        brokers = admin.list_topics(timeout=20).brokers
+        assert sorted(brokers) == [1, 2, 3]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
