@@ -490,6 +490,7 @@ PERF = {
     "failover": "replica.cli.perf_failover",
     "spark-read": "replica.cli.perf_spark",
     "delta": "replica.cli.perf_delta",
+    "kafka": "replica.cli.perf_kafka",
 }
 
 
