@@ -138,7 +138,7 @@ class MetadataController:
         return None
 
     async def create_topic(self, req: m.CreateTopicRequest) -> m.CreateTopicResponse:
-        problem = self._create_problem(req)
+        problem = self.create_problem(req)
         if problem is not None:
             return m.CreateTopicResponse(error=int(problem[0]), error_message=problem[1])
         nodes = sorted(self.config.voters)
@@ -161,7 +161,7 @@ class MetadataController:
         )
         return m.CreateTopicResponse(error=0, error_message="")
 
-    def _create_problem(self, req: m.CreateTopicRequest) -> tuple[ErrorCode, str] | None:
+    def create_problem(self, req: m.CreateTopicRequest) -> tuple[ErrorCode, str] | None:
         if not self.is_leader():
             return ErrorCode.NOT_LEADER, "not the metadata leader"
         problem = validate_topic_name(req.name)

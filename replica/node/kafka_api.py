@@ -3,7 +3,8 @@ produce to and consume from the same partitions as native clients, with the same
 epochs and fencing (KIP-320), through the native api layer (``Api``).
 
 Served: ApiVersions, Metadata, Produce (RecordBatch v2; acks 0, 1, all = quorum-durable),
-Fetch, ListOffsets, OffsetForLeaderEpoch. ApiVersions lists only these, so a client
+Fetch, ListOffsets, OffsetForLeaderEpoch, CreateTopics and DeleteTopics (through the
+metadata controller). ApiVersions lists only these, so a client
 does not ask for the rest; a request for an API it does not list is answered with
 UNSUPPORTED_VERSION where its answer has a top-level error code, else the connection
 closes (as a Kafka broker does for an api key it does not know). Plaintext only for now:
@@ -45,6 +46,8 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = (
     (km.LIST_OFFSETS, km.LIST_OFFSETS.min_version, km.LIST_OFFSETS.max_version),
     (km.METADATA, km.METADATA.min_version, km.METADATA.max_version),
     (km.API_VERSIONS, km.API_VERSIONS.min_version, km.API_VERSIONS.max_version),
+    (km.CREATE_TOPICS, km.CREATE_TOPICS.min_version, km.CREATE_TOPICS.max_version),
+    (km.DELETE_TOPICS, km.DELETE_TOPICS.min_version, km.DELETE_TOPICS.max_version),
     (
         km.OFFSET_FOR_LEADER_EPOCH,
         km.OFFSET_FOR_LEADER_EPOCH.min_version,
@@ -89,6 +92,8 @@ class KafkaHandlers:
             km.FETCH.key: self.fetch,
             km.LIST_OFFSETS.key: self.list_offsets,
             km.OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
+            km.CREATE_TOPICS.key: self.create_topics,
+            km.DELETE_TOPICS.key: self.delete_topics,
         }
 
     def topic_id(self, name: str) -> uuid.UUID:
@@ -153,6 +158,72 @@ class KafkaHandlers:
                     )
             topics.append(entry)
         out["topics"] = topics
+        return out
+
+    async def create_topics(self, api: KafkaApi, version: int, body: Message) -> Message:
+        """On the metadata leader (Metadata's controller_id), else NOT_CONTROLLER. Configs:
+        ``max.message.bytes``; any other is refused with INVALID_CONFIG."""
+
+        async def one(t: Message) -> Message:
+            answer: Message = {
+                "name": t["name"],
+                "topic_id": self.topic_id(t["name"]),
+                "error_code": 0,
+                "error_message": None,
+                "num_partitions": t["num_partitions"],
+                "replication_factor": t["replication_factor"],
+                "configs": None,
+            }
+            configs = {c["name"]: c["value"] for c in t["configs"]}
+            unknown = sorted(set(configs) - {"max.message.bytes"})
+            if unknown or t["assignments"]:
+                what = f"configs {unknown}" if unknown else "replica assignments"
+                answer["error_code"] = int(KafkaError.INVALID_CONFIG)
+                answer["error_message"] = f"{what} are not served (only max.message.bytes)"
+                return answer
+            try:
+                max_bytes = int(configs.get("max.message.bytes") or 0)
+            except ValueError:
+                answer["error_code"] = int(KafkaError.INVALID_CONFIG)
+                answer["error_message"] = "max.message.bytes must be an integer"
+                return answer
+            req = m.CreateTopicRequest(
+                name=t["name"],
+                partitions=t["num_partitions"] if t["num_partitions"] > 0 else 1,
+                replication_factor=max(0, t["replication_factor"]),
+                max_message_bytes=max_bytes,
+            )
+            controller = self.api.controller
+            if body["validate_only"]:
+                problem = controller.create_problem(req)
+                code, text = problem if problem is not None else (ErrorCode.NONE, "")
+            else:
+                resp = await controller.create_topic(req)
+                code, text = ErrorCode(resp.error), resp.error_message
+            answer["error_code"] = _admin_error(code)
+            answer["error_message"] = text or None
+            return answer
+
+        out = api.default_response(version)
+        out["topics"] = [await one(t) for t in body["topics"]]
+        return out
+
+    async def delete_topics(self, api: KafkaApi, version: int, body: Message) -> Message:
+        names = list(body["topic_names"]) + [
+            t["name"] or self._topic_by_id(t["topic_id"]) or "" for t in body["topics"]
+        ]
+        out = api.default_response(version)
+        out["responses"] = []
+        for name in names:
+            resp = await self.api.controller.delete_topic(m.DeleteTopicRequest(name=name))
+            out["responses"].append(
+                {
+                    "name": name,
+                    "topic_id": self.topic_id(name),
+                    "error_code": _admin_error(ErrorCode(resp.error)),
+                    "error_message": resp.error_message or None,
+                }
+            )
         return out
 
     # ------------------------------------------------------------------ partitions
@@ -329,6 +400,14 @@ class KafkaHandlers:
             for t in body["topics"]
         ]
         return out
+
+
+def _admin_error(code: ErrorCode) -> int:
+    """Topic administration on a node that is not the metadata leader: NOT_CONTROLLER, so
+    the client asks Metadata for the controller and goes there."""
+    if code == ErrorCode.NOT_LEADER:
+        return int(KafkaError.NOT_CONTROLLER)
+    return kafka_error(code)
 
 
 def _partition_produced(index: int, error: int, base_offset: int, message: str) -> Message:

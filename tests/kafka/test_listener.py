@@ -166,7 +166,7 @@ def test_unserved_apis_get_a_kafka_error_and_the_connection_stays(
     )
     cid, body = decode_response(km.API_VERSIONS, 3, versions)
     listed = {a["api_key"] for a in body["api_keys"]}
-    assert cid == 1 and listed == {0, 1, 2, 3, 18, 23}
+    assert cid == 1 and listed == {0, 1, 2, 3, 18, 19, 20, 23}
     cid, body = decode_response(km.INIT_PRODUCER_ID, 4, unserved)
     assert (cid, body["error_code"]) == (2, KafkaError.UNSUPPORTED_VERSION)
     assert decode_response(km.API_VERSIONS, 3, again)[0] == 3
@@ -205,6 +205,36 @@ def test_fetch_is_fenced_by_the_leader_epoch(kcluster: LocalCluster) -> None:
         for a in answers
     ]
     assert codes == [KafkaError.NONE, KafkaError.UNKNOWN_LEADER_EPOCH]
+
+
+def test_admin_client_creates_and_deletes_topics(kcluster: LocalCluster) -> None:
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": kcluster.kafka_bootstrap})
+
+    def outcome(futures: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, fut in futures.items():
+            try:
+                out[name] = fut.result(30)
+            except confluent_kafka.KafkaException as exc:
+                out[name] = exc.args[0].code()
+        return out
+
+    new = confluent_kafka.admin.NewTopic
+    created = outcome(
+        admin.create_topics(
+            [
+                new("kadmin", 3, 3, config={"max.message.bytes": "2000000"}),
+                new("kbadconf", 1, 3, config={"cleanup.policy": "compact"}),
+            ]
+        )
+    )
+    assert created == {"kadmin": None, "kbadconf": confluent_kafka.KafkaError.INVALID_CONFIG}
+    meta = admin.list_topics(timeout=20)
+    assert len(meta.topics["kadmin"].partitions) == 3 and "kbadconf" not in meta.topics
+    again = outcome(admin.create_topics([new("kadmin", 1, 3)]))
+    assert again == {"kadmin": confluent_kafka.KafkaError.TOPIC_ALREADY_EXISTS}
+    assert outcome(admin.delete_topics(["kadmin"])) == {"kadmin": None}
+    assert "kadmin" not in admin.list_topics(timeout=20).topics
 
 
 def test_native_errors_become_kafka_errors() -> None:
