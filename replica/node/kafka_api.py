@@ -327,12 +327,25 @@ class KafkaHandlers:
                 }
             return answer, bool(records) or resp.error != 0
 
-        # A first pass that does not wait; only when it finds nothing at all, one long
-        # poll of every partition (each returns when its data comes or max_wait_ms ends).
+        # A first pass that does not wait. When it finds nothing at all: a long poll of
+        # every partition, until the first has something (or max_wait_ms ends); the polls
+        # still parked are dropped (the driver answers them at their deadline, to no one)
+        # and a second pass without waiting collects what every partition has by then.
         results = await asyncio.gather(*(one(n, p, 0) for n, p in wanted))
-        if body["max_wait_ms"] > 0 and not any(found for _, found in results):
+        if body["max_wait_ms"] > 0 and wanted and not any(found for _, found in results):
             wait = body["max_wait_ms"]
-            results = await asyncio.gather(*(one(n, p, wait) for n, p in wanted))
+            polls = [asyncio.ensure_future(one(n, p, wait)) for n, p in wanted]
+            try:
+                pending = set(polls)
+                while pending:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    if any(task.result()[1] for task in done):
+                        break
+            finally:
+                for task in polls:
+                    task.cancel()
+                await asyncio.gather(*polls, return_exceptions=True)
+            results = await asyncio.gather(*(one(n, p, 0) for n, p in wanted))
         answers = iter(a for a, _ in results)
         out = api.default_response(version)
         out["responses"] = [

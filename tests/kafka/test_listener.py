@@ -237,6 +237,78 @@ def test_admin_client_creates_and_deletes_topics(kcluster: LocalCluster) -> None
     assert "kadmin" not in admin.list_topics(timeout=20).topics
 
 
+def test_a_long_poll_answers_when_one_of_its_partitions_has_data(kcluster: LocalCluster) -> None:
+    """A consumer of 4 idle partitions with fetch.wait.max.ms 3000: a record produced to
+    one of them arrives well before the other three polls would end."""
+    c = kcluster
+    c.create_topic("kpoll", 4)
+    leaders = {p: c.wait_for_leader("kpoll", p, 30) for p in range(4)}
+    # a partition whose leader leads another one: its broker's Fetch names both
+    shared = next(p for p in leaders if list(leaders.values()).count(leaders[p]) > 1)
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": c.kafka_bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 3000,
+        }
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition("kpoll", p, 0) for p in range(4)])
+        assert consumer.poll(4) is None  # settles into long polls of the idle partitions
+        delays = []
+        for _ in range(3):
+            c.produce("kpoll", shared, [b"x"])
+            sent = time.monotonic()
+            msg = consumer.poll(10)
+            assert msg is not None and msg.error() is None and msg.value() == b"x"
+            delays.append(time.monotonic() - sent)
+        assert max(delays) < 1.5, delays
+    finally:
+        consumer.close()
+
+
+def test_kafka_producer_loses_nothing_acknowledged_across_a_leader_kill(
+    kcluster: LocalCluster,
+) -> None:
+    """acks=all with retries while the leader is killed (-9): every record the producer
+    was told is written is in the log once the cluster settles (without idempotence a
+    retry may write a record twice; that is issue 15's next step)."""
+    c = kcluster
+    c.create_topic("kfail", 1)
+    leader = c.wait_for_leader("kfail", 0, 30)
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": c.kafka_bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+        }
+    )
+    acked: list[bytes] = []
+    failed: list[Any] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        (failed if err is not None else acked).append(err if err is not None else msg.value())
+
+    try:
+        for i in range(4000):
+            producer.produce("kfail", f"r{i}".encode(), on_delivery=delivered)
+            producer.poll(0)
+            if i == 1000:
+                producer.flush(30)
+                c.kill(leader)
+            if i % 100 == 0:
+                time.sleep(0.01)
+        assert producer.flush(90) == 0
+    finally:
+        c.start_node(leader)
+        c.wait_ready()
+    assert not failed, failed[:3]
+    logged = [v for _, _, v in read_all(c.client, "kfail", 0)]
+    assert len(acked) == 4000 and set(acked) <= set(logged)
+
+
 def test_native_errors_become_kafka_errors() -> None:
     assert kafka_error(ErrorCode.NOT_LEADER) == KafkaError.NOT_LEADER_OR_FOLLOWER
     assert kafka_error(ErrorCode.FENCED_LEADER_EPOCH) == KafkaError.FENCED_LEADER_EPOCH
