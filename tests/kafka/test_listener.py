@@ -5,10 +5,12 @@ answered with a Kafka error on a connection that stays open."""
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 from quorumlog.replica.kafka import messages as km
+from quorumlog.replica.kafka import records as kafka_records
 from quorumlog.replica.kafka.codec import decode_response, encode_request
 from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
@@ -28,6 +31,8 @@ from quorumlog.replica.protocol import ErrorCode
 
 from tests.support.cli import QUORUMLOG
 from tests.support.cluster import read_all
+
+from .test_fuzz import _mutations
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -355,3 +360,96 @@ def test_cluster_up_kafka_prints_a_bootstrap_kafka_clients_use(tmp_path: Path) -
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
+
+
+FUZZ_FRAMES = 3000
+
+
+def _fuzz_bases(leader_epoch: int) -> list[tuple[Any, int, dict[str, Any]]]:
+    """Valid requests of every served partition and cluster API (topic changes left out:
+    a mutated CreateTopics could create thousands of partitions)."""
+    versions = km.API_VERSIONS.default_request(3)
+    meta = km.METADATA.default_request(12)
+    meta["topics"] = [{"topic_id": uuid.UUID(int=0), "name": "kfuzz"}]
+    produce = km.PRODUCE.default_request(9)
+    produce.update(acks=-1, timeout_ms=1000)
+    batch = kafka_records.encode_batch([b"a" * 20, b"b" * 20], [b"k", None])
+    produce["topic_data"] = [{"name": "kfuzz", "partition_data": [{"index": 0, "records": batch}]}]
+    fetch = km.FETCH.default_request(12)
+    fetch.update(max_wait_ms=0, min_bytes=1, max_bytes=1 << 16)
+    part = {
+        "partition": 0,
+        "current_leader_epoch": leader_epoch,
+        "fetch_offset": 0,
+        "last_fetched_epoch": -1,
+        "log_start_offset": -1,
+        "partition_max_bytes": 1 << 16,
+    }
+    fetch["topics"] = [{"topic": "kfuzz", "partitions": [part]}]
+    offsets = km.LIST_OFFSETS.default_request(7)
+    offsets["topics"] = [
+        {
+            "name": "kfuzz",
+            "partitions": [
+                {"partition_index": 0, "current_leader_epoch": leader_epoch, "timestamp": -1}
+            ],
+        }
+    ]
+    epochs = km.OFFSET_FOR_LEADER_EPOCH.default_request(4)
+    epochs["topics"] = [
+        {
+            "topic": "kfuzz",
+            "partitions": [
+                {"partition": 0, "current_leader_epoch": leader_epoch, "leader_epoch": 1}
+            ],
+        }
+    ]
+    return [
+        (km.API_VERSIONS, 3, versions),
+        (km.METADATA, 12, meta),
+        (km.PRODUCE, 9, produce),
+        (km.FETCH, 12, fetch),
+        (km.LIST_OFFSETS, 7, offsets),
+        (km.OFFSET_FOR_LEADER_EPOCH, 4, epochs),
+    ]
+
+
+def test_mutated_kafka_requests_do_not_hurt_the_node(kcluster: LocalCluster) -> None:
+    """FUZZ_FRAMES mutations of valid requests (bit flips, truncation, junk, extreme
+    lengths) to the leader's Kafka port: the node stays up, answers a fresh connection
+    after every 100 frames, writes little to its log, and Kafka clients still work."""
+    c = kcluster
+    c.create_topic("kfuzz", 1)
+    leader = c.wait_for_leader("kfuzz", 0, 30)
+    epoch = c.client.partition_metadata("kfuzz", 0, refresh=True).leader_epoch
+    port = c.kafka_ports[leader]
+    log_before = c.log_path(leader).stat().st_size
+    rng = random.Random(15)
+    bases = [encode_request(api, v, 7, body) for api, v, body in _fuzz_bases(epoch)]
+    sock: socket.socket | None = None
+    try:
+        for i in range(FUZZ_FRAMES):
+            if sock is None:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            (mutated,) = _mutations(rng, rng.choice(bases), 1)
+            try:
+                sock.sendall(frame(mutated))
+            except OSError:  # the node closed it after an undecodable frame: a new one
+                sock.close()
+                sock = None
+            if i % 100 == 99:
+                versions = km.API_VERSIONS.default_request(3)
+                versions.update(client_software_name="f", client_software_version="1")
+                (answer,) = _exchange(port, [_request(port, km.API_VERSIONS, 3, versions, 9)])
+                assert decode_response(km.API_VERSIONS, 3, answer)[0] == 9
+    finally:
+        if sock is not None:
+            sock.close()
+    assert all(c.is_running(n) for n in c.ports)
+    assert c.log_path(leader).stat().st_size - log_before < 1_000_000
+    # Whatever a mutation managed to write is valid; a record produced after comes back.
+    c.produce("kfuzz", 0, [b"after"])
+    records = read_all(c.client, "kfuzz", 0)
+    got = _consume(c.kafka_bootstrap, "kfuzz", 1, len(records))
+    assert [m.value() for m in got] == [v for _, _, v in records]
+    assert got[-1].value() == b"after"
