@@ -377,15 +377,7 @@ class KafkaHandlers:
                 "leader_epoch": resp.leader_epoch if ok else -1,
             }
 
-        out = api.default_response(version)
-        out["topics"] = [
-            {
-                "name": t["name"],
-                "partitions": await asyncio.gather(*(one(t["name"], p) for p in t["partitions"])),
-            }
-            for t in body["topics"]
-        ]
-        return out
+        return await _each_partition(api, version, body, "name", one)
 
     async def offset_for_leader_epoch(self, api: KafkaApi, version: int, body: Message) -> Message:
         async def one(name: str, p: Message) -> Message:
@@ -404,15 +396,27 @@ class KafkaHandlers:
                 "end_offset": resp.end_offset if ok else -1,
             }
 
-        out = api.default_response(version)
-        out["topics"] = [
-            {
-                "topic": t["topic"],
-                "partitions": await asyncio.gather(*(one(t["topic"], p) for p in t["partitions"])),
-            }
-            for t in body["topics"]
-        ]
-        return out
+        return await _each_partition(api, version, body, "topic", one)
+
+
+async def _each_partition(
+    api: KafkaApi,
+    version: int,
+    body: Message,
+    name_key: str,
+    one: Callable[[str, Message], Awaitable[Message]],
+) -> Message:
+    """The answer to a request of ``topics[]: <name_key>, partitions[]``: ``one`` for
+    every partition, concurrently, in the request's order."""
+    out = api.default_response(version)
+    out["topics"] = [
+        {
+            name_key: t[name_key],
+            "partitions": await asyncio.gather(*(one(t[name_key], p) for p in t["partitions"])),
+        }
+        for t in body["topics"]
+    ]
+    return out
 
 
 def _admin_error(code: ErrorCode) -> int:

@@ -271,15 +271,21 @@ def test_voter_not_in_successors_waits_an_election_timeout() -> None:
 # ---------------------------------------------------------------- force_leader
 
 
-def test_force_leader_leads_a_new_epoch_without_votes_and_truncates_others() -> None:
+def _committed_without_one() -> tuple[Cluster, int, int, int]:
+    """A cluster whose leader committed records that one follower (``behind``) never
+    got: (cluster, leader, behind, the committed end)."""
     c = Cluster()
     leader = c.elect()
     behind = next(i for i in c.voters if i != leader)
-    # Committed records that `behind` never gets.
     c.produce([1, 2, 3])
     c.advance(200, drop=lambda m: behind in (m.src, m.dst))
     committed_end = c.cores[leader].high_watermark
     assert c.logs[behind].end_offset < committed_end
+    return c, leader, behind, committed_end
+
+
+def test_force_leader_leads_a_new_epoch_without_votes_and_truncates_others() -> None:
+    c, leader, behind, committed_end = _committed_without_one()
     top = max(core.epoch for core in c.cores.values())
     c.crash(leader)
     out = c.cores[behind].force_leader(c.now, min_epoch=top + 1000)
@@ -298,12 +304,7 @@ def test_forced_leader_stays_until_the_old_majority_follows_it() -> None:
     """The majority is down, so the forced leader is never fetched by one: check-quorum
     must not make it resign. Otherwise the old majority, back with its longer log, elects
     one of its own and reverts the forced epoch that readers may already have seen."""
-    c = Cluster()
-    leader = c.elect()
-    behind = next(i for i in c.voters if i != leader)
-    c.produce([1, 2, 3])
-    c.advance(200, drop=lambda m: behind in (m.src, m.dst))
-    committed_end = c.cores[leader].high_watermark
+    c, leader, behind, committed_end = _committed_without_one()
     majority = [i for i in c.voters if i != behind]
     for node in majority:
         c.crash(node)
