@@ -485,7 +485,12 @@ class KafkaServer:
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            await pending.put(None)
+            # The client is gone (or the node stops): nobody waits for the answers.
+            responder.cancel()
+            while not pending.empty():
+                queued = pending.get_nowait()
+                if queued is not None:
+                    queued.cancel()
             await asyncio.gather(responder, return_exceptions=True)
             writer.close()
             self._conns.discard(task)
@@ -495,23 +500,33 @@ class KafkaServer:
         pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
         writer: asyncio.StreamWriter,
     ) -> None:
+        # After a request that cannot be answered the connection closes (the reader then
+        # sees its end); requests already queued are cancelled, never left to block it.
+        closed = False
         while True:
             item = await pending.get()
             if item is None:
                 return
+            if closed:
+                item.cancel()
+                continue
             try:
                 answer = await item
             except KafkaDecodeError as exc:
                 log.info("kafka request dropped the connection: %s", exc)
-                return
+                closed = True
             except Exception:
                 log.exception("kafka request failed")
-                return
-            if answer is None:
-                continue
-            writer.write(frame(answer))
-            if pending.empty():
-                await writer.drain()
+                closed = True
+            if not closed and answer is not None:
+                writer.write(frame(answer))
+                if pending.empty():
+                    try:
+                        await writer.drain()
+                    except ConnectionError:
+                        closed = True
+            if closed:
+                writer.close()
 
     async def _answer(self, payload: bytes) -> bytes | None:
         try:

@@ -453,3 +453,17 @@ def test_mutated_kafka_requests_do_not_hurt_the_node(kcluster: LocalCluster) -> 
     got = _consume(c.kafka_bootstrap, "kfuzz", 1, len(records))
     assert [m.value() for m in got] == [v for _, _, v in records]
     assert got[-1].value() == b"after"
+
+
+def test_an_undecodable_request_closes_its_connection_at_once(kcluster: LocalCluster) -> None:
+    """A well-framed request whose body does not decode ends the connection (the stream
+    cannot be trusted past it): the client sees the close, not a silence, and the
+    request queued behind it is dropped."""
+    port = next(iter(kcluster.kafka_ports.values()))
+    versions = km.API_VERSIONS.default_request(3)
+    versions.update(client_software_name="raw", client_software_version="1")
+    valid = encode_request(km.API_VERSIONS, 3, 1, versions)
+    bad = encode_request(km.METADATA, 12, 2, km.METADATA.default_request(12))[:-2] + b"\xff"
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(frame(bad) + frame(valid))
+        assert s.recv(1 << 16) == b""  # closed, well before the 5 s timeout
