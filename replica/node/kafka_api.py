@@ -68,6 +68,9 @@ _TOPIC_ID_NAMESPACE = uuid.UUID("6d1c7c3e-2f4b-4d0e-9a57-0b9b3c5f8e21")
 
 Handler = Callable[[KafkaApi, int, Message], Awaitable[Message | None]]
 
+#: The most partition entries one Fetch may name (a topic of thousands fits).
+MAX_FETCH_PARTITIONS = 10_000
+
 
 def kafka_error(code: int) -> int:
     """The Kafka error code for a native one (same number where Kafka has that error)."""
@@ -290,12 +293,22 @@ class KafkaHandlers:
         )
 
     async def fetch(self, api: KafkaApi, version: int, body: Message) -> Message:
+        """Partitions are read one after another within the request's ``max_bytes`` (the
+        first with data whole, as KIP-74), so a Fetch naming many partitions, or one many
+        times, holds at most that much (and one batch) in memory; partitions past it are
+        answered with their high watermark and no records."""
         wanted: list[tuple[str, Message]] = []
         for t in body["topics"]:
             name = t.get("topic") or self._topic_by_id(t.get("topic_id")) or ""
             wanted.extend((name, p) for p in t["partitions"])
+        if len(wanted) > MAX_FETCH_PARTITIONS:
+            raise KafkaDecodeError(
+                f"Fetch names {len(wanted)} partitions; at most {MAX_FETCH_PARTITIONS} served"
+            )
 
-        async def one(name: str, p: Message, max_wait_ms: int) -> tuple[Message, bool]:
+        async def one(
+            name: str, p: Message, max_wait_ms: int, max_bytes: int
+        ) -> tuple[Message, bool]:
             req = m.FetchRequest(
                 topic=name,
                 partition=p["partition"],
@@ -303,23 +316,20 @@ class KafkaHandlers:
                 fetch_offset=p["fetch_offset"],
                 max_wait_ms=max_wait_ms,
                 min_bytes=1,
-                max_bytes=max(1, p["partition_max_bytes"]),
+                max_bytes=max(1, max_bytes),
             )
             resp = await self.api.partition_request(req)
             records = b""
             if resp.error == 0 and resp.records:
                 records = quorumlog_to_kafka(resp.records, verify_crc=False)
             hwm = resp.high_watermark if resp.error == 0 else -1
-            answer = {
-                "partition_index": p["partition"],
-                "error_code": kafka_error(resp.error),
-                "high_watermark": hwm,
-                "last_stable_offset": hwm,
-                "log_start_offset": resp.log_start_offset if resp.error == 0 else -1,
-                "aborted_transactions": None,
-                "preferred_read_replica": -1,
-                "records": records,
-            }
+            answer = _partition_fetched(
+                p["partition"],
+                kafka_error(resp.error),
+                hwm,
+                resp.log_start_offset if resp.error == 0 else -1,
+                records,
+            )
             if resp.error in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER):
                 answer["current_leader"] = {
                     "leader_id": resp.leader_id,
@@ -327,14 +337,34 @@ class KafkaHandlers:
                 }
             return answer, bool(records) or resp.error != 0
 
+        def no_room(name: str, p: Message) -> tuple[Message, bool]:
+            info = self.api.partition_info(name, p["partition"], [])
+            if not info.is_local_leader:
+                code = int(KafkaError.NOT_LEADER_OR_FOLLOWER)
+                return _partition_fetched(p["partition"], code, -1, -1, b""), True
+            hwm, start = info.high_watermark, info.log_start_offset
+            return _partition_fetched(p["partition"], 0, hwm, start, b""), False
+
+        async def collect() -> list[tuple[Message, bool]]:
+            budget = max(1, body["max_bytes"])
+            out = []
+            for n, p in wanted:
+                if budget <= 0:
+                    out.append(no_room(n, p))
+                    continue
+                answer, found = await one(n, p, 0, min(p["partition_max_bytes"], budget))
+                budget -= len(answer["records"])
+                out.append((answer, found))
+            return out
+
         # A first pass that does not wait. When it finds nothing at all: a long poll of
-        # every partition, until the first has something (or max_wait_ms ends); the polls
-        # still parked are dropped (the driver answers them at their deadline, to no one)
-        # and a second pass without waiting collects what every partition has by then.
-        results = await asyncio.gather(*(one(n, p, 0) for n, p in wanted))
+        # every partition (each asks for one batch), until the first has something or
+        # max_wait_ms ends; the polls still parked are dropped (the driver answers them
+        # at their deadline, to no one) and a second pass collects what is there by then.
+        results = await collect()
         if body["max_wait_ms"] > 0 and wanted and not any(found for _, found in results):
             wait = body["max_wait_ms"]
-            polls = [asyncio.ensure_future(one(n, p, wait)) for n, p in wanted]
+            polls = [asyncio.ensure_future(one(n, p, wait, 1)) for n, p in wanted]
             try:
                 pending = set(polls)
                 while pending:
@@ -345,7 +375,7 @@ class KafkaHandlers:
                 for task in polls:
                     task.cancel()
                 await asyncio.gather(*polls, return_exceptions=True)
-            results = await asyncio.gather(*(one(n, p, 0) for n, p in wanted))
+            results = await collect()
         answers = iter(a for a, _ in results)
         out = api.default_response(version)
         out["responses"] = [
@@ -425,6 +455,21 @@ def _admin_error(code: ErrorCode) -> int:
     if code == ErrorCode.NOT_LEADER:
         return int(KafkaError.NOT_CONTROLLER)
     return kafka_error(code)
+
+
+def _partition_fetched(
+    index: int, error: int, high_watermark: int, log_start: int, records: bytes
+) -> Message:
+    return {
+        "partition_index": index,
+        "error_code": error,
+        "high_watermark": high_watermark,
+        "last_stable_offset": high_watermark,
+        "log_start_offset": log_start,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": records,
+    }
 
 
 def _partition_produced(index: int, error: int, base_offset: int, message: str) -> Message:

@@ -467,3 +467,30 @@ def test_an_undecodable_request_closes_its_connection_at_once(kcluster: LocalClu
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(frame(bad) + frame(valid))
         assert s.recv(1 << 16) == b""  # closed, well before the 5 s timeout
+
+
+def test_a_fetch_keeps_to_its_max_bytes_across_partitions(kcluster: LocalCluster) -> None:
+    """Request max_bytes 1: the first partition with data answers one whole batch
+    (KIP-74), the others only their high watermark, even when named many times."""
+    c = kcluster
+    c.create_topic("kbudget", 1)
+    acks = c.produce("kbudget", 0, [b"x" * 1000] * 10)
+    hwm = acks[-1].offset + 1
+    leader = c.wait_for_leader("kbudget", 0, 30)
+    body = km.FETCH.default_request(12)
+    body.update(max_wait_ms=0, min_bytes=1, max_bytes=1)
+    part = {
+        "partition": 0,
+        "current_leader_epoch": -1,
+        "fetch_offset": 0,
+        "last_fetched_epoch": -1,
+        "log_start_offset": -1,
+        "partition_max_bytes": 1 << 20,
+    }
+    body["topics"] = [{"topic": "kbudget", "partitions": [part] * 50}]
+    port = c.kafka_ports[leader]
+    (answer,) = _exchange(port, [_request(port, km.FETCH, 12, body, 1)])
+    parts = decode_response(km.FETCH, 12, answer)[1]["responses"][0]["partitions"]
+    assert len(parts) == 50 and all(p["high_watermark"] == hwm for p in parts)
+    sizes = [len(p["records"] or b"") for p in parts]
+    assert sizes[0] > 0 and sizes[1:] == [0] * 49
