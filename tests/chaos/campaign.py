@@ -147,6 +147,7 @@ class RecordingSink:
         self.sink = sink
         self.batches: list[ConsumedBatch] = []
         self.truncations = 0
+        self.committed_version = -1  # the newest Delta version this sink recorded
         self._lock = threading.Lock()
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -154,10 +155,14 @@ class RecordingSink:
         try:
             data = df.select("partition", "offset", "leaderEpoch", "value").toArrow()
             result = self.sink.write_batch(df, batch_id)
+            # Recorded before anything else can fail: once the commit has landed the
+            # campaign may stop the query, and Spark then fails the unpersist below.
+            if result is not None:
+                self._record(batch_id, data, result)
         finally:
             df.unpersist()
-        if result is None:
-            return
+
+    def _record(self, batch_id: int, data: Any, result: Any) -> None:
         truncated = {t.partition for t in result.truncations}
         rows: dict[int, list[Record]] = {}
         for p, o, e, v in zip(
@@ -172,6 +177,7 @@ class RecordingSink:
             self.truncations += len(truncated)
             for p, recs in sorted(rows.items()):
                 self.batches.append(ConsumedBatch(batch_id, p, tuple(recs), p in truncated))
+            self.committed_version = max(self.committed_version, result.version)
 
 
 @dataclass
@@ -329,6 +335,14 @@ class Campaign:
                         f"the stream to drain p{p} to offset {end} in epoch {epoch}",
                         interval=POLL_S,
                     )
+            # ... and the sink to have recorded the commit that got there (it does so just
+            # after the commit lands; stopping the query before would lose the record).
+            wait_until(
+                lambda: sink.committed_version >= _table_version(table),
+                30,
+                "the sink to record the last commit",
+                interval=POLL_S,
+            )
             exc = queries[0].exception()
             if exc is not None:
                 self.result.errors.append(f"streaming query failed: {exc}")
@@ -615,6 +629,12 @@ def _committed_position(table: str, partition: int) -> tuple[int, int]:
     except Exception:  # no table yet
         return (-1, -1)
     return (pos[0], pos[1]) if pos is not None else (-1, -1)
+
+
+def _table_version(table: str) -> int:
+    from deltalake import DeltaTable
+
+    return int(DeltaTable(table).version())
 
 
 def _committed_end(table: str, partition: int) -> int:
