@@ -87,7 +87,6 @@ class KafkaHandlers:
     def __init__(self, api: Api, advertised: dict[int, tuple[str, int]]) -> None:
         self.api = api
         self.advertised = advertised
-        self._topic_ids: dict[str, uuid.UUID] = {}
         self.handlers: dict[int, Handler] = {
             km.API_VERSIONS.key: self.api_versions,
             km.METADATA.key: self.metadata,
@@ -100,11 +99,8 @@ class KafkaHandlers:
         }
 
     def topic_id(self, name: str) -> uuid.UUID:
-        found = self._topic_ids.get(name)
-        if found is None:
-            cluster = self.api.config.cluster_id
-            found = self._topic_ids[name] = uuid.uuid5(_TOPIC_ID_NAMESPACE, f"{cluster}/{name}")
-        return found
+        """Derived, not stored: a client naming endless unknown topics costs no memory."""
+        return uuid.uuid5(_TOPIC_ID_NAMESPACE, f"{self.api.config.cluster_id}/{name}")
 
     def _topic_by_id(self, topic_id: Any) -> str | None:
         for name in self.api.controller.state.topics:
