@@ -293,10 +293,14 @@ class KafkaHandlers:
         first with data whole, as KIP-74), so a Fetch naming many partitions, or one many
         times, holds at most that much (and one batch) in memory; partitions past it are
         answered with their high watermark and no records."""
-        wanted: list[tuple[str, Message]] = []
-        for t in body["topics"]:
-            name = t.get("topic") or self._topic_by_id(t.get("topic_id")) or ""
-            wanted.extend((name, p) for p in t["partitions"])
+        names = [
+            t.get("topic") or self._topic_by_id(t.get("topic_id")) or "" for t in body["topics"]
+        ]
+        wanted = [
+            (name, p)
+            for name, t in zip(names, body["topics"], strict=True)
+            for p in t["partitions"]
+        ]
         if len(wanted) > MAX_FETCH_PARTITIONS:
             raise KafkaDecodeError(
                 f"Fetch names {len(wanted)} partitions; at most {MAX_FETCH_PARTITIONS} served"
@@ -376,11 +380,11 @@ class KafkaHandlers:
         out = api.default_response(version)
         out["responses"] = [
             {
-                "topic": t.get("topic") or self._topic_by_id(t.get("topic_id")) or "",
+                "topic": name,
                 "topic_id": t.get("topic_id") or uuid.UUID(int=0),
                 "partitions": [next(answers) for _ in t["partitions"]],
             }
-            for t in body["topics"]
+            for name, t in zip(names, body["topics"], strict=True)
         ]
         return out
 
