@@ -36,6 +36,7 @@ from .errors import (
     FencedLeaderEpochError,
     LeaderNotAvailableError,
     NotLeaderError,
+    OutOfOrderSequenceError,
     QuorumLogError,
     RecordTooLargeError,
     RequestTimeoutError,
@@ -602,10 +603,11 @@ class Client:
         *,
         fenced_to_caller: bool,
         timeout_ms: int | None = None,
+        also_retriable: tuple[type[Exception], ...] = (),
     ) -> T:
         """``make_request(partition metadata, attempt seconds)`` sent to the partition's
         leader, retried (metadata refreshed first) on the errors a leader change or a hung
-        or restarted node gives, within the call's timeout."""
+        or restarted node gives, and ``also_retriable``, within the call's timeout."""
         refresh = False
 
         def attempt(deadline: float) -> T:
@@ -642,6 +644,7 @@ class Client:
         )
         if not fenced_to_caller:
             retriable += (FencedLeaderEpochError, UnknownLeaderEpochError)
+        retriable += also_retriable
         return self._retrying(
             f"{api.name} on {topic}/{partition}",
             timeout_ms if timeout_ms is not None else self.request_timeout_ms,
@@ -658,10 +661,14 @@ class Client:
         acks: int = m.ACKS_QUORUM,
         timeout_ms: int | None = None,
     ) -> ProduceResult:
-        """Append encoded batches (see ``quorumlog.replica.storage.batch``), at least once:
-        an attempt that timed out or lost its connection may have appended them, and the
-        retry appends them again (no idempotent producer yet). With acks=quorum the
-        leader waits for the quorum within the attempt (its REQUEST_TIMED_OUT is retried)."""
+        """Append encoded batches (see ``quorumlog.replica.storage.records``). An attempt
+        that timed out or lost its connection may have appended them; the retry sends the
+        same bytes, so a batch with producer fields (``Producer``, idempotent) is appended
+        once: the leader answers a retry with the first append's offsets. Without them a
+        retry may append the records twice. With acks=quorum the leader waits for the
+        quorum within the attempt (its REQUEST_TIMED_OUT is retried). OUT_OF_ORDER_SEQUENCE
+        is retried too: a deposed leader that missed the previous batch answers it, and
+        the current leader then finds the retry in order, or a duplicate."""
         t = timeout_ms if timeout_ms is not None else self.request_timeout_ms
         sent = 0
 
@@ -688,6 +695,7 @@ class Client:
                 m.ProduceResponse,
                 fenced_to_caller=False,
                 timeout_ms=t,
+                also_retriable=(OutOfOrderSequenceError,),
             )
         except RequestTimeoutError as exc:
             if not sent:
@@ -827,6 +835,16 @@ class Client:
         self._check(resp)
         self._leaders.pop((topic, partition), None)
         return resp.leader_epoch
+
+    def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
+        """A new idempotent producer identity (id, epoch 0), or, naming the current one,
+        the next epoch of that id (which fences the older epoch)."""
+        resp = self._admin(
+            ApiKey.INIT_PRODUCER_ID,
+            m.InitProducerIdRequest(producer_id=producer_id, producer_epoch=producer_epoch),
+            m.InitProducerIdResponse,
+        )
+        return resp.producer_id, resp.producer_epoch
 
     def api_versions(self, node_id: int | None = None) -> m.ApiVersionsResponse:
         addr = self._nodes[node_id] if node_id is not None else self._addresses()[0]

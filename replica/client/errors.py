@@ -86,6 +86,17 @@ class RecordTooLargeError(QuorumLogError, code=ErrorCode.MESSAGE_TOO_LARGE):
     on the node's MESSAGE_TOO_LARGE answer; never retried: the same batch fails again."""
 
 
+class OutOfOrderSequenceError(QuorumLogError, code=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
+    """The leader does not hold the idempotent producer's previous batch: its sequence
+    numbers are in doubt (Kafka's OutOfOrderSequenceException). The producer starts a
+    new epoch, whose sequences start again at 0."""
+
+
+class InvalidProducerEpochError(QuorumLogError, code=ErrorCode.INVALID_PRODUCER_EPOCH):
+    """A newer epoch of this producer id has written to the partition: this producer
+    is fenced (a zombie) and must not write with the old epoch."""
+
+
 class SecurityError(QuorumLogError):
     """TLS or authentication failed on connect; retrying with the same settings will not help."""
 

@@ -5,9 +5,15 @@ Sizes: a batch over the topic's max.message.bytes is split in halves and sent ag
 (nothing of it was appended); a single record that alone is over the limit is not sent,
 and RecordTooLargeError is raised once the rest of its batch has been sent.
 
-Retries: a produce that times out may have been appended anyway; retrying it may append the
-same records twice (there is no idempotent producer yet). Each record's (partition, offset,
-epoch) comes back in the ProduceResult of its batch.
+Idempotent by default (as Kafka's Java client since 3.0): the producer takes an id and
+epoch from the cluster (InitProducerId) and numbers each partition's records; a retried
+batch carries the same numbers, and the leader appends it once, answering a retry with the
+first append's offsets, across leader changes too. A send that fails for good leaves that
+batch's numbers in doubt: the next send moves to the next epoch of the id (sequences start
+again at 0), so later batches are not refused for the gap. A fenced
+producer (a newer epoch of its id wrote) raises InvalidProducerEpochError. With
+``idempotent=False`` a retry may append the same records twice. Each record's (partition,
+offset, epoch) comes back in the ProduceResult of its batch.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from typing import Any
 
 from .. import defaults
 from ..protocol.messages import ACKS_LEADER, ACKS_QUORUM
+from ..storage.producers import last_sequence
+from ..storage.records import Producer as ProducerFields
 from .client import Client, ProduceResult
-from .errors import RecordTooLargeError
+from .errors import InvalidProducerEpochError, RecordTooLargeError
 
 
 @dataclass
@@ -42,6 +50,7 @@ class Producer:
         linger_ms: int = defaults.LINGER_MS,
         max_batch_bytes: int = defaults.BATCH_MAX_BYTES,
         max_batch_records: int = defaults.BATCH_MAX_RECORDS,
+        idempotent: bool = True,
     ) -> None:
         if acks not in ("quorum", "leader"):
             raise ValueError(f"acks must be 'quorum' or 'leader', got {acks!r}")
@@ -54,6 +63,38 @@ class Producer:
         self._results: list[ProduceResult] = []
         self._partitions: dict[str, int] = {}
         self._sticky: dict[str, int] = {}
+        self.idempotent = idempotent
+        self._identity: tuple[int, int] | None = None  # (producer id, epoch), on first send
+        self._sequences: dict[tuple[str, int], int] = {}  # next sequence per partition
+        self._renew = False  # a send failed: its sequence numbers are in doubt
+
+    @property
+    def producer_id(self) -> int | None:
+        return self._identity[0] if self._identity else None
+
+    def _append(self, topic: str, partition: int, encode: Any, count: int) -> ProduceResult:
+        """``encode(producer fields or None)`` -> batch bytes, appended under this
+        producer's identity and the partition's next sequence number."""
+        if not self.idempotent:
+            return self.client.produce(topic, partition, encode(None), acks=self.acks)
+        if self._identity is None or self._renew:
+            self._identity = self.client.init_producer_id(*(self._identity or (-1, -1)))
+            self._sequences.clear()
+            self._renew = False
+        key = (topic, partition)
+        first = self._sequences.get(key, 0)
+        fields = ProducerFields(*self._identity, first)
+        try:
+            result = self.client.produce(topic, partition, encode(fields), acks=self.acks)
+        except (RecordTooLargeError, InvalidProducerEpochError):
+            raise  # nothing appended / fenced: no sequence is in doubt
+        except Exception:
+            # Whether the batch was appended is unknown: the next send continues in the
+            # next epoch of this id, where every partition's sequences start at 0.
+            self._renew = True
+            raise
+        self._sequences[key] = (last_sequence(first, count) + 1) % (1 << 31)
+        return result
 
     def _partition_count(self, topic: str) -> int:
         n = self._partitions.get(topic)
@@ -118,9 +159,14 @@ class Producer:
         from ..storage.records import encode_batch
 
         values, keys, timestamps, headers = (list(c) for c in zip(*rows, strict=True))
-        data = encode_batch(values, keys=keys, timestamps=timestamps, headers=headers)
+
+        def encode(producer: ProducerFields | None) -> bytes:
+            return encode_batch(
+                values, keys=keys, timestamps=timestamps, headers=headers, producer=producer
+            )
+
         try:
-            self._results.append(self.client.produce(topic, partition, data, acks=self.acks))
+            self._results.append(self._append(topic, partition, encode, len(rows)))
         except RecordTooLargeError as exc:
             if len(rows) == 1:
                 rejected.append(exc)
@@ -133,7 +179,10 @@ class Producer:
         """Append a pyarrow Table/RecordBatch (key, value[, timestamp, headers]) as is."""
         from ..storage.records import encode_arrow
 
-        result = self.client.produce(topic, partition, encode_arrow(batch), acks=self.acks)
+        def encode(producer: ProducerFields | None) -> bytes:
+            return encode_arrow(batch, producer=producer)
+
+        result = self._append(topic, partition, encode, batch.num_rows)
         self._results.append(result)
         return result
 

@@ -24,10 +24,21 @@ from ..raft import (
 )
 from ..raft.log import ReplicaLog
 from ..storage.errors import StorageError
+from ..storage.producers import (
+    DuplicateSequence,
+    InvalidProducerEpoch,
+    OutOfOrderSequence,
+    ProducerStateError,
+)
 from .errors import error_response
 from .ready import PartitionKey, Ready
 
 log = logging.getLogger(__name__)
+
+_PRODUCER_ERRORS: dict[type[ProducerStateError], ErrorCode] = {
+    OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
+}
 
 
 class ServedLog(ReplicaLog, Protocol):
@@ -65,13 +76,16 @@ class _ParkedFetch:
 
 @dataclass(slots=True)
 class _Waiter:
-    """An acks=quorum produce: answered once the HWM passes ``last`` in ``epoch``."""
+    """An acks=quorum produce: answered once the HWM passes ``last`` in ``epoch``.
+    ``written_in`` is the leader epoch of the records (older than ``epoch`` for the
+    retry of a batch a previous leader appended)."""
 
     token: int
     first: int
     last: int
     epoch: int
     deadline_ms: int
+    written_in: int
 
 
 @dataclass(slots=True)
@@ -243,8 +257,18 @@ class PartitionDriver:
     def produce(self, token: int, req: m.ProduceRequest, now: int, ready: Ready) -> None:
         try:
             info, epoch, out = self.core.append(req.records, now)
+            first, last, written_in = info.first_offset, info.last_offset, epoch
         except NotLeaderError as exc:
             ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, str(exc), exc)))
+            return
+        except DuplicateSequence as exc:
+            # A retry of a batch already in the log: answered as that batch is, with its
+            # offsets, once they are committed (Kafka's DUPLICATE_SEQUENCE_NUMBER).
+            first, last = exc.original.first_offset, exc.original.last_offset
+            epoch, written_in, out = self.core.epoch, self.log.epoch_at(first), Output()
+        except ProducerStateError as exc:
+            code = _PRODUCER_ERRORS[type(exc)]
+            ready.answers.append((token, _produce_error(code, str(exc))))
             return
         except (StorageError, ValueError) as exc:
             err = _produce_error(ErrorCode.CORRUPT_MESSAGE, f"rejected batch: {exc}")
@@ -252,13 +276,10 @@ class PartitionDriver:
             return
         if req.acks == m.ACKS_QUORUM:
             timeout = req.timeout_ms if req.timeout_ms > 0 else self.limits.produce_timeout_ms
-            self.waiters.append(
-                _Waiter(token, info.first_offset, info.last_offset, epoch, now + timeout)
-            )
+            self.waiters.append(_Waiter(token, first, last, epoch, now + timeout, written_in))
+            self._answer_waiters(ready)  # a duplicate may be committed already
         else:
-            ready.answers.append(
-                (token, self._produced(info.first_offset, info.last_offset, epoch))
-            )
+            ready.answers.append((token, self._produced(first, last, written_in)))
         self.run(out, now, ready)
 
     def _produced(self, first: int, last: int, epoch: int) -> m.ProduceResponse:
@@ -276,7 +297,7 @@ class PartitionDriver:
         still = []
         for w in self.waiters:
             if hwm > w.last and w.epoch == epoch and self.core.is_leader:
-                ready.answers.append((w.token, self._produced(w.first, w.last, w.epoch)))
+                ready.answers.append((w.token, self._produced(w.first, w.last, w.written_in)))
             else:
                 still.append(w)
         self.waiters = still

@@ -23,6 +23,7 @@ from ..constants import UNKNOWN
 from ..storage.records import (
     HEADER_FIELD,
     RECORD_SCHEMA,
+    Producer,
     batches_to_table,
     encode_arrow,
     iter_batches,
@@ -81,8 +82,13 @@ def from_kafka(batch: KafkaRecordBatch) -> ProducedRecords:
 
 
 def kafka_to_quorumlog(batch: KafkaRecordBatch, *, leader_epoch: int = UNKNOWN) -> bytes:
-    """A Kafka batch as one quorumlog batch (what the leader appends)."""
-    return encode_arrow(from_kafka(batch).records, leader_epoch=leader_epoch)
+    """A Kafka batch as one quorumlog batch (what the leader appends), with its producer
+    fields, which the leader's producer state checks."""
+    produced = from_kafka(batch)
+    producer = None
+    if produced.producer_id >= 0:
+        producer = Producer(produced.producer_id, produced.producer_epoch, produced.base_sequence)
+    return encode_arrow(produced.records, leader_epoch=leader_epoch, producer=producer)
 
 
 def _header_lists(column: pa.Array | pa.ChunkedArray) -> list[list[Header]] | None:
@@ -97,9 +103,7 @@ def table_to_kafka(
     base_offset: int,
     leader_epoch: int,
     control: bool = False,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
+    producer: Producer | None = None,
 ) -> bytes:
     """Rows with RECORD_SCHEMA columns as one Kafka RecordBatch v2 at ``base_offset``."""
     timestamps = [
@@ -116,9 +120,9 @@ def table_to_kafka(
         _header_lists(table.column("headers")),
         base_offset=base_offset,
         partition_leader_epoch=leader_epoch,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
+        producer_id=producer.producer_id if producer else -1,
+        producer_epoch=producer.producer_epoch if producer else -1,
+        base_sequence=producer.base_sequence if producer else -1,
         attributes=ATTR_CONTROL if control else 0,
     )
 
@@ -138,6 +142,7 @@ def quorumlog_to_kafka(buf: bytes | bytearray | memoryview, *, verify_crc: bool 
                 base_offset=header.base_offset,
                 leader_epoch=header.leader_epoch,
                 control=header.is_control,
+                producer=header.producer,
             )
         )
     return b"".join(out)

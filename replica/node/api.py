@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,6 +16,9 @@ from ..storage.records import iter_batches
 from .config import NodeConfig
 from .controller import MetadataController
 from .metadata import METADATA_TOPIC
+
+#: A producer epoch is an int16; past the last one a producer gets a new id.
+MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 Submit = Callable[[tuple[str, int], Any], Awaitable[Any]]
 Handler = Callable[[Any], Awaitable[Any]]
@@ -44,6 +48,7 @@ class Api:
             ApiKey.CREATE_TOPIC: controller.create_topic,
             ApiKey.DELETE_TOPIC: controller.delete_topic,
             ApiKey.LIST_TOPICS: self.list_topics,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
         }
 
     async def handle(self, frame: Frame) -> tuple[int, Any] | None:
@@ -106,6 +111,18 @@ class Api:
         except CorruptRecordError:
             return None
         return None
+
+    async def init_producer_id(self, req: m.InitProducerIdRequest) -> m.InitProducerIdResponse:
+        """Producer ids are 62 random bits, drawn by whichever node is asked: no node
+        keeps a record of them, and two producers share one with odds of about
+        n**2 / 2**63 (the partitions' producer state tells them apart from there). A
+        producer that names its id gets its next epoch, which fences its older one."""
+        pid, epoch = req.producer_id, req.producer_epoch
+        if pid < 0 or not 0 <= epoch < MAX_PRODUCER_EPOCH:
+            pid, epoch = secrets.randbits(62), -1
+        return m.InitProducerIdResponse(
+            error=0, error_message="", producer_id=pid, producer_epoch=epoch + 1
+        )
 
     # ------------------------------------------------------------------ cluster
     async def api_versions(self, req: m.ApiVersionsRequest) -> m.ApiVersionsResponse:

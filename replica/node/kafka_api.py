@@ -2,9 +2,10 @@
 produce to and consume from the same partitions as native clients, with the same leader
 epochs and fencing (KIP-320), through the native api layer (``Api``).
 
-Served: ApiVersions, Metadata, Produce (RecordBatch v2; acks 0, 1, all = quorum-durable),
-Fetch, ListOffsets, OffsetForLeaderEpoch, CreateTopics and DeleteTopics (through the
-metadata controller). ApiVersions lists only these, so a client
+Served: ApiVersions, Metadata, Produce (RecordBatch v2; acks 0, 1, all = quorum-durable;
+idempotent batches checked by the partition's producer state), Fetch, ListOffsets,
+OffsetForLeaderEpoch, InitProducerId (idempotence; no transactions), CreateTopics and
+DeleteTopics (through the metadata controller). ApiVersions lists only these, so a client
 does not ask for the rest; a request for an API it does not list is answered with
 UNSUPPORTED_VERSION where its answer has a top-level error code, else the connection
 closes (as a Kafka broker does for an api key it does not know). Plaintext only for now:
@@ -48,6 +49,7 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = (
     (km.API_VERSIONS, km.API_VERSIONS.min_version, km.API_VERSIONS.max_version),
     (km.CREATE_TOPICS, km.CREATE_TOPICS.min_version, km.CREATE_TOPICS.max_version),
     (km.DELETE_TOPICS, km.DELETE_TOPICS.min_version, km.DELETE_TOPICS.max_version),
+    (km.INIT_PRODUCER_ID, km.INIT_PRODUCER_ID.min_version, km.INIT_PRODUCER_ID.max_version),
     (
         km.OFFSET_FOR_LEADER_EPOCH,
         km.OFFSET_FOR_LEADER_EPOCH.min_version,
@@ -96,6 +98,7 @@ class KafkaHandlers:
             km.OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
             km.CREATE_TOPICS.key: self.create_topics,
             km.DELETE_TOPICS.key: self.delete_topics,
+            km.INIT_PRODUCER_ID.key: self.init_producer_id,
         }
 
     def topic_id(self, name: str) -> uuid.UUID:
@@ -225,6 +228,21 @@ class KafkaHandlers:
             )
         return out
 
+    async def init_producer_id(self, api: KafkaApi, version: int, body: Message) -> Message:
+        """An idempotent producer's id and epoch (the native api draws them). Transactions
+        are not served: a transactional id is refused as not authorised."""
+        out = api.default_response(version)
+        if body["transactional_id"] is not None:
+            out["error_code"] = int(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            return out
+        resp = await self.api.init_producer_id(
+            m.InitProducerIdRequest(
+                producer_id=body["producer_id"], producer_epoch=body["producer_epoch"]
+            )
+        )
+        out["producer_id"], out["producer_epoch"] = resp.producer_id, resp.producer_epoch
+        return out
+
     # ------------------------------------------------------------------ partitions
     async def produce(self, api: KafkaApi, version: int, body: Message) -> Message | None:
         acks = body["acks"]
@@ -268,6 +286,9 @@ class KafkaHandlers:
             batches = []
             for batch in iter_batches(pd["records"] or b""):
                 check_produced(batch)
+                if batch.is_transactional:
+                    text = "transactions are not supported"
+                    return _partition_produced(index, int(KafkaError.INVALID_TXN_STATE), -1, text)
                 batches.append(kafka_to_quorumlog(batch))
         except (KafkaDecodeError, ValueError) as exc:
             return _partition_produced(index, int(KafkaError.CORRUPT_MESSAGE), UNKNOWN, str(exc))

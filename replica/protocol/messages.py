@@ -44,6 +44,7 @@ class ApiKey(IntEnum):
     AUTHENTICATE = 36
     CREATE_TOPIC = 19
     DELETE_TOPIC = 20
+    INIT_PRODUCER_ID = 22
     OFFSETS_FOR_LEADER_EPOCH = 23
     RAFT = 50
     DESCRIBE_QUORUM = 55
@@ -282,6 +283,21 @@ class RaftEnvelope(PartitionRequest):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InitProducerIdRequest:
+    """An idempotent producer's identity: a new one (-1, -1), or the next epoch of the
+    one it has (after an error left its sequence numbers in doubt; Kafka's KIP-360)."""
+
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitProducerIdResponse(Response):
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AuthenticateRequest:
     """One SCRAM step: ``auth_bytes`` is the RFC 5802 client-first or client-final message."""
 
@@ -310,6 +326,7 @@ REQUESTS: dict[ApiKey, tuple[type, type]] = {
     ApiKey.DELETE_TOPIC: (DeleteTopicRequest, DeleteTopicResponse),
     ApiKey.LIST_TOPICS: (ListTopicsRequest, ListTopicsResponse),
     ApiKey.FORCE_LEADER: (ForceLeaderRequest, ForceLeaderResponse),
+    ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),
 }
 
 API_VERSION = 0

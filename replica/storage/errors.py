@@ -9,11 +9,17 @@ __all__ = [
     "CorruptRecordError",
     "OffsetOutOfRangeError",
     "StorageError",
+    "UnsupportedFormatError",
 ]
 
 
 class StorageError(Exception):
     """Base class of every error raised by ``replica.storage``."""
+
+
+class UnsupportedFormatError(StorageError):
+    """Bytes in a format this version does not read (not damage: nothing is truncated
+    for it; the replica refuses to open instead)."""
 
 
 class CorruptRecordError(StorageError, ValueError):

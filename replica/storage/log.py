@@ -29,11 +29,14 @@ from .errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
     StorageError,
+    UnsupportedFormatError,
 )
 from .fileutil import atomic_write, fsync_dir
+from .producers import ProducerBatch, ProducerStateTable, last_sequence
 from .records import (
     HEADER_SIZE,
     MAGIC,
+    MAGIC_V1,
     BatchHeader,
     batches_to_table,
     encode_control_batch,
@@ -121,6 +124,9 @@ class Log:
         self._dir_dirty = False
         self._closed = False
         self._rebuild_cache = False
+        # Built from the log when first needed (an idempotent producer's batch), kept
+        # up to date by appends, dropped by truncation.
+        self._producers: ProducerStateTable | None = None
         os.makedirs(directory, exist_ok=True)
         self._recovery_point_path = os.path.join(directory, RECOVERY_POINT_FILE)
         self._catch_up_path = os.path.join(directory, CATCH_UP_FILE)
@@ -233,7 +239,23 @@ class Log:
             next_offset += header.record_count
         if not planned:
             raise ValueError("append_as_leader needs at least one batch")
+        if any(item.header.producer is not None for item in planned):
+            return self._append_idempotent(planned)
         return self._write(planned)
+
+    def _append_idempotent(self, planned: list[_Planned]) -> AppendInfo:
+        """An idempotent producer's batch: checked against the producer state first (a
+        retry raises ``DuplicateSequence`` naming where the batch already is)."""
+        item = planned[0]
+        if len(planned) > 1 or item.header.producer is None:
+            raise CorruptRecordError("an idempotent producer's batch must travel alone")
+        table = self.producer_state()
+        batch = _producer_batch(item.header, item.base_offset)
+        pid = item.header.producer.producer_id
+        table.check(pid, batch.producer_epoch, batch.first_sequence, batch.last_sequence)
+        info = self._write(planned)
+        table.apply(pid, batch)
+        return info
 
     def append_as_follower(self, batches: bytes) -> AppendInfo | None:
         """Append whole batches fetched from the leader, byte for byte. Base offsets must
@@ -264,7 +286,34 @@ class Log:
                 )
             )
             expected = header.next_offset
-        return self._write(planned)
+        info = self._write(planned)
+        if self._producers is not None:
+            for item in planned:
+                if item.header.producer is not None:
+                    self._apply_producer(self._producers, item.header, item.base_offset)
+        return info
+
+    # -- idempotent producers ----------------------------------------------------------
+
+    def producer_state(self) -> ProducerStateTable:
+        """The producers' state as this log holds it (``storage.producers``), built by
+        walking every batch header the first time it is needed."""
+        if self._producers is None:
+            table = ProducerStateTable()
+            for seg in self._segments:
+                position = 0
+                while position < seg.size:
+                    header = seg.header_at(position)
+                    if header.producer is not None:
+                        self._apply_producer(table, header, header.base_offset)
+                    position = header.end
+            self._producers = table
+        return self._producers
+
+    @staticmethod
+    def _apply_producer(table: ProducerStateTable, header: BatchHeader, base: int) -> None:
+        assert header.producer is not None
+        table.apply(header.producer.producer_id, _producer_batch(header, base))
 
     def _write(self, planned: Sequence[_Planned]) -> AppendInfo:
         """Write planned batches, rolling segments as needed. A failed write truncates
@@ -413,6 +462,7 @@ class Log:
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self._end_offset:
             return
+        self._producers = None  # rebuilt from what is left when next needed
         if offset < self.start_offset:
             self._truncate_fully(offset)
             return
@@ -753,6 +803,7 @@ class Log:
         if not clean:
             log.warning("%s: unclean shutdown, recovering the log tail", directory)
         segments = [Segment(directory, base, create=False) for base in bases]
+        _refuse_old_format(segments)
         scanning = False
         cut_at: int | None = None
         for i, seg in enumerate(segments):
@@ -1016,6 +1067,26 @@ def _find_valid_batch(seg: Segment, start: int, file_size: int) -> int | None:
                 pass
         found = data.find(MAGIC, found + 1)
     return None
+
+
+def _refuse_old_format(segments: list[Segment]) -> None:
+    """A log written in batch format 1 is not damage: refuse it whole, truncate nothing."""
+    for seg in segments:
+        if seg.size and os.pread(seg.fd, len(MAGIC_V1), 0) == MAGIC_V1:
+            for other in segments:
+                other.close()
+            raise UnsupportedFormatError(
+                f"{seg.path}: written in quorumlog's batch format 1, which this version "
+                "does not read; nothing was changed (run the version that wrote it)"
+            )
+
+
+def _producer_batch(header: BatchHeader, base_offset: int) -> ProducerBatch:
+    """The producer-state entry of a batch with producer fields appended at ``base_offset``."""
+    assert header.producer is not None
+    _, epoch, first = header.producer
+    last = base_offset + header.record_count - 1
+    return ProducerBatch(epoch, first, last_sequence(first, header.record_count), base_offset, last)
 
 
 def _writev_all(fd: int, buffers: list[bytes | memoryview]) -> None:

@@ -1,10 +1,10 @@
-"""Record batch format: a fixed 48-byte header followed by an Arrow IPC stream payload.
+"""Record batch format: a fixed 64-byte header followed by an Arrow IPC stream payload.
 
-Header (little-endian, 48 bytes; every batch starts 8-byte aligned because the payload
+Header (little-endian, 64 bytes; every batch starts 8-byte aligned because the payload
 length is a multiple of 8, so Arrow reads the payload zero-copy)::
 
-    0  magic          4s  b"QLB\\x01"
-    4  header_crc     u32 CRC32 of header bytes [8, 48)
+    0  magic          4s  b"QLB\\x02"
+    4  header_crc     u32 CRC32 of header bytes [8, 64)
     8  base_offset    i64 offset of the first record; record i has base_offset + i
    16  leader_epoch   i32 epoch of the leader that appended the batch (-1 from a client)
    20  record_count   i32 rows in the payload (>= 1)
@@ -12,12 +12,19 @@ length is a multiple of 8, so Arrow reads the payload zero-copy)::
    32  payload_length u32 bytes of the Arrow IPC stream (multiple of 8)
    36  payload_crc    u32 CRC32 of the payload
    40  flags          u16 bit 0: control batch
-   42  reserved       u16 zero
-   44  reserved       u32 zero
+   42  producer_epoch i16 -1, or the idempotent producer's epoch
+   44  base_sequence  i32 -1, or the producer's sequence number of the first record
+   48  producer_id    i64 -1, or the idempotent producer's id (``storage.producers``)
+   56  reserved       u64 zero
+
+The producer fields are those of Kafka's RecordBatch v2: a leader checks them against
+the partition's producer state so that a retried batch is never appended twice.
 
 The payload CRC covers only the payload, so a leader re-stamps base offset and epoch by
-writing a new 48-byte header (with a new header CRC) in front of the untouched payload.
+writing a new 64-byte header (with a new header CRC) in front of the untouched payload.
 The header CRC makes a torn or corrupt header detectable before its lengths are trusted.
+Format 1 (magic ``QLB\\x01``, 48 bytes, no producer fields) is recognised only to refuse
+it with ``UnsupportedFormatError`` rather than take it for damage.
 
 The payload is an Arrow IPC stream with schema ``RECORD_SCHEMA``. Offsets are implicit.
 A control batch carries one record whose value is a msgpack leader-change record.
@@ -36,16 +43,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..constants import UNKNOWN
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, UnsupportedFormatError
 
 __all__ = [
     "CONTROL_FLAG",
     "HEADER_SIZE",
     "MAGIC",
+    "MAGIC_V1",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
     "OUTPUT_SCHEMA",
     "RECORD_SCHEMA",
     "BatchHeader",
     "LeaderChange",
+    "Producer",
     "batches_to_table",
     "decode_leader_change",
     "encode_arrow",
@@ -59,10 +71,14 @@ __all__ = [
     "validate_payload",
 ]
 
-MAGIC = b"QLB\x01"
-_HEADER = struct.Struct("<4sIqiiqIIHHI")
-HEADER_SIZE = _HEADER.size  # 48
-_HEADER_TAIL = struct.Struct("<qiiqIIHHI")  # bytes [8, 48): what header_crc covers
+MAGIC = b"QLB\x02"
+MAGIC_V1 = b"QLB\x01"
+_HEADER = struct.Struct("<4sIqiiqIIHhiqQ")
+HEADER_SIZE = _HEADER.size  # 64
+_HEADER_TAIL = struct.Struct("<qiiqIIHhiqQ")  # bytes [8, 64): what header_crc covers
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
 CONTROL_FLAG = 0x1
 _KNOWN_FLAGS = CONTROL_FLAG
 MAX_PAYLOAD = 1 << 30
@@ -93,6 +109,9 @@ class BatchHeader(NamedTuple):
     payload_length: int
     payload_crc: int
     flags: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
 
     @property
     def size(self) -> int:
@@ -115,6 +134,22 @@ class BatchHeader(NamedTuple):
     def is_control(self) -> bool:
         return bool(self.flags & CONTROL_FLAG)
 
+    @property
+    def producer(self) -> Producer | None:
+        """The idempotent producer fields, or None for a batch written without them."""
+        if self.producer_id == NO_PRODUCER_ID:
+            return None
+        return Producer(self.producer_id, self.producer_epoch, self.base_sequence)
+
+
+class Producer(NamedTuple):
+    """Who wrote a batch, as an idempotent producer: id, epoch and the sequence number
+    of the batch's first record (Kafka's RecordBatch v2 fields)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
 
 class LeaderChange(NamedTuple):
     """The record of a control batch: who leads the epoch and the voter set."""
@@ -132,7 +167,9 @@ def _pack_header(
     payload_length: int,
     payload_crc: int,
     flags: int,
+    producer: Producer | None,
 ) -> bytes:
+    pid, pepoch, seq = producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
     tail = _HEADER_TAIL.pack(
         base_offset,
         leader_epoch,
@@ -141,10 +178,20 @@ def _pack_header(
         payload_length,
         payload_crc,
         flags,
-        0,
+        pepoch,
+        seq,
+        pid,
         0,
     )
     return MAGIC + struct.pack("<I", zlib.crc32(tail)) + tail
+
+
+def _sane_producer(pid: int, pepoch: int, seq: int, flags: int) -> bool:
+    """No producer (all three -1), or an id with an epoch and a first sequence; a
+    control batch never has one."""
+    if pid == NO_PRODUCER_ID:
+        return pepoch == NO_PRODUCER_EPOCH and seq == NO_SEQUENCE
+    return pid >= 0 and pepoch >= 0 and seq >= 0 and not flags & CONTROL_FLAG
 
 
 def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
@@ -155,10 +202,15 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
             f"truncated batch header at position {position}: "
             f"{len(buf) - position} of {HEADER_SIZE} bytes"
         )
-    (magic, header_crc, base, epoch, count, max_ts, plen, pcrc, flags, r1, r2) = (
+    (magic, header_crc, base, epoch, count, max_ts, plen, pcrc, flags, pepoch, seq, pid, r1) = (
         _HEADER.unpack_from(buf, position)
     )
     if magic != MAGIC:
+        if magic == MAGIC_V1:
+            raise UnsupportedFormatError(
+                f"batch at position {position} is in quorumlog's batch format 1, which "
+                "this version does not read (format 2 added the producer fields)"
+            )
         raise CorruptRecordError(f"bad batch magic {magic!r} at position {position}")
     if zlib.crc32(memoryview(buf)[position + 8 : position + HEADER_SIZE]) != header_crc:
         raise CorruptRecordError(f"batch header CRC mismatch at position {position}")
@@ -171,10 +223,10 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
         or plen > MAX_PAYLOAD
         or flags & ~_KNOWN_FLAGS
         or r1
-        or r2
+        or not _sane_producer(pid, pepoch, seq, flags)
     ):
         raise CorruptRecordError(f"insane batch header at position {position}")
-    return BatchHeader(position, base, epoch, count, max_ts, plen, pcrc, flags)
+    return BatchHeader(position, base, epoch, count, max_ts, plen, pcrc, flags, pid, pepoch, seq)
 
 
 def validate_payload(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
@@ -214,8 +266,8 @@ def iter_batches(
 
 
 def restamp_header(header: BatchHeader, base_offset: int, leader_epoch: int) -> bytes:
-    """A new 48-byte header for the batch, with a new base offset and epoch; the
-    payload (and its CRC) stay as they are."""
+    """A new header for the batch, with a new base offset and epoch; the payload (and
+    its CRC) and the producer fields stay as they are."""
     return _pack_header(
         base_offset,
         leader_epoch,
@@ -224,6 +276,7 @@ def restamp_header(header: BatchHeader, base_offset: int, leader_epoch: int) -> 
         header.payload_length,
         header.payload_crc,
         header.flags,
+        header.producer,
     )
 
 
@@ -255,13 +308,15 @@ def _frame(
     base_offset: int,
     leader_epoch: int,
     flags: int,
+    producer: Producer | None,
 ) -> bytes:
     view = memoryview(payload)
     pad = (-len(view)) % 8  # Arrow streams are 8-aligned already; keep it guaranteed
     if pad:
         view = memoryview(bytes(view) + b"\x00" * pad)
+    crc = zlib.crc32(view)
     header = _pack_header(
-        base_offset, leader_epoch, record_count, max_timestamp, len(view), zlib.crc32(view), flags
+        base_offset, leader_epoch, record_count, max_timestamp, len(view), crc, flags, producer
     )
     return b"".join((header, view))
 
@@ -278,11 +333,15 @@ def encode_arrow(
     leader_epoch: int = UNKNOWN,
     compression: str | None = None,
     control: bool = False,
+    producer: Producer | None = None,
 ) -> bytes:
     """Encode a Table/RecordBatch as one batch. ``value`` is required; ``key`` and
     ``headers`` default to null and ``timestamp`` to now. Columns are cast to
     ``RECORD_SCHEMA`` (in C, no per-record Python). ``compression``: None, "lz4" or
-    "zstd" (Arrow IPC buffer compression; readers decompress transparently)."""
+    "zstd" (Arrow IPC buffer compression; readers decompress transparently).
+    ``producer``: the idempotent producer's id, epoch and first sequence number."""
+    if producer is not None and not _sane_producer(*producer, CONTROL_FLAG if control else 0):
+        raise ValueError(f"invalid producer fields {producer}")
     rows = data.num_rows
     if rows < 1:
         raise ValueError("a batch needs at least one record")
@@ -310,6 +369,7 @@ def encode_arrow(
         base_offset=base_offset,
         leader_epoch=leader_epoch,
         flags=CONTROL_FLAG if control else 0,
+        producer=producer,
     )
 
 
@@ -322,6 +382,7 @@ def encode_batch(
     base_offset: int = 0,
     leader_epoch: int = UNKNOWN,
     compression: str | None = None,
+    producer: Producer | None = None,
 ) -> bytes:
     """Encode Python lists as one batch (what a producer sends). ``timestamps`` are ms
     since the epoch (default now); ``headers`` per record a list of (key, value)."""
@@ -341,6 +402,7 @@ def encode_batch(
         base_offset=base_offset,
         leader_epoch=leader_epoch,
         compression=compression,
+        producer=producer,
     )
 
 

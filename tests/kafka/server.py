@@ -26,7 +26,7 @@ from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.records import KafkaRecordBatch, check_produced, iter_batches
 from quorumlog.replica.kafka.schema import Api, Message
 from quorumlog.replica.kafka.wire import FrameDecoder, KafkaDecodeError, frame
-from quorumlog.replica.storage.records import parse_header, restamp_header
+from quorumlog.replica.storage.records import HEADER_SIZE, parse_header, restamp_header
 
 NODE_ID = 1
 LEADER_EPOCH = 0
@@ -221,7 +221,9 @@ class KafkaTestBroker:
                     )
                     stored = kafka_to_quorumlog(batch, leader_epoch=epoch)
                     header = parse_header(stored)
-                    stored = restamp_header(header, partition.end_offset, epoch) + stored[48:]
+                    stored = (
+                        restamp_header(header, partition.end_offset, epoch) + stored[HEADER_SIZE:]
+                    )
                     partition.stored.append(stored)
                     partition.end_offset += batch.record_count
                 parts.append({"index": pdata["index"], "error_code": 0, "base_offset": base})

@@ -157,22 +157,22 @@ def test_unserved_apis_get_a_kafka_error_and_the_connection_stays(
     kcluster: LocalCluster,
 ) -> None:
     port = next(iter(kcluster.kafka_ports.values()))
-    init_req = km.INIT_PRODUCER_ID.default_request(4)
-    init_req["transaction_timeout_ms"] = 60000
+    sasl_req = km.SASL_HANDSHAKE.default_request(1)
+    sasl_req["mechanism"] = "PLAIN"
     versions_req = km.API_VERSIONS.default_request(3)
     versions_req.update(client_software_name="raw", client_software_version="1")
     versions, unserved, again = _exchange(
         port,
         [
             _request(port, km.API_VERSIONS, 3, versions_req, 1),
-            _request(port, km.INIT_PRODUCER_ID, 4, init_req, 2),
+            _request(port, km.SASL_HANDSHAKE, 1, sasl_req, 2),
             _request(port, km.API_VERSIONS, 3, versions_req, 3),
         ],
     )
     cid, body = decode_response(km.API_VERSIONS, 3, versions)
     listed = {a["api_key"] for a in body["api_keys"]}
-    assert cid == 1 and listed == {0, 1, 2, 3, 18, 19, 20, 23}
-    cid, body = decode_response(km.INIT_PRODUCER_ID, 4, unserved)
+    assert cid == 1 and listed == {0, 1, 2, 3, 18, 19, 20, 22, 23}
+    cid, body = decode_response(km.SASL_HANDSHAKE, 1, unserved)
     assert (cid, body["error_code"]) == (2, KafkaError.UNSUPPORTED_VERSION)
     assert decode_response(km.API_VERSIONS, 3, again)[0] == 3
 

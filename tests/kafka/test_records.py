@@ -30,6 +30,8 @@ from quorumlog.replica.kafka.records import (
 )
 from quorumlog.replica.kafka.wire import KafkaDecodeError
 from quorumlog.replica.storage.records import (
+    HEADER_SIZE,
+    Producer,
     batches_to_table,
     encode_control_batch,
     parse_header,
@@ -168,7 +170,8 @@ def test_kafka_to_quorumlog_and_back_keeps_every_field(
     assert converted.records.column("value").to_pylist() == cols["values"]
     stored = kafka_to_quorumlog(produced, leader_epoch=epoch)
     header = parse_header(stored)
-    stored = restamp_header(header, base_offset, epoch) + stored[48:]
+    assert header.producer == Producer(11, 2, 40)
+    stored = restamp_header(header, base_offset, epoch) + stored[HEADER_SIZE:]
     table = batches_to_table(stored)
     assert table.column("offset").to_pylist() == [
         base_offset + i for i in range(len(cols["values"]))
@@ -182,6 +185,7 @@ def test_kafka_to_quorumlog_and_back_keeps_every_field(
         cols["headers"],
     )
     assert not fetched.is_control
+    assert (fetched.producer_id, fetched.producer_epoch, fetched.base_sequence) == (11, 2, 40)
 
 
 def test_native_batches_become_kafka_batches_with_offsets_epochs_and_controls() -> None:

@@ -12,6 +12,9 @@ from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import CATCH_UP_UNKNOWN, RaftReplica, VoteRequest
 from quorumlog.replica.raft.replica import Output
 from quorumlog.replica.raft.state import LeaderState, Role
+from quorumlog.replica.storage.producers import ProducerStateTable
+
+from .memlog import MemLog
 
 
 class TwoVotesPerEpoch(RaftReplica):
@@ -125,3 +128,17 @@ BROKEN_DRIVERS = {
     "serves-above-hwm": ServesAboveHwm,
     "sends-before-persist": SendsBeforePersist,
 }
+
+
+# ---------------------------------------------------------------------- broken logs
+# The simulator's in-memory log checks idempotent producers with the product's
+# ProducerStateTable; this one forgets what it saw, so a retry is appended again.
+
+
+class _ForgetfulProducerState(ProducerStateTable):
+    def check(self, producer_id: int, producer_epoch: int, first: int, last: int) -> None:
+        return None
+
+
+class ForgetsProducers(MemLog):
+    table_class = _ForgetfulProducerState

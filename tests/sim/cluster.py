@@ -16,6 +16,12 @@ Invariants, checked after every event:
 * ``persist-before-send``: after every step a node's durable election state is the one
   it runs (and may have sent messages in);
 * ``acked-lost``: an acknowledged produce is committed at the offsets it was acked at;
+* ``duplicate-record``: no record is committed twice, though idempotent producers
+  retry every batch (same producer id, epoch and sequence) until it is acknowledged,
+  after timeouts and failovers, to whichever node leads then;
+* ``idempotent-refused``: the current leader (of the highest epoch yet) never refuses an
+  idempotent producer's retry or next batch as out of order (a stale one may: it lacks
+  what its successor committed, and the producer retries elsewhere);
 * ``consumer-above-hwm``: a consumer fetch never returns a record at or above the
   answering node's high watermark, nor one the committed history does not hold there;
 * ``consumer-fenced``: a consumer fetch naming a leader epoch is served records only by
@@ -48,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quorumlog.replica.driver import Driver, Limits, Ready
+from quorumlog.replica.protocol import ErrorCode
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import (
     UNCLEAN_EPOCH_GAP,
@@ -66,9 +73,21 @@ KEY = ("sim", 0)
 LIMITS = Limits(max_fetch_bytes=256, produce_timeout_ms=3000)
 
 # Event kinds (ints keep the heap cheap).
-DELIVER, TICK, FLUSH, CLIENT, FAULT, RESTART, STOP, UNFAULT, HEAL, SCRUB, CONSUME, REFUSED = range(
-    12
-)
+(
+    DELIVER,
+    TICK,
+    FLUSH,
+    CLIENT,
+    FAULT,
+    RESTART,
+    STOP,
+    UNFAULT,
+    HEAL,
+    SCRUB,
+    CONSUME,
+    REFUSED,
+    IDEMPOTENT,
+) = range(13)
 KIND_NAMES = [
     "deliver",
     "tick",
@@ -82,7 +101,11 @@ KIND_NAMES = [
     "scrub",
     "consume",
     "refused",
+    "idempotent",
 ]
+#: An idempotent producer resends a batch left unanswered this long (the node may have
+#: died with it): longer than the produce timeout a leader answers within.
+RETRY_AFTER_MS = LIMITS.produce_timeout_ms + 500
 
 ReplicaFactory = Callable[..., RaftReplica]
 DriverClass = type[Driver]
@@ -93,6 +116,9 @@ class Violation(Exception):
         super().__init__(f"{invariant}: {detail}")
         self.invariant = invariant
         self.detail = detail
+
+    def __reduce__(self) -> tuple[type[Violation], tuple[str, str]]:
+        return Violation, (self.invariant, self.detail)  # results cross process pools
 
 
 @dataclass
@@ -137,6 +163,19 @@ class SimParams:
             unclean=r.random() < 0.05,
             corruption=corruption,
         )
+
+
+@dataclass
+class SimProducer:
+    """An idempotent producer, one batch in flight: it resends that batch (same id,
+    epoch, sequence) after an error or a silence until one answer acknowledges it."""
+
+    producer_id: int
+    next_sequence: int = 0
+    pending: list[int] | None = None  # the record ids of the batch in flight
+    token: int | None = None
+    sent_at: int = 0
+    sends: int = 0
 
 
 @dataclass
@@ -196,23 +235,27 @@ class Simulation:
         factory: ReplicaFactory = RaftReplica,
         trace_len: int = 60,
         driver_class: DriverClass = Driver,
+        log_factory: Callable[[], MemLog] = MemLog,
     ) -> None:
         self.seed = seed
         self.p = params or SimParams.for_seed(seed)
         self.factory = factory
         self.driver_class = driver_class
+        self.log_factory = log_factory
         self.rng = random.Random(seed)
         self.now = 0
         self.seq = 0
         self.events: list[tuple[int, int, int, Any]] = []
         self.voter_ids = list(range(1, self.p.voters + 1))
         ids = self.voter_ids + [100 + i for i in range(self.p.observers)]
-        self.nodes = {i: SimNode(i, i in self.voter_ids) for i in ids}
+        self.nodes = {i: SimNode(i, i in self.voter_ids, log_factory()) for i in ids}
         self.majority = len(self.voter_ids) // 2 + 1
         self.blocked: set[tuple[int, int]] = set()
         self.loss = self.p.loss
         self.dup = self.p.dup
         self.committed: list[tuple[int, int]] = []
+        self.committed_ids: set[int] = set()
+        self.producers = [SimProducer(1000 + i) for i in range(2)]
         # Acknowledged records above the committed history known so far: checked when
         # it grows past them.
         self.acked: dict[int, tuple[int, int]] = {}
@@ -260,6 +303,7 @@ class Simulation:
             self.push(self.rng.randint(*self.p.client_every_ms), CLIENT, None)
             self.push(self.p.fault_ms, HEAL, None)
             self.push(self.rng.randint(50, 300), CONSUME, None)
+            self.push(self.rng.randint(20, 80), IDEMPOTENT, None)
             end = self.p.fault_ms + self.p.liveness_bound_ms
             while self.events:
                 at, _, kind, data = heapq.heappop(self.events)
@@ -360,6 +404,10 @@ class Simulation:
         elif kind == CONSUME:
             self.consume()
             self.push(self.now + self.rng.randint(50, 300), CONSUME, None)
+        elif kind == IDEMPOTENT:
+            for producer in self.producers:
+                self.idempotent_send(producer)
+            self.push(self.now + self.rng.randint(20, 80), IDEMPOTENT, None)
         self.check_global()
 
     # ------------------------------------------------------------------ executor
@@ -472,23 +520,70 @@ class Simulation:
         self.requests[token] = (node.id, node.incarnation, what)
         self.execute(node, node.driver.request(token, KEY, req, self.local(node)))
 
-    def client_append(self) -> None:
-        """A producer (acks=quorum) asks a leader, now and then a node that is not."""
+    def pick_producer_target(self) -> SimNode | None:
+        """Mostly a leader, now and then a node that is not."""
         alive = [n for n in self.nodes.values() if n.driver is not None]
         leaders = [n for n in alive if n.core and n.core.role is Role.LEADER]
         if not alive or (not leaders and self.rng.random() < 0.9):
-            return
-        node = self.rng.choice(leaders if leaders and self.rng.random() < 0.9 else alive)
+            return None
+        return self.rng.choice(leaders if leaders and self.rng.random() < 0.9 else alive)
+
+    def new_ids(self) -> list[int]:
         ids = [self.next_uid + i for i in range(self.rng.randint(1, 3))]
         self.next_uid += len(ids)
-        req = m.ProduceRequest(
+        return ids
+
+    def produce_request(self, records: bytes) -> m.ProduceRequest:
+        return m.ProduceRequest(
             topic=KEY[0],
             partition=KEY[1],
             acks=m.ACKS_QUORUM,
-            timeout_ms=3000,
-            records=client_batch(ids),
+            timeout_ms=LIMITS.produce_timeout_ms,
+            records=records,
         )
-        self.submit(node, req, ("produce", ids))
+
+    def client_append(self) -> None:
+        """A producer (acks=quorum) that never retries."""
+        node = self.pick_producer_target()
+        if node is None:
+            return
+        ids = self.new_ids()
+        self.submit(node, self.produce_request(client_batch(ids)), ("produce", ids))
+
+    def idempotent_send(self, producer: SimProducer) -> None:
+        """Send the next batch, or resend the pending one after an error or a silence."""
+        if producer.token is not None and self.now - producer.sent_at < RETRY_AFTER_MS:
+            return
+        node = self.pick_producer_target()
+        if node is None:
+            return
+        if producer.pending is None:
+            producer.pending = self.new_ids()
+        elif producer.sends:
+            self.stats["idempotent_retries"] = self.stats.get("idempotent_retries", 0) + 1
+        fields = (producer.producer_id, 0, producer.next_sequence)
+        records = client_batch(producer.pending, fields)
+        producer.token, producer.sent_at = self.next_token, self.now
+        producer.sends += 1
+        what = (producer, producer.next_sequence, producer.pending)
+        self.submit(node, self.produce_request(records), ("idempotent", what))
+
+    def idempotent_answered(self, node: SimNode, resp: m.ProduceResponse, what: Any) -> None:
+        producer, sequence, ids = what
+        current = node.core is not None and node.core.epoch == max(self.epoch_leaders, default=-1)
+        if resp.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and current and not self.unclean:
+            raise Violation(
+                "idempotent-refused",
+                f"producer {producer.producer_id} sequence {sequence}: {resp.error_message}",
+            )
+        if resp.error == 0:
+            self.acknowledged(resp, ids)
+        if sequence != producer.next_sequence:
+            return  # an answer to an earlier send of a batch acknowledged since
+        if resp.error == 0:
+            producer.next_sequence += len(ids)
+            producer.pending, producer.sends = None, 0
+        producer.token = None  # resent at the next round, or the next batch goes
 
     def consume(self) -> None:
         """A consumer fetches from any node: at the epoch it knows (now and then a stale
@@ -518,6 +613,9 @@ class Simulation:
             return
         node_id, incarnation, (kind, what) = asked
         assert node_id == node.id and incarnation == node.incarnation, (asked, node.id)
+        if kind == "idempotent":
+            self.idempotent_answered(node, resp, what)
+            return
         if resp.error != 0:
             return
         if kind == "produce":
@@ -651,7 +749,7 @@ class Simulation:
             self.disk_lost_once = True
             if node.alive:
                 self.stop(node, lose_unflushed=True)
-            node.log = MemLog()
+            node.log = self.log_factory()
             node.persisted = None
             node.max_epoch = 0  # its epoch was on the lost disk
             node.disk_lost = True
@@ -744,7 +842,13 @@ class Simulation:
                             f"committed history has {self.committed[off]}",
                         )
                 else:
+                    if rec[1] in self.committed_ids:
+                        raise Violation(
+                            "duplicate-record",
+                            f"record {rec[1]} committed at offset {off} and before it",
+                        )
                     self.committed.append(rec)
+                    self.committed_ids.add(rec[1])
                     acked = self.acked.pop(off, None)
                     if acked is not None and acked != rec:
                         raise Violation(
@@ -799,9 +903,11 @@ def run_seed(
     seed: int,
     factory: ReplicaFactory = RaftReplica,
     driver_class: DriverClass = Driver,
+    log_factory: Callable[[], MemLog] = MemLog,
     **overrides: Any,
 ) -> SimResult:
     params = SimParams.for_seed(seed)
     for key, value in overrides.items():
         setattr(params, key, value)
-    return Simulation(seed, params, factory, driver_class=driver_class).run()
+    sim = Simulation(seed, params, factory, driver_class=driver_class, log_factory=log_factory)
+    return sim.run()

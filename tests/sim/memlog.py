@@ -1,7 +1,10 @@
 """An in-memory ``ReplicaLog`` for the simulator and unit tests.
 
-Batch bytes: header ``>qiiBi`` (base offset, record count, leader epoch, flags, payload
-length) then ``count`` 8-byte signed record ids. Control batches carry flag 1 and one id
+Batch bytes: header ``>qiiBiqhi`` (base offset, record count, leader epoch, flags,
+payload length, producer id, producer epoch, base sequence) then ``count`` 8-byte signed
+record ids. Idempotent producers' batches are checked against the product's
+``ProducerStateTable`` exactly as ``storage.Log`` does (``table_class`` lets a teeth test
+swap in a broken one). Control batches carry flag 1 and one id
 ``-(epoch * 1000 + leader_id) - 1``. The log keeps an epoch cache with Kafka's
 ``end_offset_for`` semantics and tracks the durable end: ``crash()`` drops what was not
 flushed, as a power loss would.
@@ -25,31 +28,47 @@ from quorumlog.replica.raft import (
     EpochEndOffset,
 )
 from quorumlog.replica.raft.log import CorruptDataError
+from quorumlog.replica.storage.producers import ProducerBatch, ProducerStateTable, last_sequence
 
-HEADER = struct.Struct(">qiiBi")
+HEADER = struct.Struct(">qiiBiqhi")
 RECORD = struct.Struct(">q")
 CONTROL = 1
+Producer = tuple[int, int, int]  # producer id, producer epoch, base sequence
+NO_PRODUCER: Producer = (-1, -1, -1)
 
 
-def encode_batch(base: int, epoch: int, ids: list[int], flags: int = 0) -> bytes:
+def encode_batch(
+    base: int, epoch: int, ids: list[int], flags: int = 0, producer: Producer = NO_PRODUCER
+) -> bytes:
     payload = b"".join(RECORD.pack(i) for i in ids)
-    return HEADER.pack(base, len(ids), epoch, flags, len(payload)) + payload
+    return HEADER.pack(base, len(ids), epoch, flags, len(payload), *producer) + payload
 
 
-def client_batch(ids: list[int]) -> bytes:
+def client_batch(ids: list[int], producer: Producer = NO_PRODUCER) -> bytes:
     """What a client sends: base offset and epoch are filled in by the leader's log."""
-    return encode_batch(0, UNDEFINED_EPOCH, ids)
+    return encode_batch(0, UNDEFINED_EPOCH, ids, producer=producer)
+
+
+def decode_with_producers(data: bytes) -> Iterator[tuple[int, int, int, list[int], Producer]]:
+    """(base offset, epoch, flags, record ids, producer) per batch."""
+    pos = 0
+    while pos < len(data):
+        base, count, epoch, flags, size, *producer = HEADER.unpack_from(data, pos)
+        pos += HEADER.size
+        ids = [RECORD.unpack_from(data, pos + 8 * i)[0] for i in range(count)]
+        pos += size
+        yield base, epoch, flags, ids, (producer[0], producer[1], producer[2])
 
 
 def decode_batches(data: bytes) -> Iterator[tuple[int, int, int, list[int]]]:
     """(base offset, epoch, flags, record ids) per batch."""
-    pos = 0
-    while pos < len(data):
-        base, count, epoch, flags, size = HEADER.unpack_from(data, pos)
-        pos += HEADER.size
-        ids = [RECORD.unpack_from(data, pos + 8 * i)[0] for i in range(count)]
-        pos += size
+    for base, epoch, flags, ids, _ in decode_with_producers(data):
         yield base, epoch, flags, ids
+
+
+def _producer_batch(producer: Producer, base: int, count: int) -> ProducerBatch:
+    _, epoch, first = producer
+    return ProducerBatch(epoch, first, last_sequence(first, count), base, base + count - 1)
 
 
 def control_id(epoch: int, leader_id: int) -> int:
@@ -59,8 +78,13 @@ def control_id(epoch: int, leader_id: int) -> int:
 class MemLog:
     """Entries are (epoch, record id, batch base offset, flags) per offset from 0."""
 
+    table_class = ProducerStateTable
+
     def __init__(self) -> None:
         self.entries: list[tuple[int, int, int, int]] = []
+        # Batch base offset -> (producer fields, record count) of idempotent batches.
+        self.producer_of: dict[int, tuple[Producer, int]] = {}
+        self.producers = self.table_class()
         self.epochs: list[tuple[int, int]] = []  # (epoch, start offset), epochs ascending
         self.durable = 0
         self.damaged: set[int] = set()  # base offsets of damaged batches
@@ -104,18 +128,32 @@ class MemLog:
             return self.entries[offset][0]
         return UNDEFINED_EPOCH
 
-    def _append(self, base: int, epoch: int, ids: list[int], flags: int) -> AppendInfo:
+    def _append(
+        self, base: int, epoch: int, ids: list[int], flags: int, producer: Producer = NO_PRODUCER
+    ) -> AppendInfo:
         if epoch < self.last_epoch():
             raise ValueError(f"epoch {epoch} below the log's last epoch {self.last_epoch()}")
         if epoch > self.last_epoch():
             self.epochs.append((epoch, base))
         self.entries.extend((epoch, i, base, flags) for i in ids)
+        if producer != NO_PRODUCER:
+            self.producer_of[base] = (producer, len(ids))
+            self.producers.apply(producer[0], _producer_batch(producer, base, len(ids)))
         return AppendInfo(base, base + len(ids) - 1, len(ids))
 
     def append_as_leader(self, records: bytes, epoch: int) -> AppendInfo:
+        batches = list(decode_with_producers(records))
+        if any(producer != NO_PRODUCER for *_, producer in batches):
+            if len(batches) > 1:
+                raise ValueError("an idempotent producer's batch must travel alone")
+            _, _, _, ids, producer = batches[0]
+            batch = _producer_batch(producer, self.end_offset, len(ids))
+            self.producers.check(
+                producer[0], producer[1], batch.first_sequence, batch.last_sequence
+            )
         first = self.end_offset
-        for _, _, flags, ids in decode_batches(records):
-            self._append(self.end_offset, epoch, ids, flags)
+        for _, _, flags, ids, producer in batches:
+            self._append(self.end_offset, epoch, ids, flags, producer)
         return AppendInfo(first, self.end_offset - 1, self.end_offset - first)
 
     def append_control(
@@ -127,10 +165,10 @@ class MemLog:
         if not batches:
             return None
         first = self.end_offset
-        for base, epoch, flags, ids in decode_batches(batches):
+        for base, epoch, flags, ids, producer in decode_with_producers(batches):
             if base != self.end_offset:
                 raise ValueError(f"batch base {base} does not continue at {self.end_offset}")
-            self._append(base, epoch, ids, flags)
+            self._append(base, epoch, ids, flags, producer)
         return AppendInfo(first, self.end_offset - 1, self.end_offset - first)
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
@@ -150,7 +188,9 @@ class MemLog:
             end = pos
             while end < len(self.entries) and self.entries[end][2] == base:
                 end += 1
-            batch = encode_batch(base, epoch, [e[1] for e in self.entries[pos:end]], flags)
+            producer = self.producer_of.get(base, (NO_PRODUCER, 0))[0]
+            ids = [e[1] for e in self.entries[pos:end]]
+            batch = encode_batch(base, epoch, ids, flags, producer)
             if out and size + len(batch) > max_bytes:
                 break
             out.append(batch)
@@ -168,6 +208,11 @@ class MemLog:
             self.epochs.pop()
         self.durable = min(self.durable, offset)
         self.damaged = {b for b in self.damaged if b < offset}
+        # Rebuilt from what is left, as storage.Log does.
+        self.producer_of = {b: p for b, p in self.producer_of.items() if b + p[1] <= offset}
+        self.producers = self.table_class(
+            (p[0], _producer_batch(p, b, n)) for b, (p, n) in sorted(self.producer_of.items())
+        )
 
     def truncate_corrupt(self, offset: int) -> None:
         floor = max(self.catch_up, self.durable)

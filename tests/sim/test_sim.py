@@ -10,6 +10,7 @@ from quorumlog.replica.raft import RaftReplica
 
 from .broken import (
     AcksBeforeCommit,
+    ForgetsProducers,
     HwmCountsObservers,
     HwmCountsUnflushed,
     SendsBeforeFlush,
@@ -36,6 +37,8 @@ def test_ci_seed_budget_has_no_violation() -> None:
     assert stats["fetched"] > 3 * CI_SEEDS
     # Stopped nodes refused connections, and the driver acted on it (early elections).
     assert stats["refused"] > CI_SEEDS
+    # Idempotent producers resent batches (after errors and silences) many times.
+    assert stats["idempotent_retries"] > 5 * CI_SEEDS
 
 
 def test_a_seed_replays_identically() -> None:
@@ -85,6 +88,17 @@ def test_simulator_catches_a_broken_driver(driver: DriverClass, invariant: str) 
     pytest.fail(f"{driver.__name__} survived {TEETH_SEEDS} seeds")
 
 
+def test_simulator_catches_a_log_that_appends_a_retried_batch_again() -> None:
+    """Idempotent producers retry through timeouts and failovers: with producer state
+    that forgets what it saw, a retry is committed a second time."""
+    for seed in range(TEETH_SEEDS):
+        result = run_seed(seed, log_factory=ForgetsProducers)
+        if result.violation is not None:
+            assert result.violation.invariant == "duplicate-record", result.report()
+            return
+    pytest.fail(f"ForgetsProducers survived {TEETH_SEEDS} seeds")
+
+
 def test_unclean_election_truncation_is_visible_to_readers() -> None:
     """Seeds with an injected force_leader: every node that lost committed records
     reports it through end_offset_for (checked inside the run), and at least one of
@@ -132,6 +146,7 @@ def test_simulator_catches_votes_from_a_replica_that_lost_data(
                 "acked-lost",
                 "log-matching",
                 "truncated-below-hwm",
+                "idempotent-refused",  # a producer's acknowledged batch is gone
             ), result.report()
             return
     pytest.fail(f"{broken.__name__} survived {TEETH_SEEDS} seeds")

@@ -6,6 +6,7 @@ partitions back through the client and from a stopped node's partition directory
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,6 +198,32 @@ def wait_hwm(cluster: LocalCluster, topic: str, offset: int) -> None:
         ELECTION_BOUND_S,
         f"{topic}/0 high watermark >= {offset}",
     )
+
+
+#: Under check-quorum's 3 s (1.5 x the 2 s fetch timeout): a stalled leader stays leader
+#: while the requests it cannot commit time out and come back to it.
+STALL_S = 2.2
+
+
+def leader_fault(c: LocalCluster, topic: str, partition: int, fault: str) -> None:
+    """``stall``: pause the partition leader's followers for STALL_S (it appends but cannot
+    commit, so produce requests time out and are sent again to it); ``kill``: kill -9 of
+    the leader, restarted at once (what it left unanswered is sent to the next leader,
+    which may hold it)."""
+    leader = c.wait_for_leader(topic, partition, 30)
+    if fault == "kill":
+        c.kill(leader)
+        time.sleep(0.05)
+        c.start_node(leader)
+        return
+    followers = [n for n in c.procs if n != leader]
+    for n in followers:
+        c.pause(n)
+    try:
+        time.sleep(STALL_S)
+    finally:
+        for n in followers:
+            c.resume(n)
 
 
 def read_all(client: Client, topic: str, partition: int, start: int = 0) -> list[Record]:

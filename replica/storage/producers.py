@@ -1,0 +1,144 @@
+"""Idempotent producers: the per-partition producer state a leader checks a batch
+against, so that a retried batch is appended once (Kafka's ProducerStateManager).
+
+The state is a function of the log: for every producer id, the epoch of its latest batch
+and the sequence and offset ranges of its last ``BATCHES_KEPT`` batches. Every replica
+builds it from the batches it appends, leader and follower alike, and rebuilds it from
+its log after a truncation or on open, so a new leader knows what its predecessor
+appended. Pure: the logs (``storage.Log``, the simulator's in-memory log) feed it.
+
+Rules for a batch of producer ``pid``, epoch ``e``, sequences ``first..last``, checked
+by the leader before it appends (Kafka's ``ProducerAppendInfo.checkSequence``):
+
+* ``pid`` unknown (never written here, or its batches are gone): accepted whatever its
+  sequence, as Kafka does once a producer's state has expired;
+* ``e`` below the producer's epoch: ``InvalidProducerEpoch`` (a fenced zombie);
+* ``e`` equal and ``first..last`` one of the kept batches: ``DuplicateSequence``, which
+  names that batch's offsets; the leader answers the retry with them, as success;
+* ``e`` equal: ``first`` must follow the last sequence (``OutOfOrderSequence``);
+* ``e`` above: a new epoch starts at sequence 0 (``OutOfOrderSequence``).
+
+Sequences wrap from 2**31 - 1 to 0, as Kafka's do.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .errors import StorageError
+
+__all__ = [
+    "BATCHES_KEPT",
+    "DuplicateSequence",
+    "InvalidProducerEpoch",
+    "OutOfOrderSequence",
+    "ProducerBatch",
+    "ProducerStateError",
+    "ProducerStateTable",
+    "last_sequence",
+]
+
+#: Batches remembered per producer: Kafka's, which bounds an idempotent producer's
+#: requests in flight (max.in.flight.requests.per.connection <= 5).
+BATCHES_KEPT = 5
+_SEQUENCE_SPAN = 1 << 31
+
+
+def last_sequence(base_sequence: int, record_count: int) -> int:
+    """The sequence number of a batch's last record (wrapping past 2**31 - 1)."""
+    return (base_sequence + record_count - 1) % _SEQUENCE_SPAN
+
+
+class ProducerBatch(NamedTuple):
+    """One appended batch of a producer: its sequences and where it sits in the log."""
+
+    producer_epoch: int
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+
+
+class ProducerStateError(StorageError, ValueError):
+    """A batch the producer state refuses (or, for a duplicate, does not append again)."""
+
+
+class DuplicateSequence(ProducerStateError):
+    """The batch was appended before: ``original`` says where."""
+
+    def __init__(self, producer_id: int, original: ProducerBatch) -> None:
+        super().__init__(
+            f"producer {producer_id} epoch {original.producer_epoch} sequences "
+            f"{original.first_sequence}-{original.last_sequence} are already at offsets "
+            f"{original.first_offset}-{original.last_offset}"
+        )
+        self.original = original
+
+
+class OutOfOrderSequence(ProducerStateError):
+    """A gap (or a step back) in a producer's sequence numbers."""
+
+
+class InvalidProducerEpoch(ProducerStateError):
+    """A batch of an epoch the producer has already moved past (a fenced producer)."""
+
+
+@dataclass(slots=True)
+class _Producer:
+    epoch: int
+    batches: deque[ProducerBatch] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+
+
+class ProducerStateTable:
+    """Producer id -> its latest epoch and last batches, as the log holds them."""
+
+    def __init__(self, batches: Iterable[tuple[int, ProducerBatch]] = ()) -> None:
+        self._producers: dict[int, _Producer] = {}
+        for producer_id, batch in batches:
+            self.apply(producer_id, batch)
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def last_batch(self, producer_id: int) -> ProducerBatch | None:
+        entry = self._producers.get(producer_id)
+        return entry.batches[-1] if entry is not None and entry.batches else None
+
+    def check(self, producer_id: int, producer_epoch: int, first: int, last: int) -> None:
+        """Raise the ``ProducerStateError`` the batch meets, if any (see the module)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise InvalidProducerEpoch(
+                f"producer {producer_id} epoch {producer_epoch} is fenced: "
+                f"the partition has epoch {entry.epoch}"
+            )
+        if producer_epoch > entry.epoch:
+            if first != 0:
+                raise OutOfOrderSequence(
+                    f"producer {producer_id} starts epoch {producer_epoch} at sequence "
+                    f"{first}, not 0"
+                )
+            return
+        for batch in entry.batches:
+            if batch.first_sequence == first and batch.last_sequence == last:
+                raise DuplicateSequence(producer_id, batch)
+        if entry.batches:
+            expected = (entry.batches[-1].last_sequence + 1) % _SEQUENCE_SPAN
+            if first != expected:
+                raise OutOfOrderSequence(
+                    f"producer {producer_id} epoch {producer_epoch} sent sequence {first}, "
+                    f"expected {expected}"
+                )
+
+    def apply(self, producer_id: int, batch: ProducerBatch) -> None:
+        """Record an appended batch (no checks: a follower copies what its leader
+        appended, and a rebuild replays the log)."""
+        entry = self._producers.get(producer_id)
+        if entry is None or batch.producer_epoch > entry.epoch:
+            entry = self._producers[producer_id] = _Producer(batch.producer_epoch)
+        entry.batches.append(batch)

@@ -1,0 +1,94 @@
+"""The native producer is idempotent by default: its batches carry a producer id, epoch
+and per-partition sequence numbers, a resent batch is appended once (answered with the
+first append's offsets), and across a leader kill (-9) every record is written once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from quorumlog.replica.client import Client, InvalidProducerEpochError
+from quorumlog.replica.client.producer import Producer
+from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.storage.records import Producer as ProducerFields
+from quorumlog.replica.storage.records import encode_batch, iter_batches
+
+from tests.support.cluster import leader_fault, read_all
+
+pytestmark = pytest.mark.cluster
+
+
+def test_a_resent_batch_is_appended_once_and_an_old_epoch_is_fenced(
+    cluster: LocalCluster,
+) -> None:
+    c = cluster
+    c.create_topic("nidem", 1)
+    client = c.client
+    pid, epoch = client.init_producer_id()
+    batch = encode_batch([b"a", b"b"], producer=ProducerFields(pid, epoch, 0))
+    first = client.produce("nidem", 0, batch)
+    again = client.produce("nidem", 0, batch)  # as a retry whose answer was lost
+    assert (again.base_offset, again.last_offset) == (first.base_offset, first.last_offset)
+    assert client.init_producer_id(pid, epoch) == (pid, epoch + 1)
+    client.produce("nidem", 0, encode_batch([b"c"], producer=ProducerFields(pid, epoch + 1, 0)))
+    with pytest.raises(InvalidProducerEpochError):
+        client.produce("nidem", 0, encode_batch([b"z"], producer=ProducerFields(pid, epoch, 2)))
+    assert [v for _, _, v in read_all(client, "nidem", 0)] == [b"a", b"b", b"c"]
+
+
+def test_the_producer_numbers_each_partitions_batches(cluster: LocalCluster) -> None:
+    c = cluster
+    c.create_topic("nseq", 2)
+    producer = Producer(c.client, linger_ms=60_000, max_batch_records=3)
+    for i in range(12):
+        producer.send("nseq", f"v{i}".encode(), partition=i % 2)
+    producer.flush()
+    assert producer.producer_id is not None
+    for p in range(2):
+        headers = list(iter_batches(c.client.fetch("nseq", p, 0, max_bytes=1 << 20).records))
+        assert [h.producer for h in headers if not h.is_control] == [
+            ProducerFields(producer.producer_id, 0, seq) for seq in (0, 3)
+        ]
+
+
+def test_every_record_is_written_once_across_stalls_and_leader_kills(
+    cluster: LocalCluster,
+) -> None:
+    """The client resends a batch whose answer did not come in time: to a leader whose
+    followers stall (it holds the batch, uncommitted) or to the next leader."""
+    c = cluster
+    c.create_topic("nidemkill", 1)
+    total = 3000
+    sent: list[bytes] = []
+    failures: list[BaseException] = []
+
+    def produce() -> None:
+        with Client(c.bootstrap) as client:
+            producer = Producer(client, linger_ms=1, max_batch_records=20)
+            try:
+                for i in range(total):
+                    value = f"r{i}".encode()
+                    producer.send("nidemkill", value, partition=0)
+                    sent.append(value)
+                producer.flush()
+            except BaseException as exc:  # reported below
+                failures.append(exc)
+
+    worker = threading.Thread(target=produce, daemon=True)
+    worker.start()
+    try:
+        for n, fault in enumerate(["stall", "kill", "stall"]):
+            deadline = time.monotonic() + 60
+            while len(sent) < total // 4 * (n + 1) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            leader_fault(c, "nidemkill", 0, fault)
+        worker.join(180)
+    finally:
+        c.wait_ready()
+    assert not worker.is_alive() and not failures, failures[:1]
+    logged = [v for _, _, v in read_all(c.client, "nidemkill", 0)]
+    twice = [v for v, n in Counter(logged).items() if n > 1]
+    assert not twice, f"{len(twice)} records written twice, e.g. {twice[:3]}"
+    assert set(logged) == set(sent) and len(sent) == total
