@@ -423,9 +423,6 @@ class GroupCoordinator:
         member.session_deadline = now + member.session_timeout_ms
         return KafkaError.NONE
 
-    def may_add_group(self, group_id: str) -> bool:
-        return group_id in self.groups or len(self.groups) < self.config.max_groups
-
     # ------------------------------------------------------------------ time
     def tick(self, now: int) -> None:
         """Expire pending member ids and sessions; end join and sync phases at their

@@ -40,6 +40,7 @@ new leader epoch, or losing leadership, drops the cache and the groups of that p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import time
@@ -80,8 +81,11 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = tuple(
 )
 
 #: How often the membership timers (sessions, rebalance deadlines) and the leadership of
-#: loaded partitions are checked while this node coordinates anything.
+#: loaded partitions are checked while this node has groups; with offsets loaded but no
+#: groups, only leadership is (to free caches of partitions led elsewhere now); with
+#: neither, nothing wakes up.
 TICK_S = 0.1
+IDLE_TICK_S = 1.0
 #: How long a group request waits for a partition's cache to load before it is answered
 #: COORDINATOR_LOAD_IN_PROGRESS (the client retries).
 LOAD_WAIT_S = 5.0
@@ -368,8 +372,13 @@ class KafkaGroups:
                 self._deliver()
             except Exception:
                 log.exception("group coordinator tick failed")
-            if self.machine.groups or self.caches:
+            if self.machine.groups:
                 await asyncio.sleep(TICK_S)
+            elif self.caches:
+                # A request wakes it at once (its groups need the finer timers).
+                self._busy.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._busy.wait(), IDLE_TICK_S)
             else:
                 self._busy.clear()
                 await self._busy.wait()
@@ -443,6 +452,10 @@ class KafkaGroups:
             return error(KafkaError.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
         p = partition_for(key, len(topic.replicas))
         leader = self.api.partition_info(OFFSETS_TOPIC, p, topic.replicas[p]).leader_id
+        if self.api.driver.get((OFFSETS_TOPIC, p)) is None and topic.replicas[p]:
+            # Not a replica here, so the leader is unknown here: name the preferred replica,
+            # usually the leader (if not, the client is told NOT_COORDINATOR and asks again).
+            leader = topic.replicas[p][0]
         if leader not in self.advertised:
             return error(KafkaError.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}/{p} has no leader")
         return node(leader)
@@ -635,11 +648,14 @@ class KafkaGroups:
                 return KafkaError.COORDINATOR_NOT_AVAILABLE
             log.warning("%s/%d: commit failed: %s", OFFSETS_TOPIC, p, resp.error_message)
             return KafkaError.UNKNOWN_SERVER_ERROR
-        if self.caches.get(p) is cache and resp.leader_epoch == cache.epoch:
+        current = self.caches.get(p)
+        if current is cache and resp.leader_epoch == cache.epoch:
             for (topic, part), c in rows.items():
                 cache.apply((group_id, topic, part), c)
-        else:
-            cache.stale = True  # written in another epoch than the cache was read in
+        elif current is not None:
+            # The cache was replaced (or read in another epoch) while this was written:
+            # it may have been read before this commit was; read it again.
+            current.stale = True
         return KafkaError.NONE
 
     async def offset_fetch(self, api: KafkaApi, version: int, body: Message) -> Message:

@@ -6,6 +6,7 @@ at the newest versions (the Java client's), byte for byte."""
 
 from __future__ import annotations
 
+import random
 import socket
 import time
 import uuid
@@ -26,10 +27,13 @@ from quorumlog.replica.node.metadata import OFFSETS_TOPIC
 
 from tests.support.waits import retry, wait_until
 
+from .test_fuzz import _mutations
+
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 CLOSE_BOUND_S = 5.0
 WAIT_S = 60.0
+FUZZ_FRAMES = 1500
 
 Seen = tuple[int, int]  # (partition, offset)
 
@@ -420,3 +424,131 @@ def test_the_group_apis_at_the_java_clients_versions(kcluster: LocalCluster) -> 
     written = _call(any_port, km.PRODUCE, 9, produce)  # refused on any node, leader or not
     code = written["responses"][0]["partition_responses"][0]["error_code"]
     assert code == KafkaError.INVALID_TOPIC_EXCEPTION
+
+
+def _coordinator_port(c: LocalCluster, group: str) -> int:
+    """The Kafka port of ``group``'s coordinator, once every node agrees on it."""
+
+    def agreed() -> int | None:
+        body = _request(km.FIND_COORDINATOR, 3, key=group, key_type=0)
+        answers = {
+            _call(port, km.FIND_COORDINATOR, 3, body)["node_id"] for port in c.kafka_ports.values()
+        }
+        (node,) = answers if len(answers) == 1 else (None,)
+        return c.kafka_ports.get(node) if node is not None else None
+
+    return wait_until(agreed, WAIT_S, f"the coordinator of {group}")
+
+
+def test_mutated_group_requests_do_not_hurt_the_coordinator(
+    kcluster: LocalCluster, consumers: Consumers
+) -> None:
+    """FUZZ_FRAMES mutations of valid group requests to the coordinator: no handler
+    fails on what decodes (no "kafka request failed" in its log), and a group still
+    consumes and commits afterwards."""
+    c = kcluster
+    group = "gfuzz"
+    port = _coordinator_port(c, group)
+    node = next(n for n, p in c.kafka_ports.items() if p == port)
+    join = _request(
+        km.JOIN_GROUP,
+        9,
+        group_id=group,
+        session_timeout_ms=6000,
+        rebalance_timeout_ms=6000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": b"m"}],
+    )
+    member = _call(port, km.JOIN_GROUP, 9, join)["member_id"]
+    commit_part = {
+        "partition_index": 0,
+        "committed_offset": 5,
+        "committed_leader_epoch": 1,
+        "committed_metadata": "x",
+    }
+    bases = [
+        (km.FIND_COORDINATOR, 4, _request(km.FIND_COORDINATOR, 4, coordinator_keys=[group])),
+        (km.JOIN_GROUP, 9, join),
+        (km.JOIN_GROUP, 5, {**join, "member_id": member}),
+        (
+            km.SYNC_GROUP,
+            5,
+            _request(
+                km.SYNC_GROUP,
+                5,
+                group_id=group,
+                generation_id=1,
+                member_id=member,
+                assignments=[{"member_id": member, "assignment": b"a"}],
+            ),
+        ),
+        (
+            km.HEARTBEAT,
+            4,
+            _request(km.HEARTBEAT, 4, group_id=group, generation_id=1, member_id=member),
+        ),
+        (
+            km.LEAVE_GROUP,
+            5,
+            _request(
+                km.LEAVE_GROUP,
+                5,
+                group_id=group,
+                members=[{"member_id": member, "group_instance_id": None, "reason": None}],
+            ),
+        ),
+        (
+            km.OFFSET_COMMIT,
+            9,
+            _request(
+                km.OFFSET_COMMIT,
+                9,
+                group_id=group,
+                member_id="",
+                topics=[{"name": "graw-none", "partitions": [commit_part]}],
+            ),
+        ),
+        (
+            km.OFFSET_FETCH,
+            9,
+            _request(
+                km.OFFSET_FETCH,
+                9,
+                groups=[{"group_id": group, "member_id": None, "member_epoch": -1, "topics": None}],
+            ),
+        ),
+        (km.OFFSET_FETCH, 7, _request(km.OFFSET_FETCH, 7, group_id=group, topics=None)),
+    ]
+    encoded = [encode_request(api, v, 7, body) for api, v, body in bases]
+    log_before = c.log_path(node).stat().st_size
+    rng = random.Random(16)
+    sock: socket.socket | None = None
+    try:
+        for _ in range(FUZZ_FRAMES):
+            if sock is None:
+                # A join may be parked for seconds: a blocked send starts a new connection.
+                sock = socket.create_connection(("127.0.0.1", port), timeout=1)
+            (mutated,) = _mutations(rng, rng.choice(encoded), 1)
+            try:
+                sock.sendall(frame(mutated))
+            except OSError:
+                sock.close()
+                sock = None
+    finally:
+        if sock is not None:
+            sock.close()
+    with c.log_path(node).open("rb") as f:
+        f.seek(log_before)
+        logged = f.read().decode(errors="replace")
+    assert "kafka request failed" not in logged and "tick failed" not in logged, logged[-3000:]
+
+    c.create_topic("gfuzz-after", 1)
+    written = _fill(c, "gfuzz-after", 1, 10)
+    consumer = consumers.new(group)
+    consumer.subscribe(["gfuzz-after"])
+    seen: list[Seen] = []
+    _poll_until(consumer, seen, lambda: len(seen) >= 10, "the group to consume")
+    assert seen == written
+    consumer.commit(asynchronous=False)
+    assert _committed(consumer, "gfuzz-after", 1) == {0: written[-1][1] + 1}
