@@ -5,6 +5,7 @@ group -> partition hash and the ``__consumer_offsets`` record format."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -16,6 +17,7 @@ from quorumlog.replica.kafka.groups import (
     JoinResult,
     SyncResult,
 )
+from quorumlog.replica.node.config import NodeConfig
 from quorumlog.replica.node.kafka_groups import (
     Committed,
     decode_offset_record,
@@ -373,3 +375,16 @@ def test_offset_records_round_trip_and_foreign_keys_are_skipped() -> None:
     assert decode_offset_record(key, None) == (("g", "t", 5), None)
     assert decode_offset_record(None, b"x") is None
     assert decode_offset_record(msgpack.packb([2, "g", "t", 5]), b"") is None
+
+
+def test_the_offsets_topic_partition_count_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--offsets-topic-partitions must be 1..10000"):
+        NodeConfig(
+            node_id=1,
+            host="127.0.0.1",
+            port=1,
+            voters={1: ("127.0.0.1", 1)},
+            data_dir=tmp_path,
+            cluster_id="c",
+            offsets_topic_partitions=0,
+        )

@@ -424,6 +424,14 @@ def test_the_group_apis_at_the_java_clients_versions(kcluster: LocalCluster) -> 
     written = _call(any_port, km.PRODUCE, 9, produce)  # refused on any node, leader or not
     code = written["responses"][0]["partition_responses"][0]["error_code"]
     assert code == KafkaError.INVALID_TOPIC_EXCEPTION
+    controller = c.kafka_ports[meta["controller_id"]]
+    deleted = _call(
+        controller,
+        km.DELETE_TOPICS,
+        5,
+        _request(km.DELETE_TOPICS, 5, topic_names=[OFFSETS_TOPIC], timeout_ms=5000),
+    )
+    assert deleted["responses"][0]["error_code"] == KafkaError.INVALID_TOPIC_EXCEPTION
 
 
 def _coordinator_port(c: LocalCluster, group: str) -> int:
