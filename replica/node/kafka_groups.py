@@ -32,9 +32,11 @@ under the nodes' retention settings (none by default).
 **Cache.** OffsetFetch is answered from memory on the coordinator. The cache of a
 partition is built when this node first needs it as leader: once the leader has
 committed an entry of its own epoch (so everything before is committed too), it reads the
-partition up to the high watermark, fenced by that epoch; requests meanwhile get
-COORDINATOR_LOAD_IN_PROGRESS. Its own commits then update it as they are acknowledged. A
-new leader epoch, or losing leadership, drops the cache and the groups of that partition.
+partition up to the high watermark, fenced by that epoch (group requests wait for it, at
+most ``LOAD_WAIT_S``, then get COORDINATOR_LOAD_IN_PROGRESS). Its own commits then update
+it as they are acknowledged; a commit whose outcome is unknown (a timeout) makes it read
+again. A new leader epoch, or losing leadership, drops the cache and the groups of that
+partition.
 """
 
 from __future__ import annotations
