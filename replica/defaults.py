@@ -93,6 +93,25 @@ FETCH_MAX_BYTES = 8 << 20
 # waits for acks=quorum when the request names no timeout.
 PRODUCE_TIMEOUT_MS = 30000
 
+# ---- Kafka consumer groups (the Kafka listener's group coordinator) -----------------------
+# [offsets.topic.num.partitions] partitions of __consumer_offsets, set when it is created
+# (Kafka: 50). Each is a quorum whose leader coordinates the groups hashed to it; a few
+# spread coordination over the nodes while costing little when idle.
+OFFSETS_TOPIC_NUM_PARTITIONS = 8
+# [offsets.commit.timeout.ms] how long an OffsetCommit waits for quorum durability.
+OFFSETS_COMMIT_TIMEOUT_MS = 5000
+# [offset.metadata.max.bytes] the largest metadata string a commit may carry.
+OFFSET_METADATA_MAX_BYTES = 4096
+# [group.min.session.timeout.ms] / [group.max.session.timeout.ms] (Kafka's).
+GROUP_MIN_SESSION_TIMEOUT_MS = 6000
+GROUP_MAX_SESSION_TIMEOUT_MS = 1_800_000
+# [group.max.size] members per group (Kafka: unbounded); and, not a Kafka setting, the
+# most groups one coordinator node holds and the longest a JoinGroup may wait for a
+# rebalance (a member's rebalance timeout, librdkafka's max.poll.interval.ms, is capped).
+GROUP_MAX_SIZE = 1000
+GROUP_MAX_COUNT = 10_000
+GROUP_MAX_REBALANCE_TIMEOUT_MS = 300_000
+
 # ---- client, CLI and connector ------------------------------------------------------------
 # [default.api.timeout.ms / delivery.timeout.ms] what one client call may take, retries
 # included (Kafka: 60 s / 120 s; ours fails sooner with the facts).

@@ -356,6 +356,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="every node's --kafka-listen address, for the Metadata Kafka clients get "
         "(default: this node's only)",
     )
+    p.add_argument(
+        "--offsets-topic-partitions",
+        type=int,
+        default=defaults.OFFSETS_TOPIC_NUM_PARTITIONS,
+        help="offsets.topic.num.partitions: partitions of __consumer_offsets, where Kafka "
+        "consumer groups commit, when this node creates it (default %(default)s)",
+    )
     g = p.add_argument_group("security (TLS and SCRAM authentication)")
     g.add_argument("--tls-cert", default=None, help="this node's certificate (PEM)")
     g.add_argument("--tls-key", default=None, help="this node's private key (PEM)")

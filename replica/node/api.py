@@ -15,7 +15,7 @@ from ..storage.errors import CorruptRecordError
 from ..storage.records import iter_batches
 from .config import NodeConfig
 from .controller import MetadataController
-from .metadata import METADATA_TOPIC
+from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
 
 #: A producer epoch is an int16; past the last one a producer gets a new id.
 MAX_PRODUCER_EPOCH = (1 << 15) - 1
@@ -90,6 +90,10 @@ class Api:
     async def produce(self, req: m.ProduceRequest) -> Any:
         if not req.records:
             return error_response(type(req), ErrorCode.INVALID_REQUEST, "produce without records")
+        if req.topic in INTERNAL_TOPICS:
+            # As Kafka: "Cannot append to internal topic" (the group coordinator writes it).
+            text = f"topic {req.topic!r} is internal: only the node itself writes to it"
+            return error_response(type(req), ErrorCode.INVALID_TOPIC, text)
         too_large = self._oversized_batch(req.topic, req.records)
         if too_large is not None:
             return error_response(type(req), ErrorCode.MESSAGE_TOO_LARGE, too_large)

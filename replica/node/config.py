@@ -121,6 +121,8 @@ class NodeConfig:
     # Metadata answers it to Kafka clients (this node's listener if not given).
     kafka_listen: tuple[str, int] | None = None
     kafka_voters: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # offsets.topic.num.partitions: used by the metadata leader creating __consumer_offsets.
+    offsets_topic_partitions: int = defaults.OFFSETS_TOPIC_NUM_PARTITIONS
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -153,6 +155,10 @@ class NodeConfig:
             raise ValueError(f"--kafka-voters names node(s) {unknown} that are not --voters")
         if self.kafka_voters and self.kafka_listen is None:
             raise ValueError("--kafka-voters needs --kafka-listen")
+        if not 1 <= self.offsets_topic_partitions <= 10000:
+            raise ValueError(
+                f"--offsets-topic-partitions must be 1..10000, got {self.offsets_topic_partitions}"
+            )
         if self.auth_config is None and self.cluster_secret is None and len(self.voters) > 1:
             raise ValueError(
                 f"a cluster of {len(self.voters)} voters without --auth-config needs the "
@@ -215,6 +221,9 @@ class NodeConfig:
             peer_addresses=parse_peer_addresses(getattr(args, "peer_address", None) or []),
             kafka_listen=kafka_listen,
             kafka_voters=kafka_voters or {},
+            offsets_topic_partitions=getattr(
+                args, "offsets_topic_partitions", defaults.OFFSETS_TOPIC_NUM_PARTITIONS
+            ),
         )
 
 

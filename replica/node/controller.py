@@ -17,6 +17,7 @@ from ..storage.records import encode_batch, iter_batches
 from .config import NodeConfig, check_max_message_bytes
 from .datadir import DataDir
 from .metadata import (
+    INTERNAL_TOPICS,
     METADATA_TOPIC,
     MetadataState,
     assign_replicas,
@@ -137,8 +138,12 @@ class MetadataController:
         self.apply()
         return None
 
-    async def create_topic(self, req: m.CreateTopicRequest) -> m.CreateTopicResponse:
-        problem = self.create_problem(req)
+    async def create_topic(
+        self, req: m.CreateTopicRequest, *, internal: bool = False
+    ) -> m.CreateTopicResponse:
+        """``internal``: the node itself creates one of ``INTERNAL_TOPICS`` (their names
+        are reserved to clients)."""
+        problem = self.create_problem(req, internal=internal)
         if problem is not None:
             return m.CreateTopicResponse(error=int(problem[0]), error_message=problem[1])
         nodes = sorted(self.config.voters)
@@ -161,10 +166,14 @@ class MetadataController:
         )
         return m.CreateTopicResponse(error=0, error_message="")
 
-    def create_problem(self, req: m.CreateTopicRequest) -> tuple[ErrorCode, str] | None:
+    def create_problem(
+        self, req: m.CreateTopicRequest, *, internal: bool = False
+    ) -> tuple[ErrorCode, str] | None:
         if not self.is_leader():
             return ErrorCode.NOT_LEADER, "not the metadata leader"
-        problem = validate_topic_name(req.name)
+        problem = (
+            None if internal and req.name in INTERNAL_TOPICS else validate_topic_name(req.name)
+        )
         if problem:
             return ErrorCode.INVALID_TOPIC, problem
         if not 1 <= req.partitions <= 10000:
@@ -198,6 +207,11 @@ class MetadataController:
             return m.DeleteTopicResponse(
                 error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                 error_message=f"unknown topic {req.name!r}",
+            )
+        if req.name in INTERNAL_TOPICS:
+            return m.DeleteTopicResponse(
+                error=int(ErrorCode.INVALID_TOPIC),
+                error_message=f"topic {req.name!r} is internal and cannot be deleted",
             )
         err = await self.commit({"op": "delete_topic", "name": req.name})
         if err is not None:

@@ -14,6 +14,10 @@ closes (as a Kafka broker does for an api key it does not know). Plaintext only 
 Records cross the boundary through ``kafka.convert``: a produced Kafka batch becomes one
 quorumlog batch (key, value, timestamp, headers, producer fields); a fetch turns stored
 batches back into RecordBatch v2 with the same base offset and leader epoch.
+
+Consumer groups (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch; offsets in ``__consumer_offsets``) are served by
+``kafka_groups`` and listed by ApiVersions too.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from ..kafka.wire import FrameDecoder, KafkaDecodeError, frame
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from .api import Api
-from .metadata import METADATA_TOPIC
+from .kafka_groups import SERVED as GROUP_APIS
+from .kafka_groups import KafkaGroups
+from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +61,7 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = (
         km.OFFSET_FOR_LEADER_EPOCH.min_version,
         km.OFFSET_FOR_LEADER_EPOCH.max_version,
     ),
+    *GROUP_APIS,
 )
 _SERVED_KEYS = tuple((api.key, low, high) for api, low, high in SERVED)
 
@@ -100,6 +107,8 @@ class KafkaHandlers:
             km.DELETE_TOPICS.key: self.delete_topics,
             km.INIT_PRODUCER_ID.key: self.init_producer_id,
         }
+        self.groups = KafkaGroups(api, advertised)
+        self.handlers.update(self.groups.handlers)
 
     def topic_id(self, name: str) -> uuid.UUID:
         """Derived, not stored: a client naming endless unknown topics costs no memory."""
@@ -137,7 +146,7 @@ class KafkaHandlers:
                 "error_code": 0,
                 "name": name,
                 "topic_id": self.topic_id(name),
-                "is_internal": False,
+                "is_internal": name in INTERNAL_TOPICS,
                 "partitions": [],
                 "topic_authorized_operations": -2147483648,
             }
@@ -531,6 +540,7 @@ class KafkaServer:
         for task in list(self._conns):
             task.cancel()
         await asyncio.gather(*self._conns, return_exceptions=True)
+        await self.handlers.groups.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

@@ -11,6 +11,10 @@ from typing import Any
 import msgpack
 
 METADATA_TOPIC = "__cluster_metadata"
+# Kafka consumer groups' committed offsets (kafka_groups.py), created on first use.
+OFFSETS_TOPIC = "__consumer_offsets"
+# Listed in Metadata (Kafka: is_internal) but written only by the node itself.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 

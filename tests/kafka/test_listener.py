@@ -171,7 +171,7 @@ def test_unserved_apis_get_a_kafka_error_and_the_connection_stays(
     )
     cid, body = decode_response(km.API_VERSIONS, 3, versions)
     listed = {a["api_key"] for a in body["api_keys"]}
-    assert cid == 1 and listed == {0, 1, 2, 3, 18, 19, 20, 22, 23}
+    assert cid == 1 and listed == {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 20, 22, 23}
     cid, body = decode_response(km.SASL_HANDSHAKE, 1, unserved)
     assert (cid, body["error_code"]) == (2, KafkaError.UNSUPPORTED_VERSION)
     assert decode_response(km.API_VERSIONS, 3, again)[0] == 3

@@ -1,0 +1,723 @@
+"""Kafka consumer groups on the Kafka listener: FindCoordinator, JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch, with committed offsets kept in the
+replicated internal topic ``__consumer_offsets`` (as Kafka's).
+
+**Coordinator.** Group G belongs to partition ``abs(javaHashCode(G)) % P`` of
+``__consumer_offsets`` (Kafka's own ``partitionFor``, so tools that compute it agree);
+that partition's quorum leader is G's coordinator. FindCoordinator answers that leader's
+Kafka address (COORDINATOR_NOT_AVAILABLE while it has none); a node that is not the
+leader answers group requests NOT_COORDINATOR, so clients find the new one after a
+failover. Membership (``replica.kafka.groups``, a pure state machine ticked from here)
+lives in the coordinator's memory only: after a coordinator move, members rejoin.
+
+**The topic.** Created through the metadata controller on first use, with
+``offsets.topic.num.partitions`` partitions (``--offsets-topic-partitions``) and
+replication factor min(3, nodes). Only the metadata leader can create it; a
+FindCoordinator reaching another node while it is missing names the metadata leader
+(whose group requests create it, then answer NOT_COORDINATOR so the client looks again).
+Clients may read it (Metadata lists it with ``is_internal``) but not produce to it or
+delete it.
+
+**Records.** One OffsetCommit is one record batch (atomic over its partitions), appended
+through the node's own produce path with acks=quorum: the commit is answered once a
+majority holds it durably. Each record:
+
+* key: msgpack ``[1, group, topic, partition]`` (1: the offset-commit key version);
+* value: msgpack ``{"offset": int, "leader_epoch": int, "metadata": str,
+  "commit_timestamp": int (ms since the epoch)}``; a null value deletes the entry.
+
+The last record of a key wins. There is no compaction: the topic keeps every commit
+under the nodes' retention settings (none by default).
+
+**Cache.** OffsetFetch is answered from memory on the coordinator. The cache of a
+partition is built when this node first needs it as leader: once the leader has
+committed an entry of its own epoch (so everything before is committed too), it reads the
+partition up to the high watermark, fenced by that epoch (group requests wait for it, at
+most ``LOAD_WAIT_S``, then get COORDINATOR_LOAD_IN_PROGRESS). Its own commits then update
+it as they are acknowledged; a commit whose outcome is unknown (a timeout) makes it read
+again. A new leader epoch, or losing leadership, drops the cache and the groups of that
+partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from ..kafka import messages as km
+from ..kafka.errors import KafkaError
+from ..kafka.groups import GroupConfig, GroupCoordinator, JoinResult, SyncResult
+from ..kafka.schema import Api as KafkaApi
+from ..kafka.schema import Message
+from ..protocol import ErrorCode
+from ..protocol import messages as m
+from ..storage import batches_to_table
+from ..storage.records import encode_batch, iter_batches
+from .api import Api
+from .metadata import OFFSETS_TOPIC, TopicAssignment
+
+log = logging.getLogger(__name__)
+
+#: (api, lowest version, highest version) served; librdkafka 2.x negotiates
+#: FindCoordinator 2, JoinGroup 5, SyncGroup 3, Heartbeat 3, LeaveGroup 1, OffsetCommit 9
+#: and OffsetFetch 9 (batched groups), the Java client the newest.
+SERVED: tuple[tuple[KafkaApi, int, int], ...] = tuple(
+    (api, api.min_version, api.max_version)
+    for api in (
+        km.OFFSET_COMMIT,
+        km.OFFSET_FETCH,
+        km.FIND_COORDINATOR,
+        km.JOIN_GROUP,
+        km.HEARTBEAT,
+        km.LEAVE_GROUP,
+        km.SYNC_GROUP,
+    )
+)
+
+#: How often the membership timers (sessions, rebalance deadlines) and the leadership of
+#: loaded partitions are checked while this node has groups; with offsets loaded but no
+#: groups, only leadership is (to free caches of partitions led elsewhere now); with
+#: neither, nothing wakes up.
+TICK_S = 0.1
+IDLE_TICK_S = 1.0
+#: How long a group request waits for a partition's cache to load before it is answered
+#: COORDINATOR_LOAD_IN_PROGRESS (the client retries).
+LOAD_WAIT_S = 5.0
+#: Bytes per read while loading a partition.
+LOAD_READ_BYTES = 1 << 20
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_TYPE = 0  # FindCoordinator key_type: 0 group, 1 transaction
+
+Handler = Callable[[KafkaApi, int, Message], Awaitable[Message | None]]
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units, 32-bit wrap-around)."""
+    data = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's ``Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount``."""
+    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
+
+
+@dataclass(frozen=True)
+class Committed:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+
+
+def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
+    out: bytes = msgpack.packb([OFFSET_KEY_VERSION, group_id, topic, partition])
+    return out
+
+
+def encode_offset_value(c: Committed) -> bytes:
+    out: bytes = msgpack.packb(
+        {
+            "offset": c.offset,
+            "leader_epoch": c.leader_epoch,
+            "metadata": c.metadata,
+            "commit_timestamp": c.commit_timestamp,
+        }
+    )
+    return out
+
+
+def decode_offset_record(
+    key: bytes | None, value: bytes | None
+) -> tuple[tuple[str, str, int], Committed | None] | None:
+    """((group, topic, partition), committed or None for a deletion); None for a record
+    of another kind (a later key version), which loading skips."""
+    if key is None:
+        return None
+    k = msgpack.unpackb(key, raw=False)
+    if not isinstance(k, list) or len(k) != 4 or k[0] != OFFSET_KEY_VERSION:
+        return None
+    ident = (str(k[1]), str(k[2]), int(k[3]))
+    if value is None:
+        return ident, None
+    v = msgpack.unpackb(value, raw=False)
+    return ident, Committed(
+        int(v["offset"]), int(v["leader_epoch"]), str(v["metadata"]), int(v["commit_timestamp"])
+    )
+
+
+@dataclass
+class OffsetsCache:
+    """The committed offsets of ``__consumer_offsets`` partition ``partition``, as of its
+    log in leader epoch ``epoch``."""
+
+    partition: int
+    epoch: int
+    groups: dict[str, dict[tuple[str, int], Committed]] = field(default_factory=dict)
+    task: asyncio.Task[bool] | None = None
+    stale: bool = False  # a commit's outcome is unknown: reload before the next use
+
+    @property
+    def ready(self) -> bool:
+        return (
+            self.task is not None
+            and self.task.done()
+            and not self.task.cancelled()
+            and self.task.result()
+        )
+
+    def apply(self, ident: tuple[str, str, int], committed: Committed | None) -> None:
+        group, topic, partition = ident
+        if committed is None:
+            offsets = self.groups.get(group)
+            if offsets is not None:
+                offsets.pop((topic, partition), None)
+                if not offsets:
+                    del self.groups[group]
+        else:
+            self.groups.setdefault(group, {})[(topic, partition)] = committed
+
+
+class KafkaGroups:
+    """The group handlers of one node's Kafka listener (``handlers``: api key -> handler)."""
+
+    def __init__(
+        self,
+        api: Api,
+        advertised: dict[int, tuple[str, int]],
+        config: GroupConfig | None = None,
+    ) -> None:
+        self.api = api
+        self.advertised = advertised
+        self.machine = GroupCoordinator(config)
+        self.caches: dict[int, OffsetsCache] = {}
+        self._waiting: dict[int, asyncio.Future[JoinResult | SyncResult]] = {}
+        self._tokens = itertools.count(1)
+        self._ticker: asyncio.Task[None] | None = None
+        self._busy = asyncio.Event()
+        self._creating: asyncio.Task[None] | None = None
+        self.handlers: dict[int, Handler] = {
+            km.FIND_COORDINATOR.key: self.find_coordinator,
+            km.JOIN_GROUP.key: self.join_group,
+            km.SYNC_GROUP.key: self.sync_group,
+            km.HEARTBEAT.key: self.heartbeat,
+            km.LEAVE_GROUP.key: self.leave_group,
+            km.OFFSET_COMMIT.key: self.offset_commit,
+            km.OFFSET_FETCH.key: self.offset_fetch,
+        }
+
+    async def close(self) -> None:
+        tasks: list[asyncio.Task[Any]] = [t for t in (self._ticker, self._creating) if t]
+        tasks += [c.task for c in self.caches.values() if c.task is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ coordination
+    def _offsets_topic(self) -> TopicAssignment | None:
+        return self.api.controller.state.topics.get(OFFSETS_TOPIC)
+
+    async def _create_offsets_topic(self) -> None:
+        """On the metadata leader: create ``__consumer_offsets`` (one attempt at a time)."""
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.create_task(self._create())
+        await asyncio.shield(self._creating)
+
+    async def _create(self) -> None:
+        req = m.CreateTopicRequest(
+            name=OFFSETS_TOPIC,
+            partitions=self.api.config.offsets_topic_partitions,
+            replication_factor=0,  # min(3, nodes)
+        )
+        resp = await self.api.controller.create_topic(req, internal=True)
+        if resp.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            log.warning("could not create %s: %s", OFFSETS_TOPIC, resp.error_message)
+
+    async def _coordinate(self, group_id: str) -> tuple[OffsetsCache | None, KafkaError]:
+        """The loaded offsets of ``group_id``'s partition if this node coordinates it,
+        else the error to answer."""
+        self._start_ticker()
+        topic = self._offsets_topic()
+        if topic is None:
+            if self.api.controller.is_leader():
+                await self._create_offsets_topic()
+            return None, KafkaError.COORDINATOR_NOT_AVAILABLE
+        return await self._loaded(partition_for(group_id, len(topic.replicas)))
+
+    async def _loaded(self, p: int) -> tuple[OffsetsCache | None, KafkaError]:
+        part = self.api.driver.get((OFFSETS_TOPIC, p))
+        if part is None or not part.core.is_leader:
+            self._unload(p)
+            return None, KafkaError.NOT_COORDINATOR
+        core = part.core
+        cache = self.caches.get(p)
+        if cache is not None and (cache.epoch != core.epoch or cache.stale):
+            self._unload(p, groups=cache.epoch != core.epoch)
+            cache = None
+        if cache is None:
+            start = core.epoch_start_offset
+            if start is None or core.high_watermark <= start:
+                # A new leader: what earlier leaders wrote is known committed only once an
+                # entry of this epoch is.
+                return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+            cache = self.caches[p] = OffsetsCache(p, core.epoch)
+            cache.task = asyncio.create_task(
+                self._load(p, cache, part.log.start_offset, core.high_watermark)
+            )
+        assert cache.task is not None
+        if not cache.task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(cache.task), LOAD_WAIT_S)
+            except TimeoutError:
+                return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+        if not cache.ready:
+            if self.caches.get(p) is cache:
+                del self.caches[p]
+            return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+        return cache, KafkaError.NONE
+
+    async def _load(self, p: int, cache: OffsetsCache, start: int, upto: int) -> bool:
+        """Read partition ``p`` from ``start`` to ``upto`` (its high watermark) into
+        ``cache``; False if the leadership moved meanwhile."""
+        offset, records = start, 0
+        try:
+            while offset < upto:
+                req = m.FetchRequest(
+                    topic=OFFSETS_TOPIC,
+                    partition=p,
+                    current_leader_epoch=cache.epoch,
+                    fetch_offset=offset,
+                    max_wait_ms=0,
+                    min_bytes=1,
+                    max_bytes=LOAD_READ_BYTES,
+                )
+                resp = await self.api.submit((OFFSETS_TOPIC, p), req)
+                if resp.error or not resp.records:
+                    log.info("%s/%d: loading stopped at %d: %s", OFFSETS_TOPIC, p, offset, resp)
+                    return False
+                table = batches_to_table(resp.records)
+                keys = table.column("key").to_pylist()
+                values = table.column("value").to_pylist()
+                for where, key, value in zip(
+                    table.column("offset").to_pylist(), keys, values, strict=True
+                ):
+                    if where >= upto:
+                        continue
+                    try:
+                        decoded = decode_offset_record(key, value)
+                    except (ValueError, TypeError, KeyError, msgpack.UnpackException):
+                        log.warning("%s/%d: bad record at offset %d", OFFSETS_TOPIC, p, where)
+                        continue
+                    if decoded is not None:
+                        cache.apply(*decoded)
+                        records += 1
+                offset = max(h.next_offset for h in iter_batches(resp.records))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s/%d: loading failed", OFFSETS_TOPIC, p)
+            return False
+        log.info(
+            "%s/%d: coordinating in epoch %d: %d offset record(s) of %d group(s) loaded",
+            OFFSETS_TOPIC,
+            p,
+            cache.epoch,
+            records,
+            len(cache.groups),
+        )
+        return True
+
+    def _unload(self, p: int, *, groups: bool = True) -> None:
+        """Forget partition ``p``'s offsets and (``groups``) its groups' membership."""
+        cache = self.caches.pop(p, None)
+        if cache is not None and cache.task is not None and not cache.task.done():
+            cache.task.cancel()
+        if not groups:
+            return
+        topic = self._offsets_topic()
+        n = len(topic.replicas) if topic is not None else 0
+        gone = [g for g in self.machine.groups if n == 0 or partition_for(g, n) == p]
+        if gone:
+            log.info("%s/%d: no longer coordinating %d group(s)", OFFSETS_TOPIC, p, len(gone))
+            self.machine.unload(gone)
+            self._deliver()
+
+    # ------------------------------------------------------------------ timers
+    def _start_ticker(self) -> None:
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.create_task(self._tick_loop())
+        self._busy.set()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            try:
+                self.machine.tick(now_ms())
+                for p, cache in list(self.caches.items()):
+                    part = self.api.driver.get((OFFSETS_TOPIC, p))
+                    if part is None or not part.core.is_leader or part.core.epoch != cache.epoch:
+                        self._unload(p)
+                self._deliver()
+            except Exception:
+                log.exception("group coordinator tick failed")
+            if self.machine.groups:
+                await asyncio.sleep(TICK_S)
+            elif self.caches:
+                # A request wakes it at once (its groups need the finer timers).
+                self._busy.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._busy.wait(), IDLE_TICK_S)
+            else:
+                self._busy.clear()
+                await self._busy.wait()
+
+    def _deliver(self) -> None:
+        for token, result in self.machine.take_answers():
+            fut = self._waiting.get(token)
+            if fut is not None and not fut.done():
+                fut.set_result(result)
+
+    async def _parked(
+        self, step: Callable[[int], None], timeout_ms: int, timed_out: JoinResult | SyncResult
+    ) -> JoinResult | SyncResult:
+        """Run ``step(token)`` on the state machine and wait for the answer it gives that
+        token, now or later (every parked request is answered by its phase deadline;
+        ``timeout_ms`` is a safety net past it)."""
+        token = next(self._tokens)
+        fut: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = fut
+        try:
+            step(token)
+            self._deliver()
+            try:
+                return await asyncio.wait_for(fut, timeout_ms / 1000 + 5)
+            except TimeoutError:
+                return timed_out
+        finally:
+            self._waiting.pop(token, None)
+
+    # ------------------------------------------------------------------ FindCoordinator
+    async def find_coordinator(self, api: KafkaApi, version: int, body: Message) -> Message:
+        keys = body["coordinator_keys"] if version >= 4 else [body["key"]]
+        found = [await self._find(key, body["key_type"]) for key in keys]
+        out = api.default_response(version)
+        if version >= 4:
+            out["coordinators"] = [
+                {
+                    "key": key,
+                    "node_id": node,
+                    "host": host,
+                    "port": port,
+                    "error_code": int(code),
+                    "error_message": text,
+                }
+                for key, (code, text, node, host, port) in zip(keys, found, strict=True)
+            ]
+        else:
+            code, text, node, host, port = found[0]
+            out.update(error_code=int(code), error_message=text, node_id=node, host=host, port=port)
+        return out
+
+    async def _find(self, key: str, key_type: int) -> tuple[KafkaError, str | None, int, str, int]:
+        def node(nid: int) -> tuple[KafkaError, str | None, int, str, int]:
+            host, port = self.advertised[nid]
+            return KafkaError.NONE, None, nid, host, port
+
+        def error(code: KafkaError, text: str) -> tuple[KafkaError, str | None, int, str, int]:
+            return code, text, -1, "", -1
+
+        if key_type != GROUP_KEY_TYPE:
+            return error(KafkaError.INVALID_REQUEST, "only group coordinators are served")
+        topic = self._offsets_topic()
+        if topic is None:
+            controller = self.api.controller
+            if controller.is_leader():
+                await self._create_offsets_topic()
+            elif controller.leader_id() in self.advertised:
+                # Only the metadata leader creates it: the client's group request goes
+                # there, creates it and is told NOT_COORDINATOR, so it looks again.
+                return node(controller.leader_id())
+            return error(KafkaError.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
+        p = partition_for(key, len(topic.replicas))
+        leader = self.api.partition_info(OFFSETS_TOPIC, p, topic.replicas[p]).leader_id
+        if self.api.driver.get((OFFSETS_TOPIC, p)) is None and topic.replicas[p]:
+            # Not a replica here, so the leader is unknown here: name the preferred replica,
+            # usually the leader (if not, the client is told NOT_COORDINATOR and asks again).
+            leader = topic.replicas[p][0]
+        if leader not in self.advertised:
+            return error(KafkaError.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}/{p} has no leader")
+        return node(leader)
+
+    # ------------------------------------------------------------------ membership
+    async def join_group(self, api: KafkaApi, version: int, body: Message) -> Message:
+        group_id, member_id = body["group_id"], body["member_id"]
+        _, code = await self._coordinate(group_id)
+        result: JoinResult | SyncResult = JoinResult(code, member_id=member_id)
+        if code == KafkaError.NONE:
+            protocols = [(p["name"], p["metadata"]) for p in body["protocols"]]
+
+            def step(token: int) -> None:
+                self.machine.join(
+                    token,
+                    group_id,
+                    member_id,
+                    body["protocol_type"],
+                    protocols,
+                    body["session_timeout_ms"],
+                    body["rebalance_timeout_ms"],
+                    now_ms(),
+                    require_known_member_id=version >= 4,
+                )
+
+            timed_out = JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member_id=member_id)
+            bound = self.machine.config.max_rebalance_timeout_ms
+            result = await self._parked(step, bound, timed_out)
+        assert isinstance(result, JoinResult)
+        out = api.default_response(version)
+        out.update(
+            error_code=int(result.error),
+            generation_id=result.generation_id,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name if version >= 7 else result.protocol_name or "",
+            leader=result.leader,
+            member_id=result.member_id,
+            members=[
+                {"member_id": mid, "group_instance_id": None, "metadata": md}
+                for mid, md in result.members
+            ],
+        )
+        return out
+
+    async def sync_group(self, api: KafkaApi, version: int, body: Message) -> Message:
+        group_id = body["group_id"]
+        _, code = await self._coordinate(group_id)
+        result: JoinResult | SyncResult = SyncResult(code)
+        if code == KafkaError.NONE:
+            assignments = [(a["member_id"], a["assignment"]) for a in body["assignments"]]
+
+            def step(token: int) -> None:
+                self.machine.sync(
+                    token,
+                    group_id,
+                    body["generation_id"],
+                    body["member_id"],
+                    assignments,
+                    now_ms(),
+                    protocol_type=body["protocol_type"],
+                    protocol_name=body["protocol_name"],
+                )
+
+            bound = self.machine.config.max_rebalance_timeout_ms
+            result = await self._parked(step, bound, SyncResult(KafkaError.REBALANCE_IN_PROGRESS))
+        assert isinstance(result, SyncResult)
+        out = api.default_response(version)
+        out.update(
+            error_code=int(result.error),
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name,
+            assignment=result.assignment,
+        )
+        return out
+
+    async def heartbeat(self, api: KafkaApi, version: int, body: Message) -> Message:
+        _, code = await self._coordinate(body["group_id"])
+        if code == KafkaError.NONE:
+            code = self.machine.heartbeat(
+                body["group_id"], body["generation_id"], body["member_id"], now_ms()
+            )
+            self._deliver()
+        out = api.default_response(version)
+        out["error_code"] = int(code)
+        return out
+
+    async def leave_group(self, api: KafkaApi, version: int, body: Message) -> Message:
+        group_id = body["group_id"]
+        _, code = await self._coordinate(group_id)
+        out = api.default_response(version)
+        if code != KafkaError.NONE:
+            out["error_code"] = int(code)
+            return out
+        now = now_ms()
+        if version < 3:
+            out["error_code"] = int(self.machine.leave(group_id, body["member_id"], now))
+        else:
+            out["members"] = [
+                {
+                    "member_id": mb["member_id"],
+                    "group_instance_id": mb["group_instance_id"],
+                    "error_code": int(self.machine.leave(group_id, mb["member_id"], now)),
+                }
+                for mb in body["members"]
+            ]
+        self._deliver()
+        return out
+
+    # ------------------------------------------------------------------ offsets
+    async def offset_commit(self, api: KafkaApi, version: int, body: Message) -> Message:
+        group_id = body["group_id"]
+        cache, code = await self._coordinate(group_id)
+        if cache is not None:
+            code = self.machine.commit_error(
+                group_id, body["generation_id_or_member_epoch"], body["member_id"], now_ms()
+            )
+            self._deliver()
+            limit = self.machine.config.max_groups
+            if (
+                code == KafkaError.NONE
+                and group_id not in cache.groups
+                and len(cache.groups) >= limit
+            ):
+                code = KafkaError.GROUP_MAX_SIZE_REACHED
+        codes: dict[tuple[str, int], int] = {}
+        rows: dict[tuple[str, int], Committed] = {}
+        max_metadata = self.machine.config.offset_metadata_max_bytes
+        commit_ts = int(time.time() * 1000)
+        for t in body["topics"]:
+            assignment = self.api.controller.state.topics.get(t["name"])
+            for p in t["partitions"]:
+                where = (t["name"], p["partition_index"])
+                metadata = p["committed_metadata"] or ""
+                if code != KafkaError.NONE:
+                    codes[where] = int(code)
+                elif assignment is None or not 0 <= where[1] < len(assignment.replicas):
+                    codes[where] = int(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
+                elif len(metadata.encode()) > max_metadata:
+                    codes[where] = int(KafkaError.OFFSET_METADATA_TOO_LARGE)
+                else:
+                    rows[where] = Committed(
+                        p["committed_offset"], p["committed_leader_epoch"], metadata, commit_ts
+                    )
+        if rows and cache is not None:
+            written = await self._write(group_id, cache, rows)
+            codes.update(dict.fromkeys(rows, int(written)))
+        out = api.default_response(version)
+        out["topics"] = [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": codes[(t["name"], p["partition_index"])],
+                    }
+                    for p in t["partitions"]
+                ],
+            }
+            for t in body["topics"]
+        ]
+        return out
+
+    async def _write(
+        self, group_id: str, cache: OffsetsCache, rows: dict[tuple[str, int], Committed]
+    ) -> KafkaError:
+        """Append ``rows`` as one batch, durable on a quorum, then into the cache."""
+        p = cache.partition
+        records = encode_batch(
+            [encode_offset_value(c) for c in rows.values()],
+            keys=[encode_offset_key(group_id, topic, part) for topic, part in rows],
+        )
+        req = m.ProduceRequest(
+            topic=OFFSETS_TOPIC,
+            partition=p,
+            acks=m.ACKS_QUORUM,
+            timeout_ms=self.machine.config.offsets_commit_timeout_ms,
+            records=records,
+        )
+        resp = await self.api.submit((OFFSETS_TOPIC, p), req)
+        if resp.error:
+            code = ErrorCode(resp.error)
+            if code in _MOVED:
+                self._unload(p)
+                return KafkaError.NOT_COORDINATOR
+            # The outcome is unknown (it may still commit): read the log again next time.
+            cache.stale = True
+            if code == ErrorCode.MESSAGE_TOO_LARGE:
+                return KafkaError.INVALID_COMMIT_OFFSET_SIZE
+            if code in (ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_ENOUGH_REPLICAS):
+                return KafkaError.COORDINATOR_NOT_AVAILABLE
+            log.warning("%s/%d: commit failed: %s", OFFSETS_TOPIC, p, resp.error_message)
+            return KafkaError.UNKNOWN_SERVER_ERROR
+        current = self.caches.get(p)
+        if current is cache and resp.leader_epoch == cache.epoch:
+            for (topic, part), c in rows.items():
+                cache.apply((group_id, topic, part), c)
+        elif current is not None:
+            # The cache was replaced (or read in another epoch) while this was written:
+            # it may have been read before this commit was; read it again.
+            current.stale = True
+        return KafkaError.NONE
+
+    async def offset_fetch(self, api: KafkaApi, version: int, body: Message) -> Message:
+        """v0-7: one group (``topics`` null from v2: all its partitions); v8+: ``groups``."""
+        asked = (
+            [(g["group_id"], g["topics"]) for g in body["groups"]]
+            if version >= 8
+            else [(body["group_id"], body["topics"])]
+        )
+        answers = []
+        for group_id, topics in asked:
+            cache, code = await self._coordinate(group_id)
+            committed = cache.groups.get(group_id, {}) if cache is not None else {}
+            if topics is None:
+                names = sorted({topic for topic, _ in committed})
+                wanted = [(n, sorted(p for topic, p in committed if topic == n)) for n in names]
+            else:
+                wanted = [(t["name"], t["partition_indexes"]) for t in topics]
+            none = Committed(-1, -1, "", -1)
+            answers.append(
+                {
+                    "group_id": group_id,
+                    "error_code": int(code),
+                    "topics": [
+                        {
+                            "name": name,
+                            "partitions": [
+                                {
+                                    "partition_index": p,
+                                    "committed_offset": c.offset,
+                                    "committed_leader_epoch": c.leader_epoch,
+                                    "metadata": c.metadata,
+                                    # v0-1 have no top-level error: each partition has it.
+                                    "error_code": int(code) if version < 2 else 0,
+                                }
+                                for p in parts
+                                for c in [committed.get((name, p), none)]
+                            ],
+                        }
+                        for name, parts in wanted
+                    ]
+                    if code == KafkaError.NONE or version < 2
+                    else [],
+                }
+            )
+        out = api.default_response(version)
+        if version >= 8:
+            out["groups"] = answers
+        else:
+            out["topics"] = answers[0]["topics"]
+            out["error_code"] = answers[0]["error_code"]
+        return out
+
+
+_MOVED = frozenset(
+    {
+        ErrorCode.NOT_LEADER,
+        ErrorCode.NOT_FOLLOWER,
+        ErrorCode.NOT_QUORUM_LEADER,
+        ErrorCode.SHUTTING_DOWN,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    }
+)
