@@ -149,7 +149,7 @@ class KafkaSasl:
                 self._entry = self.auth.credential(name, self._mechanism)
                 verifier = self._entry[1] if self._entry else self.auth.decoy(name, self._mechanism)
                 self._session = scram.ScramServerSession(
-                    name, client_nonce, verifier, self._entry is not None
+                    name, client_nonce, verifier, self._entry is not None, nonce_suffix_ok=True
                 )
                 self._state = _State.CLIENT_FINAL
                 return self._session.first_message(), None

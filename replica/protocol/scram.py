@@ -235,6 +235,11 @@ class ScramServerSession:
     verifier: Verifier
     known: bool
     server_nonce: str = ""
+    # Take a client-final nonce that only ends with the combined nonce, as Kafka's brokers
+    # do (``ScramSaslServer``): librdkafka 2.0 (Debian's, kcat's) sends its client nonce
+    # twice. The fresh server part still ends it and the proof covers it, so a replay
+    # fails as before. Off for the native protocol.
+    nonce_suffix_ok: bool = field(default=False, kw_only=True)
     _client_first_bare: str = ""
     _server_first: str = ""
 
@@ -257,7 +262,10 @@ class ScramServerSession:
         attrs = _attrs(without_proof, "client-final message")
         if attrs.get("c") != _CHANNEL_BINDING:
             raise ScramError("unexpected channel binding")
-        if attrs.get("r") != self.server_nonce:
+        nonce = attrs.get("r") or ""
+        if nonce != self.server_nonce and not (
+            self.nonce_suffix_ok and nonce.endswith(self.server_nonce)
+        ):
             raise ScramError("nonce mismatch (stale or replayed exchange)")
         proof = _unb64(proof_part, "proof")
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()

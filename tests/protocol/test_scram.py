@@ -135,3 +135,35 @@ def test_verifiers_round_trip_json_with_their_mechanism() -> None:
     short = {**make_verifier("s", mechanism=SCRAM_SHA_512).to_json(), "mechanism": "SCRAM-SHA-256"}
     with pytest.raises(ScramError, match="32 bytes"):
         Verifier.from_json(short)
+
+
+def _librdkafka_2_0_final(secret: str, client_nonce: str, server_first: bytes) -> bytes:
+    """The client-final message librdkafka 2.0 sends: its client nonce in front of the
+    combined nonce, and a proof over that."""
+    m = SCRAM_SHA_512
+    attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
+    salted = m.salted_password(secret, base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = m.hmac(salted, b"Client Key")
+    without_proof = f"c=biws,r={client_nonce}{attrs['r']}"
+    auth_message = f"n=u,r={client_nonce},{server_first.decode()},{without_proof}".encode()
+    signature = m.hmac(m.h(client_key), auth_message)
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def test_a_repeated_client_nonce_is_taken_only_where_kafka_takes_it() -> None:
+    verifier = make_verifier("pw", mechanism=SCRAM_SHA_512)
+    for lenient in (False, True):
+        session = ScramServerSession("u", "cn", verifier, True, nonce_suffix_ok=lenient)
+        final = _librdkafka_2_0_final("pw", "cn", session.first_message())
+        if lenient:
+            assert session.verify_client_final(final).startswith(b"v=")
+        else:
+            with pytest.raises(ScramError, match="nonce mismatch"):
+                session.verify_client_final(final)
+    # Lenient or not, the nonce must end with this exchange's server nonce.
+    session = ScramServerSession("u", "cn", verifier, True, nonce_suffix_ok=True)
+    session.first_message()
+    stale = _librdkafka_2_0_final("pw", "cn", b"r=cnOLD,s=c2FsdA==,i=4096")
+    with pytest.raises(ScramError, match="nonce mismatch"):
+        session.verify_client_final(stale)
