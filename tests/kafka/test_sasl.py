@@ -22,6 +22,7 @@ from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.schema import Api, Message
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.node.transport import AUTH_TIMEOUT_S
 from quorumlog.replica.protocol import scram
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
@@ -238,6 +239,15 @@ def test_nothing_but_api_versions_and_sasl_is_answered_before_authentication(
         assert again.metadata("granted") is None
     finally:
         again.close()
+
+
+def test_a_connection_that_does_not_authenticate_in_time_is_closed(raw: Raw) -> None:
+    """A connection that never authenticates is closed after AUTH_TIMEOUT_S (10 s), so
+    idle unauthenticated connections do not pile up on the node."""
+    started = time.monotonic()
+    raw.sock.settimeout(AUTH_TIMEOUT_S + 10)
+    assert raw.receive() is None
+    assert AUTH_TIMEOUT_S - 1 <= time.monotonic() - started < AUTH_TIMEOUT_S + 10
 
 
 def test_a_failed_exchange_answers_sasl_authentication_failed_and_closes(raw: Raw) -> None:
