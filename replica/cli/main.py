@@ -347,7 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable or a comma list; e.g. through a fault-injecting proxy)",
     )
     p.add_argument(
-        "--allow-insecure", action="store_true", help="allow plaintext on a non-loopback address"
+        "--allow-insecure",
+        action="store_true",
+        help="allow plaintext on a non-loopback address, and Kafka SASL without TLS",
     )
     p.add_argument(
         "--kafka-listen",
