@@ -7,9 +7,21 @@ STRICT := replica/raft replica/driver replica/storage replica/protocol replica/k
 SEEDS ?= 1000
 PYTEST_ARGS ?=
 
-.PHONY: test lint typecheck unit demo sim chaos fuzz venv clean
+.PHONY: test lint typecheck unit demo sim chaos fuzz venv tools clean
 
-venv: $(STAMP)
+venv: $(STAMP) tools
+
+# kcat (Debian's kafkacat package), which tests/kafka/test_kcat.py runs: installed when
+# missing and this is root with apt (CI is); otherwise said, and that test fails.
+tools:
+	@command -v kcat >/dev/null || command -v kafkacat >/dev/null || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			export DEBIAN_FRONTEND=noninteractive; \
+			apt-get install -y -q kafkacat >/dev/null 2>&1 \
+				|| { apt-get update -q && apt-get install -y -q kafkacat; }; \
+		else \
+			echo "kcat is missing: install Debian's kafkacat package (as root: apt-get install kafkacat)" >&2; \
+		fi; }
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -29,7 +41,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict $(STRICT)
 
-test: lint typecheck
+test: lint typecheck tools
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 unit: $(STAMP)

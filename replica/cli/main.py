@@ -57,7 +57,7 @@ def cmd_auth_add_principal(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..node.security import AuthConfig, Principal, node_id_of_name, read_secret
-    from ..protocol.scram import make_verifier
+    from ..protocol.scram import ScramError, make_verifier, mechanism_named
 
     path = Path(args.config)
     auth = AuthConfig.load(path) if path.exists() else AuthConfig()
@@ -76,9 +76,15 @@ def cmd_auth_add_principal(args: argparse.Namespace) -> int:
                 f"node principal {args.name!r} needs --node-id (or a name node-<id>): raft "
                 "messages on its connections must claim that node id"
             )
-    auth.principals[args.name] = (
+    try:
+        mechanisms = [mechanism_named(n.strip()) for n in args.mechanisms.split(",") if n.strip()]
+    except ScramError as exc:
+        raise ValueError(f"--mechanisms: {exc}") from None
+    if not mechanisms:
+        raise ValueError("--mechanisms names no mechanism")
+    auth.add(
         Principal(args.name, args.kind, topics, node_id),
-        make_verifier(secret, iterations=args.iterations),
+        *(make_verifier(secret, iterations=args.iterations, mechanism=m) for m in mechanisms),
     )
     auth.save(path)
     print(f"principal {args.name!r} ({args.kind}) written to {path}", file=sys.stderr)
@@ -341,7 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable or a comma list; e.g. through a fault-injecting proxy)",
     )
     p.add_argument(
-        "--allow-insecure", action="store_true", help="allow plaintext on a non-loopback address"
+        "--allow-insecure",
+        action="store_true",
+        help="allow plaintext on a non-loopback address, and Kafka SASL without TLS",
     )
     p.add_argument(
         "--kafka-listen",
@@ -398,6 +406,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--secret-file", default=None)
     ap.add_argument("--secret-env", default=None)
     ap.add_argument("--iterations", type=int, default=4096)
+    ap.add_argument(
+        "--mechanisms",
+        default="SCRAM-SHA-256",
+        help="comma-separated SCRAM mechanisms to store a verifier for: SCRAM-SHA-256 "
+        "(native and Kafka clients), SCRAM-SHA-512 (Kafka clients)",
+    )
     ap.add_argument(
         "--node-id",
         type=int,

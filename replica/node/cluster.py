@@ -144,7 +144,7 @@ class LocalCluster:
         return self.data_dir / "security"
 
     def _setup_security(self, extra: dict[str, tuple[str, list[str]]]) -> None:
-        from ..protocol.scram import make_verifier
+        from ..protocol.scram import MECHANISMS, make_verifier
         from .certs import CertificateAuthority
         from .security import AuthConfig, Principal
 
@@ -162,7 +162,11 @@ class LocalCluster:
             path = self.secret_file(name)
             path.write_text(secret + "\n")
             path.chmod(0o600)
-            auth.principals[name] = (Principal(name, kind, tuple(topics)), make_verifier(secret))
+            # A verifier per mechanism: Kafka clients may use SCRAM-SHA-256 or -512.
+            auth.add(
+                Principal(name, kind, tuple(topics)),
+                *(make_verifier(secret, mechanism=m) for m in MECHANISMS.values()),
+            )
         self.auth_config = self.security_dir / "auth.json"
         auth.save(self.auth_config)
 

@@ -123,6 +123,8 @@ class NodeConfig:
     kafka_voters: dict[int, tuple[str, int]] = field(default_factory=dict)
     # offsets.topic.num.partitions: used by the metadata leader creating __consumer_offsets.
     offsets_topic_partitions: int = defaults.OFFSETS_TOPIC_NUM_PARTITIONS
+    # --allow-insecure: plaintext on non-loopback addresses, SASL without TLS.
+    allow_insecure: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -145,10 +147,16 @@ class NodeConfig:
                 "--cluster-secret-file/--cluster-secret-env is for plaintext clusters; with "
                 "--auth-config nodes authenticate as their node principals"
             )
-        if self.kafka_listen is not None and (self.tls is not None or self.auth_config):
+        if (
+            self.kafka_listen is not None
+            and self.auth_config is not None
+            and self.tls is None
+            and not self.allow_insecure
+        ):
             raise ValueError(
-                "--kafka-listen serves plaintext Kafka clients only (Kafka SASL/TLS is not "
-                "built yet); it cannot run beside --tls-*/--auth-config"
+                "--kafka-listen with --auth-config but no TLS would take Kafka clients' SASL "
+                "exchanges in the clear: give --tls-cert/--tls-key/--tls-ca (clients then use "
+                "security.protocol=SASL_SSL), or pass --allow-insecure for SASL_PLAINTEXT"
             )
         unknown = sorted(set(self.kafka_voters) - set(self.voters))
         if unknown:
@@ -192,10 +200,15 @@ class NodeConfig:
         kafka_listen = kafka_voters = None
         if getattr(args, "kafka_listen", None):
             kafka_listen = parse_host_port(args.kafka_listen, "--kafka-listen")
-            if not is_loopback(kafka_listen[0]) and not args.allow_insecure:
+            if (
+                not is_loopback(kafka_listen[0])
+                and not (tls is not None and auth_config is not None)
+                and not args.allow_insecure
+            ):
                 raise SystemExit(
                     f"quorumlog: refusing to serve Kafka clients without authentication on "
-                    f"{kafka_listen[0]}: bind a loopback address or pass --allow-insecure"
+                    f"{kafka_listen[0]}: bind a loopback address, enable TLS and "
+                    "authentication (SASL_SSL), or pass --allow-insecure"
                 )
         if getattr(args, "kafka_voters", None):
             kafka_voters = parse_voters(args.kafka_voters)
@@ -224,6 +237,7 @@ class NodeConfig:
             offsets_topic_partitions=getattr(
                 args, "offsets_topic_partitions", defaults.OFFSETS_TOPIC_NUM_PARTITIONS
             ),
+            allow_insecure=bool(args.allow_insecure),
         )
 
 

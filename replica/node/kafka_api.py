@@ -5,11 +5,19 @@ epochs and fencing (KIP-320), through the native api layer (``Api``).
 Served: ApiVersions, Metadata, Produce (RecordBatch v2; acks 0, 1, all = quorum-durable;
 idempotent batches checked by the partition's producer state), Fetch, ListOffsets,
 OffsetForLeaderEpoch, InitProducerId (idempotence; no transactions), CreateTopics and
-DeleteTopics (through the metadata controller). ApiVersions lists only these, so a client
+DeleteTopics (through the metadata controller), DescribeConfigs (``kafka_configs``),
+SaslHandshake and SaslAuthenticate, and the consumer-group APIs. ApiVersions lists only
+these, so a client
 does not ask for the rest; a request for an API it does not list is answered with
 UNSUPPORTED_VERSION where its answer has a top-level error code, else the connection
-closes (as a Kafka broker does for an api key it does not know). Plaintext only for now:
-``NodeConfig`` refuses the listener on a node with TLS or authentication.
+closes (as a Kafka broker does for an api key it does not know).
+
+Security is the node's: with TLS the listener serves TLS with the node's certificate
+(clients: ``security.protocol=SSL`` or ``SASL_SSL``); with ``--auth-config`` every
+connection authenticates with SASL/SCRAM first and is then authorized as the native
+listener authorizes its principal (``kafka_auth``). The connection's SASL state and, once
+authenticated, its principal live in ``KafkaServer._serve``; every request of the
+connection is run through ``TopicGate`` with that principal.
 
 Records cross the boundary through ``kafka.convert``: a produced Kafka batch becomes one
 quorumlog batch (key, value, timestamp, headers, producer fields); a fetch turns stored
@@ -24,13 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..constants import UNKNOWN, or_unknown
 from ..kafka import messages as km
-from ..kafka.codec import UnsupportedRequest, api_versions_body, decode_request, encode_response
+from ..kafka.codec import (
+    UnsupportedRequest,
+    api_versions_body,
+    decode_request,
+    decode_request_header,
+    encode_response,
+)
 from ..kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka
 from ..kafka.errors import KafkaError
 from ..kafka.records import check_produced, iter_batches
@@ -40,9 +55,21 @@ from ..kafka.wire import FrameDecoder, KafkaDecodeError, frame
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from .api import Api
+from .kafka_auth import (
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    KafkaSasl,
+    SaslStateError,
+    TopicGate,
+    config_result,
+)
+from .kafka_configs import broker_configs, config_entries, topic_configs
 from .kafka_groups import SERVED as GROUP_APIS
 from .kafka_groups import KafkaGroups
 from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
+from .problems import LogBudget
+from .security import AuthConfig, Principal
+from .transport import AUTH_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +89,9 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = (
         km.OFFSET_FOR_LEADER_EPOCH.max_version,
     ),
     *GROUP_APIS,
+    (km.DESCRIBE_CONFIGS, km.DESCRIBE_CONFIGS.min_version, km.DESCRIBE_CONFIGS.max_version),
+    (km.SASL_HANDSHAKE, km.SASL_HANDSHAKE.min_version, km.SASL_HANDSHAKE.max_version),
+    (km.SASL_AUTHENTICATE, km.SASL_AUTHENTICATE.min_version, km.SASL_AUTHENTICATE.max_version),
 )
 _SERVED_KEYS = tuple((api.key, low, high) for api, low, high in SERVED)
 
@@ -106,6 +136,9 @@ class KafkaHandlers:
             km.CREATE_TOPICS.key: self.create_topics,
             km.DELETE_TOPICS.key: self.delete_topics,
             km.INIT_PRODUCER_ID.key: self.init_producer_id,
+            km.DESCRIBE_CONFIGS.key: self.describe_configs,
+            km.SASL_HANDSHAKE.key: self.sasl_out_of_place,
+            km.SASL_AUTHENTICATE.key: self.sasl_out_of_place,
         }
         self.groups = KafkaGroups(api, advertised)
         self.handlers.update(self.groups.handlers)
@@ -169,6 +202,59 @@ class KafkaHandlers:
                     )
             topics.append(entry)
         out["topics"] = topics
+        return out
+
+    async def describe_configs(self, api: KafkaApi, version: int, body: Message) -> Message:
+        """Topic (2) and broker (4) resources; any other type is INVALID_REQUEST."""
+        config = self.api.config
+
+        def one(r: Message) -> Message:
+            kind, name = r["resource_type"], r["resource_name"]
+            if kind == RESOURCE_TOPIC:
+                topic = self.api.controller.state.topics.get(name)
+                if topic is None or name == METADATA_TOPIC:
+                    return config_result(
+                        r, KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+                    )
+                entries = topic_configs(config, topic)
+            elif kind == RESOURCE_BROKER:
+                if name == "":
+                    entries = []  # no cluster-wide dynamic defaults exist
+                elif name == str(config.node_id):
+                    entries = broker_configs(config)
+                else:
+                    return config_result(
+                        r,
+                        KafkaError.INVALID_REQUEST,
+                        f"unexpected broker id {name!r}: this is node {config.node_id} (ask "
+                        "each node for its own configs)",
+                    )
+            else:
+                return config_result(
+                    r,
+                    KafkaError.INVALID_REQUEST,
+                    f"resource type {kind} is not served (only topics (2) and brokers (4))",
+                )
+            out = config_result(r, KafkaError.NONE, None)
+            out["configs"] = config_entries(
+                entries,
+                r["configuration_keys"],
+                body["include_synonyms"],
+                body["include_documentation"],
+            )
+            return out
+
+        out = api.default_response(version)
+        out["results"] = [one(r) for r in body["resources"]]
+        return out
+
+    async def sasl_out_of_place(self, api: KafkaApi, version: int, body: Message) -> Message:
+        """SaslHandshake / SaslAuthenticate where no exchange is due: on a node without
+        authentication, or after the connection authenticated (no re-authentication)."""
+        out = api.default_response(version)
+        out["error_code"] = int(KafkaError.ILLEGAL_SASL_STATE)
+        if api.key == km.SASL_AUTHENTICATE.key:
+            out["error_message"] = "no SASL exchange is due on this connection"
         return out
 
     async def create_topics(self, api: KafkaApi, version: int, body: Message) -> Message:
@@ -516,13 +602,28 @@ def _partition_produced(index: int, error: int, base_offset: int, message: str) 
 
 class KafkaServer:
     """Accepts Kafka connections; per connection, requests are handled concurrently and
-    answered in the order they came (clients pipeline them)."""
+    answered in the order they came (clients pipeline them). ``ssl_context``: serve TLS;
+    ``auth``: every connection authenticates (SASL/SCRAM) before anything but
+    ApiVersions, one request at a time, within ``AUTH_TIMEOUT_S``."""
 
-    def __init__(self, handlers: KafkaHandlers, host: str, port: int, max_frame: int) -> None:
+    def __init__(
+        self,
+        handlers: KafkaHandlers,
+        host: str,
+        port: int,
+        max_frame: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: AuthConfig | None = None,
+    ) -> None:
         self.handlers = handlers
         self.host = host
         self.port = port
         self.max_frame = max_frame
+        self.ssl_context = ssl_context
+        self.auth = auth
+        self.gate = TopicGate(handlers._topic_by_id)
+        self._budget = LogBudget()
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
 
@@ -531,7 +632,9 @@ class KafkaServer:
         return self.host, self.port
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port)
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, ssl=self.ssl_context
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -546,18 +649,40 @@ class KafkaServer:
         task = asyncio.current_task()
         assert task is not None
         self._conns.add(task)
+        peer = writer.get_extra_info("peername")
+        # The connection's authentication: None on a node without --auth-config.
+        sasl = KafkaSasl(self.auth, peer, self._budget) if self.auth is not None else None
+        auth_deadline = asyncio.get_running_loop().time() + AUTH_TIMEOUT_S
         pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=64)
         responder = asyncio.create_task(self._respond(pending, writer))
         frames = FrameDecoder(self.max_frame)
         try:
             while not responder.done():
-                data = await reader.read(1 << 20)
+                if sasl is not None and not sasl.authenticated:
+                    left = auth_deadline - asyncio.get_running_loop().time()
+                    data = await asyncio.wait_for(reader.read(1 << 20), max(0.0, left))
+                else:
+                    data = await reader.read(1 << 20)
                 if not data:
                     break
                 for payload in frames.feed(data):
-                    await pending.put(asyncio.create_task(self._answer(payload)))
+                    if sasl is not None and not sasl.authenticated:
+                        # One request at a time: each may change the state the next meets.
+                        if not sasl.failed:
+                            for step in self._before_authenticated(sasl, payload):
+                                await pending.put(step)
+                        continue
+                    principal = sasl.principal if sasl is not None else None
+                    await pending.put(asyncio.create_task(self._answer(payload, principal)))
+        except TimeoutError:
+            self._budget.log(
+                logging.WARNING,
+                "kafka connection from %s did not authenticate within %.0f s; closing",
+                peer,
+                AUTH_TIMEOUT_S,
+            )
         except KafkaDecodeError as exc:
-            log.info("kafka connection from %s: %s", writer.get_extra_info("peername"), exc)
+            log.info("kafka connection from %s: %s", peer, exc)
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -570,6 +695,36 @@ class KafkaServer:
             await asyncio.gather(responder, return_exceptions=True)
             writer.close()
             self._conns.discard(task)
+
+    def _before_authenticated(
+        self, sasl: KafkaSasl, payload: bytes
+    ) -> list[asyncio.Task[bytes | None]]:
+        """What answers one request of a connection that has not authenticated yet: its
+        answer, then (if the exchange ends the connection) a step that closes it."""
+        try:
+            if sasl.raw_tokens:
+                answer = sasl.raw_token(payload)
+                encoded = answer.body if isinstance(answer.body, bytes) else None
+            else:
+                header, _, _ = decode_request_header(payload)
+                if header.api_key == km.API_VERSIONS.key and sasl.allows_api_versions():
+                    return [asyncio.create_task(self._answer(payload, None))]
+                if header.api_key not in (km.SASL_HANDSHAKE.key, km.SASL_AUTHENTICATE.key):
+                    api = km.API_BY_KEY.get(header.api_key)
+                    raise sasl.refuse(api.name if api else f"api key {header.api_key}")
+                header, api, body = decode_request(payload, trailing_ok=True)
+                step = sasl.handshake if api.key == km.SASL_HANDSHAKE.key else sasl.authenticate
+                answer = step(header.api_version, body)
+                assert isinstance(answer.body, dict)
+                encoded = encode_response(
+                    api, header.api_version, header.correlation_id, answer.body
+                )
+        except (KafkaDecodeError, SaslStateError) as exc:
+            return [asyncio.create_task(_close_connection(exc))]
+        steps = [asyncio.create_task(_ready(encoded))]
+        if answer.close:
+            steps.append(asyncio.create_task(_close_connection(SaslStateError(_CLOSED_BY_SASL))))
+        return steps
 
     async def _respond(
         self,
@@ -604,7 +759,7 @@ class KafkaServer:
             if closed:
                 writer.close()
 
-    async def _answer(self, payload: bytes) -> bytes | None:
+    async def _answer(self, payload: bytes, principal: Principal | None) -> bytes | None:
         try:
             header, api, body = decode_request(payload, trailing_ok=True)
         except UnsupportedRequest as exc:
@@ -619,7 +774,23 @@ class KafkaServer:
                 raise KafkaDecodeError(f"{api.name} is not served and has no error code")
             out["error_code"] = int(KafkaError.UNSUPPORTED_VERSION)
             return encode_response(api, header.api_version, header.correlation_id, out)
-        result = await handler(api, header.api_version, body)
+        if principal is not None:
+            result = await self.gate(principal, api, header.api_version, body, handler)
+        else:
+            result = await handler(api, header.api_version, body)
         if result is None:
             return None
         return encode_response(api, header.api_version, header.correlation_id, result)
+
+
+_CLOSED_BY_SASL = "the SASL exchange ended the connection"
+
+
+async def _ready(answer: bytes | None) -> bytes | None:
+    return answer
+
+
+async def _close_connection(why: Exception) -> bytes | None:
+    """A step of the responder's queue that closes the connection (after the answers
+    queued before it)."""
+    raise KafkaDecodeError(str(why))

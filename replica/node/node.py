@@ -114,6 +114,7 @@ class Node:
         )
         self.api = Api(config, self.driver, self.controller, self.submit)
         self.peers: dict[int, PeerLink] = {}
+        auth = self._load_auth()
         self.server = Server(
             config.host,
             config.port,
@@ -121,7 +122,7 @@ class Node:
             self._handle_raft,
             max_frame_bytes=config.max_frame_bytes,
             ssl_context=server_context(config.tls) if config.tls else None,
-            auth=self._load_auth(),
+            auth=auth,
             # Plaintext: clients stay anonymous; only peers holding the cluster secret
             # authenticate, and only they may send raft traffic.
             node_auth=(
@@ -134,8 +135,14 @@ class Node:
         if config.kafka_listen is not None:
             host, port = config.kafka_listen
             advertised = dict(config.kafka_voters) or {self.node_id: config.kafka_listen}
+            # The same certificate and principals as the native listener.
             self.kafka = KafkaServer(
-                KafkaHandlers(self.api, advertised), host, port, config.max_frame_bytes
+                KafkaHandlers(self.api, advertised),
+                host,
+                port,
+                config.max_frame_bytes,
+                ssl_context=server_context(config.tls) if config.tls else None,
+                auth=auth,
             )
         self.directories: DirectoryIds | None = None
         self._ticker: asyncio.Task[None] | None = None

@@ -6,8 +6,14 @@ The principals file is JSON; it holds SCRAM verifiers, never secrets::
         "node-1": {"kind": "node", "scram": {"mechanism": "SCRAM-SHA-256", "salt": "...",
                    "iterations": 4096, "stored_key": "...", "server_key": "..."}},
         "ingest": {"kind": "producer", "topics": ["events", "logs-*"], "scram": {...}},
-        "spark":  {"kind": "consumer", "topics": ["*"], "scram": {...}},
+        "spark":  {"kind": "consumer", "topics": ["*"],
+                   "scram": [{"mechanism": "SCRAM-SHA-256", ...},
+                             {"mechanism": "SCRAM-SHA-512", ...}]},
         "ops":    {"kind": "admin", "scram": {...}}}}
+
+``scram`` is one verifier, or a list of them with one per mechanism (as Kafka stores a
+SCRAM credential per mechanism). The native protocol authenticates with SCRAM-SHA-256;
+Kafka clients may use either mechanism the principal has a verifier for.
 
 ``topics`` are glob patterns (fnmatch). Kinds: node (raft traffic), producer (Produce to its
 topics), consumer (Fetch, ListOffsets, OffsetsForLeaderEpoch on its topics), admin
@@ -35,12 +41,20 @@ import logging
 import os
 import secrets
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..protocol import REQUESTS, ApiKey, Frame, decode_body
-from ..protocol.scram import ScramError, Verifier, make_verifier
+from ..protocol.scram import (
+    SCRAM_SHA_256,
+    Mechanism,
+    ScramError,
+    Verifier,
+    decoy_verifier,
+    make_verifier,
+)
 from ..raft import BeginQuorumEpochRequest, EndQuorumEpochRequest, Message
 
 log = logging.getLogger(__name__)
@@ -84,11 +98,35 @@ class Principal:
         return any(fnmatch.fnmatchcase(topic, pattern) for pattern in self.topics)
 
 
+#: A principal's SCRAM verifiers by mechanism name (SCRAM-SHA-256, SCRAM-SHA-512).
+Credentials = dict[str, Verifier]
+
+
 @dataclass
 class AuthConfig:
-    principals: dict[str, tuple[Principal, Verifier]] = field(default_factory=dict)
+    principals: dict[str, tuple[Principal, Credentials]] = field(default_factory=dict)
     # Keys the decoy verifiers for unknown principals; fresh per process.
     decoy_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+
+    def add(self, principal: Principal, *verifiers: Verifier) -> None:
+        """Add or replace ``principal`` with these verifiers (one per mechanism)."""
+        self.principals[principal.name] = (
+            principal,
+            {v.mechanism.name: v for v in verifiers},
+        )
+
+    def credential(
+        self, name: str, mechanism: Mechanism = SCRAM_SHA_256
+    ) -> tuple[Principal, Verifier] | None:
+        """The principal ``name`` and its verifier for ``mechanism``; None if there is no
+        such principal or it has no verifier for that mechanism."""
+        entry = self.principals.get(name)
+        verifier = entry[1].get(mechanism.name) if entry is not None else None
+        return None if entry is None or verifier is None else (entry[0], verifier)
+
+    def decoy(self, name: str, mechanism: Mechanism = SCRAM_SHA_256) -> Verifier:
+        """What an exchange for a principal without a ``credential`` runs against."""
+        return decoy_verifier(name, self.decoy_key, mechanism)
 
     @staticmethod
     def load(path: str | os.PathLike[str]) -> AuthConfig:
@@ -129,22 +167,21 @@ class AuthConfig:
                 )
             if kind == "node" and node_id is None:
                 node_id = node_id_of_name(name)
-            try:
-                verifier = Verifier.from_json(entry.get("scram") or {})
-            except ScramError as exc:
-                raise AuthConfigError(f"{where}: principal {name!r}: {exc}") from exc
-            out.principals[name] = (Principal(name, kind, tuple(topics), node_id), verifier)
+            verifiers = _verifiers_from_json(entry.get("scram"), f"{where}: principal {name!r}")
+            out.add(Principal(name, kind, tuple(topics), node_id), *verifiers)
         return out
 
     def to_json(self) -> dict[str, Any]:
         principals: dict[str, Any] = {}
-        for name, (p, v) in sorted(self.principals.items()):
+        for name, (p, creds) in sorted(self.principals.items()):
             entry: dict[str, Any] = {"kind": p.kind}
             if p.topics:
                 entry["topics"] = list(p.topics)
             if p.node_id is not None and p.node_id != node_id_of_name(name):
                 entry["node_id"] = p.node_id
-            entry["scram"] = v.to_json()
+            # One verifier keeps the original form, so files older code reads stay so.
+            scram = [creds[mechanism].to_json() for mechanism in sorted(creds)]
+            entry["scram"] = scram[0] if len(scram) == 1 else scram
             principals[name] = entry
         return {"principals": principals}
 
@@ -154,6 +191,25 @@ class AuthConfig:
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)
+
+
+def _verifiers_from_json(doc: Any, where: str) -> list[Verifier]:
+    """``scram``: one verifier object, or a list with one per mechanism."""
+    items = doc if isinstance(doc, list) else [doc or {}]
+    if not items:
+        raise AuthConfigError(f"{where}: scram is an empty list; give at least one verifier")
+    out: list[Verifier] = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise AuthConfigError(f"{where}: each scram verifier must be an object")
+        try:
+            verifier = Verifier.from_json(item)
+        except ScramError as exc:
+            raise AuthConfigError(f"{where}: {exc}") from exc
+        if any(v.mechanism == verifier.mechanism for v in out):
+            raise AuthConfigError(f"{where}: two scram verifiers for {verifier.mechanism.name}")
+        out.append(verifier)
+    return out
 
 
 def _topic_of(api: ApiKey, frame: Frame) -> str | None:
@@ -172,6 +228,14 @@ def authorize(principal: Principal, frame: Frame) -> str | None:
         api = ApiKey(frame.api_key)
     except ValueError:
         return None  # unknown api: the node answers INVALID_REQUEST
+    return authorize_api(principal, api, lambda: _topic_of(api, frame))
+
+
+def authorize_api(
+    principal: Principal, api: ApiKey, topic_of: Callable[[], str | None]
+) -> str | None:
+    """The rule of ``authorize`` for a request of ``api`` on the topic ``topic_of()``
+    names (None: none, or not decodable); the Kafka listener asks it per topic too."""
     kind = principal.kind
     if api == ApiKey.RAFT:
         return None if kind == "node" else "only node principals may send raft traffic"
@@ -182,7 +246,7 @@ def authorize(principal: Principal, frame: Frame) -> str | None:
     if kind == "admin":
         return None
     if (api in _PRODUCE and kind == "producer") or (api in _CONSUME and kind == "consumer"):
-        topic = _topic_of(api, frame)
+        topic = topic_of()
         if topic is None or principal.may_use_topic(topic):
             return None
         return f"{kind} principal {principal.name!r} is not granted topic {topic!r}"
@@ -239,7 +303,7 @@ def cluster_auth_config(cluster_secret: str, voters: list[int]) -> AuthConfig:
     for nid in voters:
         name = node_principal(nid)
         principal = Principal(name, "node", (), nid)
-        out.principals[name] = (principal, make_verifier(node_secret(cluster_secret, nid)))
+        out.add(principal, make_verifier(node_secret(cluster_secret, nid)))
     return out
 
 

@@ -460,11 +460,11 @@ class Server:
         except (DecodeError, scram.ScramError) as exc:
             fail(frame.correlation_id, ErrorCode.ILLEGAL_SASL_STATE, str(exc), str(exc))
             return None
-        entry = auth.principals.get(name)
+        entry = auth.credential(name, scram.SCRAM_SHA_256)
         session = scram.ScramServerSession(
             name,
             client_nonce,
-            entry[1] if entry else scram.decoy_verifier(name, auth.decoy_key),
+            entry[1] if entry else auth.decoy(name, scram.SCRAM_SHA_256),
             entry is not None,
         )
         write_buffers(

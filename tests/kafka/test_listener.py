@@ -153,15 +153,17 @@ def _exchange(port: int, requests: list[bytes]) -> list[bytes]:
         return answers
 
 
-def test_unserved_apis_get_a_kafka_error_and_the_connection_stays(
+def test_api_versions_lists_every_api_and_sasl_unasked_is_refused_on_a_live_connection(
     kcluster: LocalCluster,
 ) -> None:
+    """ApiVersions lists every API of ``kafka.messages`` at its versions; a SASL handshake
+    on a node without authentication gets ILLEGAL_SASL_STATE, and the connection stays."""
     port = next(iter(kcluster.kafka_ports.values()))
     sasl_req = km.SASL_HANDSHAKE.default_request(1)
-    sasl_req["mechanism"] = "PLAIN"
+    sasl_req["mechanism"] = "SCRAM-SHA-256"
     versions_req = km.API_VERSIONS.default_request(3)
     versions_req.update(client_software_name="raw", client_software_version="1")
-    versions, unserved, again = _exchange(
+    versions, refused, again = _exchange(
         port,
         [
             _request(port, km.API_VERSIONS, 3, versions_req, 1),
@@ -170,10 +172,10 @@ def test_unserved_apis_get_a_kafka_error_and_the_connection_stays(
         ],
     )
     cid, body = decode_response(km.API_VERSIONS, 3, versions)
-    listed = {a["api_key"] for a in body["api_keys"]}
-    assert cid == 1 and listed == {0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 18, 19, 20, 22, 23}
-    cid, body = decode_response(km.SASL_HANDSHAKE, 1, unserved)
-    assert (cid, body["error_code"]) == (2, KafkaError.UNSUPPORTED_VERSION)
+    listed = {(a["api_key"], a["min_version"], a["max_version"]) for a in body["api_keys"]}
+    assert cid == 1 and listed == {(a.key, a.min_version, a.max_version) for a in km.ALL_APIS}
+    cid, body = decode_response(km.SASL_HANDSHAKE, 1, refused)
+    assert (cid, body["error_code"]) == (2, KafkaError.ILLEGAL_SASL_STATE)
     assert decode_response(km.API_VERSIONS, 3, again)[0] == 3
 
 
@@ -321,18 +323,27 @@ def test_native_errors_become_kafka_errors() -> None:
     assert kafka_error(ErrorCode.INVALID_CLUSTER_ID) == KafkaError.UNKNOWN_SERVER_ERROR
 
 
-def test_the_listener_refuses_tls_and_authentication(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="--kafka-listen serves plaintext Kafka clients only"):
-        NodeConfig(
+def test_the_listener_takes_sasl_in_the_clear_only_when_allowed(tmp_path: Path) -> None:
+    """Authentication without TLS would take SASL exchanges in the clear: refused unless
+    --allow-insecure; with TLS (SASL_SSL) it is what the listener is for."""
+
+    def config(**security: Any) -> NodeConfig:
+        return NodeConfig(
             node_id=1,
             host="127.0.0.1",
             port=1,
             voters={1: ("127.0.0.1", 1)},
             data_dir=tmp_path,
             cluster_id="c",
-            tls=TlsFiles("cert", "key", "ca"),
             kafka_listen=("127.0.0.1", 2),
+            **security,
         )
+
+    with pytest.raises(ValueError, match="in the clear.*--allow-insecure"):
+        config(auth_config=tmp_path / "auth.json")
+    config(auth_config=tmp_path / "auth.json", allow_insecure=True)
+    config(auth_config=tmp_path / "auth.json", tls=TlsFiles("cert", "key", "ca"))
+    config(tls=TlsFiles("cert", "key", "ca"))
 
 
 def test_cluster_up_kafka_prints_a_bootstrap_kafka_clients_use(tmp_path: Path) -> None:

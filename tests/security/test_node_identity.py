@@ -141,8 +141,8 @@ def test_a_node_refuses_to_start_as_another_nodes_principal(tmp_path: Path) -> N
 
     auth = AuthConfig()
     for name, nid in [("node-1", 1), ("node-2", 2)]:
-        auth.principals[name] = (Principal(name, "node", (), nid), make_verifier("s"))
-    auth.principals["ops"] = (Principal("ops", "admin"), make_verifier("s"))
+        auth.add(Principal(name, "node", (), nid), make_verifier("s"))
+    auth.add(Principal("ops", "admin"), make_verifier("s"))
     path = tmp_path / "auth.json"
     auth.save(path)
     secret = tmp_path / "n.secret"

@@ -1,0 +1,229 @@
+"""What DescribeConfigs answers (``kafka_api``): a topic's configs and this node's, with the
+values the node really applies, in Kafka's names.
+
+Retention and segment size are the node's (quorumlog has no per-topic overrides of them);
+``max.message.bytes`` is the topic's if it set one, else the node's. ``min.insync.replicas``
+is the quorum's majority of the topic's replicas: acks=all waits for that many.
+``compression.type`` is ``uncompressed``: batches are stored as Arrow and fetched as
+uncompressed Kafka batches whatever the producer sent. Every config is read-only (the
+listener serves no AlterConfigs). A value the node was started with is
+STATIC_BROKER_CONFIG if it differs from the shipped default, else DEFAULT_CONFIG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import defaults
+from ..kafka.schema import Message
+from .config import NodeConfig
+from .metadata import TopicAssignment
+
+# org.apache.kafka.common.requests.DescribeConfigsResponse.ConfigSource
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+# ... .ConfigType
+BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str
+    source: int
+    config_type: int
+    documentation: str
+    # (name, value, source), the entry's own first, as Kafka lists a config's synonyms.
+    synonyms: tuple[tuple[str, str, int], ...] = ()
+
+
+def _node_value(value: int | None, default: int | None) -> tuple[str, int]:
+    """A node setting as Kafka writes it (-1: unlimited) and where it came from."""
+    text = "-1" if value is None else str(value)
+    return text, DEFAULT_CONFIG if value == default else STATIC_BROKER_CONFIG
+
+
+def _fixed(name: str, value: str, config_type: int, doc: str) -> ConfigEntry:
+    return ConfigEntry(
+        name, value, DEFAULT_CONFIG, config_type, doc, ((name, value, DEFAULT_CONFIG),)
+    )
+
+
+def _from_node(
+    name: str, broker_name: str, value: int | None, default: int | None, config_type: int, doc: str
+) -> ConfigEntry:
+    text, source = _node_value(value, default)
+    return ConfigEntry(name, text, source, config_type, doc, ((broker_name, text, source),))
+
+
+def topic_configs(config: NodeConfig, topic: TopicAssignment) -> list[ConfigEntry]:
+    replicas = len(topic.replicas[0]) if topic.replicas else 0
+    node_limit, node_source = _node_value(config.max_message_bytes, defaults.MAX_MESSAGE_BYTES)
+    if topic.max_message_bytes is not None:
+        limit = str(topic.max_message_bytes)
+        max_bytes = ConfigEntry(
+            "max.message.bytes",
+            limit,
+            DYNAMIC_TOPIC_CONFIG,
+            INT,
+            "The largest record batch a producer may send to this topic (set at creation).",
+            (
+                ("max.message.bytes", limit, DYNAMIC_TOPIC_CONFIG),
+                ("message.max.bytes", node_limit, node_source),
+            ),
+        )
+    else:
+        max_bytes = _from_node(
+            "max.message.bytes",
+            "message.max.bytes",
+            config.max_message_bytes,
+            defaults.MAX_MESSAGE_BYTES,
+            INT,
+            "The largest record batch a producer may send to this topic (the node's limit).",
+        )
+    return [
+        _fixed("cleanup.policy", "delete", LIST, "Old segments are deleted by retention."),
+        _fixed(
+            "compression.type",
+            "uncompressed",
+            STRING,
+            "Batches are stored as Arrow and fetched uncompressed, whatever the producer sent.",
+        ),
+        max_bytes,
+        _fixed(
+            "message.timestamp.type",
+            "CreateTime",
+            STRING,
+            "Records keep the timestamp their producer gave them.",
+        ),
+        _fixed(
+            "min.insync.replicas",
+            str(replicas // 2 + 1),
+            INT,
+            "acks=all waits until a majority of the replicas (the partition's quorum) has "
+            "the batch on disk.",
+        ),
+        _from_node(
+            "retention.bytes",
+            "log.retention.bytes",
+            config.retention_bytes,
+            defaults.RETENTION_BYTES,
+            LONG,
+            "The node's size bound per partition (-1: none).",
+        ),
+        _from_node(
+            "retention.ms",
+            "log.retention.ms",
+            config.retention_ms,
+            defaults.RETENTION_MS,
+            LONG,
+            "The node's age bound on records (-1: none).",
+        ),
+        _from_node(
+            "segment.bytes",
+            "log.segment.bytes",
+            config.segment_bytes,
+            defaults.SEGMENT_BYTES,
+            INT,
+            "The node's segment size.",
+        ),
+        _fixed(
+            "unclean.leader.election.enable",
+            "false",
+            BOOLEAN,
+            "A leader is elected by its partition's quorum only.",
+        ),
+    ]
+
+
+def broker_configs(config: NodeConfig) -> list[ConfigEntry]:
+    node_id = str(config.node_id)
+
+    def static(name: str, value: str, config_type: int, doc: str) -> ConfigEntry:
+        return ConfigEntry(
+            name,
+            value,
+            STATIC_BROKER_CONFIG,
+            config_type,
+            doc,
+            ((name, value, STATIC_BROKER_CONFIG),),
+        )
+
+    def node(
+        name: str, value: int | None, default: int | None, config_type: int, doc: str
+    ) -> ConfigEntry:
+        return _from_node(name, name, value, default, config_type, doc)
+
+    return [
+        static("node.id", node_id, INT, "This node's id."),
+        static("broker.id", node_id, INT, "This node's id."),
+        _fixed("auto.create.topics.enable", "false", BOOLEAN, "Topics are created explicitly."),
+        _fixed("num.partitions", "1", INT, "Partitions of a topic created without a count."),
+        _fixed(
+            "default.replication.factor",
+            str(min(3, len(config.voters))),
+            INT,
+            "Replicas of a topic created without a replication factor.",
+        ),
+        node(
+            "message.max.bytes",
+            config.max_message_bytes,
+            defaults.MAX_MESSAGE_BYTES,
+            INT,
+            "The largest record batch, for topics that set no max.message.bytes.",
+        ),
+        node(
+            "log.retention.bytes",
+            config.retention_bytes,
+            defaults.RETENTION_BYTES,
+            LONG,
+            "Size bound per partition (-1: none).",
+        ),
+        node(
+            "log.retention.ms",
+            config.retention_ms,
+            defaults.RETENTION_MS,
+            LONG,
+            "Age bound on records (-1: none).",
+        ),
+        node(
+            "log.segment.bytes",
+            config.segment_bytes,
+            defaults.SEGMENT_BYTES,
+            INT,
+            "Segment size.",
+        ),
+        node(
+            "socket.request.max.bytes",
+            config.max_frame_bytes,
+            defaults.MAX_FRAME_BYTES,
+            INT,
+            "The largest request the node accepts.",
+        ),
+    ]
+
+
+def config_entries(
+    entries: list[ConfigEntry], keys: list[str] | None, synonyms: bool, documentation: bool
+) -> list[Message]:
+    """DescribeConfigs ``configs`` for ``entries``, those named in ``keys`` (None: all; an
+    unknown name is left out, as Kafka does)."""
+    wanted = None if keys is None else set(keys)
+    return [
+        {
+            "name": e.name,
+            "value": e.value,
+            "read_only": True,
+            "is_default": e.source == DEFAULT_CONFIG,
+            "config_source": e.source,
+            "is_sensitive": False,
+            "synonyms": [
+                {"name": n, "value": v, "source": s} for n, v, s in (e.synonyms if synonyms else ())
+            ],
+            "config_type": e.config_type,
+            "documentation": e.documentation if documentation else None,
+        }
+        for e in entries
+        if wanted is None or e.name in wanted
+    ]
