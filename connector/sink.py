@@ -106,7 +106,7 @@ def _produce(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
         security=opts.security,
     )
     try:
-        producer = Producer(client, acks="quorum")
+        producer = Producer(client, acks="quorum")  # idempotent: its resends are written once
         counts: dict[str, int] = {}
         turn = 0
         for batch in batches:
@@ -126,7 +126,7 @@ def _produce(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
                     producer.send_batch(topic, partition, _record_columns(rows_of))
                     rows += rows_of.num_rows
             turn += 1
-        producer.flush()
+        producer.close()  # raises the first failure
     finally:
         client.close()
     return rows

@@ -191,6 +191,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
                 producer.send(args.topic, line, key=key, partition=args.partition)
                 count += 1
         results = producer.flush()
+        producer.close()
         print(f"produced {count} record(s) to {args.topic}", file=sys.stderr)
         if args.verbose:
             for r in results:

@@ -236,6 +236,19 @@ class Client:
         self._pool: ThreadPoolExecutor | None = None
 
     # ---- plumbing -------------------------------------------------------------------
+    def clone(self) -> Client:
+        """A client with this one's settings and connections of its own (a Client is used
+        by one thread at a time)."""
+        return Client(
+            [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self._bootstrap],
+            client_id=self.client_id,
+            request_timeout_ms=self.request_timeout_ms,
+            attempt_timeout_ms=self.attempt_timeout_ms,
+            retry_backoff_ms=self.retry_backoff_ms,
+            retry_backoff_max_ms=self.retry_backoff_max_ms,
+            security=self.security,
+        )
+
     def close(self) -> None:
         for conn in list(self._conns.values()):
             conn.close()

@@ -1,44 +1,84 @@
-"""Producer: batches records per partition (linger, max batch bytes/records) and appends
-them with acks=quorum by default.
+"""Producer: asynchronous and pipelined, idempotent by default (as Kafka's Java client).
+
+``send`` adds a record to its partition's batch and returns at once with a
+``concurrent.futures.Future`` of its ``RecordMetadata`` (and calls ``on_delivery(error,
+metadata)`` once it is known); ``flush`` waits for everything sent so far. Batches close
+at ``max_batch_bytes`` / ``max_batch_records`` or after ``linger_ms``, and sender threads
+(``max_in_flight``, each with its own connections) append them with acks=quorum by
+default: batches of different partitions are in flight together, a partition's go one
+after another, in order. ``send`` blocks while ``buffer_bytes`` of records wait
+(back-pressure), at most ``max_block_ms``.
+
+Idempotence: the producer takes an id and epoch from the cluster (InitProducerId) and
+numbers each partition's records; a resent batch carries the same numbers, and the leader
+appends it once, answering a resend with the first append's offsets, across leader
+changes too. A batch that fails for good leaves its numbers in doubt: the next batch
+moves to the next epoch of the id (sequences start again at 0), so later batches are not
+refused for the gap. A fenced producer (a newer epoch of its id wrote) fails with
+InvalidProducerEpochError. With ``idempotent=False`` a resend may append the same records
+twice.
 
 Sizes: a batch over the topic's max.message.bytes is split in halves and sent again
-(nothing of it was appended); a single record that alone is over the limit is not sent,
-and RecordTooLargeError is raised once the rest of its batch has been sent.
-
-Idempotent by default (as Kafka's Java client since 3.0): the producer takes an id and
-epoch from the cluster (InitProducerId) and numbers each partition's records; a retried
-batch carries the same numbers, and the leader appends it once, answering a retry with the
-first append's offsets, across leader changes too. A send that fails for good leaves that
-batch's numbers in doubt: the next send moves to the next epoch of the id (sequences start
-again at 0), so later batches are not refused for the gap. A fenced
-producer (a newer epoch of its id wrote) raises InvalidProducerEpochError. With
-``idempotent=False`` a retry may append the same records twice. Each record's (partition,
-offset, epoch) comes back in the ProduceResult of its batch.
+(nothing of it was appended); a single record alone over the limit fails with
+RecordTooLargeError (its future, and ``flush``), the rest of its batch is sent.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import zlib
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import defaults
 from ..protocol.messages import ACKS_LEADER, ACKS_QUORUM
 from ..storage.producers import last_sequence
 from ..storage.records import Producer as ProducerFields
+from ..storage.records import encode_arrow, encode_batch
 from .client import Client, ProduceResult
 from .errors import InvalidProducerEpochError, RecordTooLargeError
 
+__all__ = ["Producer", "RecordMetadata"]
+
+Headers = list[tuple[str, bytes]]
+Row = tuple[bytes | None, bytes | None, int, Headers]
+OnDelivery = Callable[[BaseException | None, "RecordMetadata | None"], None]
+_SEQUENCES = 1 << 31
+#: A sender thread with nothing to send for this long ends (a new one starts on demand).
+SENDER_IDLE_S = 1.0
+
+
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record is: its partition, offset and the leader epoch that
+    appended it."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+
 
 @dataclass
-class _Pending:
-    values: list[bytes | None] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
-    headers: list[list[tuple[str, bytes]]] = field(default_factory=list)
+class _Batch:
+    """Records of one partition, open (filling) or closed (waiting for a sender)."""
+
+    topic: str
+    partition: int
+    rows: list[Row] = field(default_factory=list)
+    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    callbacks: list[OnDelivery | None] = field(default_factory=list)
     size: int = 0
-    since: float = 0.0
+    opened: float = 0.0
+    table: Any = None  # send_batch: an Arrow table, as is, with one future
+    table_future: Future[ProduceResult] | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
 
 
 class Producer:
@@ -51,57 +91,45 @@ class Producer:
         max_batch_bytes: int = defaults.BATCH_MAX_BYTES,
         max_batch_records: int = defaults.BATCH_MAX_RECORDS,
         idempotent: bool = True,
+        max_in_flight: int = defaults.PRODUCER_MAX_IN_FLIGHT,
+        buffer_bytes: int = defaults.PRODUCER_BUFFER_BYTES,
+        max_block_ms: int = defaults.PRODUCER_MAX_BLOCK_MS,
     ) -> None:
         if acks not in ("quorum", "leader"):
             raise ValueError(f"acks must be 'quorum' or 'leader', got {acks!r}")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
         self.client = client
         self.acks = ACKS_QUORUM if acks == "quorum" else ACKS_LEADER
         self.linger_s = linger_ms / 1000
         self.max_batch_bytes = max_batch_bytes
         self.max_batch_records = max_batch_records
-        self._pending: dict[tuple[str, int], _Pending] = {}
+        self.idempotent = idempotent
+        self.max_in_flight = max_in_flight
+        self.buffer_bytes = buffer_bytes
+        self.max_block_s = max_block_ms / 1000
+        self._cond = threading.Condition()
+        self._open: dict[tuple[str, int], _Batch] = {}
+        self._closed: deque[_Batch] = deque()  # in the order they closed
+        self._busy: set[tuple[str, int]] = set()  # partitions with a batch in flight
+        self._buffered = 0
+        self._unfinished = 0  # batches closed and not yet answered
         self._results: list[ProduceResult] = []
+        self._errors: list[BaseException] = []
+        self._senders: list[threading.Thread] = []
+        self._stopping = False
         self._partitions: dict[str, int] = {}
         self._sticky: dict[str, int] = {}
-        self.idempotent = idempotent
-        self._identity: tuple[int, int] | None = None  # (producer id, epoch), on first send
-        self._sequences: dict[tuple[str, int], int] = {}  # next sequence per partition
-        self._renew = False  # a send failed: its sequence numbers are in doubt
+        # Idempotence: (producer id, epoch), and per partition (identity, next sequence).
+        self._identity: tuple[int, int] | None = None
+        self._renew = False  # a batch failed: its sequence numbers are in doubt
+        self._sequences: dict[tuple[str, int], tuple[tuple[int, int], int]] = {}
+        self._identity_lock = threading.Lock()
 
+    # ------------------------------------------------------------------ public
     @property
     def producer_id(self) -> int | None:
         return self._identity[0] if self._identity else None
-
-    def _append(self, topic: str, partition: int, encode: Any, count: int) -> ProduceResult:
-        """``encode(producer fields or None)`` -> batch bytes, appended under this
-        producer's identity and the partition's next sequence number."""
-        if not self.idempotent:
-            return self.client.produce(topic, partition, encode(None), acks=self.acks)
-        if self._identity is None or self._renew:
-            self._identity = self.client.init_producer_id(*(self._identity or (-1, -1)))
-            self._sequences.clear()
-            self._renew = False
-        key = (topic, partition)
-        first = self._sequences.get(key, 0)
-        fields = ProducerFields(*self._identity, first)
-        try:
-            result = self.client.produce(topic, partition, encode(fields), acks=self.acks)
-        except (RecordTooLargeError, InvalidProducerEpochError):
-            raise  # nothing appended / fenced: no sequence is in doubt
-        except Exception:
-            # Whether the batch was appended is unknown: the next send continues in the
-            # next epoch of this id, where every partition's sequences start at 0.
-            self._renew = True
-            raise
-        self._sequences[key] = (last_sequence(first, count) + 1) % (1 << 31)
-        return result
-
-    def _partition_count(self, topic: str) -> int:
-        n = self._partitions.get(topic)
-        if n is None:
-            n = len(self.client.metadata([topic])[topic].partitions)
-            self._partitions[topic] = n
-        return n
 
     def send(
         self,
@@ -111,84 +139,291 @@ class Producer:
         key: bytes | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
-    ) -> None:
-        if partition is None:
-            n = self._partition_count(topic)
-            if key is not None:
-                partition = zlib.crc32(key) % n
-            else:
-                partition = self._sticky.setdefault(topic, 0) % n
-        p = self._pending.setdefault((topic, partition), _Pending())
-        if not p.values:
-            p.since = time.monotonic()
-        p.values.append(value)
-        p.keys.append(key)
-        p.timestamps.append(timestamp_ms if timestamp_ms is not None else int(time.time() * 1000))
-        p.headers.append(headers or [])
-        p.size += (len(value) if value else 0) + (len(key) if key else 0) + 24
-        if (
-            p.size >= self.max_batch_bytes
-            or len(p.values) >= self.max_batch_records
-            or time.monotonic() - p.since >= self.linger_s
-        ):
-            self._send_pending(topic, partition)
+        headers: Headers | None = None,
+        on_delivery: OnDelivery | None = None,
+    ) -> Future[RecordMetadata]:
+        """Queue one record; the future resolves once it is acknowledged (or failed), and
+        ``on_delivery`` is called then, from a sender thread."""
+        n = self._partition_count(topic) if partition is None else 0
+        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
+        size = (len(value) if value else 0) + (len(key) if key else 0) + 24
+        future: Future[RecordMetadata] = Future()
+        with self._cond:
+            if partition is None:
+                # By key, or without one the topic's current partition (sticky, as Kafka's).
+                partition = (
+                    zlib.crc32(key) % n if key is not None else self._sticky.get(topic, 0) % n
+                )
+            self._wait_for_room(size)
+            batch = self._open.get((topic, partition))
+            if batch is None:
+                batch = self._open[(topic, partition)] = _Batch(
+                    topic, partition, opened=time.monotonic()
+                )
+            batch.rows.append((value, key, ts, headers or []))
+            batch.futures.append(future)
+            batch.callbacks.append(on_delivery)
+            batch.size += size
+            self._buffered += size
+            if batch.size >= self.max_batch_bytes or len(batch.rows) >= self.max_batch_records:
+                self._close(batch)
+            self._start_senders()
+            self._cond.notify_all()
+        return future
 
-    def _send_pending(self, topic: str, partition: int) -> None:
-        p = self._pending.pop((topic, partition), None)
-        if p is None or not p.values:
-            return
-        rejected: list[RecordTooLargeError] = []
-        rows = list(zip(p.values, p.keys, p.timestamps, p.headers, strict=True))
-        self._send_rows(topic, partition, rows, rejected)
-        if topic in self._sticky:
-            self._sticky[topic] += 1
-        if rejected:
-            raise RecordTooLargeError(
-                f"{len(rejected)} record(s) to {topic}/{partition} not sent, each alone over "
-                f"the topic's limit (the rest of the batch was sent): {rejected[0]}"
+    def send_batch(self, topic: str, partition: int, batch: Any) -> Future[ProduceResult]:
+        """Queue a pyarrow Table/RecordBatch (key, value[, timestamp, headers]) as one
+        record batch, as is; the future resolves to its ProduceResult."""
+        future: Future[ProduceResult] = Future()
+        size = batch.nbytes
+        with self._cond:
+            self._wait_for_room(size)
+            pending = self._open.get((topic, partition))
+            if pending is not None:
+                self._close(pending)  # what was sent before it goes first
+            self._buffered += size
+            closed = _Batch(topic, partition, size=size, table=batch, table_future=future)
+            self._closed.append(closed)
+            self._unfinished += 1
+            self._start_senders()
+            self._cond.notify_all()
+        return future
+
+    def flush(self, timeout_s: float | None = None) -> list[ProduceResult]:
+        """Send everything queued and wait for the answers; return (and forget) the
+        results since the last flush. Raises the first failure since then."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._cond:
+            for batch in list(self._open.values()):
+                self._close(batch)
+            self._cond.notify_all()
+            while self._unfinished:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"{self._unfinished} batch(es) still unanswered")
+                self._cond.wait(left)
+            out, self._results = self._results, []
+            errors, self._errors = self._errors, []
+        if errors:
+            raise errors[0]
+        return out
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, then stop the sender threads and close their connections."""
+        try:
+            self.flush(timeout_s)
+        finally:
+            with self._cond:
+                self._stopping = True
+                self._cond.notify_all()
+            for t in list(self._senders):
+                t.join(5)
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ batching
+    def _partition_count(self, topic: str) -> int:
+        n = self._partitions.get(topic)
+        if n is None:  # the caller's thread and client (senders have clients of their own)
+            n = len(self.client.metadata([topic])[topic].partitions)
+            self._partitions[topic] = n
+        return n
+
+    def _wait_for_room(self, size: int) -> None:
+        deadline = time.monotonic() + self.max_block_s
+        while self._buffered and self._buffered + size > self.buffer_bytes:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"producer buffer full ({self._buffered} of {self.buffer_bytes} bytes) "
+                    f"for {self.max_block_s:.1f} s: the cluster is not keeping up"
+                )
+            self._cond.wait(left)
+
+    def _close(self, batch: _Batch) -> None:
+        del self._open[batch.key]
+        n = self._partitions.get(batch.topic)
+        if n and self._sticky.get(batch.topic, 0) % n == batch.partition:
+            self._sticky[batch.topic] = self._sticky.get(batch.topic, 0) + 1  # the next one
+        self._closed.append(batch)
+        self._unfinished += 1
+
+    def _next_batch(self) -> _Batch | None:
+        """The first closed batch whose partition has nothing in flight (under the lock);
+        open batches past their linger close here."""
+        now = time.monotonic()
+        for batch in list(self._open.values()):
+            if now - batch.opened >= self.linger_s:
+                self._close(batch)
+        for i, batch in enumerate(self._closed):
+            if batch.key not in self._busy:
+                del self._closed[i]
+                self._busy.add(batch.key)
+                return batch
+        return None
+
+    def _linger_wait(self) -> float | None:
+        if not self._open:
+            return None
+        first = min(b.opened for b in self._open.values())
+        return max(0.0, first + self.linger_s - time.monotonic())
+
+    # ------------------------------------------------------------------ senders
+    def _start_senders(self) -> None:
+        """Up to ``max_in_flight`` sender threads (they end when idle, so a producer that
+        is never closed leaves no thread or connection behind for long)."""
+        while len(self._senders) < self.max_in_flight:
+            t = threading.Thread(
+                target=self._sender,
+                name=f"quorumlog-producer-{len(self._senders)}",
+                daemon=True,
             )
+            self._senders.append(t)
+            t.start()
 
-    def _send_rows(
-        self,
-        topic: str,
-        partition: int,
-        rows: list[tuple[bytes | None, bytes | None, int, list[tuple[str, bytes]]]],
-        rejected: list[RecordTooLargeError],
-    ) -> None:
-        from ..storage.records import encode_batch
+    def _sender(self) -> None:
+        client = self.client.clone()
+        me = threading.current_thread()
+        try:
+            while True:
+                with self._cond:
+                    batch = self._next_batch()
+                    idle_since = time.monotonic()
+                    while batch is None:
+                        linger = self._linger_wait()
+                        idle = linger is None and time.monotonic() - idle_since >= SENDER_IDLE_S
+                        if self._stopping or idle:
+                            self._senders.remove(me)
+                            return
+                        self._cond.wait(SENDER_IDLE_S if linger is None else linger)
+                        batch = self._next_batch()
+                self._deliver(client, batch)
+                with self._cond:
+                    self._busy.discard(batch.key)
+                    self._buffered -= batch.size
+                    self._unfinished -= 1
+                    self._cond.notify_all()
+        finally:
+            client.close()
 
+    def _deliver(self, client: Client, batch: _Batch) -> None:
+        """Append one closed batch (split while it is too large) and settle its futures."""
+        if batch.table is not None:
+            table = batch.table
+            assert batch.table_future is not None
+            try:
+                result = self._append(
+                    client,
+                    batch.topic,
+                    batch.partition,
+                    lambda fields: encode_arrow(table, producer=fields),
+                    table.num_rows,
+                )
+            except BaseException as exc:
+                self._failed(exc)
+                batch.table_future.set_exception(exc)
+                return
+            self._succeeded(result)
+            batch.table_future.set_result(result)
+            return
+        self._deliver_rows(client, batch, 0, len(batch.rows))
+
+    def _deliver_rows(self, client: Client, batch: _Batch, start: int, end: int) -> None:
+        rows = batch.rows[start:end]
         values, keys, timestamps, headers = (list(c) for c in zip(*rows, strict=True))
 
-        def encode(producer: ProducerFields | None) -> bytes:
+        def encode(fields: ProducerFields | None) -> bytes:
             return encode_batch(
-                values, keys=keys, timestamps=timestamps, headers=headers, producer=producer
+                values, keys=keys, timestamps=timestamps, headers=headers, producer=fields
             )
 
         try:
-            self._results.append(self._append(topic, partition, encode, len(rows)))
+            result = self._append(client, batch.topic, batch.partition, encode, len(rows))
         except RecordTooLargeError as exc:
-            if len(rows) == 1:
-                rejected.append(exc)
+            if len(rows) > 1:
+                half = start + len(rows) // 2
+                self._deliver_rows(client, batch, start, half)
+                self._deliver_rows(client, batch, half, end)
                 return
-            half = len(rows) // 2
-            self._send_rows(topic, partition, rows[:half], rejected)
-            self._send_rows(topic, partition, rows[half:], rejected)
+            self._settle(batch, start, end, exc, None)
+            return
+        except BaseException as exc:
+            self._settle(batch, start, end, exc, None)
+            return
+        self._settle(batch, start, end, None, result)
 
-    def send_batch(self, topic: str, partition: int, batch: Any) -> ProduceResult:
-        """Append a pyarrow Table/RecordBatch (key, value[, timestamp, headers]) as is."""
-        from ..storage.records import encode_arrow
+    def _settle(
+        self,
+        batch: _Batch,
+        start: int,
+        end: int,
+        error: BaseException | None,
+        result: ProduceResult | None,
+    ) -> None:
+        if error is not None:
+            self._failed(error)
+        else:
+            assert result is not None
+            self._succeeded(result)
+        for i in range(start, end):
+            meta = None
+            if result is not None:
+                offset = result.base_offset + i - start
+                meta = RecordMetadata(batch.topic, batch.partition, offset, result.leader_epoch)
+                batch.futures[i].set_result(meta)
+            else:
+                assert error is not None
+                batch.futures[i].set_exception(error)
+            callback = batch.callbacks[i]
+            if callback is not None:
+                callback(error, meta)
 
-        def encode(producer: ProducerFields | None) -> bytes:
-            return encode_arrow(batch, producer=producer)
+    def _succeeded(self, result: ProduceResult) -> None:
+        with self._cond:
+            self._results.append(result)
 
-        result = self._append(topic, partition, encode, batch.num_rows)
-        self._results.append(result)
+    def _failed(self, error: BaseException) -> None:
+        with self._cond:
+            self._errors.append(error)
+
+    # ------------------------------------------------------------------ idempotence
+    def _append(
+        self,
+        client: Client,
+        topic: str,
+        partition: int,
+        encode: Callable[[ProducerFields | None], bytes],
+        count: int,
+    ) -> ProduceResult:
+        """``encode(producer fields or None)`` -> batch bytes, appended under this
+        producer's identity and the partition's next sequence number (the partition has
+        nothing else in flight)."""
+        if not self.idempotent:
+            return client.produce(topic, partition, encode(None), acks=self.acks)
+        identity = self._current_identity(client)
+        key = (topic, partition)
+        known, first = self._sequences.get(key, (identity, 0))
+        if known != identity:
+            first = 0  # a new epoch: every partition's sequences start again
+        try:
+            result = client.produce(
+                topic, partition, encode(ProducerFields(*identity, first)), acks=self.acks
+            )
+        except (RecordTooLargeError, InvalidProducerEpochError):
+            raise  # nothing appended / fenced: no sequence is in doubt
+        except Exception:
+            self._renew = True  # appended or not, unknown: the next batch moves epoch
+            raise
+        self._sequences[key] = (identity, (last_sequence(first, count) + 1) % _SEQUENCES)
         return result
 
-    def flush(self) -> list[ProduceResult]:
-        """Send everything buffered; return (and forget) the results since the last flush."""
-        for topic, partition in list(self._pending):
-            self._send_pending(topic, partition)
-        out, self._results = self._results, []
-        return out
+    def _current_identity(self, client: Client) -> tuple[int, int]:
+        with self._identity_lock:
+            if self._identity is None or self._renew:
+                self._identity = client.init_producer_id(*(self._identity or (-1, -1)))
+                self._renew = False
+            return self._identity
