@@ -270,6 +270,13 @@ class PartitionDriver:
             code = _PRODUCER_ERRORS[type(exc)]
             ready.answers.append((token, _produce_error(code, str(exc))))
             return
+        except CorruptDataError as exc:
+            # The producer state could not be read past damage: resign, repair, and let
+            # the client retry on the next leader (as a damaged read does).
+            self.on_corruption(exc.offset, now, ready)
+            text = f"damaged data at offset {exc.offset}"
+            ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, text)))
+            return
         except (StorageError, ValueError) as exc:
             err = _produce_error(ErrorCode.CORRUPT_MESSAGE, f"rejected batch: {exc}")
             ready.answers.append((token, err))

@@ -297,16 +297,22 @@ class Log:
 
     def producer_state(self) -> ProducerStateTable:
         """The producers' state as this log holds it (``storage.producers``), built by
-        walking every batch header the first time it is needed."""
+        walking every batch header the first time it is needed. A damaged header on the
+        way raises ``CorruptDataError`` (the state past it is unknown), as a read does."""
         if self._producers is None:
             table = ProducerStateTable()
             for seg in self._segments:
-                position = 0
+                position, expected = 0, seg.base_offset
                 while position < seg.size:
-                    header = seg.header_at(position)
+                    try:
+                        header = seg.header_at(position)
+                    except CorruptRecordError as exc:
+                        raise self._detected(
+                            self._find_corruption(seg, expected, str(exc))
+                        ) from exc
                     if header.producer is not None:
                         self._apply_producer(table, header, header.base_offset)
-                    position = header.end
+                    position, expected = header.end, header.next_offset
             self._producers = table
         return self._producers
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from quorumlog.replica.storage import (
+    CorruptDataError,
     CorruptRecordError,
     Log,
     LogConfig,
@@ -179,3 +180,19 @@ def test_a_log_in_the_old_format_is_refused_untouched(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedFormatError, match="format 1"):
         Log(str(tmp_path))
     assert Path(path).read_bytes() == raw
+
+
+def test_damage_met_while_building_the_state_is_reported_as_corruption(tmp_path: Path) -> None:
+    with Log(str(tmp_path)) as log:
+        for i in range(0, 6, 2):
+            log.append_as_leader(batch(i), 1)
+        second = list(iter_batches(log.read(0, 1 << 20)))[1]
+        path = os.path.join(str(tmp_path), f"{0:020d}.log")
+    raw = bytearray(Path(path).read_bytes())
+    raw[second.position + 20] ^= 0xFF  # its record count: the header CRC no longer matches
+    Path(path).write_bytes(raw)
+    with Log(str(tmp_path)) as log:  # a clean shutdown: opened without a scan
+        with pytest.raises(CorruptDataError) as exc:
+            log.append_as_leader(batch(6), 1)
+        assert exc.value.offset == second.base_offset
+        assert log.end_offset == 6  # nothing appended
