@@ -24,8 +24,9 @@ headers), whose concatenation is the records section.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -50,10 +51,12 @@ from .records import _decode_headers as _reference_headers
 from .wire import Buffer, KafkaDecodeError
 
 __all__ = [
+    "KafkaBatchFields",
     "KafkaColumns",
     "columns_from_lists",
     "decode_columns",
     "encode_columns",
+    "encode_many",
     "iter_batches",
 ]
 
@@ -619,19 +622,27 @@ del _small
 
 
 class _Varints:
-    """Unsigned values to write as varints, their sizes, and whether all are below _SMALL."""
+    """Unsigned values to write as varints, whether all are below _SMALL, and (computed
+    when first asked for) their sizes."""
 
-    __slots__ = ("values", "sizes", "small")
+    __slots__ = ("values", "small", "one_byte", "_sizes")
 
     def __init__(self, values: Ints, bound: int) -> None:
         self.values = values
         self.small = bound < _SMALL
-        if self.small:
-            self.sizes: Ints = _SMALL_SIZE[values]
-        else:
-            unsigned = values.view(np.uint64)
-            self.sizes = np.searchsorted(_VARINT_LIMITS, unsigned, side="right").astype(np.int64)
-            self.sizes += 1
+        self.one_byte = bound < 0x80
+        self._sizes: Ints | None = None
+
+    @property
+    def sizes(self) -> Ints:
+        if self._sizes is None:
+            if self.small:
+                self._sizes = _SMALL_SIZE[self.values]
+            else:
+                unsigned = self.values.view(np.uint64)
+                sizes = np.searchsorted(_VARINT_LIMITS, unsigned, side="right")
+                self._sizes = sizes.astype(np.int64) + 1
+        return self._sizes
 
 
 def _put_varints(out: npt.NDArray[np.uint8], fields: list[tuple[Ints, _Varints]]) -> None:
@@ -658,28 +669,37 @@ def _put_varints(out: npt.NDArray[np.uint8], fields: list[tuple[Ints, _Varints]]
 
 
 class _Bytes:
-    """A binary column's lengths (0 for null), their zigzag varints (null: zigzag(-1) = 1)
-    and the array itself."""
+    """A binary column's offsets, lengths (0 for null) and their zigzag varints (null:
+    zigzag(-1) = 1), and the array itself."""
 
-    __slots__ = ("array", "offsets", "lengths", "longest", "varints")
+    __slots__ = ("array", "data", "offsets", "lengths", "zigzag", "_varints")
 
     def __init__(self, column: pa.Array) -> None:
         n = len(column)
         self.array = column
-        self.offsets = offsets = np.frombuffer(
-            column.buffers()[1], np.int32, n + 1, 4 * column.offset
-        )
+        _, offsets_buffer, data = column.buffers()
+        self.data = None if data is None else np.frombuffer(data, np.uint8)
+        self.offsets = offsets = np.frombuffer(offsets_buffer, np.int32, n + 1, 4 * column.offset)
         lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
-        total = int(offsets[-1]) - int(offsets[0])
         if column.null_count:
             valid = np.asarray(column.is_valid())
             lengths = np.where(valid, lengths, 0)
-            zigzag = np.where(valid, lengths * 2, 1)
+            self.zigzag = np.where(valid, lengths * 2, 1)
         else:
-            zigzag = lengths * 2
+            self.zigzag = lengths * 2
         self.lengths = lengths
-        self.longest = total if total < _SMALL // 2 else int(lengths.max())
-        self.varints = _Varints(zigzag, 2 * self.longest + 1)
+        self._varints: _Varints | None = None
+
+    @property
+    def longest(self) -> int:
+        total = int(self.offsets[-1]) - int(self.offsets[0])
+        return total if total < _SMALL // 2 else int(self.lengths.max())
+
+    @property
+    def varints(self) -> _Varints:
+        if self._varints is None:
+            self._varints = _Varints(self.zigzag, 2 * self.longest + 1)
+        return self._varints
 
 
 def _timestamps(column: pa.Array) -> Ints:
@@ -727,13 +747,134 @@ def encode_columns(
     base_ts = int(timestamps[0])
     deltas = timestamps - base_ts
     ts = _Varints((deltas << 1) ^ (deltas >> 63), 2 * max(highest - base_ts, base_ts - lowest) + 1)
-    od = _Varints(np.arange(0, 2 * count, 2, dtype=np.int64), 2 * count)
+    od = _Varints(_offset_deltas(count), 2 * count)
     values = _Bytes(value_column)
-    keyed = key_column.null_count != count
+    key = _Bytes(key_column) if key_column.null_count != count else None
+    runs = _encode_runs(count, ts, values, key)
+    payload = runs.data if runs is not None else _encode_pieces(count, ts, od, values, key)[0]
+    return b"".join(
+        _framed(
+            payload,
+            count,
+            base_ts,
+            highest,
+            KafkaBatchFields(
+                base_offset,
+                partition_leader_epoch,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                attributes,
+            ),
+        )
+    )
+
+
+class KafkaBatchFields(NamedTuple):
+    """The header fields of a RecordBatch v2 to encode (besides those of its records)."""
+
+    base_offset: int
+    partition_leader_epoch: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    attributes: int = 0
+
+
+def _framed(
+    payload: memoryview, count: int, base_ts: int, max_ts: int, fields: KafkaBatchFields
+) -> tuple[bytearray, memoryview]:
+    """The batch header (with its CRC32C) for an uncompressed records section."""
+    header = bytearray(
+        _HEADER.pack(
+            fields.base_offset,
+            BATCH_HEADER_SIZE - 12 + len(payload),
+            fields.partition_leader_epoch,
+            2,
+            0,
+            (fields.attributes & ~0x07) | COMPRESSION_NONE,
+            count - 1,
+            base_ts,
+            max_ts,
+            fields.producer_id,
+            fields.producer_epoch,
+            fields.base_sequence,
+            count,
+        )
+    )
+    crc = crc32c(payload, crc32c(memoryview(header)[21:]))
+    struct.pack_into(">I", header, 17, crc)
+    return header, payload
+
+
+def encode_many(batches: Sequence[tuple[pa.RecordBatch | pa.Table, KafkaBatchFields]]) -> bytes:
+    """:func:`encode_columns` of each batch, concatenated (a Fetch response's records):
+    the same bytes, but the records of consecutive batches without headers are encoded
+    together, so the cost per batch is its header and CRC."""
+    out: list[bytes | bytearray | memoryview] = []
+    group: list[tuple[pa.RecordBatch | pa.Table, KafkaBatchFields]] = []
+    for records, fields in batches:
+        if records.num_rows and not _has_headers(_array(records.column("headers"))):
+            group.append((records, fields))
+            continue
+        out.extend(_encode_group(group))
+        group = []
+        out.append(encode_columns(records, **fields._asdict()))
+    out.extend(_encode_group(group))
+    return b"".join(out)
+
+
+def _encode_group(
+    batches: list[tuple[pa.RecordBatch | pa.Table, KafkaBatchFields]],
+) -> list[bytes | bytearray | memoryview]:
+    if len(batches) <= 1:
+        return [encode_columns(r, **f._asdict()) for r, f in batches]
+    counts = np.array([r.num_rows for r, _ in batches], np.int64)
+    firsts = np.zeros(len(batches), np.int64)
+    np.cumsum(counts[:-1], out=firsts[1:])
+    total = int(counts.sum())
+    timestamps = np.concatenate([_timestamps(_array(r.column("timestamp"))) for r, _ in batches])
+    lowest, highest = int(timestamps.min()), int(timestamps.max())
+    if lowest < -_TS_LIMIT or highest >= _TS_LIMIT:
+        return [encode_columns(r, **f._asdict()) for r, f in batches]
+    base_ts = timestamps[firsts]
+    deltas = timestamps - np.repeat(base_ts, counts)
+    spread = max(int(deltas.max()), -int(deltas.min()))
+    ts = _Varints((deltas << 1) ^ (deltas >> 63), 2 * spread + 1)
+    local = np.arange(total, dtype=np.int64) - np.repeat(firsts, counts)
+    od = _Varints(local << 1, 2 * int(counts.max()))
+    values = _Bytes(pa.concat_arrays([_array(r.column("value")) for r, _ in batches]))
+    keys = pa.concat_arrays([_array(r.column("key")) for r, _ in batches])
+    key = _Bytes(keys) if keys.null_count != total else None
+    stream, offsets, per_record = _encode_pieces(total, ts, od, values, key)
+    # Batch b's records start where its first record's first piece does, past that
+    # piece's first byte (the header count of the batch before) unless b is the first.
+    starts = offsets[firsts * per_record].astype(np.int64)
+    starts[1:] += 1
+    bounds = [*starts.tolist(), len(stream)]
+    max_ts = np.maximum.reduceat(timestamps, firsts).tolist()
+    framed: list[bytes | bytearray | memoryview] = []
+    for i, (_, fields) in enumerate(batches):
+        framed.extend(
+            _framed(
+                stream[bounds[i] : bounds[i + 1]],
+                int(counts[i]),
+                int(base_ts[i]),
+                max_ts[i],
+                fields,
+            )
+        )
+    return framed
+
+
+def _encode_pieces(
+    count: int, ts: _Varints, od: _Varints, values: _Bytes, key: _Bytes | None
+) -> tuple[memoryview, npt.NDArray[np.int32], int]:
+    """The records section for any records without headers, where in it each piece
+    starts, and the pieces per record (record i's first piece is number pieces * i)."""
     # A record: length, attributes, timestamp delta, offset delta, key (length, bytes),
     # value (length, bytes), header count (0).
     body = ts.sizes + od.sizes + values.varints.sizes + values.lengths
-    key = _Bytes(key_column) if keyed else None
     if key is not None:
         body += key.varints.sizes + key.lengths
         body += 2
@@ -741,43 +882,6 @@ def encode_columns(
     else:
         body += 3  # attributes, a null key (one byte), the header count
         longest_body = 40 + values.longest
-    runs = _encode_runs(count, ts, od, values, key)
-    if runs is not None:
-        payload = runs.data
-    else:
-        payload = _encode_pieces(count, ts, od, values, key, body, longest_body)
-    header = bytearray(
-        _HEADER.pack(
-            base_offset,
-            BATCH_HEADER_SIZE - 12 + len(payload),
-            partition_leader_epoch,
-            2,
-            0,
-            (attributes & ~0x07) | COMPRESSION_NONE,
-            count - 1,
-            base_ts,
-            highest,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            count,
-        )
-    )
-    crc = crc32c(payload, crc32c(memoryview(header)[21:]))
-    struct.pack_into(">I", header, 17, crc)
-    return b"".join((header, payload))
-
-
-def _encode_pieces(
-    count: int,
-    ts: _Varints,
-    od: _Varints,
-    values: _Bytes,
-    key: _Bytes | None,
-    body: Ints,
-    longest_body: int,
-) -> memoryview:
-    """The records section for any records without headers."""
     length = _Varints(body * 2, 2 * longest_body)
     # The records laid out as pieces: "glue" bytes built here (the previous record's
     # header count, then length .. key length, or .. value length without keys), and
@@ -826,8 +930,9 @@ def _encode_pieces(
         order[i : per_record * count : per_record] = np.arange(first, first + count, dtype=np.int32)
     order[-1] = count
     laid_out = pc.array_take(pa.concat_arrays(pieces), pa.array(order))
-    _, offsets, data = laid_out.buffers()
-    return memoryview(data)[: int(np.frombuffer(offsets, np.int32, 1, 4 * len(order))[0])]
+    _, offsets_buffer, data = laid_out.buffers()
+    offsets = np.frombuffer(offsets_buffer, np.int32, len(order) + 1)
+    return memoryview(data)[: int(offsets[-1])], offsets, per_record
 
 
 # Offset deltas (0, 1, ...) change varint size at these record indexes.
@@ -878,18 +983,24 @@ def _put_varint_raw(out: bytearray, value: int) -> None:
 
 
 def _encode_runs(
-    count: int, ts: _Varints, od: _Varints, values: _Bytes, key: _Bytes | None
+    count: int, ts: _Varints, values: _Bytes, key: _Bytes | None
 ) -> npt.NDArray[np.uint8] | None:
     """The records section when the records fall into a few runs of one layout each
     (equal key and value sizes, timestamp and offset deltas of one size): each run is
     written as a 2-D array, a template row broadcast and the varying columns filled.
     None if there are more runs than that pays for."""
-    shape = ts.sizes | (values.varints.values << 4)
-    if key is not None:
-        shape |= key.varints.values << 36
-    cuts = set((np.flatnonzero(shape[1:] != shape[:-1]) + 1).tolist())
-    if len(cuts) >= _MAX_RUNS:
-        return None
+    # Where the layout changes: the timestamp delta's size, a key's or value's size.
+    cuts: set[int] = set()
+    for varying in (
+        ts.sizes if not ts.one_byte else None,
+        values.zigzag,
+        key.zigzag if key is not None else None,
+    ):
+        if varying is None or _same(varying):
+            continue
+        cuts.update((np.flatnonzero(varying[1:] != varying[:-1]) + 1).tolist())
+        if len(cuts) >= _MAX_RUNS:
+            return None
     cuts.update(step for step in _OD_STEPS if step < count)
     bounds = [0, *sorted(cuts), count]
     runs = []
@@ -897,9 +1008,9 @@ def _encode_runs(
     for first, stop in zip(bounds, bounds[1:], strict=False):
         layout_key = (
             int(ts.sizes[first]),
-            int(od.sizes[first]),
-            int(key.varints.values[first]) if key is not None else 1,
-            int(values.varints.values[first]),
+            _varint_size(2 * first),
+            int(key.zigzag[first]) if key is not None else 1,
+            int(values.zigzag[first]),
         )
         layout = _RUN_LAYOUTS.get(layout_key)
         if layout is None:
@@ -909,13 +1020,13 @@ def _encode_runs(
         runs.append((first, stop, layout, total))
         total += (stop - first) * layout.stride
     out = np.empty(total, np.uint8)
-    value_data = _data(values.array)
-    key_data = _data(key.array) if key is not None else None
+    value_data = values.data
+    key_data = key.data if key is not None else None
     for first, stop, layout, at in runs:
         rows = out[at : at + (stop - first) * layout.stride].reshape(stop - first, layout.stride)
         rows[:] = layout.template
         _put_column_varints(rows, layout.ts, ts.values[first:stop])
-        _put_column_varints(rows, layout.od, od.values[first:stop])
+        _put_column_varints(rows, layout.od, _offset_deltas(stop)[first:])
         for (column, size), data, source in (
             (layout.value, value_data, values),
             (layout.key, key_data, key),
@@ -927,9 +1038,25 @@ def _encode_runs(
     return out
 
 
-def _data(column: pa.Array) -> npt.NDArray[np.uint8] | None:
-    buffer = column.buffers()[2]
-    return None if buffer is None else np.frombuffer(buffer, np.uint8)
+def _varint_size(value: int) -> int:
+    return max(1, (value.bit_length() + 6) // 7)
+
+
+_OFFSET_DELTAS = np.arange(0, 2 * 65536, 2, dtype=np.int64)  # zigzag(0, 1, ...)
+_OFFSET_DELTAS.flags.writeable = False
+
+
+def _offset_deltas(count: int) -> Ints:
+    """zigzag(i) = 2i for i in 0..count-1 (a view of a shared array when it can be)."""
+    if count <= len(_OFFSET_DELTAS):
+        return _OFFSET_DELTAS[:count]
+    return np.arange(0, 2 * count, 2, dtype=np.int64)
+
+
+def _same(values: Ints) -> bool:
+    """Whether all values are equal."""
+    first = values[0]
+    return bool(values.min() == first == values.max())
 
 
 def _put_column_varints(rows: npt.NDArray[np.uint8], where: tuple[int, int], values: Ints) -> None:

@@ -30,7 +30,13 @@ from ..storage.records import (
     encode_arrow,
     iter_batches,
 )
-from .columnar import KafkaColumns, columns_from_lists, encode_columns
+from .columnar import (
+    KafkaBatchFields,
+    KafkaColumns,
+    columns_from_lists,
+    encode_columns,
+    encode_many,
+)
 from .records import ATTR_CONTROL, KafkaRecordBatch
 
 __all__ = [
@@ -108,26 +114,16 @@ def table_to_kafka(
 # The Arrow IPC schema message every stored batch's payload starts with: a payload that
 # starts otherwise is read (and its schema checked) the long way.
 _SCHEMA_MESSAGE = RECORD_SCHEMA.serialize().to_pybytes()
+_SCHEMA_BUFFER = pa.py_buffer(_SCHEMA_MESSAGE)
 
 
 def _stored_records(buf: pa.Buffer, header: BatchHeader) -> pa.RecordBatch | pa.Table:
     """A stored batch's rows (zero-copy), checked for schema and row count as
     ``storage.records.batches_to_table`` checks them, without its offset columns."""
     payload = buf.slice(header.position + HEADER_SIZE, header.payload_length)
-    batches: list[pa.RecordBatch] = []
     try:
-        if payload.size >= len(_SCHEMA_MESSAGE) and (
-            payload.slice(0, len(_SCHEMA_MESSAGE)).equals(pa.py_buffer(_SCHEMA_MESSAGE))
-        ):
-            stream = pa.BufferReader(payload)
-            stream.seek(len(_SCHEMA_MESSAGE))
-            while True:
-                try:
-                    message = pa.ipc.read_message(stream)
-                except EOFError:
-                    break
-                batches.append(pa.ipc.read_record_batch(message, RECORD_SCHEMA))
-        else:
+        batches = _read_stream(payload)
+        if batches is None:
             reader = pa.ipc.open_stream(payload)
             if not reader.schema.equals(RECORD_SCHEMA):
                 raise CorruptRecordError(
@@ -150,19 +146,49 @@ def _stored_records(buf: pa.Buffer, header: BatchHeader) -> pa.RecordBatch | pa.
     return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
 
 
+_MESSAGE_PREFIX = struct.Struct("<Ii")  # IPC continuation marker, metadata length
+_CONTINUATION = 0xFFFFFFFF
+
+
+def _read_stream(payload: pa.Buffer) -> list[pa.RecordBatch] | None:
+    """The record batches of an Arrow IPC stream that starts with RECORD_SCHEMA's schema
+    message (as every stored batch does), message by message; None for any other
+    stream, which pyarrow's stream reader then reads and checks."""
+    start = len(_SCHEMA_MESSAGE)
+    if payload.size < start or payload.slice(0, start) != _SCHEMA_BUFFER:
+        return None
+    batches: list[pa.RecordBatch] = []
+    while True:
+        if payload.size - start < _MESSAGE_PREFIX.size:
+            return None
+        marker, length = _MESSAGE_PREFIX.unpack_from(payload, start)
+        if marker != _CONTINUATION:
+            return None
+        if length == 0:  # end of stream
+            return batches
+        message = pa.ipc.read_message(payload.slice(start))
+        batches.append(pa.ipc.read_record_batch(message, RECORD_SCHEMA))
+        start += _MESSAGE_PREFIX.size + length + (message.body.size if message.body else 0)
+
+
 def quorumlog_to_kafka(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> bytes:
     """quorumlog batches (as fetched or read from a segment) -> Kafka RecordBatch v2
     bytes for a Fetch response's ``records``, one Kafka batch per quorumlog batch."""
     pbuf = pa.py_buffer(buf)
-    out: list[bytes] = []
+    batches: list[tuple[pa.RecordBatch | pa.Table, KafkaBatchFields]] = []
     for header in iter_batches(buf, verify_crc=verify_crc):
-        out.append(
-            table_to_kafka(
-                _stored_records(pbuf, header),
-                base_offset=header.base_offset,
-                leader_epoch=header.leader_epoch,
-                control=header.is_control,
-                producer=header.producer,
-            )
+        records = _stored_records(pbuf, header)
+        producer = header.producer
+        fields = KafkaBatchFields(
+            header.base_offset,
+            header.leader_epoch,
+            producer.producer_id if producer else -1,
+            producer.producer_epoch if producer else -1,
+            producer.base_sequence if producer else -1,
         )
-    return b"".join(out)
+        if header.is_control:  # the leader-change record, under Kafka's control key
+            keys = pa.array([LEADER_CHANGE_CONTROL_KEY] * records.num_rows, pa.binary())
+            records = records.set_column(0, RECORD_SCHEMA.field("key"), keys)
+            fields = fields._replace(attributes=ATTR_CONTROL)
+        batches.append((records, fields))
+    return encode_many(batches)

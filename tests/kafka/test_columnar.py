@@ -16,10 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from quorumlog.replica.kafka import columnar
 from quorumlog.replica.kafka.columnar import (
+    KafkaBatchFields,
     KafkaColumns,
     columns_from_lists,
     decode_columns,
     encode_columns,
+    encode_many,
 )
 from quorumlog.replica.kafka.convert import quorumlog_to_kafka, table_to_kafka
 from quorumlog.replica.kafka.records import (
@@ -176,6 +178,15 @@ def test_encode_gives_the_reference_bytes(
     cols: dict[str, list[Any]], fields: dict[str, int]
 ) -> None:
     assert encode_columns(_records_table(cols), **fields) == _encode(cols, **fields)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(RECORDS, BATCH_FIELDS), min_size=1, max_size=6))
+def test_batches_encoded_together_give_the_reference_bytes(
+    batches: list[tuple[dict[str, list[Any]], dict[str, int]]],
+) -> None:
+    many = [(_records_table(cols), KafkaBatchFields(**fields)) for cols, fields in batches]
+    assert encode_many(many) == b"".join(_encode(cols, **fields) for cols, fields in batches)
 
 
 @settings(max_examples=100, deadline=None)
