@@ -208,7 +208,7 @@ def _decode_fast(data: bytes, count: int, base_ts: int) -> tuple[pa.RecordBatch,
         ts_deltas, offset_deltas, keys_array, values_array = runs
         timestamps = ts_deltas + base_ts
         ts_array = pa.Array.from_buffers(_TIMESTAMP, count, [None, pa.py_buffer(timestamps)])
-        columns = [keys_array, values_array, ts_array, pa.nulls(count, _HEADERS_TYPE)]
+        columns = [keys_array, values_array, ts_array, _nulls(count, _HEADERS_TYPE)]
         return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA), offset_deltas
     bounds = _record_bounds(data, pairs, count)
     if bounds is None:
@@ -337,12 +337,11 @@ def _decode_runs(
         stride = layout.stride
         most = min(count - done, (end - pos) // stride)
         rows = arr[pos : pos + most * stride].reshape(most, stride)
-        same = (rows[:, layout.columns] & layout.masks) == layout.expect
-        if same.all():
-            run = most
-        else:
-            matches = same.all(axis=1)
-            run = int(matches.argmin())
+        checked = rows.take(layout.columns, axis=1)
+        np.bitwise_and(checked, layout.masks, out=checked)
+        matches = (checked == layout.expect).all(axis=1)
+        run = int(matches.argmin()) or most  # row 0 matches itself: 0 means all do
+        if run < most:
             if run < _MIN_STRIDE_RUN:
                 return None
             rows = rows[:run]
@@ -362,11 +361,12 @@ def _decode_runs(
 def _column_varints(rows: npt.NDArray[np.uint8], start: int, stop: int) -> Ints:
     """The zigzag varint in columns [start, stop) of every row (its size known)."""
     if stop - start == 1:
-        return _ZIGZAG_BYTE[rows[:, start]]
+        one: Ints = _ZIGZAG_BYTE.take(rows[:, start])
+        return one
     if stop - start == 2:
-        pair = rows[:, start].astype(np.uint16)
-        pair |= rows[:, start + 1].astype(np.uint16) << np.uint16(8)
-        return _PAIR_VALUE[pair]
+        pairs = np.ascontiguousarray(rows[:, start:stop]).view("<u2").ravel()
+        two: Ints = _PAIR_VALUE.take(pairs)
+        return two
     value = np.zeros(len(rows), np.uint64)
     for k in range(stop - start):
         value |= (rows[:, start + k] & 0x7F).astype(np.uint64) << _SHIFTS[k]
@@ -380,23 +380,50 @@ def _binary_runs(count: int, runs: list[tuple[int, int, bytes]]) -> pa.Array:
     """A binary array from runs of (records, size of each or -1 for null, their bytes)."""
     sizes = {size for _, size, _ in runs}
     if sizes == {-1}:
-        return pa.nulls(count, pa.binary())
+        return _nulls(count, pa.binary())
     data = pa.py_buffer(b"".join(part for _, _, part in runs))
     validity = None
     if len(sizes) == 1:
         (size,) = sizes
-        offsets = np.arange(0, (count + 1) * size, size, dtype=np.int32) if size else None
-        if offsets is None:
-            offsets = np.zeros(count + 1, np.int32)
+        offsets = _uniform_offsets(count, size)
     else:
         per_run = np.array([run for run, _, _ in runs], np.int64)
         run_sizes = np.array([size for _, size, _ in runs], np.int64)
         lengths = np.repeat(np.maximum(run_sizes, 0), per_run)
-        offsets = _offsets(lengths)
+        offsets = pa.py_buffer(_offsets(lengths))
         if -1 in sizes:
             valid = np.repeat(run_sizes >= 0, per_run)
             validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    return pa.Array.from_buffers(pa.binary(), count, [validity, pa.py_buffer(offsets), data])
+    return pa.Array.from_buffers(pa.binary(), count, [validity, offsets, data])
+
+
+# Arrow arrays and buffers are immutable: the all-null columns and the offsets of
+# equal-sized values (what most batches have) are made once per size and shared.
+_CACHED_ROWS = 1 << 16
+_NULLS: dict[pa.DataType, pa.Array] = {}
+_UNIFORM: dict[int, pa.Buffer] = {}
+
+
+def _nulls(count: int, type_: pa.DataType) -> pa.Array:
+    if count > _CACHED_ROWS:
+        return pa.nulls(count, type_)
+    nulls = _NULLS.get(type_)
+    if nulls is None:
+        nulls = _NULLS[type_] = pa.nulls(_CACHED_ROWS, type_)
+    return nulls.slice(0, count)
+
+
+def _uniform_offsets(count: int, size: int) -> pa.Buffer:
+    """The offsets of ``count`` values of ``size`` bytes each."""
+    if count > _CACHED_ROWS or size * _CACHED_ROWS >= 1 << 31:
+        return pa.py_buffer((np.arange(count + 1, dtype=np.int64) * size).astype(np.int32))
+    offsets = _UNIFORM.get(size)
+    if offsets is None:
+        if len(_UNIFORM) >= 256:
+            _UNIFORM.clear()
+        uniform = np.arange(_CACHED_ROWS + 1, dtype=np.int32) * np.int32(size)
+        offsets = _UNIFORM[size] = pa.py_buffer(uniform)
+    return offsets.slice(0, 4 * (count + 1))
 
 
 _Field = tuple[Ints, Ints, npt.NDArray[np.bool_]]  # starts, sizes, non-null

@@ -291,6 +291,15 @@ def test_malformed_records_get_the_reference_answer(cols: dict[str, list[Any]], 
         _assert_same_outcome(mutated)
 
 
+@pytest.mark.parametrize("n", [1, 70, 70_000])
+def test_empty_and_null_fields_in_every_record(n: int) -> None:
+    for values, keys in (([b""] * n, [b""] * n), ([None] * n, [b""] * n), ([b"x"] * n, [None] * n)):
+        data = encode_batch(values, keys, [7] * n)
+        _assert_same_outcome(data)
+        table = decode_columns(data).records
+        assert encode_columns(table, base_offset=0, partition_leader_epoch=-1) == data
+
+
 def test_timestamps_past_int64_are_a_decode_error() -> None:
     data = encode_batch([b"a", b"b"], None, [2**63 - 1, 2**63 - 1])
     record = bytearray(data)
