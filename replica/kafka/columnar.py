@@ -1,30 +1,35 @@
 """RecordBatch v2 records <-> Arrow columns, vectorised (numpy and Arrow kernels).
 
 The listener's record path: a produced batch is decoded straight into Arrow columns
-(``RECORD_SCHEMA``) and a stored batch's columns are encoded straight into RecordBatch v2,
+(``RECORD_SCHEMA``) and stored batches' columns are encoded straight into RecordBatch v2,
 with no Python object per record. Both give exactly what the reference codec in
-``records`` gives (its lists as Arrow arrays, its bytes), which the property tests check.
-A batch the vectorised code does not take (a varint of more than 9 bytes, timestamps
-near the ends of int64, a batch the reference refuses, ...) is handed to the reference
-codec, so every input gets the reference's answer or its error.
+``records`` gives (its lists as Arrow arrays, its bytes), which the property tests check
+path by path. A batch no vectorised path takes (a varint of more than 9 bytes,
+timestamps near the ends of int64, a malformed batch, ...) goes to the reference codec,
+so every input gets the reference's answer or its error.
 
-Decoding finds the record boundaries in strides: records of equal length follow one
-another at a fixed step, which is checked for all of them at once (a record's length
-varint equals the first one's); a batch of irregular lengths falls back to a Python loop
-over the length varints only. Every field is then read for all records at once, and the
-batch is taken only if every record ends exactly where its length says. Keys and values
-are copied out of the records by Arrow's ``take`` over an array whose elements alternate
-between a field and the bytes between fields.
+Decoding tries, in order:
 
-Encoding computes every record's field sizes and varints in numpy, then lays out the
-records with one ``take`` over the pieces (record prefix, key, value-length varint, value,
-headers), whose concatenation is the records section.
+- runs: the records fall into a few runs of one layout each (librdkafka's batches: one
+  value size, null or equal keys, no headers; a new run where the offset or timestamp
+  delta grows a byte). A run is a 2-D array, a record a row, a field a column: one
+  comparison checks every record's structure bytes, and keys and values are sliced out.
+- short: record bounds found in strides (or one length varint at a time), then every
+  field read for all records with lookup tables over byte pairs (varints of one or two
+  bytes; no headers), checked once at the end.
+- general: the same bounds, varints of up to 9 bytes read for all records at once and
+  checked field by field; records with headers by the reference's header decoder.
+
+Encoding lays out runs of one layout the same way (a template row broadcast, the varying
+columns filled), or else builds each record's varint bytes in numpy and concatenates
+them with the keys and values in one Arrow ``take``. ``encode_many`` encodes the stored
+batches of a Fetch response together, leaving per batch only its header and CRC32C.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -65,7 +70,8 @@ _HEADERS_TYPE = pa.list_(HEADER_FIELD)
 _PAD = bytes(16)  # gathers read up to 10 bytes past a field; the padding keeps them in bounds
 # Timestamps whose deltas and sums cannot overflow int64 (the reference uses Python ints).
 _TS_LIMIT = 1 << 62
-# A stride shorter than this ends the stride search: the rest is walked record by record.
+# Runs (and strides of equal-length records) shorter than this stop the search for more:
+# the records are then decoded another way. At most _MAX_STRIDES runs or strides.
 _MIN_STRIDE_RUN = 16
 _MAX_STRIDES = 16
 _ZIGZAG_BYTE = np.array([(b >> 1) ^ -(b & 1) for b in range(256)], np.int64)
@@ -126,7 +132,9 @@ def decode_columns(buf: Buffer, position: int = 0, *, verify_crc: bool = True) -
     return _columns(batch, records, offset_deltas)
 
 
-def iter_batches(buf: Buffer, *, verify_crc: bool = True, allow_partial_tail: bool = False) -> Any:
+def iter_batches(
+    buf: Buffer, *, verify_crc: bool = True, allow_partial_tail: bool = False
+) -> Iterator[KafkaColumns]:
     """``records.iter_batches``, decoding each batch with :func:`decode_columns`."""
     return iter_decoded(
         decode_columns, buf, verify_crc=verify_crc, allow_partial_tail=allow_partial_tail
@@ -200,9 +208,6 @@ def _decode_fast(data: bytes, count: int, base_ts: int) -> tuple[pa.RecordBatch,
         return None
     padded = data + _PAD
     arr = np.frombuffer(padded, np.uint8)
-    # Every position's two bytes as one little-endian uint16 (an unaligned view, no copy):
-    # one gather and a table lookup read a varint of one or two bytes.
-    pairs: npt.NDArray[np.uint16] = np.ndarray((len(padded) - 1,), np.dtype("<u2"), padded, 0, (1,))
     runs = _decode_runs(data, arr, count)
     if runs is not None:
         ts_deltas, offset_deltas, keys_array, values_array = runs
@@ -210,6 +215,9 @@ def _decode_fast(data: bytes, count: int, base_ts: int) -> tuple[pa.RecordBatch,
         ts_array = pa.Array.from_buffers(_TIMESTAMP, count, [None, pa.py_buffer(timestamps)])
         columns = [keys_array, values_array, ts_array, _nulls(count, _HEADERS_TYPE)]
         return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA), offset_deltas
+    # Every position's two bytes as one little-endian uint16 (an unaligned view, no copy):
+    # one gather and a table lookup read a varint of one or two bytes.
+    pairs: npt.NDArray[np.uint16] = np.ndarray((len(padded) - 1,), np.dtype("<u2"), padded, 0, (1,))
     bounds = _record_bounds(data, pairs, count)
     if bounds is None:
         return None
@@ -399,7 +407,7 @@ def _binary_runs(count: int, runs: list[tuple[int, int, bytes]]) -> pa.Array:
 
 # Arrow arrays and buffers are immutable: the all-null columns and the offsets of
 # equal-sized values (what most batches have) are made once per size and shared.
-_CACHED_ROWS = 1 << 16
+_CACHED_ROWS = 1 << 14  # 64 KiB of offsets per cached size
 _NULLS: dict[pa.DataType, pa.Array] = {}
 _UNIFORM: dict[int, pa.Buffer] = {}
 
@@ -419,7 +427,7 @@ def _uniform_offsets(count: int, size: int) -> pa.Buffer:
         return pa.py_buffer((np.arange(count + 1, dtype=np.int64) * size).astype(np.int32))
     offsets = _UNIFORM.get(size)
     if offsets is None:
-        if len(_UNIFORM) >= 256:
+        if len(_UNIFORM) >= 32:  # bounded: producers may send values of any size
             _UNIFORM.clear()
         uniform = np.arange(_CACHED_ROWS + 1, dtype=np.int32) * np.int32(size)
         offsets = _UNIFORM[size] = pa.py_buffer(uniform)
