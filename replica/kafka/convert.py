@@ -2,7 +2,8 @@
 
 Kafka -> quorumlog: a produced batch becomes an Arrow RecordBatch with RECORD_SCHEMA
 (key, value, timestamp[ms], headers) plus the producer fields the idempotence checks
-need. Column arrays are built from the decoded lists in one Arrow call each.
+need. ``columnar`` decodes a batch straight into those columns (and encodes them back),
+vectorised; batches decoded by the reference codec (``records``, lists) convert too.
 
 quorumlog -> Kafka: every stored batch becomes one RecordBatch v2 with the same base
 offset and leader epoch (partitionLeaderEpoch), offsets base + row, and a CRC32C. A
@@ -20,15 +21,23 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from ..constants import UNKNOWN
+from ..storage.errors import CorruptRecordError
 from ..storage.records import (
-    HEADER_FIELD,
+    HEADER_SIZE,
     RECORD_SCHEMA,
+    BatchHeader,
     Producer,
-    batches_to_table,
     encode_arrow,
     iter_batches,
 )
-from .records import ATTR_CONTROL, Header, KafkaRecordBatch, encode_batch
+from .columnar import (
+    KafkaBatchFields,
+    KafkaColumns,
+    columns_from_lists,
+    encode_columns,
+    encode_many,
+)
+from .records import ATTR_CONTROL, KafkaRecordBatch
 
 __all__ = [
     "LEADER_CHANGE_CONTROL_KEY",
@@ -39,7 +48,6 @@ __all__ = [
     "table_to_kafka",
 ]
 
-_HEADERS_TYPE = pa.list_(HEADER_FIELD)
 # Control record key: version INT16 0, type INT16 2 (LEADER_CHANGE in Kafka's ControlRecordType).
 LEADER_CHANGE_CONTROL_KEY = struct.pack(">hh", 0, 2)
 
@@ -54,26 +62,12 @@ class ProducedRecords(NamedTuple):
     is_transactional: bool
 
 
-def _headers_column(headers: list[list[Header]]) -> pa.Array:
-    if not any(headers):
-        return pa.nulls(len(headers), _HEADERS_TYPE)
-    return pa.array([hs or None for hs in headers], _HEADERS_TYPE)
-
-
-def from_kafka(batch: KafkaRecordBatch) -> ProducedRecords:
+def from_kafka(batch: KafkaRecordBatch | KafkaColumns) -> ProducedRecords:
     """A decoded Kafka batch -> Arrow columns (keys, values, timestamps, headers) and
     producer id/epoch/base sequence."""
-    records = pa.RecordBatch.from_arrays(
-        [
-            pa.array(batch.keys, pa.binary()),
-            pa.array(batch.values, pa.binary()),
-            pa.array(batch.timestamps, pa.int64()).cast(pa.timestamp("ms")),
-            _headers_column(batch.headers),
-        ],
-        schema=RECORD_SCHEMA,
-    )
+    columns = batch if isinstance(batch, KafkaColumns) else columns_from_lists(batch)
     return ProducedRecords(
-        records,
+        columns.records,
         batch.producer_id,
         batch.producer_epoch,
         batch.base_sequence,
@@ -81,7 +75,9 @@ def from_kafka(batch: KafkaRecordBatch) -> ProducedRecords:
     )
 
 
-def kafka_to_quorumlog(batch: KafkaRecordBatch, *, leader_epoch: int = UNKNOWN) -> bytes:
+def kafka_to_quorumlog(
+    batch: KafkaRecordBatch | KafkaColumns, *, leader_epoch: int = UNKNOWN
+) -> bytes:
     """A Kafka batch as one quorumlog batch (what the leader appends), with its producer
     fields, which the leader's producer state checks."""
     produced = from_kafka(batch)
@@ -89,12 +85,6 @@ def kafka_to_quorumlog(batch: KafkaRecordBatch, *, leader_epoch: int = UNKNOWN) 
     if produced.producer_id >= 0:
         producer = Producer(produced.producer_id, produced.producer_epoch, produced.base_sequence)
     return encode_arrow(produced.records, leader_epoch=leader_epoch, producer=producer)
-
-
-def _header_lists(column: pa.Array | pa.ChunkedArray) -> list[list[Header]] | None:
-    if column.null_count == len(column):
-        return None
-    return [[(h["key"], h["value"]) for h in hs] if hs else [] for hs in column.to_pylist()]
 
 
 def table_to_kafka(
@@ -106,43 +96,99 @@ def table_to_kafka(
     producer: Producer | None = None,
 ) -> bytes:
     """Rows with RECORD_SCHEMA columns as one Kafka RecordBatch v2 at ``base_offset``."""
-    timestamps = [
-        -1 if ts is None else ts for ts in table.column("timestamp").cast(pa.int64()).to_pylist()
-    ]
-    values = table.column("value").to_pylist()
-    keys = table.column("key").to_pylist()
+    keys = None
     if control:
-        keys = [LEADER_CHANGE_CONTROL_KEY] * len(values)
-    return encode_batch(
-        values,
-        keys,
-        timestamps,
-        _header_lists(table.column("headers")),
+        keys = pa.array([LEADER_CHANGE_CONTROL_KEY] * table.num_rows, pa.binary())
+    return encode_columns(
+        table,
         base_offset=base_offset,
         partition_leader_epoch=leader_epoch,
         producer_id=producer.producer_id if producer else -1,
         producer_epoch=producer.producer_epoch if producer else -1,
         base_sequence=producer.base_sequence if producer else -1,
         attributes=ATTR_CONTROL if control else 0,
+        keys=keys,
     )
+
+
+# The Arrow IPC schema message every stored batch's payload starts with: a payload that
+# starts otherwise is read (and its schema checked) the long way.
+_SCHEMA_MESSAGE = RECORD_SCHEMA.serialize().to_pybytes()
+_SCHEMA_BUFFER = pa.py_buffer(_SCHEMA_MESSAGE)
+
+
+def _stored_records(buf: pa.Buffer, header: BatchHeader) -> pa.RecordBatch | pa.Table:
+    """A stored batch's rows (zero-copy), checked for schema and row count as
+    ``storage.records.batches_to_table`` checks them, without its offset columns."""
+    payload = buf.slice(header.position + HEADER_SIZE, header.payload_length)
+    try:
+        batches = _read_stream(payload)
+        if batches is None:
+            reader = pa.ipc.open_stream(payload)
+            if not reader.schema.equals(RECORD_SCHEMA):
+                raise CorruptRecordError(
+                    f"batch at position {header.position} has schema {reader.schema}, "
+                    f"expected {RECORD_SCHEMA}"
+                )
+            batches = list(reader)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptRecordError(
+            f"batch at position {header.position} has an unreadable Arrow payload: {exc}"
+        ) from exc
+    rows = sum(b.num_rows for b in batches)
+    if rows != header.record_count:
+        raise CorruptRecordError(
+            f"batch at position {header.position} holds {rows} rows, header says "
+            f"{header.record_count}"
+        )
+    if len(batches) == 1:
+        return batches[0]
+    return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+
+
+_MESSAGE_PREFIX = struct.Struct("<Ii")  # IPC continuation marker, metadata length
+_CONTINUATION = 0xFFFFFFFF
+
+
+def _read_stream(payload: pa.Buffer) -> list[pa.RecordBatch] | None:
+    """The record batches of an Arrow IPC stream that starts with RECORD_SCHEMA's schema
+    message (as every stored batch does), message by message; None for any other
+    stream, which pyarrow's stream reader then reads and checks."""
+    start = len(_SCHEMA_MESSAGE)
+    if payload.size < start or payload.slice(0, start) != _SCHEMA_BUFFER:
+        return None
+    batches: list[pa.RecordBatch] = []
+    while True:
+        if payload.size - start < _MESSAGE_PREFIX.size:
+            return None
+        marker, length = _MESSAGE_PREFIX.unpack_from(payload, start)
+        if marker != _CONTINUATION:
+            return None
+        if length == 0:  # end of stream
+            return batches
+        message = pa.ipc.read_message(payload.slice(start))
+        batches.append(pa.ipc.read_record_batch(message, RECORD_SCHEMA))
+        start += _MESSAGE_PREFIX.size + length + (message.body.size if message.body else 0)
 
 
 def quorumlog_to_kafka(buf: bytes | bytearray | memoryview, *, verify_crc: bool = True) -> bytes:
     """quorumlog batches (as fetched or read from a segment) -> Kafka RecordBatch v2
     bytes for a Fetch response's ``records``, one Kafka batch per quorumlog batch."""
-    view = memoryview(buf)
-    out: list[bytes] = []
-    for header in iter_batches(view, verify_crc=verify_crc):
-        table = batches_to_table(
-            view[header.position : header.end], include_control=True, verify_crc=False
+    pbuf = pa.py_buffer(buf)
+    batches: list[tuple[pa.RecordBatch | pa.Table, KafkaBatchFields]] = []
+    for header in iter_batches(buf, verify_crc=verify_crc):
+        records = _stored_records(pbuf, header)
+        producer = header.producer
+        fields = KafkaBatchFields(
+            header.base_offset,
+            header.leader_epoch,
+            producer.producer_id if producer else -1,
+            producer.producer_epoch if producer else -1,
+            producer.base_sequence if producer else -1,
         )
-        out.append(
-            table_to_kafka(
-                table,
-                base_offset=header.base_offset,
-                leader_epoch=header.leader_epoch,
-                control=header.is_control,
-                producer=header.producer,
-            )
-        )
-    return b"".join(out)
+        if header.is_control:  # the leader-change record, under Kafka's control key
+            keys = pa.array([LEADER_CHANGE_CONTROL_KEY] * records.num_rows, pa.binary())
+            records = records.set_column(0, RECORD_SCHEMA.field("key"), keys)
+            fields = fields._replace(attributes=ATTR_CONTROL)
+        batches.append((records, fields))
+    return encode_many(batches)

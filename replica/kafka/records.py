@@ -23,8 +23,9 @@ A record: length VARINT, attributes INT8, timestamp_delta VARLONG, offset_delta 
 key (VARINT length, -1 = null), value (likewise), header count VARINT, then per header a
 key (VARINT length, UTF-8) and a value (VARINT length, -1 = null).
 
-Records are decoded into columns (lists per field), which is what the Arrow conversion
-wants. Compression: none, gzip (the standard library) and snappy (pyarrow's codec; raw
+Records are decoded into columns (lists per field). This is the reference codec: the
+listener decodes and encodes with ``columnar`` (vectorised, straight to and from Arrow
+columns), which falls back to this one and is tested against it. Compression: none, gzip (the standard library) and snappy (pyarrow's codec; raw
 as librdkafka writes it or xerial-framed as the Java client does). lz4 and zstd raise
 :class:`UnsupportedCompression` (a listener answers UNSUPPORTED_COMPRESSION_TYPE): Kafka's
 lz4/zstd frames need not state their decompressed size, which pyarrow's one-shot codecs
@@ -37,7 +38,10 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from crc32c import crc32c
 
@@ -48,17 +52,22 @@ __all__ = [
     "ATTR_CONTROL",
     "ATTR_TRANSACTIONAL",
     "BATCH_HEADER_SIZE",
+    "BatchFields",
     "COMPRESSION_GZIP",
     "COMPRESSION_NONE",
     "COMPRESSION_SNAPPY",
     "Header",
     "InvalidRecord",
     "KafkaRecordBatch",
+    "ProducedBatch",
     "UnsupportedCompression",
     "check_produced",
     "decode_batch",
+    "decode_records",
     "encode_batch",
     "iter_batches",
+    "iter_decoded",
+    "read_frame",
 ]
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -98,8 +107,10 @@ class UnsupportedCompression(KafkaDecodeError):
 
 
 @dataclass
-class KafkaRecordBatch:
-    """One decoded RecordBatch v2, records as columns."""
+class BatchFields:
+    """The header fields of a RecordBatch v2, shared by both decoded forms: records as
+    lists (:class:`KafkaRecordBatch`, this module) or as Arrow columns
+    (``columnar.KafkaColumns``)."""
 
     base_offset: int
     partition_leader_epoch: int
@@ -110,12 +121,6 @@ class KafkaRecordBatch:
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    offset_deltas: list[int] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)  # absolute, ms
-    keys: list[bytes | None] = field(default_factory=list)
-    values: list[bytes | None] = field(default_factory=list)
-    headers: list[list[Header]] = field(default_factory=list)
-    size: int = 0  # bytes on the wire
 
     @property
     def compression(self) -> int:
@@ -130,16 +135,28 @@ class KafkaRecordBatch:
         return bool(self.attributes & ATTR_CONTROL)
 
     @property
-    def record_count(self) -> int:
-        return len(self.values)
-
-    @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
 
     @property
     def next_offset(self) -> int:
         return self.base_offset + self.last_offset_delta + 1
+
+
+@dataclass
+class KafkaRecordBatch(BatchFields):
+    """One decoded RecordBatch v2, records as columns (lists)."""
+
+    offset_deltas: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)  # absolute, ms
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    headers: list[list[Header]] = field(default_factory=list)
+    size: int = 0  # bytes on the wire
+
+    @property
+    def record_count(self) -> int:
+        return len(self.values)
 
 
 def _uvarint_slow(buf: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
@@ -217,6 +234,16 @@ def _snappy_decompress(data: bytes) -> bytes:
 
 def decode_batch(buf: Buffer, position: int = 0, *, verify_crc: bool = True) -> KafkaRecordBatch:
     """Decode the RecordBatch v2 at ``position``. Any malformation -> KafkaDecodeError."""
+    batch, data, count = read_frame(buf, position, verify_crc=verify_crc)
+    decode_records(data, count, batch, position)
+    return batch
+
+
+def read_frame(
+    buf: Buffer, position: int = 0, *, verify_crc: bool = True
+) -> tuple[KafkaRecordBatch, bytes, int]:
+    """The batch at ``position`` checked (magic, length, CRC32C, counts) and its records
+    decompressed: the batch's fields (no records yet), the records' bytes, and their count."""
     available = len(buf) - position
     if available < BATCH_HEADER_SIZE:
         raise KafkaDecodeError(
@@ -264,11 +291,16 @@ def decode_batch(buf: Buffer, position: int = 0, *, verify_crc: bool = True) -> 
     data = _decompress(attributes & _COMPRESSION_MASK, bytes(view[BATCH_HEADER_SIZE:]))
     if count > len(data):
         raise KafkaDecodeError(f"record batch at {position}: {count} records in {len(data)} bytes")
+    return batch, data, count
+
+
+def decode_records(data: bytes, count: int, batch: KafkaRecordBatch, position: int = 0) -> None:
+    """The reference record decoder: ``count`` records of ``data`` appended to ``batch``'s
+    lists (timestamps absolute from its base timestamp)."""
     try:
-        _decode_records(data, count, base_timestamp, batch)
+        _decode_records(data, count, batch.base_timestamp, batch)
     except IndexError as exc:
         raise KafkaDecodeError(f"truncated record in the batch at {position}") from exc
-    return batch
 
 
 def _decode_records(data: bytes, count: int, base_ts: int, batch: KafkaRecordBatch) -> None:
@@ -367,14 +399,34 @@ def _decode_headers(
     return pos
 
 
-def check_produced(batch: KafkaRecordBatch) -> None:
+class ProducedBatch(Protocol):
+    """What :func:`check_produced` reads of a decoded batch (either form)."""
+
+    last_offset_delta: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+    @property
+    def record_count(self) -> int: ...
+
+    @property
+    def is_control(self) -> bool: ...
+
+    @property
+    def offset_deltas(self) -> Sequence[int] | npt.NDArray[np.int64]: ...
+
+
+def check_produced(batch: ProducedBatch) -> None:
     """What a broker checks of a producer's batch beyond its framing and CRC (Kafka's
     LogValidator for magic 2): offset deltas 0..n-1 matching lastOffsetDelta, no control
     batch, and producer fields that are either all unset or all set."""
     count = batch.record_count
     if count == 0:
         raise InvalidRecord("a produced batch holds no records")
-    if batch.last_offset_delta != count - 1 or batch.offset_deltas != list(range(count)):
+    if batch.last_offset_delta != count - 1 or not np.array_equal(
+        batch.offset_deltas, np.arange(count)
+    ):
         raise InvalidRecord(
             f"offset deltas of the {count} records are not 0..{count - 1} "
             f"(lastOffsetDelta {batch.last_offset_delta})"
@@ -393,6 +445,27 @@ def iter_batches(
 ) -> Iterator[KafkaRecordBatch]:
     """Every batch in a ``records`` field. A fetch response may end in a partial batch
     (``allow_partial_tail`` skips it); in a produce request that is an error."""
+    return iter_decoded(
+        decode_batch, buf, verify_crc=verify_crc, allow_partial_tail=allow_partial_tail
+    )
+
+
+class _SizedBatch(Protocol):
+    size: int  # bytes on the wire
+
+
+_Decoded = TypeVar("_Decoded", bound=_SizedBatch)
+
+
+def iter_decoded(
+    decode: Callable[..., _Decoded],
+    buf: Buffer,
+    *,
+    verify_crc: bool = True,
+    allow_partial_tail: bool = False,
+) -> Iterator[_Decoded]:
+    """:func:`iter_batches` with another decoder (``decode(buf, position, verify_crc=)``,
+    returning a batch with a ``size``)."""
     position = 0
     total = len(buf)
     while position < total:
@@ -402,7 +475,7 @@ def iter_batches(
             (length,) = struct.unpack_from(">i", buf, position + 8)
             if length + _LENGTH_OVERHEAD > total - position:
                 return
-        batch = decode_batch(buf, position, verify_crc=verify_crc)
+        batch = decode(buf, position, verify_crc=verify_crc)
         yield batch
         position += batch.size
 

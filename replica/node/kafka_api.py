@@ -46,9 +46,10 @@ from ..kafka.codec import (
     decode_request_header,
     encode_response,
 )
+from ..kafka.columnar import iter_batches
 from ..kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka
 from ..kafka.errors import KafkaError
-from ..kafka.records import check_produced, iter_batches
+from ..kafka.records import check_produced
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
 from ..kafka.wire import FrameDecoder, KafkaDecodeError, frame

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from quorumlog.replica.kafka import columnar
 from quorumlog.replica.kafka import messages as m
 from quorumlog.replica.kafka.codec import (
     decode_request,
@@ -57,7 +58,11 @@ def test_random_bytes_as_requests_frames_and_batches(data: bytes) -> None:
     _only_decode_errors(decode_request, data)
     _only_decode_errors(lambda d: FrameDecoder(max_frame=1 << 16).feed(d), data)
     _only_decode_errors(lambda d: list(iter_batches(d, verify_crc=False)), data)
+    _only_decode_errors(lambda d: list(columnar.iter_batches(d, verify_crc=False)), data)
     _only_decode_errors(lambda d: decode_batch(b"\x00" * 16 + b"\x02" + d, verify_crc=False), data)
+    _only_decode_errors(
+        lambda d: columnar.decode_columns(b"\x00" * 16 + b"\x02" + d, verify_crc=False), data
+    )
 
 
 @settings(max_examples=100, deadline=None)
@@ -90,6 +95,7 @@ def test_mutated_record_batches() -> None:
             # Skip the CRC so mutations reach the record parser.
             _only_decode_errors(lambda d: list(iter_batches(d, verify_crc=False)), mutated)
             _only_decode_errors(lambda d: list(iter_batches(d)), mutated)
+            _only_decode_errors(lambda d: list(columnar.iter_batches(d, verify_crc=False)), mutated)
 
 
 def test_metadata_request_with_a_huge_array_count_is_refused_without_allocating() -> None:
