@@ -405,20 +405,15 @@ def _binary_runs(count: int, runs: list[tuple[int, int, bytes]]) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), count, [validity, offsets, data])
 
 
-# Arrow arrays and buffers are immutable: the all-null columns and the offsets of
-# equal-sized values (what most batches have) are made once per size and shared.
+# The offsets of equal-sized values (what most batches have) are made once per size and
+# shared: Arrow buffers are immutable, and a slice of one is a buffer of its own size.
+# (Arrays are not shared: a slice of a longer array would be written whole to storage.)
 _CACHED_ROWS = 1 << 14  # 64 KiB of offsets per cached size
-_NULLS: dict[pa.DataType, pa.Array] = {}
 _UNIFORM: dict[int, pa.Buffer] = {}
 
 
 def _nulls(count: int, type_: pa.DataType) -> pa.Array:
-    if count > _CACHED_ROWS:
-        return pa.nulls(count, type_)
-    nulls = _NULLS.get(type_)
-    if nulls is None:
-        nulls = _NULLS[type_] = pa.nulls(_CACHED_ROWS, type_)
-    return nulls.slice(0, count)
+    return pa.nulls(count, type_)
 
 
 def _uniform_offsets(count: int, size: int) -> pa.Buffer:

@@ -25,8 +25,10 @@ key (VARINT length, UTF-8) and a value (VARINT length, -1 = null).
 
 Records are decoded into columns (lists per field). This is the reference codec: the
 listener decodes and encodes with ``columnar`` (vectorised, straight to and from Arrow
-columns), which falls back to this one and is tested against it. Compression: none, gzip (the standard library) and snappy (pyarrow's codec; raw
-as librdkafka writes it or xerial-framed as the Java client does). lz4 and zstd raise
+columns), which falls back to this one and is tested against it.
+
+Compression: none, gzip (the standard library) and snappy (pyarrow's codec; raw as
+librdkafka writes it or xerial-framed as the Java client does). lz4 and zstd raise
 :class:`UnsupportedCompression` (a listener answers UNSUPPORTED_COMPRESSION_TYPE): Kafka's
 lz4/zstd frames need not state their decompressed size, which pyarrow's one-shot codecs
 require.

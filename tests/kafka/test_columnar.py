@@ -23,7 +23,7 @@ from quorumlog.replica.kafka.columnar import (
     encode_columns,
     encode_many,
 )
-from quorumlog.replica.kafka.convert import quorumlog_to_kafka, table_to_kafka
+from quorumlog.replica.kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka, table_to_kafka
 from quorumlog.replica.kafka.records import (
     ATTR_CONTROL,
     BATCH_HEADER_SIZE,
@@ -151,6 +151,19 @@ def test_decode_gives_the_reference_columns(
     cols: dict[str, list[Any]], fields: dict[str, int]
 ) -> None:
     _assert_same_outcome(_encode(cols, **fields))
+
+
+@settings(max_examples=150, deadline=None)
+@given(RECORDS, BATCH_FIELDS.filter(lambda f: f["producer_id"] == -1 or min(f.values()) >= 0))
+def test_produced_batches_are_stored_byte_for_byte_as_before(
+    cols: dict[str, list[Any]], fields: dict[str, int]
+) -> None:
+    """The listener stores what it stored with the reference codec: same Arrow payload
+    (no array of the decoder's larger than its batch, say), same size."""
+    fields = {**fields, "attributes": 0}
+    data = _encode(cols, **fields)
+    want = kafka_to_quorumlog(decode_batch(data), leader_epoch=4)
+    assert kafka_to_quorumlog(decode_columns(data), leader_epoch=4) == want
 
 
 @settings(max_examples=40, deadline=None)
