@@ -86,9 +86,13 @@ def _produce(bootstrap: str, topic: str, partitions: int) -> dict[tuple[int, int
 
 
 def _consume(bootstrap: str, topic: str, partitions: int, n: int) -> list[Any]:
-    consumer = confluent_kafka.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
-    )
+    return consume_assigned({"bootstrap.servers": bootstrap}, topic, partitions, n)
+
+
+def consume_assigned(conf: dict[str, Any], topic: str, partitions: int, n: int) -> list[Any]:
+    """Up to ``n`` records of every partition from offset 0 (assign(), no group), with the
+    client configuration ``conf``; within 60 s."""
+    consumer = confluent_kafka.Consumer({**conf, "group.id": "unused", "enable.auto.commit": False})
     try:
         consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
         got: list[Any] = []

@@ -25,6 +25,8 @@ from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.node.transport import AUTH_TIMEOUT_S
 from quorumlog.replica.protocol import scram
 
+from .test_listener import consume_assigned
+
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 PRINCIPALS = {
@@ -81,23 +83,6 @@ def _produce(conf: dict[str, Any], topic: str, n: int) -> tuple[list[Any], list[
     return delivered, errors
 
 
-def _consume(conf: dict[str, Any], topic: str, partitions: int, n: int) -> list[Any]:
-    consumer = confluent_kafka.Consumer({**conf, "group.id": "unused", "enable.auto.commit": False})
-    try:
-        consumer.assign([confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: list[Any] = []
-        deadline = time.monotonic() + 60
-        while len(got) < n and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            got.append(msg)
-        return got
-    finally:
-        consumer.close()
-
-
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_kafka_clients_produce_and_consume_over_sasl_ssl(
     scluster: LocalCluster, mechanism: str
@@ -107,7 +92,7 @@ def test_kafka_clients_produce_and_consume_over_sasl_ssl(
     delivered, errors = _produce(_kafka_config(scluster, "ingest", mechanism), topic, RECORDS)
     assert not errors and len(delivered) == RECORDS
     sent = {(m.partition(), m.offset()): (m.key(), m.value()) for m in delivered}
-    got = _consume(_kafka_config(scluster, "reader", mechanism), topic, 2, RECORDS)
+    got = consume_assigned(_kafka_config(scluster, "reader", mechanism), topic, 2, RECORDS)
     assert {(m.partition(), m.offset()): (m.key(), m.value()) for m in got} == sent
 
 
