@@ -74,6 +74,16 @@ SEGMENT_MS: int | None = None
 # 1 TiB in about 3 days for well under 1% of a core (crc32 runs at GB/s).
 SCRUB_BYTES_PER_SECOND = 4 << 20
 
+# ---- open files and group commit across partitions (many partitions per node) ------------
+# The node-wide cache of segment file descriptors: at most this many stay open (least
+# recently used idle ones are closed first), and never more than a quarter of the soft
+# RLIMIT_NOFILE, so 10,000 idle partitions cost no descriptor each (ulimit -n may be 1024).
+MAX_OPEN_SEGMENT_FILES = 512
+# One flush job makes every dirty log durable with a single syncfs(2) of the data
+# filesystem once at least this many logs are dirty (fewer: one fdatasync per file, which
+# is cheaper for a handful); 0 never uses syncfs. See ``quorumlog perf storage --flush``.
+SYNCFS_MIN_DIRTY_LOGS = 3
+
 # ---- sizes on the wire --------------------------------------------------------------------
 # [socket.request.max.bytes] the largest frame a node or client accepts.
 MAX_FRAME_BYTES = 64 << 20

@@ -23,12 +23,12 @@ from ..protocol import DecodeError, Frame, decode_body, encode, max_batch_bytes
 from ..protocol import messages as m
 from ..raft import Message, QuorumConfig
 from ..storage import LogConfig
-from ..storage.errors import StorageError
 from .api import Api
 from .config import NodeConfig
 from .controller import METADATA_KEY, MetadataController
 from .datadir import DataDir
 from .directories import DirectoryIds
+from .flusher import Flusher
 from .kafka_api import KafkaHandlers, KafkaServer
 from .maintenance import Maintenance
 from .partitions import PartitionManager
@@ -97,6 +97,7 @@ class Node:
             ),
             self.rng,
         )
+        self.flusher = Flusher(self.driver, self.execute, now_ms)
         self.datadir = DataDir(config.data_dir, config.cluster_id, config.node_id)
         self.partitions = PartitionManager(
             config.node_id, self.datadir, log_config, self.driver, self.execute, now_ms
@@ -179,24 +180,13 @@ class Node:
             self._answers.pop(token, None)
 
     def _start_flush(self, key: PartitionKey) -> None:
+        """Join the node's next flush job (one job, one worker thread and, with several
+        dirty logs, one syncfs for every partition written meanwhile)."""
         p = self.driver.get(key)
         f = self.partitions.files.get(key)
         if p is None or f is None:
             return
-        task = asyncio.create_task(self._flush(key, p, f.log))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _flush(self, key: PartitionKey, p: Any, lg: Any) -> None:
-        try:
-            await asyncio.get_running_loop().run_in_executor(None, lg.flush)
-        except StorageError:
-            if self.driver.get(key) is p:
-                # No acknowledgement without durability: the replica stops advancing.
-                log.critical("%s/%d: log flush failed", *key, exc_info=True)
-            return
-        if self.driver.get(key) is p:
-            self.execute(self.driver.flushed(key, now_ms()))
+        self.flusher.request(key, p, f.log)
 
     def _send(self, key: PartitionKey, msg: Message) -> None:
         link = self.peers.get(msg.dst)

@@ -9,7 +9,9 @@ here, and the raft core treats batches as opaque bytes."""
 from . import errors, records, types
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from .errors import *  # noqa: F403 (every storage error)
-from .log import CLEAN_SHUTDOWN_FILE, Log, LogConfig
+from .fdcache import FdCache, shared_cache
+from .groupflush import GroupFlush, flush_logs, syncfs_available
+from .log import CLEAN_SHUTDOWN_FILE, Log, LogConfig, PendingFlush
 from .quorum_state import QUORUM_STATE_FILE, QuorumState, QuorumStateStore
 from .records import *  # noqa: F403 (the record-batch format, re-exported whole)
 from .types import *  # noqa: F403 (the value types the raft core shares)
@@ -21,9 +23,15 @@ __all__ = [
     "CHECKPOINT_FILE",
     "CLEAN_SHUTDOWN_FILE",
     "QUORUM_STATE_FILE",
+    "FdCache",
+    "GroupFlush",
     "LeaderEpochCache",
     "Log",
     "LogConfig",
+    "PendingFlush",
     "QuorumState",
     "QuorumStateStore",
+    "flush_logs",
+    "shared_cache",
+    "syncfs_available",
 ]

@@ -1,17 +1,22 @@
 """``Log``: one partition replica's directory of segments, its epoch cache, recovery,
 retention and group-commit flush.
 
-Thread-safety: every method except ``flush`` (and the read-only ``durable_end_offset``)
-must be called from one owner thread (the node's event loop). ``flush`` may run in any
-other thread at the same time as appends and reads; concurrent ``flush`` calls are
-serialised, and each one fsyncs everything appended before it started (group commit).
-``truncate_to``, ``apply_retention`` and ``close`` wait for a running ``flush`` to finish
-(they are rare, and it keeps file descriptors and the epoch checkpoint consistent).
+Thread-safety: every method except ``flush`` and its halves (``begin_flush`` and the
+``PendingFlush`` it returns; and the read-only ``durable_end_offset``) must be called
+from one owner thread (the node's event loop). ``flush`` may run in any other thread at
+the same time as appends and reads; concurrent ``flush`` calls are serialised, and each
+one fsyncs everything appended before it started (group commit). ``truncate_to``,
+``apply_retention`` and ``close`` wait for a running ``flush`` to finish (they are rare,
+and it keeps the segment list and the epoch checkpoint consistent).
+
+Segment files are opened through a node-wide ``FdCache`` (``storage.fdcache``): an idle
+log holds no file descriptor.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import os
 import threading
@@ -31,6 +36,7 @@ from .errors import (
     StorageError,
     UnsupportedFormatError,
 )
+from .fdcache import FdCache, shared_cache
 from .fileutil import atomic_write, fsync_dir
 from .producers import ProducerBatch, ProducerStateTable, last_sequence
 from .records import (
@@ -49,7 +55,14 @@ from .records import (
 from .segment import Segment
 from .types import CATCH_UP_UNKNOWN, AppendInfo, EpochEndOffset
 
-__all__ = ["CATCH_UP_FILE", "CLEAN_SHUTDOWN_FILE", "RECOVERY_POINT_FILE", "Log", "LogConfig"]
+__all__ = [
+    "CATCH_UP_FILE",
+    "CLEAN_SHUTDOWN_FILE",
+    "RECOVERY_POINT_FILE",
+    "Log",
+    "LogConfig",
+    "PendingFlush",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +78,7 @@ CATCH_UP_FILE = "catch-up-offset"
 _OFFSET_FILE_VERSION = 0
 _IOV_MAX = 512
 _MAX_RELATIVE = (1 << 31) - 1
+_FLUSH_ORDER = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -103,6 +117,69 @@ class _Planned:
     buffers: list[bytes | memoryview]
 
 
+class PendingFlush:
+    """One log's flush between its two halves (``Log.begin_flush``): make the captured
+    data durable, either with ``sync_files`` (fdatasync per written segment, fsync of
+    the directory) or with one syncfs(2) of the log's filesystem that started after
+    ``begin_flush`` followed by ``synced_by_filesystem``; then ``complete`` (writes the
+    epoch checkpoint and sealed indexes, marks the durable end, returns it). ``abandon``
+    instead if the sync failed. The log's flush lock is held until one of them."""
+
+    def __init__(
+        self,
+        log: Log,
+        target: int,
+        work: list[tuple[Segment, int, int]],
+        dir_dirty: bool,
+        sealed: list[Segment],
+    ) -> None:
+        self.log = log
+        self.target = target
+        self.work = work  # (segment, size to make durable, its write generation)
+        self.dir_dirty = dir_dirty
+        self.sealed = sealed
+        self._finished = False
+
+    @property
+    def needs_sync(self) -> bool:
+        """Whether any file of the log has writes or new entries to make durable."""
+        return bool(self.work) or self.dir_dirty
+
+    @property
+    def device(self) -> int:
+        """The filesystem holding the log (st_dev), for grouping logs under one syncfs."""
+        return self.log.device
+
+    def sync_files(self) -> None:
+        """Make the captured data durable file by file. Raises StorageError."""
+        try:
+            for seg, _size, _gen in self.work:
+                seg.sync()
+            if self.dir_dirty:
+                fsync_dir(self.log.directory)
+        except OSError as exc:
+            raise StorageError(f"{self.log.directory}: flush failed: {exc}") from exc
+
+    def synced_by_filesystem(self) -> None:
+        """A syncfs(2) of ``device`` that started after ``begin_flush`` succeeded.
+        Raises StorageError if the cache failed to sync one of the files when it
+        closed it (that failure is not reported to a later syncfs)."""
+        for seg, _size, gen in self.work:
+            seg.finish_sync(gen)
+
+    def complete(self) -> int:
+        if self._finished:
+            raise RuntimeError("this flush is already finished")
+        self._finished = True
+        return self.log._complete_flush(self)
+
+    def abandon(self) -> None:
+        """Give up (the sync failed): nothing is marked durable. No-op once finished."""
+        if not self._finished:
+            self._finished = True
+            self.log._abandon_flush(self)
+
+
 class Log:
     """One partition replica on disk; satisfies ``replica.raft.log.ReplicaLog``.
 
@@ -112,10 +189,19 @@ class Log:
     """
 
     def __init__(
-        self, directory: str, config: LogConfig | None = None, *, repair: bool = False
+        self,
+        directory: str,
+        config: LogConfig | None = None,
+        *,
+        repair: bool = False,
+        files: FdCache | None = None,
     ) -> None:
         self.directory = directory
         self.config = config or LogConfig()
+        # Segment descriptors come from the node-wide cache: no descriptor per idle log.
+        self._files = files if files is not None else shared_cache()
+        # Locks of many logs are taken in this order by a group flush.
+        self.flush_order = next(_FLUSH_ORDER)
         self._repair = repair
         self._lock = threading.Lock()  # guards state shared with the flush thread
         self._flush_lock = threading.Lock()  # held by flush, truncate, retention, close
@@ -128,6 +214,7 @@ class Log:
         # up to date by appends, dropped by truncation.
         self._producers: ProducerStateTable | None = None
         os.makedirs(directory, exist_ok=True)
+        self.device = os.stat(directory).st_dev
         self._recovery_point_path = os.path.join(directory, RECOVERY_POINT_FILE)
         self._catch_up_path = os.path.join(directory, CATCH_UP_FILE)
         self._recovery_point = _read_offset_file(self._recovery_point_path, 0)
@@ -363,11 +450,12 @@ class Log:
         seg = self._segments[-1]
         buffers = [buf for item in group for buf in item.buffers]
         start = seg.size
-        try:
-            _writev_all(seg.fd, buffers)
-        except BaseException:
-            os.ftruncate(seg.fd, start)
-            raise
+        with seg.pin(write=True) as fd:
+            try:
+                _writev_all(fd, buffers)
+            except BaseException:
+                os.ftruncate(fd, start)
+                raise
         interval = self.config.index_interval_bytes
         position = start
         for item in group:
@@ -387,7 +475,7 @@ class Log:
             position += item.header.size
 
     def _roll(self, base_offset: int) -> None:
-        seg = Segment(self.directory, base_offset, create=True)
+        seg = Segment(self.directory, base_offset, create=True, files=self._files)
         with self._lock:
             self._segments.append(seg)
             self._bases.append(base_offset)
@@ -423,7 +511,7 @@ class Log:
                 limit = first.end  # the damage lies past the first batch: checked below
         target = min(limit, first.position + max(max_bytes, 0))
         end = first.end if target <= first.end else seg.boundary_before(first.position, target)
-        data = os.pread(seg.fd, end - first.position, first.position)
+        data = seg.pread(end - first.position, first.position)
         # Never serve damaged bytes: CRC-check every batch (header and payload). A
         # damaged batch ends the result; if it is the first, raise CorruptDataError.
         valid, reason = _valid_prefix(data)
@@ -478,8 +566,7 @@ class Log:
         for later in self._segments[index + 1 :]:
             self._delete_segment(later)
         _unlink(seg.index_path)
-        os.ftruncate(seg.fd, batch.position)
-        os.fsync(seg.fd)
+        seg.truncate_file(batch.position)
         with self._lock:
             del self._segments[index + 1 :]
             del self._bases[index + 1 :]
@@ -536,7 +623,7 @@ class Log:
     def _truncate_fully(self, offset: int) -> None:
         for seg in self._segments:
             self._delete_segment(seg)
-        seg = Segment(self.directory, offset, create=True)
+        seg = Segment(self.directory, offset, create=True, files=self._files)
         with self._lock:
             self._segments = [seg]
             self._bases = [offset]
@@ -607,36 +694,71 @@ class Log:
         """Group commit: fsync everything appended before this call (segment data, new
         directory entries, the epoch checkpoint, indexes of sealed segments) and return
         the new durable end offset. Safe to call from a worker thread while the owner
-        thread appends."""
-        with self._flush_lock:
+        thread appends. Raises StorageError if the data could not be made durable.
+
+        Built on two halves, which a node-wide flush job uses to cover many logs with
+        one sync of their filesystem (``storage.groupflush``): ``begin_flush`` captures
+        what is to be made durable, the sync runs, ``PendingFlush.complete`` marks it."""
+        pending = self.begin_flush()
+        try:
+            pending.sync_files()
+        except BaseException:
+            pending.abandon()
+            raise
+        return pending.complete()
+
+    def begin_flush(self) -> PendingFlush:
+        """First half of ``flush``: capture the end offset to make durable and the files
+        to sync for it. Holds this log's flush lock (truncation, retention and close
+        wait) until ``complete`` or ``abandon`` of the result, which the same thread
+        must call. Raises StorageError if the log is closed."""
+        self._flush_lock.acquire()
+        try:
             with self._lock:
                 self._check_open()
                 target = self._end_offset
-                work = [(seg, seg.size) for seg in self._segments if seg.synced_size < seg.size]
+                work = [
+                    (seg, seg.size, seg.sync_generation())
+                    for seg in self._segments
+                    if seg.synced_size < seg.size
+                ]
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
                 sealed = [seg for seg in self._segments[:-1] if not seg.index_durable]
-            for seg, _size in work:
-                os.fdatasync(seg.fd)
-            if dir_dirty:
-                fsync_dir(self.directory)
+        except BaseException:
+            self._flush_lock.release()
+            raise
+        return PendingFlush(self, target, work, dir_dirty, sealed)
+
+    def _complete_flush(self, pending: PendingFlush) -> int:
+        try:
             if self._cache.dirty:
                 self._cache.flush()
-            for seg in sealed:
+            for seg in pending.sealed:
                 atomic_write(seg.index_path, seg.index_bytes())
-            if sealed and target > self._recovery_point:
+            if pending.sealed and pending.target > self._recovery_point:
                 # A roll: everything below target is durable and was checked when it
                 # was appended (the active segment's tail is rescanned after a crash).
-                self._set_recovery_point(target)
+                self._set_recovery_point(pending.target)
             with self._lock:
-                for seg, size in work:
+                for seg, size, _gen in pending.work:
                     seg.synced_size = max(seg.synced_size, size)
-                for seg in sealed:
+                for seg in pending.sealed:
                     seg.index_durable = True
-                self._durable_end_offset = max(self._durable_end_offset, target)
+                self._durable_end_offset = max(self._durable_end_offset, pending.target)
                 durable = self._durable_end_offset
             if 0 <= self._catch_up_offset <= durable:
                 self._clear_catch_up()
             return durable
+        except OSError as exc:
+            raise StorageError(f"{self.directory}: flush failed: {exc}") from exc
+        finally:
+            self._flush_lock.release()
+
+    def _abandon_flush(self, pending: PendingFlush) -> None:
+        if pending.dir_dirty:
+            with self._lock:
+                self._dir_dirty = True  # the next flush syncs the directory again
+        self._flush_lock.release()
 
     def _set_recovery_point(self, offset: int) -> None:
         if offset != self._recovery_point or not os.path.exists(self._recovery_point_path):
@@ -683,7 +805,7 @@ class Log:
                 seg = self._segments[index]
                 position, expected = 0, seg.base_offset
                 continue
-            data = os.pread(seg.fd, min(max(budget, HEADER_SIZE), seg.size - position), position)
+            data = seg.pread(min(max(budget, HEADER_SIZE), seg.size - position), position)
             budget -= len(data)
             self.scrubbed_bytes += len(data)
             valid, reason = _valid_prefix(data, expected)
@@ -691,7 +813,7 @@ class Log:
                 # The first batch is larger than the budget: read it whole.
                 try:
                     header = parse_header(data, 0)
-                    data = os.pread(seg.fd, min(header.size, seg.size - position), position)
+                    data = seg.pread(min(header.size, seg.size - position), position)
                     valid, reason = _valid_prefix(data, expected)
                 except CorruptRecordError as exc:
                     reason = str(exc)
@@ -719,12 +841,12 @@ class Log:
         first damaged batch (an index entry is trusted: it was written with a CRC)."""
         position, expected = seg.index_floor(offset)
         while position < seg.size:
-            data = os.pread(seg.fd, min(8 * 1024 * 1024, seg.size - position), position)
+            data = seg.pread(min(8 * 1024 * 1024, seg.size - position), position)
             valid, why = _valid_prefix(data, expected)
             if not valid:
                 try:
                     header = parse_header(data, 0)
-                    data = os.pread(seg.fd, header.size, position)
+                    data = seg.pread(header.size, position)
                     valid, why = _valid_prefix(data, expected)
                 except CorruptRecordError as exc:
                     why = str(exc)
@@ -796,7 +918,7 @@ class Log:
             if name.endswith(".log") and len(name) == 24 and name[:20].isdigit()
         )
         if not bases:
-            self._segments = [Segment(directory, 0, create=True)]
+            self._segments = [Segment(directory, 0, create=True, files=self._files)]
             self._bases = [0]
             fsync_dir(directory)
             if self._cache.entries:
@@ -808,7 +930,7 @@ class Log:
             self._rebuild_cache = True
         if not clean:
             log.warning("%s: unclean shutdown, recovering the log tail", directory)
-        segments = [Segment(directory, base, create=False) for base in bases]
+        segments = [Segment(directory, base, create=False, files=self._files) for base in bases]
         _refuse_old_format(segments)
         scanning = False
         cut_at: int | None = None
@@ -878,18 +1000,18 @@ class Log:
         """Validate ``seg`` batch by batch, rebuild its index and the epoch cache tail.
         Returns True if the segment was cut short (its tail was torn)."""
         seg.reset_index()
-        file_size = os.fstat(seg.fd).st_size
+        file_size = seg.file_size()
         interval = self.config.index_interval_bytes
         position = 0
         expected = seg.base_offset
         chunk = 8 * 1024 * 1024
         while position < file_size:
             reason = ""
-            raw = os.pread(seg.fd, min(chunk, file_size - position), position)
+            raw = seg.pread(min(chunk, file_size - position), position)
             try:
                 header = parse_header(raw, 0)
                 if header.size > len(raw):
-                    raw = os.pread(seg.fd, header.size, position)
+                    raw = seg.pread(header.size, position)
                 validate_payload(raw, header)
                 if header.base_offset != expected:
                     reason = f"base offset {header.base_offset} does not continue the log"
@@ -942,10 +1064,8 @@ class Log:
         follower = _find_valid_batch(seg, position + 8, file_size)
         if follower is None:
             for other in later:
-                if (
-                    os.fstat(other.fd).st_size
-                    and _find_valid_batch(other, 0, os.fstat(other.fd).st_size) is not None
-                ):
+                other_size = other.file_size()
+                if other_size and _find_valid_batch(other, 0, other_size) is not None:
                     follower = 0
                     break
         if follower is not None and not self._repair:
@@ -955,7 +1075,7 @@ class Log:
             # log reached, durably, before cutting it (see catch_up_offset).
             lost_end = max(
                 [_max_valid_end(seg, position + 8, file_size)]
-                + [_max_valid_end(other, 0, os.fstat(other.fd).st_size) for other in later]
+                + [_max_valid_end(other, 0, other.file_size()) for other in later]
             )
             if lost_end > max(self._catch_up_offset, expected):
                 _write_offset_file(self._catch_up_path, lost_end)
@@ -972,8 +1092,7 @@ class Log:
         log.warning(
             "%s: truncating at position %d (offset %d): %s", seg.path, position, expected, reason
         )
-        os.ftruncate(seg.fd, position)
-        os.fsync(seg.fd)
+        seg.truncate_file(position)
 
 
 def _valid_prefix(data: bytes, expected: int | None = None) -> tuple[int, str]:
@@ -1019,7 +1138,7 @@ def _max_valid_end(seg: Segment, start: int, file_size: int) -> int:
     start += (-start) % 8
     if start >= file_size:
         return -1
-    data = os.pread(seg.fd, file_size - start, start)
+    data = seg.pread(file_size - start, start)
     best = -1
     found = data.find(MAGIC)
     while found >= 0:
@@ -1061,7 +1180,7 @@ def _find_valid_batch(seg: Segment, start: int, file_size: int) -> int | None:
     start += (-start) % 8
     if start >= file_size:
         return None
-    data = os.pread(seg.fd, file_size - start, start)
+    data = seg.pread(file_size - start, start)
     found = data.find(MAGIC)
     while found >= 0:
         if found % 8 == 0:
@@ -1078,7 +1197,7 @@ def _find_valid_batch(seg: Segment, start: int, file_size: int) -> int | None:
 def _refuse_old_format(segments: list[Segment]) -> None:
     """A log written in batch format 1 is not damage: refuse it whole, truncate nothing."""
     for seg in segments:
-        if seg.size and os.pread(seg.fd, len(MAGIC_V1), 0) == MAGIC_V1:
+        if seg.size and seg.pread(len(MAGIC_V1), 0) == MAGIC_V1:
             for other in segments:
                 other.close()
             raise UnsupportedFormatError(

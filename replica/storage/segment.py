@@ -17,8 +17,10 @@ import struct
 import time
 import zlib
 from array import array
+from contextlib import AbstractContextManager
 
 from .errors import CorruptRecordError
+from .fdcache import FdCache
 from .records import HEADER_SIZE, BatchHeader, parse_header
 
 __all__ = ["Segment", "index_path", "log_path"]
@@ -39,14 +41,19 @@ def index_path(directory: str, base_offset: int) -> str:
 
 
 class Segment:
-    """Mutable state of one segment. Not thread-safe by itself; the Log serialises use."""
+    """Mutable state of one segment. Not thread-safe by itself; the Log serialises use.
 
-    def __init__(self, directory: str, base_offset: int, *, create: bool) -> None:
+    The file's descriptor lives in the node-wide ``FdCache``: it is used only inside
+    ``pin`` (or the helpers below, which pin), opened on demand and closed when idle
+    and the cache is full. The file is opened with O_APPEND, so writes through a
+    reopened descriptor still land at the end."""
+
+    def __init__(self, directory: str, base_offset: int, *, create: bool, files: FdCache) -> None:
         self.base_offset = base_offset
         self.path = log_path(directory, base_offset)
         self.index_path = index_path(directory, base_offset)
-        flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd = os.open(self.path, flags, 0o644)
+        self._files = files
+        self._file = files.create(self.path) if create else files.handle(self.path)
         self.size = 0
         self.synced_size = 0
         self.end_offset = base_offset
@@ -58,6 +65,40 @@ class Segment:
         self._offsets = array("q")  # absolute base offsets of indexed batches
         self._positions = array("q")
         self._max_ts = array("q")
+
+    # -- the file ------------------------------------------------------------------------
+
+    def pin(self, *, write: bool = False) -> AbstractContextManager[int]:
+        """``with seg.pin() as fd``: the descriptor, valid until the block ends."""
+        return self._files.pin(self._file, write=write)
+
+    def pread(self, size: int, position: int) -> bytes:
+        with self._files.pin(self._file) as fd:
+            return os.pread(fd, size, position)
+
+    def file_size(self) -> int:
+        with self._files.pin(self._file) as fd:
+            return os.fstat(fd).st_size
+
+    def truncate_file(self, position: int) -> None:
+        """Cut the file at ``position`` and fsync it."""
+        with self._files.pin(self._file, write=True) as fd:
+            os.ftruncate(fd, position)
+            os.fsync(fd)
+        # Only the owner thread writes, so nothing was written since the fsync.
+        self._files.finish_sync(self._file, self._files.generation(self._file))
+
+    def sync(self) -> None:
+        """fdatasync what was written since the last sync (nothing to do if the cache
+        closed the file since: it synced it first). Raises StorageError."""
+        self._files.sync(self._file)
+
+    def sync_generation(self) -> int:
+        """Pass to ``finish_sync`` once a sync started after this call has succeeded."""
+        return self._files.generation(self._file)
+
+    def finish_sync(self, generation: int) -> None:
+        self._files.finish_sync(self._file, generation)
 
     # -- building --------------------------------------------------------------------
 
@@ -96,7 +137,7 @@ class Segment:
     # -- lookups ---------------------------------------------------------------------
 
     def header_at(self, position: int) -> BatchHeader:
-        raw = os.pread(self.fd, HEADER_SIZE, position)
+        raw = self.pread(HEADER_SIZE, position)
         header = parse_header(raw, 0)
         return header._replace(position=position)
 
@@ -144,7 +185,7 @@ class Segment:
         index = bisect.bisect_right(self._positions, target) - 1
         cursor = max(start, self._positions[index] if index >= 0 else 0)
         while cursor < target:
-            raw = os.pread(self.fd, HEADER_SIZE, cursor)
+            raw = self.pread(HEADER_SIZE, cursor)
             if len(raw) < HEADER_SIZE:
                 break
             end = cursor + HEADER_SIZE + _PLEN.unpack_from(raw, _PLEN_AT)[0]
@@ -183,7 +224,7 @@ class Segment:
         magic, crc = _TRAILER.unpack_from(raw, body_len)
         if magic != _INDEX_MAGIC or zlib.crc32(memoryview(raw)[:body_len]) != crc:
             return False
-        file_size = os.fstat(self.fd).st_size
+        file_size = self.file_size()
         entries = list(_ENTRY.iter_unpack(memoryview(raw)[:body_len]))
         if not entries:
             return file_size == 0
@@ -246,6 +287,6 @@ class Segment:
         self.synced_size = min(self.synced_size, position)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Let go of the file (no sync: the log synced what it needs, or is deleting or
+        abandoning the file)."""
+        self._files.release(self._file)

@@ -36,8 +36,7 @@ def crash(log: Log, keep_unflushed: int | None = None) -> None:
     fsync, counting across segments in offset order; later bytes are lost."""
     segments = list(log._segments)
     for seg in segments:
-        os.close(seg.fd)
-        seg.fd = -1
+        seg.close()  # no sync: only what was synced before (or is kept below) survives
     log._closed = True
     if keep_unflushed is None:
         return
