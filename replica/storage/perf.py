@@ -1,5 +1,6 @@
 """``quorumlog perf storage``: append throughput with group-commit fsync, and read and
-decode throughput, on one local log.
+decode throughput, on one local log; with ``--flush``, the cost of one node flush job
+over 1, 8, 64 and 1000 dirty logs, one fdatasync per file against one syncfs(2).
 
 Appends run on the main thread while a worker thread calls ``flush()`` in a loop, as
 the node does with its executor; a run ends when everything appended is durable. The
@@ -12,10 +13,13 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
 
+from .fdcache import FdCache
+from .groupflush import flush_logs, syncfs_available
 from .log import Log, LogConfig
 from .records import batches_to_table, encode_batch, iter_batches
 
@@ -95,6 +99,43 @@ def _read_run(directory: str, max_bytes: int) -> dict[str, float]:
     }
 
 
+def flush_benchmark(
+    directory: str, log_counts: tuple[int, ...] = (1, 8, 64, 1000), rounds: int = 7
+) -> dict[str, dict[str, float]]:
+    """One flush job over N logs that each appended one small batch (10 x 100 B records)
+    since the last job, as a node's flush cycle with N partitions written: fdatasync
+    per file (``flush_logs(syncfs_min=0)``) against one syncfs (``syncfs_min=1``),
+    alternating round by round. Median and max milliseconds per job."""
+    batch = encode_batch([os.urandom(RECORD_BYTES) for _ in range(10)])
+    modes = {"fdatasync": 0, "syncfs": 1} if syncfs_available() else {"fdatasync": 0}
+    result: dict[str, dict[str, float]] = {}
+    for count in log_counts:
+        root = os.path.join(directory, f"flush-{count}")
+        shutil.rmtree(root, ignore_errors=True)
+        cache = FdCache(count + 16)
+        logs = [Log(os.path.join(root, f"p-{i}"), files=cache) for i in range(count)]
+        times: dict[str, list[float]] = {mode: [] for mode in modes}
+        job_rounds = max(3, min(rounds * 4, 2000 // count)) if count < 64 else rounds
+        for _ in range(job_rounds):
+            for mode, syncfs_min in modes.items():
+                for lg in logs:
+                    lg.append_as_leader(batch, 1)
+                started = time.perf_counter()
+                outcome = flush_logs(logs, syncfs_min=syncfs_min)
+                times[mode].append((time.perf_counter() - started) * 1000)
+                assert outcome.outcomes == [lg.end_offset for lg in logs], outcome.errors
+                assert outcome.syncfs_calls == (1 if syncfs_min else 0)
+        for lg in logs:
+            lg.close()
+        shutil.rmtree(root, ignore_errors=True)
+        figures: dict[str, float] = {"rounds": job_rounds}
+        for mode, ms in times.items():
+            figures[f"{mode}_ms_median"] = statistics.median(ms)
+            figures[f"{mode}_ms_max"] = max(ms)
+        result[f"logs_{count}"] = figures
+    return result
+
+
 def _next_offset(chunk: bytes) -> int:
     last = 0
     for header in iter_batches(chunk):
@@ -107,9 +148,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="directory for the logs (default: a temp dir)")
     parser.add_argument("--mb", type=int, default=256, help="MiB to append per run")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
+    parser.add_argument(
+        "--flush",
+        action="store_true",
+        help="only the flush-job benchmark: per-file fdatasync against one syncfs",
+    )
+    parser.add_argument(
+        "--flush-logs",
+        default="1,8,64,1000",
+        help="dirty logs per flush job, comma-separated (default 1,8,64,1000)",
+    )
     args = parser.parse_args(argv)
     root = args.dir or tempfile.mkdtemp(prefix="quorumlog-perf-")
     os.makedirs(root, exist_ok=True)
+    if args.flush:
+        counts = tuple(int(c) for c in args.flush_logs.split(","))
+        try:
+            flush = flush_benchmark(root, counts)
+        finally:
+            if not args.dir:
+                shutil.rmtree(root, ignore_errors=True)
+        if not args.json:
+            for name, f in flush.items():
+                line = f"flush job, {name.split('_')[1]:>5} dirty logs: fdatasync per file "
+                line += f"{f['fdatasync_ms_median']:8.2f} ms (max {f['fdatasync_ms_max']:.2f})"
+                if "syncfs_ms_median" in f:
+                    line += (
+                        f"; one syncfs {f['syncfs_ms_median']:8.2f} ms "
+                        f"(max {f['syncfs_ms_max']:.2f})"
+                    )
+                print(line + f"; medians of {f['rounds']:.0f} jobs")
+        print(json.dumps({"flush": flush}, sort_keys=True))
+        return 0
     result: dict[str, object] = {"record_bytes": RECORD_BYTES, "mb": args.mb}
     try:
         for per_batch in (1000, 10_000):
