@@ -18,6 +18,9 @@ Why it is safe with flushes running in worker threads:
 - ``sync`` and ``finish_sync`` wait for an eviction of the same file in progress in
   another thread, so its outcome is known before success is reported.
 
+Eviction prefers a clean descriptor among the least recently used idle ones (an
+fdatasync in the evicting thread, often the event loop, is the cost avoided).
+
 Writes are counted per handle (a generation bumped when a write pin ends); a sync
 records the generation it covers, so a clean handle (never written, or synced, or
 evicted after its eviction sync) costs no syscall to flush.
@@ -40,6 +43,8 @@ from .errors import StorageError
 __all__ = ["FdCache", "FileHandle", "shared_cache"]
 
 _OPEN_FLAGS = os.O_RDWR | os.O_APPEND
+# How far past the least recently used idle descriptor eviction looks for a clean one.
+_CLEAN_SCAN = 32
 
 
 def nofile_limit() -> int | None:
@@ -280,11 +285,21 @@ class FdCache:
 
     def _make_room(self, wanted: int) -> list[_Victim]:
         """Detach least recently used idle descriptors until ``wanted`` more fit; the
-        caller retires them (sync if dirty, close) after dropping the lock."""
+        caller retires them (sync if dirty, close) after dropping the lock. A clean one
+        among the ``_CLEAN_SCAN`` least recently used goes first: a dirty one costs an
+        fdatasync in the caller's thread (the event loop, often), while the flush job
+        is about to sync it anyway."""
         victims: list[_Victim] = []
         excess = self._open + wanted - self.capacity
         while excess > 0 and self._idle:
-            handle, _ = self._idle.popitem(last=False)
+            handle = next(iter(self._idle))
+            for i, candidate in enumerate(self._idle):
+                if candidate._write_gen == candidate._synced_gen:
+                    handle = candidate
+                    break
+                if i >= _CLEAN_SCAN:
+                    break
+            del self._idle[handle]
             gen = handle._write_gen
             victims.append((handle, handle._fd, gen, gen != handle._synced_gen))
             handle._fd = -1

@@ -269,3 +269,37 @@ def test_concurrent_flush_thread_with_a_tiny_cap(tmp_path: Path) -> None:
         assert lg.flush() == lg.end_offset
         lg.close()
     assert cache.open_files == 0
+
+
+def test_eviction_takes_the_least_recently_used_idle_and_prefers_a_clean_one(
+    tmp_path: Path,
+) -> None:
+    cache = FdCache(2)
+    paths = []
+    for name in "abcd":
+        path = tmp_path / name
+        path.write_bytes(name.encode())
+        paths.append(str(path))
+    a, b, c, d = (cache.handle(p) for p in paths)
+    for h in (a, b, a):
+        with cache.pin(h):
+            pass
+    with cache.pin(c):  # b is the least recently used: closed
+        pass
+    assert (a.is_open, b.is_open, c.is_open) == (True, False, True)
+    with cache.pin(a, write=True) as fd:
+        os.write(fd, b"!")
+    with cache.pin(c):  # now a (dirty) is the least recently used
+        pass
+    with cache.pin(d):  # ... but clean c goes first: no sync on this thread
+        pass
+    assert (a.is_open, c.is_open, d.is_open) == (True, False, True)
+    assert cache.eviction_syncs == 0
+    cache.sync(a)  # a use too: d is now the least recently used
+    with cache.pin(b):
+        pass
+    assert (a.is_open, b.is_open, d.is_open) == (True, True, False)
+    assert cache.eviction_syncs == 0
+    for h in (a, b, c, d):
+        cache.release(h)
+    assert cache.open_files == 0
