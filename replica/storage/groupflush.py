@@ -8,8 +8,9 @@ otherwise, or when syncfs is unavailable or fails, each file is synced by itself
 
 Why syncfs is trusted: since Linux 5.8 syncfs reports writeback errors of the
 filesystem that happened since the descriptor it is called on was opened (older kernels
-return 0 whatever happened, so syncfs is not used there). The descriptor is kept open
-for the life of the process, so no error is missed between two calls. The error names
+return 0 whatever happened, so syncfs is not used there). The descriptor is opened
+when the first log on the filesystem is (``syncfs.watch``, before any of its writes) and
+kept for the life of the process, so no error is missed, whoever else saw it. The error names
 no file (and may come from another program's file on the same filesystem), so after a
 failed syncfs every log of the group is synced file by file, which reports an error to
 exactly the log it belongs to.
@@ -17,22 +18,18 @@ exactly the log it belongs to.
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .. import defaults
 from .errors import StorageError
 from .log import Log, PendingFlush
+from .syncfs import syncfs, syncfs_available
 
 __all__ = ["GroupFlush", "flush_logs", "syncfs_available"]
 
 log = logging.getLogger(__name__)
-
-_MIN_KERNEL = (5, 8)  # syncfs reports writeback errors from here on
 
 
 @dataclass
@@ -46,59 +43,6 @@ class GroupFlush:
     syncfs_failures: int = 0
     file_synced_logs: int = 0  # logs synced file by file
     errors: list[str] = field(default_factory=list)
-
-
-class _Syncfs:
-    """syncfs(2) through libc, on one long-lived directory descriptor per filesystem."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._fds: dict[int, int] = {}
-        self._call: Callable[[int], int] | None = None
-        self.available = False
-        release = os.uname().release.split("-")[0].split(".")
-        try:
-            kernel = (int(release[0]), int(release[1]))
-        except (IndexError, ValueError):
-            kernel = (0, 0)
-        if os.uname().sysname != "Linux" or kernel < _MIN_KERNEL:
-            return
-        try:
-            fn = ctypes.CDLL(None, use_errno=True).syncfs
-        except (AttributeError, OSError):
-            return
-        fn.argtypes = [ctypes.c_int]
-        fn.restype = ctypes.c_int
-        self._call = fn
-        self.available = True
-
-    def sync(self, device: int, directory: str) -> OSError | None:
-        """syncfs the filesystem ``device`` (``directory`` is on it). None on success."""
-        assert self._call is not None
-        with self._lock:
-            fd = self._fds.get(device)
-            if fd is None:
-                try:
-                    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-                except OSError as exc:
-                    return exc
-                if os.fstat(fd).st_dev != device:
-                    os.close(fd)
-                    return OSError(f"{directory} is not on device {device}")
-                self._fds[device] = fd
-        # ctypes drops the GIL for the call: the event loop keeps running.
-        if self._call(fd) == 0:
-            return None
-        errno = ctypes.get_errno()
-        return OSError(errno, os.strerror(errno))
-
-
-_syncfs = _Syncfs()
-
-
-def syncfs_available() -> bool:
-    """Whether this system has a syncfs(2) that reports writeback errors (Linux >= 5.8)."""
-    return _syncfs.available
 
 
 def flush_logs(
@@ -130,9 +74,9 @@ def flush_logs(
         result.dirty_logs = sum(len(g) for g in groups.values())
         for device, members in groups.items():
             by_file = members
-            if syncfs_min > 0 and len(members) >= syncfs_min and _syncfs.available:
+            if syncfs_min > 0 and len(members) >= syncfs_min and syncfs_available():
                 result.syncfs_calls += 1
-                error = _syncfs.sync(device, pending[members[0]].log.directory)
+                error = syncfs(device)
                 if error is None:
                     by_file = []
                     for i in members:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from .. import defaults
 from ..constants import UNKNOWN
+from . import syncfs
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from .errors import (
     CorruptCheckpointError,
@@ -215,6 +216,7 @@ class Log:
         self._producers: ProducerStateTable | None = None
         os.makedirs(directory, exist_ok=True)
         self.device = os.stat(directory).st_dev
+        syncfs.watch(self.device, directory)  # before any write (see storage.syncfs)
         self._recovery_point_path = os.path.join(directory, RECOVERY_POINT_FILE)
         self._catch_up_path = os.path.join(directory, CATCH_UP_FILE)
         self._recovery_point = _read_offset_file(self._recovery_point_path, 0)

@@ -18,6 +18,7 @@ from quorumlog.replica.storage import (
     syncfs_available,
 )
 from quorumlog.replica.storage import log as log_module
+from quorumlog.replica.storage import syncfs as syncfs_module
 
 from .helpers import client_batch, crash, read_all_values, values_for
 
@@ -114,10 +115,10 @@ def test_a_failed_syncfs_falls_back_to_per_file_syncs(
     for lg in logs:
         append(lg, 7)
 
-    def failing(device: int, directory: str) -> OSError:
+    def failing(device: int) -> OSError:
         return OSError(errno.EIO, "injected")
 
-    monkeypatch.setattr(groupflush._syncfs, "sync", failing)
+    monkeypatch.setattr(groupflush, "syncfs", failing)
     result = flush_logs(logs, syncfs_min=2)
     assert (result.syncfs_calls, result.syncfs_failures, result.file_synced_logs) == (1, 1, 4)
     assert result.outcomes == [7, 7, 7, 7]
@@ -182,13 +183,10 @@ def test_what_syncfs_made_durable_survives_a_crash(tmp_path: Path) -> None:
             assert read_all_values(lg) == values_for(0, 9)
 
 
-def test_syncfs_keeps_one_directory_descriptor(tmp_path: Path) -> None:
-    if not syncfs_available():
-        pytest.skip("needs syncfs")
+@needs_syncfs
+def test_syncfs_keeps_one_directory_descriptor_opened_with_the_first_log(tmp_path: Path) -> None:
     logs = make_logs(tmp_path, 3)
-    for lg in logs:
-        append(lg, 1)
-    flush_logs(logs, syncfs_min=1)
+    assert syncfs_module._fds.get(logs[0].device) is not None  # before any write
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(5):
         for lg in logs:
