@@ -150,18 +150,19 @@ class PartitionManager:
         quorum state recorded (in the journal, or in a previous version's per-replica
         file), so a restarted node rejoins its quorums at once instead of waiting for the
         metadata log to be re-applied."""
+        directories: dict[PartitionKey, Path] = {}
+        for d in self.datadir.path.iterdir():
+            topic, sep, part = d.name.rpartition("-")
+            if sep and part.isdigit() and d.is_dir():
+                directories[(topic, int(part))] = d
         found: dict[PartitionKey, list[int]] = {}
         for key, state in self.journal.states().items():
             # A replica's directory gone (removed by hand, or a deletion cut short before
             # its state was forgotten): metadata decides whether it comes back.
-            if state.voters and (self.datadir.path / f"{key[0]}-{key[1]}").is_dir():
+            if state.voters and key in directories:
                 found[key] = list(state.voters)
-        for d in sorted(self.datadir.path.iterdir()):
-            topic, sep, part = d.name.rpartition("-")
-            if not sep or not part.isdigit() or not d.is_dir():
-                continue
-            key = (topic, int(part))
-            if key in found or key in self.journal or key in self.files:
+        for key, d in directories.items():
+            if key in self.journal or key in self.files:
                 continue
             try:
                 old = QuorumStateStore(str(d)).read()

@@ -105,6 +105,7 @@ class QuorumJournal:
         self._states: dict[JournalKey, QuorumState] = {}
         self._entries = 0  # entries in the file, superseded ones and tombstones included
         self._failed: BaseException | None = None
+        self.compactions = 0  # since open
         os.makedirs(directory, exist_ok=True)
         try:
             os.unlink(self.path + ".tmp")  # a compaction cut short: the old file stands
@@ -211,6 +212,7 @@ class QuorumJournal:
         self._size = len(data)
         self._entries = len(items)
         self._states = states
+        self.compactions += 1
         log.info(
             "%s: compacted %d bytes to %d (%d live states)",
             self.path,

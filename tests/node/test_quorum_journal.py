@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -100,9 +101,9 @@ def test_one_fsync_per_ready_however_many_replicas(
     for name in ("fsync", "fdatasync"):
         real = getattr(os, name)
 
-        def counting(fd: int, real: object = real, name: str = name) -> None:
+        def counting(fd: int, real: Callable[[int], None] = real, name: str = name) -> None:
             calls.append(name)
-            real(fd)  # type: ignore[operator]
+            real(fd)
 
         monkeypatch.setattr(os, name, counting)
     pm.persist_all([(key, ElectionState(3, None, 2)) for key in keys])
