@@ -203,8 +203,8 @@ class QuorumJournal:
             atomic_write(self.path, data)
             fd = os.open(self.path, os.O_RDWR)
         except OSError as exc:
-            # The rename either happened or not; either file replays to a state at least
-            # as old as the one we report, but the caller must not think this durable.
+            # Before or after the rename, the file holds the old states or the new ones;
+            # but our descriptor may point at the replaced file, so no write goes on.
             self._failed = exc
             raise
         os.close(self._fd)
@@ -232,8 +232,8 @@ class QuorumJournal:
             raise
 
     def _undo_append(self, exc: OSError) -> None:
-        """A short or failed write: cut it off, so that the next frame does not follow
-        garbage (which replay would report as damage)."""
+        """A short or failed write: cut it off, so that the file ends at its last whole
+        frame and the next write starts there."""
         try:
             os.ftruncate(self._fd, self._size)
         except OSError:
