@@ -157,8 +157,9 @@ class Node:
     # ------------------------------------------------------------------ executing
     def execute(self, ready: Ready) -> None:
         """Carry out one driver step, in the order ``Ready`` prescribes."""
-        for key, state in ready.persist:
-            self.partitions.persist(key, state)  # durable before any send below
+        if ready.persist:
+            # One fsync for every state of this step, durable before any send below.
+            self.partitions.persist_all(ready.persist)
         for key in ready.flush:
             self._start_flush(key)
         if ready.send:
