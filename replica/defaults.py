@@ -34,6 +34,13 @@ QUORUM_RETRY_BACKOFF_MAX_MS = 400
 REPLICA_FETCH_MAX_WAIT_MS = 250
 # [replica.fetch.max.bytes] size bound of a follower's fetch.
 REPLICA_FETCH_MAX_BYTES = 4 << 20
+# Idle partitions quiesce: no fetches, no timers; the nodes' heartbeats (every quarter
+# fetch timeout, per pair of nodes) stand for them (`serve --no-quiesce` turns it off).
+QUIESCE = True
+# [leader.imbalance.check.interval.seconds, auto.leader.rebalance.enable] how often a node
+# hands leadership back to each partition's preferred (first) replica when that replica is
+# caught up (0 = never).
+LEADER_IMBALANCE_CHECK_INTERVAL_MS = 30_000
 # The smallest [quorum.request.timeout.ms] a node uses, and the margin it keeps below
 # the fetch timeout (see quorum_request_timeout_ms).
 QUORUM_REQUEST_TIMEOUT_MIN_MS = 100

@@ -331,6 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
             "produce may carry",
         ),
         (
+            "--leader-imbalance-check-interval-ms",
+            defaults.LEADER_IMBALANCE_CHECK_INTERVAL_MS,
+            "leader.imbalance.check.interval: hand leadership back to each partition's "
+            "preferred replica this often (0 = never)",
+        ),
+        (
             "--scrub-bytes-per-second",
             defaults.SCRUB_BYTES_PER_SECOND,
             "background CRC check of sealed segments, bytes per second for the node "
@@ -351,6 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-insecure",
         action="store_true",
         help="allow plaintext on a non-loopback address, and Kafka SASL without TLS",
+    )
+    p.add_argument(
+        "--no-quiesce",
+        dest="quiesce",
+        action="store_false",
+        help="idle partitions keep long-polling instead of quiescing (for comparisons)",
     )
     p.add_argument(
         "--kafka-listen",

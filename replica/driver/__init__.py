@@ -19,6 +19,9 @@ Rules (each lives in ``PartitionDriver``):
 5. **Answers at the high watermark**: an acks=quorum produce is answered once the HWM
    passes its last offset while the core still leads the epoch it appended in; NOT_LEADER
    when that leadership is lost; REQUEST_TIMED_OUT at its deadline.
+7. **Quiescence**: timers live in a heap of deadlines; an idle partition has none and
+   sends nothing, while one heartbeat per pair of nodes (``liveness``) stands for its
+   fetches (``RaftReplica``'s quiescence rules; ``Driver`` wires the two).
 6. **Consumers** are served here only: fenced by ``check_leader_epoch``, never above the
    HWM, never a damaged batch (damage found while serving is handed to the core, which
    repairs, and the client is sent elsewhere).
@@ -26,15 +29,19 @@ Rules (each lives in ``PartitionDriver``):
 
 from .driver import CoreFactory, Driver, Request
 from .errors import error_response
+from .liveness import NODE_KEY, NodeHeartbeat, PeerLiveness
 from .partition import Limits, PartitionDriver, ServedLog
 from .ready import PartitionKey, Ready
 
 __all__ = [
+    "NODE_KEY",
     "CoreFactory",
     "Driver",
     "Limits",
+    "NodeHeartbeat",
     "PartitionDriver",
     "PartitionKey",
+    "PeerLiveness",
     "Ready",
     "Request",
     "ServedLog",

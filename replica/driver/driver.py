@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import heapq
 import logging
 import random
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..raft import UNCLEAN_EPOCH_GAP, ElectionState, Message, QuorumConfig, RaftReplica
 from . import queries
 from .errors import error_response
+from .liveness import NODE_KEY, NodeHeartbeat, PeerLiveness
 from .partition import Limits, PartitionDriver, ServedLog
 from .ready import PartitionKey, Ready
 
@@ -36,7 +39,14 @@ class Driver:
     ``tick`` (timers: elections, fetches, long-poll and produce expiry), ``flushed`` (a
     flush the Ready asked for completed), ``request`` (a client request, answered by the
     token it came with), and the node events ``on_corruption``, ``begin_catch_up``,
-    ``peer_unreachable`` and ``begin_shutdown``. Nothing here touches sockets, files or clocks."""
+    ``peer_unreachable`` and ``begin_shutdown``. Nothing here touches sockets, files or clocks.
+
+    Timers live in a heap of each partition's next deadline, so a tick costs only what is
+    due: a quiesced partition has none. The node-level heartbeats (``NodeHeartbeat``, to
+    every peer every ``QuorumConfig.heartbeat_ms``, under ``NODE_KEY``) keep
+    ``PeerLiveness``, which the cores read for their quiesced replicas; a peer silent for
+    a fetch timeout, restarted, or heard again after that is handed to every core
+    (``RaftReplica.on_peer_change``)."""
 
     partition_class = PartitionDriver  # the simulator's teeth tests break it on purpose
 
@@ -56,6 +66,15 @@ class Driver:
         self.rng = rng
         self.core_factory = core_factory
         self.partitions: dict[PartitionKey, PartitionDriver] = {}
+        self.incarnation = rng.getrandbits(62)
+        self.liveness = PeerLiveness(quorum.fetch_timeout_ms)
+        self._peers: Counter[int] = Counter()  # peer -> partitions shared with it
+        self._heartbeat_at: int | None = None
+        self._rebalance_at: int | None = None
+        # (deadline, seq, key): lazily invalidated; _due holds each key's live deadline.
+        self._heap: list[tuple[int, int, PartitionKey]] = []
+        self._due: dict[PartitionKey, int] = {}
+        self._seq = 0
 
     def __iter__(self) -> Iterator[PartitionDriver]:
         return iter(list(self.partitions.values()))
@@ -82,10 +101,25 @@ class Driver:
         hold = 0
         if persisted is None and voters and voters[0] != self.node_id:
             hold = now + 2 * self.quorum.election_timeout_ms
+        core.peer_seen = self.liveness.seen
         p = self.partition_class(key, core, log_, self.limits, hold)
+        p.preferred = voters[0] if voters else None
+        old = self.partitions.get(key)
+        if old is not None:
+            self._forget_peers(old)
         self.partitions[key] = p
+        for v in core.voters:
+            if v != self.node_id:
+                self._peers[v] += 1
+                self.liveness.seen.setdefault(v, now)
+        if self._heartbeat_at is None:
+            self._heartbeat_at = now
+        interval = self.quorum.rebalance_interval_ms
+        if self._rebalance_at is None and interval is not None:
+            self._rebalance_at = now + interval
         ready = Ready()
         p.run(core.startup_output(), now, ready)
+        self._schedule(p)
         return ready
 
     def close(self, key: PartitionKey) -> Ready:
@@ -93,32 +127,142 @@ class Driver:
         p = self.partitions.pop(key, None)
         if p is not None:
             p.close(ready)
+            self._forget_peers(p)
+            self._due.pop(key, None)
         return ready
 
+    def _forget_peers(self, p: PartitionDriver) -> None:
+        for v in p.core.voters:
+            if v != self.node_id:
+                self._peers[v] -= 1
+                if self._peers[v] <= 0:
+                    del self._peers[v]
+
+    # ------------------------------------------------------------------ timers
+    def _schedule(self, p: PartitionDriver) -> None:
+        """Keep ``p``'s entry in the deadline heap current (after any step on it)."""
+        if p.closed or self.partitions.get(p.key) is not p:
+            return
+        at = p.next_deadline_ms()
+        if at is None:
+            self._due.pop(p.key, None)
+        elif self._due.get(p.key) != at:
+            self._due[p.key] = at
+            self._seq += 1
+            heapq.heappush(self._heap, (at, self._seq, p.key))
+
+    def _schedule_all(self, ps: Iterable[PartitionDriver]) -> None:
+        for p in ps:
+            self._schedule(p)
+
+    def _next_partition_deadline(self) -> int | None:
+        heap = self._heap
+        while heap and self._due.get(heap[0][2]) != heap[0][0]:
+            heapq.heappop(heap)  # superseded or closed
+        return heap[0][0] if heap else None
+
     # ------------------------------------------------------------------ steps
-    def raft(self, key: PartitionKey, msg: Message, now: int) -> Ready:
+    def raft(self, key: PartitionKey, msg: Message | NodeHeartbeat, now: int) -> Ready:
+        """A message from a peer: a partition's raft message, or (under ``NODE_KEY``) a
+        node heartbeat. Any of them proves the sender's process runs."""
+        return self.raft_many([(key, msg)], now)
+
+    def raft_many(
+        self, items: Iterable[tuple[PartitionKey, Message | NodeHeartbeat]], now: int
+    ) -> Ready:
+        """Messages that came in one frame (many partitions, one peer): one Ready."""
         ready = Ready()
-        p = self.get(key)
-        if p is not None and msg.dst == self.node_id:
-            p.on_raft(msg, now, ready)
+        for key, msg in items:
+            self._raft(key, msg, now, ready)
         return ready
+
+    def _raft(
+        self, key: PartitionKey, msg: Message | NodeHeartbeat, now: int, ready: Ready
+    ) -> None:
+        if msg.dst != self.node_id or msg.src == self.node_id:
+            return
+        if isinstance(msg, NodeHeartbeat):
+            if msg.cluster_id == self.cluster_id and msg.src in self._peers:
+                if self.liveness.restarted(msg.src, msg.incarnation):
+                    # What its old incarnation's heartbeats vouched for is gone.
+                    self._peer_changed(msg.src, now, ready)
+                self._heard(msg.src, now, ready)
+            return
+        if msg.src in self._peers:
+            self._heard(msg.src, now, ready)
+        p = self.get(key)
+        if p is not None:
+            p.on_raft(msg, now, ready)
+            self._schedule(p)
+
+    def _heard(self, peer: int, now: int, ready: Ready) -> None:
+        if self.liveness.heard(peer, now):
+            self._peer_changed(peer, now, ready)  # back after being stale
+
+    def _peer_changed(self, peer: int, now: int, ready: Ready) -> None:
+        for p in self:
+            if not p.closed and peer in p.core.voters:
+                p.run(p.core.on_peer_change(peer, now), now, ready)
+                self._schedule(p)
 
     def tick(self, now: int) -> Ready:
         ready = Ready()
-        for p in self:
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            at, _, key = heapq.heappop(heap)
+            p = self.partitions.get(key)
+            if p is None or self._due.get(key) != at:
+                continue  # superseded or closed
+            del self._due[key]
             if not p.closed:
                 p.tick(now, ready)
+                self._schedule(p)
+        if self._heartbeat_at is not None and now >= self._heartbeat_at:
+            self._heartbeat_at = now + self.quorum.heartbeat_ms
+            for peer in sorted(self._peers):
+                hb = NodeHeartbeat(
+                    cluster_id=self.cluster_id,
+                    src=self.node_id,
+                    dst=peer,
+                    incarnation=self.incarnation,
+                )
+                ready.send.append((NODE_KEY, hb))
+        for peer in self.liveness.newly_stale(set(self._peers), now):
+            log.info("node %d silent for %d ms", peer, self.liveness.stale_after_ms)
+            self._peer_changed(peer, now, ready)
+        interval = self.quorum.rebalance_interval_ms
+        if interval is not None and self._rebalance_at is not None and now >= self._rebalance_at:
+            self._rebalance_at = now + interval
+            self._rebalance(now, ready)
         return ready
 
+    def _rebalance(self, now: int, ready: Ready) -> None:
+        """Leaders of partitions whose preferred replica (the first of the assignment) is
+        another node hand over to it when it is caught up (a node back from a restart
+        takes its share of leadership again)."""
+        for p in self:
+            if p.closed or not p.core.is_leader or p.preferred in (None, self.node_id):
+                continue
+            assert p.preferred is not None
+            p.run(p.core.hand_over(p.preferred, now), now, ready)
+            self._schedule(p)
+
     def next_deadline_ms(self) -> int | None:
-        times = [t for p in self if (t := p.next_deadline_ms()) is not None]
-        return min(times) if times else None
+        times = [
+            self._next_partition_deadline(),
+            self._heartbeat_at,
+            self._rebalance_at,
+            self.liveness.next_stale_ms(set(self._peers)),
+        ]
+        present = [t for t in times if t is not None]
+        return min(present) if present else None
 
     def flushed(self, key: PartitionKey, now: int) -> Ready:
         ready = Ready()
         p = self.partitions.get(key)
         if p is not None:
             p.flushed(now, ready)
+            self._schedule(p)
         return ready
 
     def request(self, token: int, key: PartitionKey, req: Request, now: int) -> Ready:
@@ -147,6 +291,8 @@ class Driver:
             queries.describe(p, token, now, ready)
         else:
             self._force_leader(token, p, req, now, ready)
+        if p is not None:
+            self._schedule(p)
         return ready
 
     def _force_leader(
@@ -175,6 +321,7 @@ class Driver:
         p = self.get(key)
         if p is not None:
             p.on_corruption(offset, now, ready)
+            self._schedule(p)
         return ready
 
     def begin_catch_up(self, now: int) -> Ready:
@@ -184,6 +331,7 @@ class Driver:
         for p in self:
             if not p.closed:
                 p.run(p.core.begin_catch_up(now), now, ready)
+                self._schedule(p)
         return ready
 
     def peer_unreachable(self, peer: int, now: int) -> Ready:
@@ -193,6 +341,7 @@ class Driver:
         for p in self:
             if not p.closed and p.core.leader_id == peer:
                 p.run(p.core.on_peer_unreachable(peer, now), now, ready)
+                self._schedule(p)
         return ready
 
     def begin_shutdown(self, now: int) -> Ready:
@@ -201,4 +350,5 @@ class Driver:
         for p in self:
             if not p.closed and p.core.is_leader:
                 p.run(p.core.begin_shutdown(now), now, ready)
+                self._schedule(p)
         return ready

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..raft import ElectionState, Message
+from .liveness import NodeHeartbeat
 
 PartitionKey = tuple[str, int]
 
@@ -33,7 +34,7 @@ class Ready:
 
     persist: list[tuple[PartitionKey, ElectionState]] = field(default_factory=list)
     flush: list[PartitionKey] = field(default_factory=list)
-    send: list[tuple[PartitionKey, Message]] = field(default_factory=list)
+    send: list[tuple[PartitionKey, Message | NodeHeartbeat]] = field(default_factory=list)
     answers: list[tuple[int, object]] = field(default_factory=list)
     committed: list[PartitionKey] = field(default_factory=list)
     truncated: list[tuple[PartitionKey, int, bool]] = field(default_factory=list)

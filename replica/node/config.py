@@ -104,6 +104,9 @@ class NodeConfig:
     # replica.fetch.max.wait.ms: how long a follower's fetch may be parked at the leader.
     replica_fetch_max_wait_ms: int = defaults.REPLICA_FETCH_MAX_WAIT_MS
     produce_timeout_ms: int = defaults.PRODUCE_TIMEOUT_MS
+    # Idle partitions stop fetching; one heartbeat per pair of nodes stands for them.
+    quiesce: bool = defaults.QUIESCE
+    leader_imbalance_check_interval_ms: int = defaults.LEADER_IMBALANCE_CHECK_INTERVAL_MS
     scrub_bytes_per_second: int = defaults.SCRUB_BYTES_PER_SECOND
     # Raft traffic to these peers goes here instead of their --voters address (e.g.
     # through a fault-injecting proxy); Metadata still advertises --voters.
@@ -226,6 +229,7 @@ class NodeConfig:
             retention_ms=args.retention_ms,
             max_message_bytes=args.max_message_bytes,
             scrub_bytes_per_second=args.scrub_bytes_per_second,
+            leader_imbalance_check_interval_ms=args.leader_imbalance_check_interval_ms,
             tls=tls,
             auth_config=auth_config,
             auth_principal=principal,
@@ -238,6 +242,7 @@ class NodeConfig:
                 args, "offsets_topic_partitions", defaults.OFFSETS_TOPIC_NUM_PARTITIONS
             ),
             allow_insecure=bool(args.allow_insecure),
+            quiesce=getattr(args, "quiesce", defaults.QUIESCE),
         )
 
 

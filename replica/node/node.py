@@ -18,8 +18,8 @@ import typing
 from typing import Any
 
 from .. import defaults
-from ..driver import Driver, Limits, PartitionKey, Ready
-from ..protocol import DecodeError, Frame, decode_body, encode, max_batch_bytes
+from ..driver import Driver, Limits, NodeHeartbeat, PartitionKey, Ready
+from ..protocol import ApiKey, DecodeError, Frame, decode_body, encode, max_batch_bytes
 from ..protocol import messages as m
 from ..raft import Message, QuorumConfig
 from ..storage import LogConfig
@@ -48,7 +48,9 @@ from .transport import Server
 log = logging.getLogger(__name__)
 
 # Raft frames name their message class; only these may be decoded from a peer.
-RAFT_CLASSES: dict[str, type] = {cls.__name__: cls for cls in typing.get_args(Message)}
+RAFT_CLASSES: dict[str, type] = {
+    cls.__name__: cls for cls in (*typing.get_args(Message), NodeHeartbeat)
+}
 
 TICK_S = 0.01
 
@@ -73,6 +75,8 @@ def default_quorum_config(config: NodeConfig) -> QuorumConfig:
         ),
         fetch_max_wait_ms=config.replica_fetch_max_wait_ms,
         fetch_max_bytes=defaults.REPLICA_FETCH_MAX_BYTES,
+        quiesce=config.quiesce,
+        rebalance_interval_ms=config.leader_imbalance_check_interval_ms or None,
     )
 
 
@@ -154,12 +158,13 @@ class Node:
     # ------------------------------------------------------------------ executing
     def execute(self, ready: Ready) -> None:
         """Carry out one driver step, in the order ``Ready`` prescribes."""
-        for key, state in ready.persist:
-            self.partitions.persist(key, state)  # durable before any send below
+        if ready.persist:
+            # One fsync for every state of this step, durable before any send below.
+            self.partitions.persist_all(ready.persist)
         for key in ready.flush:
             self._start_flush(key)
-        for key, msg in ready.send:
-            self._send(key, msg)
+        if ready.send:
+            self._send(ready.send)
         for token, resp in ready.answers:
             fut = self._answers.pop(token, None)
             if fut is not None and not fut.done():
@@ -188,27 +193,73 @@ class Node:
             return
         self.flusher.request(key, p, f.log)
 
-    def _send(self, key: PartitionKey, msg: Message) -> None:
-        link = self.peers.get(msg.dst)
-        if link is None:
-            return
-        body, payload = encode(msg)
-        env_body, _ = encode(
-            m.RaftEnvelope(topic=key[0], partition=key[1], kind=type(msg).__name__, body=body)
+    def _send(self, sends: list[tuple[PartitionKey, Any]]) -> None:
+        """One frame per peer for what one step sends it (a RaftBatch of many partitions'
+        messages, split only to keep each frame's records within a frame's room)."""
+        by_peer: dict[int, list[tuple[PartitionKey, Any]]] = {}
+        for key, msg in sends:
+            by_peer.setdefault(msg.dst, []).append((key, msg))
+        room = max_batch_bytes(self.config.max_frame_bytes)
+        for dst, items in by_peer.items():
+            link = self.peers.get(dst)
+            if link is None or not link.connected:
+                continue
+            if len(items) == 1:
+                key, msg = items[0]
+                body, payload = encode(msg)
+                env_body, _ = encode(
+                    m.RaftEnvelope(
+                        topic=key[0], partition=key[1], kind=type(msg).__name__, body=body
+                    )
+                )
+                link.send(env_body, payload)
+                continue
+            batch: list[tuple[PartitionKey, str, Any, bytes | memoryview]] = []
+            size = 0
+            for key, msg in items:
+                body, payload = encode(msg)
+                if batch and size + len(payload) > room:
+                    self._send_batch(link, batch)
+                    batch, size = [], 0
+                batch.append((key, type(msg).__name__, body, payload))
+                size += len(payload)
+            self._send_batch(link, batch)
+
+    @staticmethod
+    def _send_batch(
+        link: PeerLink, batch: list[tuple[PartitionKey, str, Any, bytes | memoryview]]
+    ) -> None:
+        env, _ = encode(
+            m.RaftBatch(
+                topics=[k[0] for k, *_ in batch],
+                partitions=[k[1] for k, *_ in batch],
+                kinds=[kind for _, kind, _, _ in batch],
+                bodies=[body for *_, body, _ in batch],
+                sizes=[len(p) for *_, p in batch],
+            )
         )
-        link.send(env_body, payload)
+        link.send(env, b"".join(p for *_, p in batch), ApiKey.RAFT_BATCH)
 
     def _handle_raft(self, frame: Frame, sender: int) -> None:
-        """A raft frame from a connection authenticated as node ``sender``. Raises
+        """A raft frame (one message, or a batch) from a connection authenticated as node
+        ``sender``. Every message is decoded and checked before any is applied: raises
         DecodeError for a malformed frame and ForgedSender for a message claiming another
         sender; the transport counts and logs both (once per connection)."""
-        env = decode_body(m.RaftEnvelope, frame.body, frame.payload)
-        cls = RAFT_CLASSES.get(env.kind)
-        if cls is None:
-            raise DecodeError(f"unknown raft message kind {env.kind!r}")
-        msg: Message = decode_body(cls, env.body, env.records)
-        check_raft_sender(msg, sender)
-        self.execute(self.driver.raft((env.topic, env.partition), msg, now_ms()))
+        if frame.api_key == ApiKey.RAFT_BATCH:
+            batch = decode_body(m.RaftBatch, frame.body, frame.payload)
+            parts = batch.items()
+        else:
+            env = decode_body(m.RaftEnvelope, frame.body, frame.payload)
+            parts = [(env.topic, env.partition, env.kind, env.body, env.records)]
+        items: list[tuple[PartitionKey, Any]] = []
+        for topic, partition, kind, body, records in parts:
+            cls = RAFT_CLASSES.get(kind)
+            if cls is None:
+                raise DecodeError(f"unknown raft message kind {kind!r}")
+            msg: Any = decode_body(cls, body, records)
+            check_raft_sender(msg, sender)
+            items.append(((topic, partition), msg))
+        self.execute(self.driver.raft_many(items, now_ms()))
 
     async def _tick_loop(self) -> None:
         while True:

@@ -1,12 +1,13 @@
-"""The partition manager: the files of the replicas this node hosts (log, quorum-state),
-opened and closed as the metadata log assigns them, and handed to the driver."""
+"""The partition manager: the files of the replicas this node hosts (their logs, and the
+node's one quorum-state journal holding every replica's election state), opened and closed
+as the metadata log assigns them, and handed to the driver."""
 
 from __future__ import annotations
 
 import logging
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,14 @@ from typing import Any
 from ..constants import or_unknown
 from ..driver import Driver, PartitionKey, Ready
 from ..raft import ElectionState
-from ..storage import CATCH_UP_UNKNOWN, Log, LogConfig, QuorumState, QuorumStateStore
+from ..storage import (
+    CATCH_UP_UNKNOWN,
+    Log,
+    LogConfig,
+    QuorumJournal,
+    QuorumState,
+    QuorumStateStore,
+)
 from ..storage.errors import StorageError
 from .datadir import DataDir
 from .metadata import METADATA_TOPIC, MetadataState
@@ -37,8 +45,10 @@ class Files:
 
     directory: Path
     log: Log
-    store: QuorumStateStore
     voters: list[int]
+    # The replica's quorum-state file of a previous version, until its state is in the
+    # journal.
+    legacy: QuorumStateStore | None = None
 
 
 class PartitionManager:
@@ -58,14 +68,35 @@ class PartitionManager:
         self.execute = execute
         self.now_ms = now_ms
         self.files: dict[PartitionKey, Files] = {}
+        self._journal: QuorumJournal | None = None
 
     def __iter__(self) -> Iterator[tuple[PartitionKey, Files]]:
         return iter(list(self.files.items()))
 
-    def persist(self, key: PartitionKey, state: ElectionState) -> None:
-        f = self.files.get(key)
-        if f is not None:
-            f.store.write(_to_quorum_state(state, f.voters))
+    @property
+    def journal(self) -> QuorumJournal:
+        """The election states of every replica here, opened (replayed) on first use,
+        which is after the node has locked its data directory."""
+        if self._journal is None:
+            self._journal = QuorumJournal(str(self.datadir.path))
+        return self._journal
+
+    def persist_all(self, items: Sequence[tuple[PartitionKey, ElectionState]]) -> None:
+        """Make the election states of one Ready durable with one fsync, before anything
+        of that Ready is sent. Replicas migrated from per-replica files lose theirs then."""
+        writes = [
+            (key, _to_quorum_state(state, f.voters))
+            for key, state in items
+            if (f := self.files.get(key)) is not None
+        ]
+        if not writes:
+            return
+        self.journal.write_many(writes)
+        for key, _ in writes:
+            f = self.files.get(key)
+            if f is not None and f.legacy is not None:
+                f.legacy.remove()
+                f.legacy = None
 
     def open(self, topic: str, partition: int, voters: list[int]) -> None:
         d = self.datadir.path / f"{topic}-{partition}"
@@ -76,12 +107,19 @@ class PartitionManager:
         if fresh and self.datadir.catch_up_pending:
             # This node's directory replaced a lost one that may have held this replica.
             lg.mark_catch_up(CATCH_UP_UNKNOWN)
-        store = QuorumStateStore(str(d))
         key = (topic, partition)
-        self.files[key] = Files(d, lg, store, voters)
-        self.execute(
-            self.driver.open(key, voters, lg, _to_election_state(store.read()), self.now_ms())
-        )
+        old = QuorumStateStore(str(d))
+        legacy: QuorumStateStore | None = None
+        state = self.journal.get(key)
+        if state is None:
+            # A data directory of a previous version: the state stays in the replica's own
+            # file until its next write, which moves it to the journal.
+            state = old.read()
+            legacy = old if state is not None else None
+        elif old.exists():
+            old.remove()  # moved to the journal, and a crash came before the removal
+        self.files[key] = Files(d, lg, voters, legacy)
+        self.execute(self.driver.open(key, voters, lg, _to_election_state(state), self.now_ms()))
         log.info(
             "opened replica %s/%d (replicas %s, log end %d)",
             topic,
@@ -103,22 +141,39 @@ class PartitionManager:
     def close_all(self) -> None:
         for key, _ in self:
             self.close(key)
+        if self._journal is not None:
+            self._journal.close()
+            self._journal = None
 
     def reopen_local(self) -> None:
         """Reopen the partition replicas this node holds on disk, with the voters their
-        quorum-state recorded, so a restarted node rejoins its quorums at once instead of
-        waiting for the metadata log to be re-applied."""
-        for d in sorted(self.datadir.path.iterdir()):
+        quorum state recorded (in the journal, or in a previous version's per-replica
+        file), so a restarted node rejoins its quorums at once instead of waiting for the
+        metadata log to be re-applied."""
+        directories: dict[PartitionKey, Path] = {}
+        for d in self.datadir.path.iterdir():
             topic, sep, part = d.name.rpartition("-")
-            if not sep or not part.isdigit() or topic == METADATA_TOPIC or not d.is_dir():
+            if sep and part.isdigit() and d.is_dir():
+                directories[(topic, int(part))] = d
+        found: dict[PartitionKey, list[int]] = {}
+        for key, state in self.journal.states().items():
+            # A replica's directory gone (removed by hand, or a deletion cut short before
+            # its state was forgotten): metadata decides whether it comes back.
+            if state.voters and key in directories:
+                found[key] = list(state.voters)
+        for key, d in directories.items():
+            if key in self.journal or key in self.files:
                 continue
             try:
-                state = QuorumStateStore(str(d)).read()
+                old = QuorumStateStore(str(d)).read()
             except StorageError:
                 log.exception("cannot read the quorum state of %s; waiting for metadata", d)
                 continue
-            if state is not None and state.voters and (topic, int(part)) not in self.files:
-                self.open(topic, int(part), list(state.voters))
+            if old is not None and old.voters:
+                found[key] = list(old.voters)
+        for key in sorted(found):
+            if key[0] != METADATA_TOPIC and key not in self.files:
+                self.open(key[0], key[1], found[key])
 
     def reconcile(self, metadata: MetadataState) -> None:
         """Open the replicas the metadata assigns here; delete those of deleted topics."""
@@ -130,12 +185,17 @@ class PartitionManager:
         for key, reps in wanted.items():
             if key not in self.files:
                 self.open(key[0], key[1], reps)
+        deleted: list[PartitionKey] = []
         for key, _ in self:
             if key[0] in metadata.deleted and key not in wanted:
                 f = self.close(key)
                 if f is not None:
                     shutil.rmtree(f.directory, ignore_errors=True)
+                deleted.append(key)
                 log.info("deleted replica %s/%d", *key)
+        # After the directories: a crash in between leaves states without a directory,
+        # which reopen_local skips.
+        self.journal.forget_many(deleted)
 
 
 def _to_quorum_state(s: ElectionState, voters: list[int]) -> QuorumState:

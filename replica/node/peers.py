@@ -79,12 +79,14 @@ class PeerLink:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
-    def send(self, body: Any, payload: bytes | memoryview = b"") -> None:
+    def send(
+        self, body: Any, payload: bytes | memoryview = b"", api_key: ApiKey = ApiKey.RAFT
+    ) -> None:
         if not self.connected:
             return
         try:
             self._queue.put_nowait(
-                encode_frame(int(ApiKey.RAFT), API_VERSION, 0, self._client_id, body, payload)
+                encode_frame(int(api_key), API_VERSION, 0, self._client_id, body, payload)
             )
         except asyncio.QueueFull:
             log.warning("link to node %d is backed up; dropping a raft message", self.node_id)

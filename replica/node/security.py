@@ -46,7 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..driver import NodeHeartbeat
 from ..protocol import REQUESTS, ApiKey, Frame, decode_body
+from ..protocol.messages import RAFT_KEYS
 from ..protocol.scram import (
     SCRAM_SHA_256,
     Mechanism,
@@ -55,7 +57,7 @@ from ..protocol.scram import (
     decoy_verifier,
     make_verifier,
 )
-from ..raft import BeginQuorumEpochRequest, EndQuorumEpochRequest, Message
+from ..raft import LeaderAnnouncement, Message
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +239,7 @@ def authorize_api(
     """The rule of ``authorize`` for a request of ``api`` on the topic ``topic_of()``
     names (None: none, or not decodable); the Kafka listener asks it per topic too."""
     kind = principal.kind
-    if api == ApiKey.RAFT:
+    if api in RAFT_KEYS:
         return None if kind == "node" else "only node principals may send raft traffic"
     if api in _ANY_AUTHENTICATED:
         return None
@@ -260,12 +262,12 @@ class ForgedSender(Exception):
     """A raft message whose claimed sender is not the node its connection authenticated as."""
 
 
-def check_raft_sender(msg: Message, sender: int) -> None:
+def check_raft_sender(msg: Message | NodeHeartbeat, sender: int) -> None:
     """Raise ``ForgedSender`` unless every node id ``msg`` claims to come from is ``sender``:
     ``src`` (``replica_id`` for a Fetch), and for Begin/EndQuorumEpoch the leader it
     announces, which is always its sender."""
     claimed = msg.src
-    if claimed == sender and isinstance(msg, BeginQuorumEpochRequest | EndQuorumEpochRequest):
+    if claimed == sender and isinstance(msg, LeaderAnnouncement):
         claimed = msg.leader_id
     if claimed != sender:
         raise ForgedSender(

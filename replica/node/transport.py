@@ -25,7 +25,7 @@ from ..protocol import (
     frame_length,
     scram,
 )
-from ..protocol.messages import AuthenticateRequest, AuthenticateResponse, ErrorResponse
+from ..protocol.messages import RAFT_KEYS, AuthenticateRequest, AuthenticateResponse, ErrorResponse
 from .directories import (
     DIRECTORY_ACK_MECHANISM,
     DIRECTORY_MECHANISM,
@@ -218,7 +218,7 @@ class Server:
                     frame = await read_frame(reader, self._max_frame, skip_oversized=True)
                 except OversizedFrame as exc:
                     log.info("answered an oversized frame from %s: %s", peer, exc)
-                    if exc.frame.api_key != ApiKey.RAFT:
+                    if exc.frame.api_key not in RAFT_KEYS:
                         answer = _denied(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
                         await pending.put((exc.frame.correlation_id, asyncio.create_task(answer)))
                     continue
@@ -268,7 +268,7 @@ class Server:
                     why = authorize(principal, frame)
                     if why is not None:
                         api = _api_name(frame.api_key)
-                        is_raft = frame.api_key == ApiKey.RAFT
+                        is_raft = frame.api_key in RAFT_KEYS
                         problems.note(
                             REFUSED if is_raft else DENIED,
                             f"denied {api}",
@@ -290,7 +290,7 @@ class Server:
                             )
                         )
                         continue
-                if frame.api_key == ApiKey.RAFT:
+                if frame.api_key in RAFT_KEYS:
                     self._raft(frame, principal, peer, problems)
                     continue
                 await pending.put((frame.correlation_id, asyncio.create_task(self._handler(frame))))

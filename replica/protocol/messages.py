@@ -23,6 +23,7 @@ from enum import IntEnum
 
 from ..constants import CONSUMER_REPLICA_ID as CONSUMER_REPLICA_ID
 from ..constants import UNKNOWN as UNKNOWN
+from .codec import DecodeError
 
 ACKS_LEADER = 1
 ACKS_QUORUM = -1
@@ -47,6 +48,7 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSETS_FOR_LEADER_EPOCH = 23
     RAFT = 50
+    RAFT_BATCH = 51  # many partitions' raft messages to one node, in one frame
     DESCRIBE_QUORUM = 55
     LIST_TOPICS = 100
     FORCE_LEADER = 101
@@ -280,6 +282,52 @@ class RaftEnvelope(PartitionRequest):
     kind: str
     body: list[object]
     records: bytes = b""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaftBatch:
+    """One-way node-to-node raft messages for many partitions in one frame (what one
+    step of a node sends to one peer): item i is a ``kinds[i]`` message for
+    (``topics[i]``, ``partitions[i]``) with codec body ``bodies[i]``; its records are the
+    next ``sizes[i]`` bytes of ``records`` (the frame's payload)."""
+
+    topics: list[str]
+    partitions: list[int]
+    kinds: list[str]
+    bodies: list[object]
+    sizes: list[int]
+    records: bytes = b""
+
+    def items(self) -> list[tuple[str, int, str, object, bytes | memoryview]]:
+        """(topic, partition, kind, body, records) per item; DecodeError if the lists
+        disagree or the sizes do not add up to the payload exactly."""
+        n = len(self.topics)
+        if not (
+            len(self.partitions) == len(self.kinds) == len(self.bodies) == len(self.sizes) == n
+        ):
+            raise DecodeError("raft batch lists differ in length")
+        if any(type(s) is not int or s < 0 for s in self.sizes) or sum(self.sizes) != len(
+            self.records
+        ):
+            raise DecodeError("raft batch sizes do not add up to its payload")
+        view = memoryview(self.records)
+        out: list[tuple[str, int, str, object, bytes | memoryview]] = []
+        at = 0
+        for i in range(n):
+            out.append(
+                (
+                    self.topics[i],
+                    self.partitions[i],
+                    self.kinds[i],
+                    self.bodies[i],
+                    view[at : at + self.sizes[i]],
+                )
+            )
+            at += self.sizes[i]
+        return out
+
+
+RAFT_KEYS = frozenset({ApiKey.RAFT, ApiKey.RAFT_BATCH})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .. import defaults
 
@@ -49,6 +50,13 @@ class QuorumConfig:
       ``fetch_max_wait_ms + request_timeout_ms``.
     * ``fetch_max_wait_ms`` / ``fetch_max_bytes`` [fetch.max.wait.ms, fetch.max.bytes]:
       long-poll bound and size bound of a follower's Fetch.
+    * ``quiesce``: idle partitions stop fetching (``RaftReplica``'s quiescence). Only
+      under a driver that keeps ``peer_seen`` and reports ``on_peer_change`` (the
+      ``replica.driver`` does: the nodes and the simulator turn it on); a bare core
+      would never notice a silent leader while quiesced.
+    * ``rebalance_interval_ms`` [leader.imbalance.check.interval.ms]: how often a
+      driver hands leadership back to each partition's preferred replica
+      (``RaftReplica.hand_over``; Kafka's ``auto.leader.rebalance.enable``); None: never.
     """
 
     election_timeout_ms: int = defaults.KRAFT_ELECTION_TIMEOUT_MS
@@ -60,6 +68,8 @@ class QuorumConfig:
     request_timeout_ms: int = defaults.KRAFT_REQUEST_TIMEOUT_MS
     fetch_max_wait_ms: int = defaults.KRAFT_FETCH_MAX_WAIT_MS
     fetch_max_bytes: int = defaults.KRAFT_FETCH_MAX_BYTES
+    quiesce: bool = False
+    rebalance_interval_ms: int | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -85,6 +95,18 @@ class QuorumConfig:
         return self.election_jitter_max_ms
 
     @property
+    def heartbeat_ms(self) -> int:
+        """Each node's heartbeat to each peer (what stands for quiesced partitions'
+        fetches); a peer silent for ``fetch_timeout_ms`` (four of them) is stale."""
+        return max(1, self.fetch_timeout_ms // 4)
+
+    @property
+    def quiesce_after_ms(self) -> int:
+        """A leader quiesces a caught-up follower once nothing was appended for this long
+        (one long-poll): a partition under load never quiesces between batches."""
+        return self.fetch_max_wait_ms
+
+    @property
     def check_quorum_timeout_ms(self) -> int:
         """A leader not fetched by a majority for this long resigns (1.5 x fetch timeout)."""
         return self.fetch_timeout_ms * 3 // 2
@@ -103,7 +125,7 @@ class QuorumConfig:
             "fetch.max.wait.ms": "fetch_max_wait_ms",
             "fetch.max.bytes": "fetch_max_bytes",
         }
-        kwargs: dict[str, int] = {}
+        kwargs: dict[str, Any] = {}
         for key, value in props.items():
             if key not in names:
                 raise ValueError(f"unknown quorum config {key!r}; known: {sorted(names)}")

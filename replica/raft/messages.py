@@ -38,6 +38,7 @@ __all__ = [
     "QuorumResponse",
     "VoteRequest",
     "VoteResponse",
+    "WakeRequest",
 ]
 
 
@@ -157,10 +158,20 @@ class FetchResponse(EpochResponse):
     # ever acknowledged, or will count as committed from before its epoch, lies below
     # this (max of its HWM and its epoch start); UNKNOWN otherwise.
     catch_up_floor: int = UNKNOWN
+    # The partition is idle (the fetcher holds everything, all of it committed): the
+    # fetcher stops fetching until the leader wakes it (``WakeRequest``); liveness and
+    # check-quorum ride on the nodes' heartbeats meanwhile (see ``RaftReplica``).
+    quiesce: bool = False
 
     def is_empty(self) -> bool:
         """True for an answer a driver may park as a long-poll (nothing new to say)."""
         return self.error == 0 and self.diverging_epoch is None and not self.records
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WakeRequest(LeaderAnnouncement):
+    """A leader to a follower it quiesced: records arrived, fetch again. One-way; the
+    leader resends it until the follower fetches."""
 
 
 Message = (
@@ -172,4 +183,5 @@ Message = (
     | EndQuorumEpochResponse
     | FetchRequest
     | FetchResponse
+    | WakeRequest
 )

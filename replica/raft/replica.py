@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ from .messages import (
     Message,
     VoteRequest,
     VoteResponse,
+    WakeRequest,
 )
 from .state import (
     CandidateState,
@@ -144,13 +146,18 @@ class RaftReplica:
         self._rng = rng
         self._shutting_down = False
         self._high_watermark = 0
-        self._next_request_id = 0
+        # Request ids grow across restarts too (monotonic time), so a leader can tell a
+        # late copy of a fetch from before it quiesced this replica from a new fetch.
+        self._next_request_id = max(0, now_ms) * 1000
         self.truncations_below_high_watermark = 0
         # Catching up with an unknown floor: the epochs other voters answered our probes
         # with (see _probe_epochs_of_voters), the probes' request id and when last sent.
         self._probe_epochs: dict[int, int] = {}
         self._probe_id = 0
         self._probe_sent_at: int | None = None
+        # When each peer node was last heard from (monotonic ms), kept by the driver from
+        # its node heartbeats: what stands for a quiesced replica's fetches.
+        self.peer_seen: Mapping[int, int] = {}
 
         state = persisted if persisted is not None else ElectionState(0)
         self._epoch = state.epoch
@@ -289,6 +296,8 @@ class RaftReplica:
             self._on_begin_quorum_epoch_response(message, now_ms, out)
         elif isinstance(message, EndQuorumEpochRequest):
             out.messages.append(self._on_end_quorum_epoch(message, now_ms, out))
+        elif isinstance(message, WakeRequest):
+            self._on_wake(message, now_ms, out)
         else:
             self._on_end_quorum_epoch_response(message, now_ms, out)
         return out
@@ -301,6 +310,9 @@ class RaftReplica:
             raise NotLeaderError(leader, self._epoch)
         info = self.log.append_as_leader(records, self._epoch)
         out = Output(fetch_wakeup=True)
+        assert isinstance(self._state, LeaderState)
+        self._state.last_append_ms = now_ms
+        self._wake_quiet(self._state, now_ms, out)
         return info, self._epoch, out
 
     def on_log_flushed(self, now_ms: int) -> Output:
@@ -340,12 +352,75 @@ class RaftReplica:
         that still hear from the leader refuse the pre-vote (a live leader keeps its
         epoch), and the leader's next answer clears it."""
         st = self._state
+        if isinstance(st, FollowerState) and st.quiet and self._leader_id == peer:
+            out = Output()
+            self._resume(st, self.peer_seen.get(peer), now_ms, out)
+            out.merge(self.on_peer_unreachable(peer, now_ms))
+            return out
         if isinstance(st, FollowerState) and self._leader_id == peer and not st.leader_unreachable:
             logger.info("replica %s: leader %s refuses connections", self.node_id, peer)
             st.leader_unreachable = True
             delay = self._rng.randrange(self.config.election_timeout_ms // 4 + 1)
             st.fetch_timeout_at = min(st.fetch_timeout_at, now_ms + delay)
         return self.tick(now_ms)
+
+    def on_peer_change(self, peer: int, now_ms: int) -> Output:
+        """The driver's view of ``peer``'s node changed: it went silent for a fetch
+        timeout, restarted, or was heard again after that. What its heartbeats vouched
+        for no longer holds. A follower quiesced under that leader resumes as if it had
+        last heard from the leader at its last heartbeat (the fetch timeout runs from
+        there); a leader stops counting that quiesced replica as following and wakes it
+        (resent while its node is heard, until it fetches)."""
+        out = Output()
+        st = self._state
+        if isinstance(st, FollowerState) and st.quiet and self._leader_id == peer:
+            self._resume(st, self.peer_seen.get(peer), now_ms, out)
+        elif isinstance(st, LeaderState) and (peer in st.quiet or peer in st.wake_unacked):
+            self._unquiet(st, peer, now_ms)
+            st.wake_unacked.add(peer)
+            self._send_wakes(st, now_ms, out)
+        return out
+
+    def hand_over(self, successor: int, now_ms: int) -> Output:
+        """Preferred-leader rebalance (Kafka's ``auto.leader.rebalance.enable``): a leader
+        resigns in favour of ``successor`` (the partition's preferred replica), ranked
+        first in its EndQuorumEpoch so it stands at once, but only when that voter holds
+        everything this leader has, all of it committed, and its node is heard: the
+        hand-over costs one election and loses nothing. Otherwise nothing happens."""
+        out = Output()
+        st = self._state
+        if not isinstance(st, LeaderState) or self._shutting_down or successor == self.node_id:
+            return out
+        row = st.progress.get(successor)
+        end = self.log.end_offset
+        heard = self.peer_seen.get(successor, now_ms) >= now_ms - self.config.fetch_timeout_ms
+        if (
+            row is None
+            or successor in st.catching_up
+            or successor in st.begin_unacked
+            or st.forced
+            or not heard
+            or not row.end_offset == end == self._high_watermark
+        ):
+            return out
+        logger.info(
+            "replica %s hands epoch %s over to preferred replica %s",
+            self.node_id,
+            self._epoch,
+            successor,
+        )
+        others = tuple(r for r in self._ranked_successors(st) if r != successor)
+        self._become_resigned(now_ms, out, successors=(successor, *others))
+        return out
+
+    @property
+    def quiesced(self) -> bool:
+        """No timer runs for this replica and it sends nothing until an event: a
+        quiesced follower, or a leader whose voters are all quiesced."""
+        st = self._state
+        if isinstance(st, FollowerState):
+            return st.quiet
+        return isinstance(st, LeaderState) and self._all_quiet(st) and not st.wake_unacked
 
     def begin_catch_up(self, now_ms: int, floor: int | None = None) -> Output:
         """The driver learnt this replica may lack records it acknowledged below
@@ -593,6 +668,7 @@ class RaftReplica:
             check_quorum_at=now_ms + self.config.check_quorum_timeout_ms,
             progress={v: ReplicaProgress(v) for v in others},
             begin_unacked=set(others),
+            last_append_ms=now_ms,
         )
         self._state = st
         out.leader_changed = True
@@ -656,6 +732,8 @@ class RaftReplica:
                 return [st.backoff_until]
             return [st.election_at, st.resend_at]
         if isinstance(st, FollowerState):
+            if st.quiet:
+                return [st.election_at]
             resend = (
                 st.fetch_sent_at + self.config.fetch_max_wait_ms + self.config.request_timeout_ms
                 if st.fetch_request_id is not None
@@ -663,7 +741,10 @@ class RaftReplica:
             )
             return [st.fetch_timeout_at, st.fetch_retry_at, st.election_at, resend]
         if isinstance(st, LeaderState):
-            return [st.check_quorum_at, st.begin_resend_at]
+            # A leader whose voters are all quiesced checks its quorum only when the
+            # driver reports a peer stale (``on_peer_stale``): no timer of its own.
+            check = None if self._all_quiet(st) else st.check_quorum_at
+            return [check, st.begin_resend_at, st.wake_resend_at]
         return [st.election_at, st.end_resend_at]
 
     def _tick_once(self, now_ms: int, out: Output) -> None:
@@ -698,8 +779,8 @@ class RaftReplica:
         elif isinstance(st, FollowerState):
             self._tick_follower(st, now_ms, out)
         elif isinstance(st, LeaderState):
-            if now_ms >= st.check_quorum_at:
-                if len(st.fetched_since_check) + 1 >= self.majority:
+            if now_ms >= st.check_quorum_at and not self._all_quiet(st):
+                if len(self._followed_since_check(st)) + 1 >= self.majority:
                     self._reset_check_quorum(st, now_ms)
                 elif st.forced:
                     self._reset_check_quorum(st, now_ms, followed=False)
@@ -714,6 +795,8 @@ class RaftReplica:
                     return
             if st.begin_resend_at is not None and now_ms >= st.begin_resend_at:
                 self._send_begin_quorum_epoch(st, now_ms, out)
+            if st.wake_resend_at is not None and now_ms >= st.wake_resend_at:
+                self._send_wakes(st, now_ms, out)
         else:
             if st.election_at is not None and now_ms >= st.election_at and self._can_elect():
                 self._become_prospective(now_ms, out, retries=0)
@@ -774,6 +857,91 @@ class RaftReplica:
         st.fetched_since_check.clear()
         st.check_quorum_at = now_ms + self.config.check_quorum_timeout_ms
 
+    # ------------------------------------------------------------------ quiescence
+    #
+    # An idle partition costs nothing: once nothing has been appended for a long-poll
+    # and a replica's fetch shows it holds the whole log, all of it committed, the leader
+    # answers ``quiesce``; that replica stops fetching and the leader stops expecting it.
+    # The nodes' heartbeats (the driver's, one per pair of nodes) stand for the fetches
+    # meanwhile: ``peer_seen`` counts a quiesced voter for check-quorum, a quiesced
+    # follower refuses pre-votes while its leader's node is heard, and the driver calls
+    # ``on_peer_stale`` when a node goes silent or restarts. Records appended wake the
+    # quiesced replicas (WakeRequest, resent until they fetch).
+
+    def _all_quiet(self, st: LeaderState) -> bool:
+        return len(st.quiet) >= len(st.progress) and all(v in st.quiet for v in st.progress)
+
+    def _followed_since_check(self, st: LeaderState) -> set[int]:
+        """Voters that fetched in this check-quorum period, and quiesced voters whose
+        node was heard from in it."""
+        since = st.check_quorum_at - self.config.check_quorum_timeout_ms
+        alive = {v for v in st.quiet if v in st.progress and self.peer_seen.get(v, -1) >= since}
+        return st.fetched_since_check | alive
+
+    def _may_quiesce(self, st: LeaderState, req: FetchRequest, now_ms: int) -> bool:
+        end = self.log.end_offset
+        return (
+            self.config.quiesce
+            and req.max_wait_ms > 0
+            and not req.catching_up
+            and not st.forced
+            and req.replica_id not in st.begin_unacked
+            and req.fetch_offset == end == self._high_watermark == self.log.durable_end_offset
+            and now_ms - st.last_append_ms >= self.config.quiesce_after_ms
+        )
+
+    def _unquiet(self, st: LeaderState, replica: int, now_ms: int) -> None:
+        if replica not in st.quiet:
+            return
+        was_all = self._all_quiet(st)
+        st.quiet.discard(replica)
+        if was_all:
+            # Check-quorum slept while every voter was quiesced: a fresh period.
+            st.fetched_since_check.clear()
+            st.check_quorum_at = now_ms + self.config.check_quorum_timeout_ms
+
+    def _wake_quiet(self, st: LeaderState, now_ms: int, out: Output) -> None:
+        if st.quiet:
+            for replica in list(st.quiet):
+                self._unquiet(st, replica, now_ms)
+                st.wake_unacked.add(replica)
+            self._send_wakes(st, now_ms, out)
+
+    def _send_wakes(self, st: LeaderState, now_ms: int, out: Output) -> None:
+        """Wake each replica in ``wake_unacked`` whose node is heard (a silent one is
+        woken by ``on_peer_change`` when it is heard again); resend while any is."""
+        since = now_ms - self.config.fetch_timeout_ms
+        heard = [r for r in sorted(st.wake_unacked) if self.peer_seen.get(r, now_ms) >= since]
+        for replica in heard:
+            out.messages.append(
+                WakeRequest(
+                    cluster_id=self.cluster_id,
+                    src=self.node_id,
+                    dst=replica,
+                    leader_id=self.node_id,
+                    leader_epoch=self._epoch,
+                )
+            )
+        st.wake_resend_at = now_ms + self.config.request_timeout_ms if heard else None
+
+    def _on_wake(self, req: WakeRequest, now_ms: int, out: Output) -> None:
+        if req.cluster_id != self.cluster_id or self._announcement_error(req) != ErrorCode.NONE:
+            return
+        if self._maybe_learn(req.leader_epoch, req.leader_id, now_ms, out, req.src):
+            return
+        st = self._state
+        if isinstance(st, FollowerState) and st.quiet and self._leader_id == req.leader_id:
+            self._resume(st, now_ms, now_ms, out)
+
+    def _resume(self, st: FollowerState, contact_ms: int | None, now_ms: int, out: Output) -> None:
+        """A quiesced follower fetches again, its leader last heard from at ``contact_ms``."""
+        st.quiet = False
+        if contact_ms is not None:
+            st.last_contact_ms = max(st.last_contact_ms or contact_ms, contact_ms)
+        base = st.last_contact_ms if st.last_contact_ms is not None else now_ms
+        st.fetch_timeout_at = base + self.config.fetch_timeout_ms
+        self._send_fetch(st, now_ms, out)
+
     # ------------------------------------------------------------------ senders
 
     def _send_vote_requests(
@@ -831,6 +999,11 @@ class RaftReplica:
 
     def _send_fetch(self, st: FollowerState, now_ms: int, out: Output) -> None:
         assert self._leader_id is not None
+        if st.quiet:
+            # Quiesced until now (its log changed under it): its leader's node was
+            # heard from meanwhile, so the fetch timeout runs from here.
+            st.quiet = False
+            st.fetch_timeout_at = max(st.fetch_timeout_at, now_ms + self.config.fetch_timeout_ms)
         self._next_request_id += 1
         st.fetch_request_id = self._next_request_id
         st.fetch_sent_at = now_ms
@@ -898,8 +1071,13 @@ class RaftReplica:
             isinstance(st, FollowerState)
             and not st.leader_resigned
             and not st.leader_unreachable
-            and st.last_contact_ms is not None
-            and now_ms - st.last_contact_ms < self.config.fetch_timeout_ms
+            and (
+                st.quiet  # its node's heartbeats are fresh, or the driver had woken it
+                or (
+                    st.last_contact_ms is not None
+                    and now_ms - st.last_contact_ms < self.config.fetch_timeout_ms
+                )
+            )
         )
 
     def _advertised_leader(self) -> int | None:
@@ -1118,6 +1296,13 @@ class RaftReplica:
             return self._fetch_error(req, ErrorCode.OFFSET_OUT_OF_RANGE)
 
         is_voter = req.replica_id in st.progress
+        # A late copy of the fetch this leader answered ``quiesce`` (or of an older one)
+        # is answered, but says nothing of whether that replica fetches again.
+        copy = req.request_id <= st.quiet_ids.get(req.replica_id, -1) and (
+            req.replica_id in st.quiet or req.replica_id in st.wake_unacked
+        )
+        if not copy:
+            st.wake_unacked.discard(req.replica_id)
         if is_voter:
             if req.catching_up:
                 st.catching_up.add(req.replica_id)
@@ -1149,6 +1334,18 @@ class RaftReplica:
             except CorruptDataError as exc:
                 self._repair(exc.offset, now_ms, out)
                 return self._fetch_error(req, ErrorCode.NOT_LEADER)
+        quiesce = diverging is None and self._may_quiesce(st, req, now_ms)
+        if copy:
+            quiesce = (
+                quiesce
+                and req.replica_id in st.quiet
+                and req.request_id == st.quiet_ids[req.replica_id]
+            )
+        elif quiesce:
+            st.quiet.add(req.replica_id)
+            st.quiet_ids[req.replica_id] = req.request_id
+        else:
+            self._unquiet(st, req.replica_id, now_ms)
         return FetchResponse(
             cluster_id=self.cluster_id,
             src=self.node_id,
@@ -1165,6 +1362,7 @@ class RaftReplica:
             catch_up_floor=max(self._high_watermark, st.epoch_start_offset)
             if req.catching_up
             else UNKNOWN,
+            quiesce=quiesce,
         )
 
     def _maybe_advance_high_watermark(self, st: LeaderState, out: Output) -> None:
@@ -1242,6 +1440,14 @@ class RaftReplica:
                 self._high_watermark = hwm
                 out.high_watermark = hwm
                 out.fetch_wakeup = True
+            if (
+                resp.quiesce
+                and not resp.records
+                and self._high_watermark == self.log.end_offset == self.log.durable_end_offset
+                and not self.catching_up
+            ):
+                st.quiet = True  # until the leader wakes us or its node goes silent
+                return
         self._send_fetch(st, now_ms, out)
 
     def _repair(self, offset: int, now_ms: int, out: Output) -> None:

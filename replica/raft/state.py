@@ -95,6 +95,9 @@ class FollowerState:
     # Its node refused connections (a hint, cleared by its next answer): others'
     # pre-votes are not refused on its behalf.
     leader_unreachable: bool = False
+    # Quiesced by the leader: no fetches, no fetch timeout; the leader's node heartbeat
+    # stands for it until a WakeRequest or the driver's ``on_peer_stale``.
+    quiet: bool = False
 
 
 @dataclass(slots=True)
@@ -109,6 +112,12 @@ class LeaderState:
     catching_up: set[int] = field(default_factory=set)  # voters not counted for the HWM
     # Forced by an unclean election: check-quorum waits until a majority has followed.
     forced: bool = False
+    last_append_ms: int = 0  # when records were last appended (quiesce after a while)
+    # Replicas told to stop fetching (quiesced), and those woken and not fetched since.
+    quiet: set[int] = field(default_factory=set)
+    quiet_ids: dict[int, int] = field(default_factory=dict)  # the fetch answered quiesce
+    wake_unacked: set[int] = field(default_factory=set)
+    wake_resend_at: int | None = None
 
 
 @dataclass(slots=True)

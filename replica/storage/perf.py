@@ -1,6 +1,9 @@
 """``quorumlog perf storage``: append throughput with group-commit fsync, and read and
-decode throughput, on one local log; with ``--flush``, the cost of one node flush job
-over 1, 8, 64 and 1000 dirty logs, one fdatasync per file against one syncfs(2).
+decode throughput, on one local log; with ``--quorum-states N``, also the time to make N
+replicas' election states durable as one quorum-journal write against N per-replica
+quorum-state files (what 10,000 partitions electing at once cost a node); with
+``--flush``, only the cost of one node flush job over 1, 8, 64 and 1000 dirty logs, one
+fdatasync per file against one syncfs(2).
 
 Appends run on the main thread while a worker thread calls ``flush()`` in a loop, as
 the node does with its executor; a run ends when everything appended is durable. The
@@ -21,6 +24,8 @@ import time
 from .fdcache import FdCache
 from .groupflush import flush_logs, syncfs_available
 from .log import Log, LogConfig
+from .quorum_journal import QuorumJournal
+from .quorum_state import QuorumState, QuorumStateStore
 from .records import batches_to_table, encode_batch, iter_batches
 
 RECORD_BYTES = 100
@@ -136,6 +141,33 @@ def flush_benchmark(
     return result
 
 
+def _quorum_states_run(root: str, count: int) -> dict[str, float]:
+    state = QuorumState(leader_epoch=5, leader_id=1, voted_id=1, voters=(1, 2, 3))
+    items = [(("perf-topic", p), state) for p in range(count)]
+    journal = QuorumJournal(os.path.join(root, "journal"))
+    started = time.perf_counter()
+    journal.write_many(items)
+    journal_s = time.perf_counter() - started
+    journal.close()
+    started = time.perf_counter()
+    QuorumJournal(os.path.join(root, "journal")).close()
+    replay_s = time.perf_counter() - started
+    stores = [
+        QuorumStateStore(os.path.join(root, "files", f"perf-topic-{p}")) for p in range(count)
+    ]
+    started = time.perf_counter()
+    for store in stores:
+        store.write(state)
+    files_s = time.perf_counter() - started
+    return {
+        "states": count,
+        "journal_write_s": journal_s,
+        "journal_replay_s": replay_s,
+        "per_file_writes_s": files_s,
+        "speedup": files_s / journal_s,
+    }
+
+
 def _next_offset(chunk: bytes) -> int:
     last = 0
     for header in iter_batches(chunk):
@@ -157,6 +189,13 @@ def main(argv: list[str] | None = None) -> int:
         "--flush-logs",
         default="1,8,64,1000",
         help="dirty logs per flush job, comma-separated (default 1,8,64,1000)",
+    )
+    parser.add_argument(
+        "--quorum-states",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time N election states: one journal write vs N quorum-state files",
     )
     args = parser.parse_args(argv)
     root = args.dir or tempfile.mkdtemp(prefix="quorumlog-perf-")
@@ -204,6 +243,18 @@ def main(argv: list[str] | None = None) -> int:
                     f"read (max_bytes {max_bytes // MIB} MiB): {figures['read_mb_per_s']:8.1f} "
                     f"MiB/s; read + to Arrow table: {figures['read_and_decode_mb_per_s']:8.1f} "
                     f"MiB/s {figures['decode_records_per_s']:12,.0f} rec/s"
+                )
+        if args.quorum_states > 0:
+            directory = os.path.join(root, "quorum-states")
+            shutil.rmtree(directory, ignore_errors=True)
+            qs = _quorum_states_run(directory, args.quorum_states)
+            result["quorum_states"] = qs
+            if not args.json:
+                print(
+                    f"{args.quorum_states} election states durable: one journal write "
+                    f"{qs['journal_write_s'] * 1000:.1f} ms (replay "
+                    f"{qs['journal_replay_s'] * 1000:.1f} ms); one quorum-state file each "
+                    f"{qs['per_file_writes_s'] * 1000:.0f} ms ({qs['speedup']:.0f}x)"
                 )
     finally:
         if not args.dir:

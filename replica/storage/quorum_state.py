@@ -1,4 +1,7 @@
-"""The ``quorum-state`` file: the raft core's persisted election state (JSON)."""
+"""The ``QuorumState`` value and the per-replica ``quorum-state`` file (JSON) that held it
+before the node-level journal (``quorum_journal``). A node now only reads such a file, for
+a replica the journal does not know yet (a data directory written by an older version),
+and removes it once the replica's next state is durable in the journal."""
 
 from __future__ import annotations
 
@@ -51,6 +54,17 @@ class QuorumStateStore:
             "extra": state.extra,
         }
         atomic_write(self.path, json.dumps(doc, sort_keys=True).encode() + b"\n")
+
+    def remove(self) -> None:
+        """Delete the file (absent: nothing to do). Not fsync'd: a file that comes back
+        after a crash is ignored, the journal's entry for the replica wins."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
 
     def read(self) -> QuorumState | None:
         try:

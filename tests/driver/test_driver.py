@@ -20,16 +20,18 @@ CONFIG = QuorumConfig()
 class Nodes:
     """Drivers of nodes 1..n; flushes happen only when the test says so."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, config: QuorumConfig = CONFIG) -> None:
         self.now = 0
+        self.config = config
         voters = list(range(1, n + 1))
+        self.voters = voters
         self.logs = {i: MemLog() for i in voters}
         self.persisted: dict[int, ElectionState | None] = dict.fromkeys(voters)
-        self.drivers = {
-            i: Driver(i, "c", CONFIG, Limits(1 << 20, 5000), random.Random(i)) for i in voters
-        }
+        self.drivers = {i: self.new_driver(i) for i in voters}
         self.wants_flush: set[int] = set()
         self.queue: list[Message] = []
+        self.sent: list[Message] = []  # everything delivered (or dropped), in order
+        self.down: set[int] = set()  # nodes whose messages are lost both ways
         self.answers: dict[int, object] = {}
         self.readies: list[tuple[int, Ready]] = []
         self.token = 0
@@ -50,11 +52,17 @@ class Nodes:
         self.wants_flush.discard(i)
         return self.run(i, self.drivers[i].flushed(KEY, self.now))
 
+    def new_driver(self, i: int) -> Driver:
+        return Driver(i, "c", self.config, Limits(1 << 20, 5000), random.Random(i))
+
     def deliver(self) -> None:
-        for _ in range(1000):
+        for _ in range(10000):
             if not self.queue:
                 return
             msg = self.queue.pop(0)
+            self.sent.append(msg)
+            if msg.src in self.down or msg.dst in self.down:
+                continue
             self.run(msg.dst, self.drivers[msg.dst].raft(KEY, msg, self.now))
 
     def advance(self, ms: int, *, flush: bool = True) -> None:
@@ -62,6 +70,8 @@ class Nodes:
         while self.now < end:
             self.now += 10
             for i, d in self.drivers.items():
+                if i in self.down:
+                    continue
                 self.run(i, d.tick(self.now))
                 if flush and i in self.wants_flush:
                     self.flush(i)

@@ -66,6 +66,21 @@ class VotesWithUnknownFloor(RaftReplica):
         return super()._may_vote()
 
 
+class NeverWakes(RaftReplica):
+    """Quiesces idle followers but never wakes them when records arrive."""
+
+    def _send_wakes(self, st: LeaderState, now_ms: int, out: Output) -> None:
+        st.wake_resend_at = None
+
+
+class IgnoresPeerChanges(RaftReplica):
+    """A quiesced follower keeps trusting its leader after the leader's node went
+    silent or restarted."""
+
+    def on_peer_change(self, peer: int, now_ms: int) -> Output:
+        return Output()
+
+
 BROKEN = {
     "two-votes-per-epoch": TwoVotesPerEpoch,
     "hwm-counts-observers": HwmCountsObservers,
@@ -73,6 +88,8 @@ BROKEN = {
     "hwm-ignores-epoch-start": HwmIgnoresEpochStart,
     "votes-while-catching-up": VotesWhileCatchingUp,
     "votes-with-unknown-floor": VotesWithUnknownFloor,
+    "never-wakes": NeverWakes,
+    "ignores-peer-changes": IgnoresPeerChanges,
 }
 
 

@@ -29,6 +29,10 @@ Invariants, checked after every event:
 * ``truncated-below-hwm``: a follower never truncates below its HWM;
 * ``corrupt-served``: no damaged batch is ever sent, to a follower or to a consumer
   (consumers fetch through the driver, which reports damage it reads to the core);
+* ``quiet-silent-leader``: a quiesced follower resumes (fetches, and may stand) within a
+  fetch timeout of its leader's node going down or out of its reach;
+* ``quiet-behind``: once faults stop, a quiesced follower is woken within a request
+  timeout and a heartbeat when its leader appends records it lacks;
 * ``liveness``: after faults stop (all nodes up, network healed) a leader commits a new
   client record within ``liveness_bound_ms``.
 
@@ -87,7 +91,8 @@ LIMITS = Limits(max_fetch_bytes=256, produce_timeout_ms=3000)
     CONSUME,
     REFUSED,
     IDEMPOTENT,
-) = range(13)
+    PAUSE,
+) = range(14)
 KIND_NAMES = [
     "deliver",
     "tick",
@@ -102,6 +107,7 @@ KIND_NAMES = [
     "consume",
     "refused",
     "idempotent",
+    "pause",
 ]
 #: An idempotent producer resends a batch left unanswered this long (the node may have
 #: died with it): longer than the produce timeout a leader answers within.
@@ -137,7 +143,13 @@ class SimParams:
     disk_loss: bool = False
     unclean: bool = False
     corruption: float = 0.0  # chance that a fault damages a batch (3+ voters only)
-    config: QuorumConfig = field(default_factory=QuorumConfig)
+    # Clients pause now and then (before the heal), long enough for the partition to
+    # quiesce; then the next record must wake it.
+    pauses: bool = False
+    # Idle partitions on the same nodes (no clients; their messages share the frames,
+    # their quiescence the heartbeats): the invariants watch the main one (``KEY``).
+    extra_partitions: int = 0
+    config: QuorumConfig = field(default_factory=lambda: QuorumConfig(quiesce=True))
 
     @classmethod
     def for_seed(cls, seed: int) -> SimParams:
@@ -145,15 +157,22 @@ class SimParams:
         r = random.Random(seed * 7919 + 1)
         # Its own stream, so every other choice stays what it was before it existed.
         corruption = random.Random(seed * 7919 + 2).choice([0.0, 0.0, 0.2])
+        idle = random.Random(seed * 7919 + 3)
+        quiesce, pauses = idle.random() < 0.8, idle.random() < 0.6
+        extra = idle.choice([0, 1, 2])
+        rebalance = idle.choice([None, 1500, 4000])
         fast = QuorumConfig(
             election_timeout_ms=300,
             fetch_timeout_ms=800,
             election_backoff_max_ms=300,
             request_timeout_ms=300,
             fetch_max_wait_ms=200,
+            quiesce=quiesce,
+            rebalance_interval_ms=rebalance,
         )
+        slow = QuorumConfig(quiesce=quiesce, rebalance_interval_ms=rebalance)
         return cls(
-            config=r.choice([QuorumConfig(), QuorumConfig(), fast]),
+            config=r.choice([slow, slow, fast]),
             voters=r.choice([1, 3, 3, 3, 5, 5]),
             observers=r.choice([0, 0, 1]),
             loss=r.choice([0.0, 0.0, 0.01, 0.05]),
@@ -162,6 +181,8 @@ class SimParams:
             disk_loss=r.random() < 0.15,
             unclean=r.random() < 0.05,
             corruption=corruption,
+            pauses=pauses,
+            extra_partitions=extra,
         )
 
 
@@ -195,6 +216,10 @@ class SimNode:
     skew: int = 0
     disk_lost: bool = False
     stopping: bool = False
+    # The idle partitions' logs and election states, and the logs a pending flush covers.
+    extra_logs: dict[tuple[str, int], MemLog] = field(default_factory=dict)
+    extra_persisted: dict[tuple[str, int], ElectionState] = field(default_factory=dict)
+    flush_keys: set[tuple[str, int]] = field(default_factory=set)
 
     @property
     def core(self) -> RaftReplica | None:
@@ -270,6 +295,10 @@ class Simulation:
         self.healed_at: int | None = None
         self.live_at: int | None = None
         self.heal_uid = 0  # records with this id or above were sent after the heal
+        self.paused_until = 0  # clients send nothing before this (a quiet spell)
+        # Quiesced followers whose leader is out of reach / ahead of them, since when.
+        self.quiet_silent: dict[int, int] = {}
+        self.quiet_behind: dict[int, int] = {}
         self.trace: deque[tuple[int, int, Any]] = deque(maxlen=trace_len)
         self.faults: list[str] = []
         self.stats = {"events": 0, "acked": 0, "elections": 0, "messages": 0}
@@ -304,6 +333,8 @@ class Simulation:
             self.push(self.p.fault_ms, HEAL, None)
             self.push(self.rng.randint(50, 300), CONSUME, None)
             self.push(self.rng.randint(20, 80), IDEMPOTENT, None)
+            if self.p.pauses:
+                self.push(self.rng.randint(200, 1500), PAUSE, None)
             end = self.p.fault_ms + self.p.liveness_bound_ms
             while self.events:
                 at, _, kind, data = heapq.heappop(self.events)
@@ -340,12 +371,14 @@ class Simulation:
 
     def describe_event(self, at: int, kind: int, data: Any) -> str:
         if kind == DELIVER:
-            msg, _ = data
-            text = repr(msg)
-            if isinstance(msg, FetchResponse) and msg.records:
-                ids = [i for *_, batch in decode_batches(msg.records) for i in batch]
-                text = text.replace(repr(msg.records), f"<ids {ids}>")
-            return f"t={at} deliver {text}"
+            texts = []
+            for _, msg in data[0]:
+                text = repr(msg)
+                if isinstance(msg, FetchResponse) and msg.records:
+                    ids = [i for *_, batch in decode_batches(msg.records) for i in batch]
+                    text = text.replace(repr(msg.records), f"<ids {ids}>")
+                texts.append(text)
+            return f"t={at} deliver " + (texts[0] if len(texts) == 1 else f"frame {texts}")
         if kind in (TICK, FLUSH, RESTART, STOP, SCRUB):
             node = self.nodes[data[0]]
             core = node.core
@@ -369,10 +402,14 @@ class Simulation:
                 and node.flush_at == self.now
             ):
                 node.flush_at = None
-                node.log.flush()
-                self.execute(node, node.driver.flushed(KEY, self.local(node)))
+                keys, node.flush_keys = sorted(node.flush_keys), set()
+                for key in keys:  # one flush cycle covers every log written (group commit)
+                    node.log.flush() if key == KEY else node.extra_logs[key].flush()
+                for key in keys:
+                    self.execute(node, node.driver.flushed(key, self.local(node)))
         elif kind == CLIENT:
-            self.client_append()
+            if self.now >= self.paused_until:
+                self.client_append()
             self.push(self.now + self.rng.randint(*self.p.client_every_ms), CLIENT, None)
         elif kind == FAULT:
             if self.now < self.p.fault_ms:
@@ -404,11 +441,17 @@ class Simulation:
         elif kind == CONSUME:
             self.consume()
             self.push(self.now + self.rng.randint(50, 300), CONSUME, None)
+        elif kind == PAUSE:
+            if self.now < self.p.fault_ms:
+                self.paused_until = min(self.now + self.rng.randint(400, 2500), self.p.fault_ms)
+                self.push(self.paused_until + self.rng.randint(300, 2000), PAUSE, None)
         elif kind == IDEMPOTENT:
-            for producer in self.producers:
-                self.idempotent_send(producer)
+            if self.now >= self.paused_until:
+                for producer in self.producers:
+                    self.idempotent_send(producer)
             self.push(self.now + self.rng.randint(20, 80), IDEMPOTENT, None)
         self.check_global()
+        self.check_quiet()
 
     # ------------------------------------------------------------------ executor
 
@@ -426,6 +469,13 @@ class Simulation:
             node,
             node.driver.open(KEY, self.voter_ids, node.log, node.persisted, self.local(node)),
         )
+        for i in range(self.p.extra_partitions):
+            key = ("idle", i)
+            lg = node.extra_logs.setdefault(key, MemLog())
+            persisted = node.extra_persisted.get(key)
+            self.execute(
+                node, node.driver.open(key, self.voter_ids, lg, persisted, self.local(node))
+            )
         for other in self.nodes.values():
             if not other.alive and other is not node:
                 self.refuse(node, other)
@@ -440,6 +490,8 @@ class Simulation:
         node.driver = None  # its clients' requests go unanswered (they time out)
         if lose_unflushed:
             node.log.crash()
+            for lg in node.extra_logs.values():
+                lg.crash()
         for other in self.nodes.values():
             if other.alive:
                 self.refuse(other, node)
@@ -455,13 +507,21 @@ class Simulation:
         """Do what the driver asks, in the Ready's order, as the asyncio node does."""
         if node.driver is None:
             return
-        for _, state in ready.persist:
-            node.persisted = state  # durable before any send below
-        for _ in ready.flush:
+        for key, state in ready.persist:
+            # Durable before any send below.
+            if key == KEY:
+                node.persisted = state
+            else:
+                node.extra_persisted[key] = state
+        for key in ready.flush:
+            node.flush_keys.add(key)
             node.flush_at = self.now + self.rng.randint(1, 5)  # an fsync takes a while
             self.push(node.flush_at, FLUSH, (node.id, node.incarnation))
-        for _, msg in ready.send:
-            self.send(node, msg)
+        frames: dict[int, list[tuple[tuple[str, int], Message]]] = {}
+        for key, msg in ready.send:
+            frames.setdefault(msg.dst, []).append((key, msg))  # type: ignore[arg-type]
+        for dst, msgs in frames.items():
+            self.send(node, dst, msgs)
         for _, offset in ready.repaired:
             # The log lost data on purpose (damage repaired): restart the HWM checks.
             self.stats["repairs"] = self.stats.get("repairs", 0) + 1
@@ -491,25 +551,41 @@ class Simulation:
                 node.tick_at = at
                 self.push(at, TICK, (node.id, node.incarnation))
 
-    def send(self, node: SimNode, msg: Message) -> None:
-        if isinstance(msg, FetchResponse) and msg.records:
-            self.check_undamaged(node, msg.records, f"to node {msg.dst}")
-        dst = msg.dst
+    def send(self, node: SimNode, dst: int, msgs: list[tuple[tuple[str, int], Message]]) -> None:
+        """One frame: what one step of ``node`` sends ``dst`` (as the node batches it).
+        Whole frames are lost, duplicated and reordered (each its own delay); parts of a
+        frame are lost, and a frame's messages are shuffled, too."""
+        for key, msg in msgs:
+            if key == KEY and isinstance(msg, FetchResponse) and msg.records:
+                self.check_undamaged(node, msg.records, f"to node {msg.dst}")
+            kind = type(msg).__name__
+            if kind in ("WakeRequest", "NodeHeartbeat") or getattr(msg, "quiesce", False):
+                name = "quiesce" if kind == "FetchResponse" else kind
+                self.stats[name] = self.stats.get(name, 0) + 1
         if dst not in self.nodes or (node.id, dst) in self.blocked:
             return
         if self.loss and self.rng.random() < self.loss:
             return
-        self.stats["messages"] += 1
+        if len(msgs) > 1:
+            self.stats["frames"] = self.stats.get("frames", 0) + 1
+            if self.loss:
+                msgs = [msg for msg in msgs if self.rng.random() >= self.loss / 2]
+            if self.dup and self.rng.random() < self.dup:
+                msgs = self.rng.sample(msgs, len(msgs))
+        self.stats["messages"] += len(msgs)
         copies = 2 if self.dup and self.rng.random() < self.dup else 1
         for _ in range(copies):
             delay = self.rng.randint(*self.p.delay_ms)
-            self.push(self.now + delay, DELIVER, (msg, node.incarnation))
+            self.push(self.now + delay, DELIVER, (tuple(msgs), node.incarnation))
 
-    def deliver(self, msg: Message, src_incarnation: int) -> None:
-        node = self.nodes[msg.dst]
-        if node.driver is None or (msg.src, msg.dst) in self.blocked:
+    def deliver(self, msgs: tuple[tuple[tuple[str, int], Message], ...], inc: int) -> None:
+        if not msgs:
             return
-        self.execute(node, node.driver.raft(KEY, msg, self.local(node)))
+        first = msgs[0][1]
+        node = self.nodes[first.dst]
+        if node.driver is None or (first.src, node.id) in self.blocked:
+            return
+        self.execute(node, node.driver.raft_many(list(msgs), self.local(node)))
 
     # ------------------------------------------------------------------ clients
 
@@ -751,6 +827,8 @@ class Simulation:
                 self.stop(node, lose_unflushed=True)
             node.log = self.log_factory()
             node.persisted = None
+            node.extra_logs.clear()
+            node.extra_persisted.clear()
             node.max_epoch = 0  # its epoch was on the lost disk
             node.disk_lost = True
             self.push(self.now + self.rng.randint(100, 2000), RESTART, (node.id, node.incarnation))
@@ -878,6 +956,48 @@ class Simulation:
                 "majority-holds",
                 f"only {holders} voters hold committed offset {top} {rec} durably",
             )
+
+    def check_quiet(self) -> None:
+        cfg = self.p.config
+        slack = 2 * self.p.delay_ms[1] + 20
+        for node in self.alive_nodes():
+            core = node.core
+            leader = self.nodes.get(core.leader_id) if core and core.leader_id else None
+            if core is None or leader is None or not core.quiesced:
+                self.quiet_silent.pop(node.id, None)
+                self.quiet_behind.pop(node.id, None)
+                continue
+            if leader.alive and (leader.id, node.id) not in self.blocked:
+                self.quiet_silent.pop(node.id, None)
+            elif (
+                self.now - self.quiet_silent.setdefault(node.id, self.now)
+                > cfg.fetch_timeout_ms + slack
+            ):
+                raise Violation(
+                    "quiet-silent-leader",
+                    f"node {node.id} stayed quiesced under node {leader.id}, out of its "
+                    f"reach since t={self.quiet_silent[node.id]}",
+                )
+            lc = leader.core
+            behind = (
+                self.healed_at is not None
+                and lc is not None
+                and lc.is_leader
+                and lc.epoch == core.epoch
+                and leader.log.end_offset > node.log.end_offset
+            )
+            if not behind:
+                self.quiet_behind.pop(node.id, None)
+            elif (
+                self.now - self.quiet_behind.setdefault(node.id, self.now)
+                > cfg.request_timeout_ms + cfg.heartbeat_ms + slack
+            ):
+                raise Violation(
+                    "quiet-behind",
+                    f"node {node.id} stayed quiesced since t={self.quiet_behind[node.id]} "
+                    f"while its leader {leader.id} holds records up to {leader.log.end_offset} "
+                    f"and it up to {node.log.end_offset}",
+                )
 
     def check_truncation_visible(self, node: SimNode) -> None:
         """A reader at (offset after a committed record, its epoch) must see, through

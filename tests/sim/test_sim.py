@@ -13,6 +13,8 @@ from .broken import (
     ForgetsProducers,
     HwmCountsObservers,
     HwmCountsUnflushed,
+    IgnoresPeerChanges,
+    NeverWakes,
     SendsBeforeFlush,
     SendsBeforePersist,
     ServesAboveHwm,
@@ -39,6 +41,11 @@ def test_ci_seed_budget_has_no_violation() -> None:
     assert stats["refused"] > CI_SEEDS
     # Idempotent producers resent batches (after errors and silences) many times.
     assert stats["idempotent_retries"] > 5 * CI_SEEDS
+    # Partitions quiesced in the clients' pauses and were woken by records; messages of
+    # several partitions shared frames (lost, duplicated, reordered, cut as frames).
+    assert stats["quiesce"] > 2 * CI_SEEDS
+    assert stats["WakeRequest"] > 2 * CI_SEEDS
+    assert stats["frames"] > 10 * CI_SEEDS
 
 
 def test_a_seed_replays_identically() -> None:
@@ -55,6 +62,10 @@ def test_a_seed_replays_identically() -> None:
         (TwoVotesPerEpoch, ("one-leader-per-epoch", "majority-holds")),
         (HwmCountsObservers, ("majority-holds",)),
         (HwmCountsUnflushed, ("majority-holds",)),
+        # Quiescence: records must wake the followers an idle partition stopped, and a
+        # leader's node gone silent must end its followers' trust.
+        (NeverWakes, ("quiet-behind",)),
+        (IgnoresPeerChanges, ("quiet-silent-leader",)),
     ],
 )
 def test_simulator_catches_a_broken_rule(factory: ReplicaFactory, invariant: tuple[str]) -> None:

@@ -35,3 +35,13 @@ def test_corrupt_file_names_it(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "quorum-state").write_bytes(content)
     with pytest.raises(CorruptCheckpointError, match="quorum-state"):
         QuorumStateStore(str(tmp_path)).read()
+
+
+def test_remove_deletes_the_file_once_migrated(tmp_path: Path) -> None:
+    store = QuorumStateStore(str(tmp_path))
+    assert not store.exists()
+    store.write(QuorumState(leader_epoch=1))
+    assert store.exists()
+    store.remove()
+    assert not store.exists() and store.read() is None
+    store.remove()  # already gone: nothing to do

@@ -1,0 +1,62 @@
+"""What a node knows of its peers' processes: one heartbeat per pair of nodes stands for
+the fetches of every quiesced partition between them (see ``RaftReplica``'s
+quiescence), so an idle partition costs no frames and no timers of its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# The key node-level messages travel under in ``Ready.send`` (no partition's).
+NODE_KEY: tuple[str, int] = ("", -1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeHeartbeat:
+    """One-way, every ``heartbeat_ms`` from each node to each peer. ``incarnation`` is
+    drawn at the sender's start: a new one tells the peer the process restarted (what
+    its old heartbeats vouched for is gone, however short the gap)."""
+
+    cluster_id: str
+    src: int
+    dst: int
+    incarnation: int
+
+
+@dataclass(slots=True)
+class PeerLiveness:
+    """When each peer was last heard from (any frame, monotonic ms; from when a first
+    partition shared with it opened), its incarnation, and which peers are stale (silent
+    for ``stale_after_ms``). ``seen`` is the mapping the cores read
+    (``RaftReplica.peer_seen``)."""
+
+    stale_after_ms: int
+    seen: dict[int, int] = field(default_factory=dict)
+    incarnations: dict[int, int] = field(default_factory=dict)
+    stale: set[int] = field(default_factory=set)
+
+    def heard(self, peer: int, now: int) -> bool:
+        """Record a frame from ``peer``; True if it was stale (it is back)."""
+        self.seen[peer] = now
+        if peer in self.stale:
+            self.stale.discard(peer)
+            return True
+        return False
+
+    def restarted(self, peer: int, incarnation: int) -> bool:
+        """Record ``peer``'s incarnation; True if it differs from a known one."""
+        old = self.incarnations.get(peer)
+        self.incarnations[peer] = incarnation
+        return old is not None and old != incarnation
+
+    def newly_stale(self, peers: set[int], now: int) -> list[int]:
+        """Peers silent for ``stale_after_ms`` that were not stale yet (now they are)."""
+        found = []
+        for peer in sorted(peers - self.stale):
+            if now - self.seen.get(peer, now) >= self.stale_after_ms:
+                self.stale.add(peer)
+                found.append(peer)
+        return found
+
+    def next_stale_ms(self, peers: set[int]) -> int | None:
+        times = [self.seen[p] for p in peers - self.stale if p in self.seen]
+        return min(times) + self.stale_after_ms if times else None

@@ -1,0 +1,169 @@
+"""Quiescence: an idle partition stops fetching, one heartbeat per pair of nodes stands
+for it, and everything that needs the partition again wakes it (records, a silent or
+restarted leader node). Run through the driver, as the nodes and the simulator run it."""
+
+from __future__ import annotations
+
+from quorumlog.replica.driver import NodeHeartbeat
+from quorumlog.replica.protocol import messages as m
+from quorumlog.replica.raft import FetchRequest, FetchResponse, QuorumConfig, WakeRequest
+
+from .test_driver import KEY, Nodes, produce, record_ids
+
+QUIET = QuorumConfig(quiesce=True)
+
+
+def cores(nodes: Nodes) -> dict[int, object]:
+    return {i: d.partitions[KEY].core for i, d in nodes.drivers.items()}
+
+
+def quiet_cluster() -> tuple[Nodes, int]:
+    nodes = Nodes(3, QUIET)
+    leader = nodes.leader()
+    token = nodes.request(leader, produce([1, 2]))
+    nodes.advance(3 * QUIET.fetch_max_wait_ms + 500)
+    assert nodes.answers[token].error == 0
+    assert all(c.quiesced for c in cores(nodes).values())
+    return nodes, leader
+
+
+def test_an_idle_partition_quiesces_and_then_costs_no_timer_and_no_frame() -> None:
+    nodes, leader = quiet_cluster()
+    # No partition deadline is left in any driver's heap: a tick has nothing to do.
+    for d in nodes.drivers.values():
+        assert d._next_partition_deadline() is None
+    mark = len(nodes.sent)
+    nodes.advance(10_000)
+    window = nodes.sent[mark:]
+    assert window and all(isinstance(msg, NodeHeartbeat) for msg in window)
+    # Every node heartbeats each of its 2 peers every heartbeat_ms, whatever the partitions.
+    assert len(window) <= 3 * 2 * (10_000 // QUIET.heartbeat_ms + 1)
+    # The leader stayed leader (check-quorum counted the heartbeats) in the same epoch.
+    assert cores(nodes)[leader].is_leader
+
+
+def test_the_same_cluster_without_quiescence_keeps_fetching() -> None:
+    """The control: without quiescence the idle followers long-poll for ever."""
+    nodes = Nodes(3, QuorumConfig(quiesce=False))
+    nodes.leader()
+    mark = len(nodes.sent)
+    nodes.advance(10_000)
+    fetches = [msg for msg in nodes.sent[mark:] if isinstance(msg, FetchRequest)]
+    assert len(fetches) >= 2 * 10_000 // QUIET.fetch_max_wait_ms - 4
+
+
+def test_records_wake_quiesced_followers_and_an_acks_quorum_produce_is_answered() -> None:
+    nodes, leader = quiet_cluster()
+    mark = len(nodes.sent)
+    token = nodes.request(leader, produce([3]))
+    nodes.advance(100)
+    resp = nodes.answers[token]
+    assert isinstance(resp, m.ProduceResponse) and resp.error == 0
+    wakes = [msg for msg in nodes.sent[mark:] if isinstance(msg, WakeRequest)]
+    assert sorted(w.dst for w in wakes) == sorted(i for i in nodes.voters if i != leader)
+    for i in nodes.voters:
+        assert nodes.logs[i].end_offset == nodes.logs[leader].end_offset
+
+
+def test_a_late_copy_of_the_quiesced_fetch_does_not_stop_the_wake_up() -> None:
+    nodes, leader = quiet_cluster()
+    follower = next(i for i in nodes.voters if i != leader)
+    # The fetch the leader answered with ``quiesce``, as a network might deliver it again.
+    quiesced = [
+        msg
+        for msg in nodes.sent
+        if isinstance(msg, FetchRequest)
+        and msg.replica_id == follower
+        and any(
+            isinstance(r, FetchResponse) and r.quiesce and r.request_id == msg.request_id
+            for r in nodes.sent
+        )
+    ][-1]
+    lead = nodes.drivers[leader]
+    nodes.down.add(follower)  # the wake is lost
+    nodes.request(leader, produce([4]))
+    nodes.advance(20)
+    nodes.down.discard(follower)
+    nodes.run(leader, lead.raft(KEY, quiesced, nodes.now))  # the late copy arrives
+    st = lead.partitions[KEY].core._state
+    assert follower in st.wake_unacked  # still to be woken: the copy is not a new fetch
+    nodes.advance(QUIET.request_timeout_ms + 100)  # the wake is resent
+    assert nodes.logs[follower].end_offset == nodes.logs[leader].end_offset
+
+
+def test_a_silent_leader_node_unquiesces_its_followers_and_they_elect_another() -> None:
+    nodes, leader = quiet_cluster()
+    epoch = cores(nodes)[leader].epoch
+    nodes.down.add(leader)  # a hung or cut-off node: no refused connection to hint it
+    nodes.advance(QUIET.fetch_timeout_ms + 3 * QUIET.election_timeout_ms + 1000)
+    others = [c for i, c in cores(nodes).items() if i != leader]
+    assert any(c.is_leader and c.epoch > epoch for c in others)
+
+
+def test_a_restarted_leader_node_is_known_by_its_new_incarnation() -> None:
+    """A leader node restarted within a heartbeat gap: its old heartbeats vouched for a
+    leader that is gone (it restarts resigned), and its followers must not keep trusting
+    it. They resume; a leader is elected again."""
+    nodes, leader = quiet_cluster()
+    epoch = cores(nodes)[leader].epoch
+    old = nodes.drivers[leader]
+    new = nodes.new_driver(leader)
+    new.incarnation = old.incarnation + 1
+    nodes.drivers[leader] = new
+    nodes.run(
+        leader, new.open(KEY, nodes.voters, nodes.logs[leader], nodes.persisted[leader], nodes.now)
+    )
+    nodes.advance(QUIET.fetch_timeout_ms + 3 * QUIET.election_timeout_ms + 1000)
+    leaders = [c for c in cores(nodes).values() if c.is_leader]
+    assert len(leaders) == 1 and leaders[0].epoch > epoch
+
+
+def test_a_leader_whose_quiesced_followers_go_silent_resigns() -> None:
+    """Check-quorum still holds for a quiesced leader: its followers' nodes fall silent,
+    and it stops leading."""
+    nodes, leader = quiet_cluster()
+    nodes.down |= {i for i in nodes.voters if i != leader}
+    nodes.advance(QUIET.fetch_timeout_ms + QUIET.check_quorum_timeout_ms + 500)
+    assert not cores(nodes)[leader].is_leader
+
+
+def test_a_leader_keeps_its_quorum_with_one_quiesced_follower_and_one_silent() -> None:
+    """One follower's node falls silent: the leader counts the other, quiesced one by its
+    heartbeats (it does not fetch) and keeps leading; no election."""
+    nodes, leader = quiet_cluster()
+    epoch = cores(nodes)[leader].epoch
+    nodes.down.add(next(i for i in nodes.voters if i != leader))
+    nodes.advance(4 * QUIET.check_quorum_timeout_ms)
+    core = cores(nodes)[leader]
+    assert core.is_leader and core.epoch == epoch
+
+
+def test_leadership_returns_to_the_preferred_replica_once_it_is_caught_up() -> None:
+    """auto.leader.rebalance: node 1 (every partition's first replica here) was away
+    while another node led; back and caught up, it leads again within one interval."""
+    config = QuorumConfig(quiesce=True, rebalance_interval_ms=3000)
+    nodes = Nodes(3, config)
+    nodes.down.add(1)
+    nodes.advance(8000)  # the others hold back for the preferred replica first
+    leader = next(i for i, c in cores(nodes).items() if c.is_leader)
+    assert leader != 1
+    token = nodes.request(leader, produce([5, 6]))
+    nodes.advance(200)
+    assert nodes.answers[token].error == 0
+    nodes.down.discard(1)
+    nodes.advance(2 * config.rebalance_interval_ms + 1000)
+    now_leading = [i for i, c in cores(nodes).items() if c.is_leader]
+    assert now_leading == [1]
+    assert record_ids(nodes.logs[1].read(0, 1 << 20)) == [5, 6]
+
+
+def test_no_hand_over_to_a_preferred_replica_that_lacks_records() -> None:
+    nodes = Nodes(3, QuorumConfig(quiesce=True))
+    nodes.down.add(1)
+    nodes.advance(8000)  # the others hold back for the preferred replica first
+    leader = next(i for i, c in cores(nodes).items() if c.is_leader)
+    nodes.request(leader, produce([7]))
+    nodes.advance(200)
+    core = cores(nodes)[leader]
+    assert core.hand_over(1, nodes.now).messages == []  # node 1 has not fetched them
+    assert core.is_leader
