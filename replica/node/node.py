@@ -53,6 +53,12 @@ RAFT_CLASSES: dict[str, type] = {
 }
 
 TICK_S = 0.01
+# Raft batches: records above this travel in a frame of their own (never copied into a
+# batch); a batch frame holds at most this many bytes of records, counting each item's
+# head as BATCH_ITEM_OVERHEAD (well inside any frame limit).
+BATCH_ALONE_BYTES = 1 << 20
+BATCH_FRAME_BYTES = 8 << 20
+BATCH_ITEM_OVERHEAD = 512
 
 
 def now_ms() -> int:
@@ -119,6 +125,8 @@ class Node:
         )
         self.api = Api(config, self.driver, self.controller, self.submit)
         self.peers: dict[int, PeerLink] = {}
+        self._batch_room = min(BATCH_FRAME_BYTES, max_batch_bytes(config.max_frame_bytes) // 2)
+        self._batch_alone = min(BATCH_ALONE_BYTES, self._batch_room)
         auth = self._load_auth()
         self.server = Server(
             config.host,
@@ -195,35 +203,32 @@ class Node:
 
     def _send(self, sends: list[tuple[PartitionKey, Any]]) -> None:
         """One frame per peer for what one step sends it (a RaftBatch of many partitions'
-        messages, split only to keep each frame's records within a frame's room)."""
+        messages); a message with large records goes in a frame of its own (no copy)."""
         by_peer: dict[int, list[tuple[PartitionKey, Any]]] = {}
         for key, msg in sends:
             by_peer.setdefault(msg.dst, []).append((key, msg))
-        room = max_batch_bytes(self.config.max_frame_bytes)
         for dst, items in by_peer.items():
             link = self.peers.get(dst)
             if link is None or not link.connected:
-                continue
-            if len(items) == 1:
-                key, msg = items[0]
-                body, payload = encode(msg)
-                env_body, _ = encode(
-                    m.RaftEnvelope(
-                        topic=key[0], partition=key[1], kind=type(msg).__name__, body=body
-                    )
-                )
-                link.send(env_body, payload)
                 continue
             batch: list[tuple[PartitionKey, str, Any, bytes | memoryview]] = []
             size = 0
             for key, msg in items:
                 body, payload = encode(msg)
-                if batch and size + len(payload) > room:
+                kind = type(msg).__name__
+                if len(payload) > self._batch_alone or len(items) == 1:
+                    env, _ = encode(
+                        m.RaftEnvelope(topic=key[0], partition=key[1], kind=kind, body=body)
+                    )
+                    link.send(env, payload)
+                    continue
+                if size + len(payload) > self._batch_room:
                     self._send_batch(link, batch)
                     batch, size = [], 0
-                batch.append((key, type(msg).__name__, body, payload))
-                size += len(payload)
-            self._send_batch(link, batch)
+                batch.append((key, kind, body, payload))
+                size += len(payload) + BATCH_ITEM_OVERHEAD
+            if batch:
+                self._send_batch(link, batch)
 
     @staticmethod
     def _send_batch(

@@ -23,8 +23,8 @@ the partition's producer state so that a retried batch is never appended twice.
 The payload CRC covers only the payload, so a leader re-stamps base offset and epoch by
 writing a new 64-byte header (with a new header CRC) in front of the untouched payload.
 The header CRC makes a torn or corrupt header detectable before its lengths are trusted.
-Format 1 (magic ``QLB\\x01``, 48 bytes, no producer fields) is recognised only to refuse
-it with ``UnsupportedFormatError`` rather than take it for damage.
+Format 1 (magic ``QLB\\x01``, 48 bytes, no producer fields; its header CRC checks out) is
+recognised only to refuse it with ``UnsupportedFormatError`` rather than take it for damage.
 
 The payload is an Arrow IPC stream with schema ``RECORD_SCHEMA``. Offsets are implicit.
 A control batch carries one record whose value is a msgpack leader-change record.
@@ -206,7 +206,10 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
         _HEADER.unpack_from(buf, position)
     )
     if magic != MAGIC:
-        if magic == MAGIC_V1:
+        # A format-1 header (48 bytes, its CRC over [8, 48)) is an old log; a format-2
+        # header whose magic byte flipped to 1 is damage (its CRC does not match that).
+        v1_crc = zlib.crc32(memoryview(buf)[position + 8 : position + 48])
+        if magic == MAGIC_V1 and v1_crc == header_crc:
             raise UnsupportedFormatError(
                 f"batch at position {position} is in quorumlog's batch format 1, which "
                 "this version does not read (format 2 added the producer fields)"

@@ -175,11 +175,23 @@ def test_a_log_in_the_old_format_is_refused_untouched(tmp_path: Path) -> None:
         log.append_as_leader(batch(0), 1)
         path = os.path.join(str(tmp_path), f"{0:020d}.log")
     raw = bytearray(Path(path).read_bytes())
-    raw[0:4] = b"QLB\x01"
+    raw[0:4] = b"QLB\x01"  # a format-1 header: its CRC covers bytes [8, 48)
+    struct.pack_into("<I", raw, 4, zlib.crc32(raw[8:48]))
     Path(path).write_bytes(raw)
     with pytest.raises(UnsupportedFormatError, match="format 1"):
         Log(str(tmp_path))
     assert Path(path).read_bytes() == raw
+
+
+def test_a_magic_byte_flipped_to_the_old_format_is_damage_not_an_old_log(tmp_path: Path) -> None:
+    with Log(str(tmp_path)) as log:
+        log.append_as_leader(batch(0), 1)
+        path = os.path.join(str(tmp_path), f"{0:020d}.log")
+    raw = bytearray(Path(path).read_bytes())
+    raw[3] ^= 0x03  # b"QLB\x02" -> b"QLB\x01", the header CRC left as it was
+    Path(path).write_bytes(raw)
+    with pytest.raises(CorruptRecordError):
+        parse_header(bytes(raw))
 
 
 def test_damage_met_while_building_the_state_is_reported_as_corruption(tmp_path: Path) -> None:
