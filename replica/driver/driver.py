@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 CoreFactory = Callable[..., RaftReplica]
 
+# New partitions opened in one burst stand this far apart (ms): 10,000 of them over 3 s.
+NEW_PARTITION_SPREAD_MS = 0.3
+
 # The client requests a partition serves, by type; each is answered through Ready.answers.
 Request = (
     m.ProduceRequest
@@ -71,6 +74,8 @@ class Driver:
         self._peers: Counter[int] = Counter()  # peer -> partitions shared with it
         self._heartbeat_at: int | None = None
         self._rebalance_at: int | None = None
+        self._burst_count = 0  # new partitions opened in the current burst
+        self._burst_ends = 0
         # (deadline, seq, key): lazily invalidated; _due holds each key's live deadline.
         self._heap: list[tuple[int, int, PartitionKey]] = []
         self._due: dict[PartitionKey, int] = {}
@@ -93,14 +98,28 @@ class Driver:
         now: int,
     ) -> Ready:
         """Open a replica over ``log_`` with its last persisted election state. A new
-        partition (nothing persisted) whose first replica is another node holds its
-        timers for two election timeouts, so that preferred replica stands first."""
+        partition (nothing persisted) gets a slot: its first (preferred) replica stands
+        then, as a candidate at once (``RaftReplica.stand_first``), and its other replicas
+        hold their timers two election timeouts longer, so leadership follows the
+        assignment. Slots of partitions opened together are NEW_PARTITION_SPREAD_MS
+        apart: a topic of 10,000 partitions elects over seconds, not in one storm."""
         core = self.core_factory(
             self.quorum, self.node_id, voters, self.cluster_id, log_, persisted, self.rng, now
         )
         hold = 0
-        if persisted is None and voters and voters[0] != self.node_id:
-            hold = now + 2 * self.quorum.election_timeout_ms
+        if persisted is None:
+            # New partitions opened together (one topic of thousands) stand one after
+            # another, NEW_PARTITION_SPREAD_MS apart, not all in one election timeout.
+            if now >= self._burst_ends:
+                self._burst_count = 0
+            start = now + self.quorum.election_timeout_ms
+            slot = start + int(self._burst_count * NEW_PARTITION_SPREAD_MS)
+            self._burst_count += 1
+            self._burst_ends = slot + self.quorum.election_timeout_ms
+            if voters and voters[0] == self.node_id:
+                core.stand_first(slot)
+            elif voters:
+                hold = slot + 2 * self.quorum.election_timeout_ms
         core.peer_seen = self.liveness.seen
         p = self.partition_class(key, core, log_, self.limits, hold)
         p.preferred = voters[0] if voters else None

@@ -39,3 +39,14 @@ class Ready:
     committed: list[PartitionKey] = field(default_factory=list)
     truncated: list[tuple[PartitionKey, int, bool]] = field(default_factory=list)
     repaired: list[tuple[PartitionKey, int]] = field(default_factory=list)
+
+    def merge(self, other: Ready) -> None:
+        """Append ``other``'s work after this one's (one execution for both: every
+        persist still precedes every send)."""
+        self.persist += other.persist
+        self.flush += other.flush
+        self.send += other.send
+        self.answers += other.answers
+        self.committed += other.committed
+        self.truncated += other.truncated
+        self.repaired += other.repaired

@@ -4,6 +4,7 @@ as the metadata log assigns them, and handed to the driver."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import time
@@ -28,6 +29,11 @@ from .datadir import DataDir
 from .metadata import METADATA_TOPIC, MetadataState
 
 log = logging.getLogger(__name__)
+
+# Replicas opened per event-loop turn by reconcile (each open is a directory and a file),
+# and per executed Ready (one journal write for their first election states).
+OPEN_PER_TURN = 500
+OPEN_CHUNK = 250
 
 
 class WallClockLog(Log):
@@ -68,6 +74,8 @@ class PartitionManager:
         self.execute = execute
         self.now_ms = now_ms
         self.files: dict[PartitionKey, Files] = {}
+        self._metadata: MetadataState | None = None
+        self._reconcile_scheduled = False
         self._journal: QuorumJournal | None = None
 
     def __iter__(self) -> Iterator[tuple[PartitionKey, Files]]:
@@ -98,7 +106,11 @@ class PartitionManager:
                 f.legacy.remove()
                 f.legacy = None
 
-    def open(self, topic: str, partition: int, voters: list[int]) -> None:
+    def open(
+        self, topic: str, partition: int, voters: list[int], ready: Ready | None = None
+    ) -> None:
+        """Open one replica; its first driver step goes into ``ready`` when given (many
+        opened at once are executed together: one journal write), else is executed."""
         d = self.datadir.path / f"{topic}-{partition}"
         fresh = not d.exists()
         # repair=True: damage recovery finds mid-log is cut, with the catch-up mark, and
@@ -119,8 +131,13 @@ class PartitionManager:
         elif old.exists():
             old.remove()  # moved to the journal, and a crash came before the removal
         self.files[key] = Files(d, lg, voters, legacy)
-        self.execute(self.driver.open(key, voters, lg, _to_election_state(state), self.now_ms()))
-        log.info(
+        step = self.driver.open(key, voters, lg, _to_election_state(state), self.now_ms())
+        if ready is None:
+            self.execute(step)
+        else:
+            ready.merge(step)
+        log.log(
+            logging.INFO if ready is None else logging.DEBUG,
             "opened replica %s/%d (replicas %s, log end %d)",
             topic,
             partition,
@@ -171,20 +188,46 @@ class PartitionManager:
                 continue
             if old is not None and old.voters:
                 found[key] = list(old.voters)
-        for key in sorted(found):
-            if key[0] != METADATA_TOPIC and key not in self.files:
-                self.open(key[0], key[1], found[key])
+        self._open_many(
+            [(k, found[k]) for k in sorted(found) if k[0] != METADATA_TOPIC], limit=None
+        )
+
+    def _open_many(self, items: list[tuple[PartitionKey, list[int]]], limit: int | None) -> int:
+        """Open up to ``limit`` (None: all) of these replicas not open yet, executing their
+        first steps together per chunk; returns how many are left to open."""
+        todo = [(k, reps) for k, reps in items if k not in self.files]
+        count = len(todo) if limit is None else min(limit, len(todo))
+        t0 = time.monotonic()
+        for start in range(0, count, OPEN_CHUNK):
+            ready = Ready()
+            for key, reps in todo[start : min(start + OPEN_CHUNK, count)]:
+                self.open(key[0], key[1], reps, ready)
+            self.execute(ready)
+        if count > 1:
+            log.info("opened %d replicas in %.2f s", count, time.monotonic() - t0)
+        return len(todo) - count
 
     def reconcile(self, metadata: MetadataState) -> None:
-        """Open the replicas the metadata assigns here; delete those of deleted topics."""
+        """Open the replicas the metadata assigns here; delete those of deleted topics.
+        Thousands of new replicas (one topic of 10,000 partitions) open a slice at a time,
+        the rest on the event loop's next turns, so heartbeats and fetches keep flowing."""
+        self._metadata = metadata
         wanted: dict[PartitionKey, list[int]] = {}
         for t in metadata.topics.values():
             for p, reps in enumerate(t.replicas):
                 if self.node_id in reps:
                     wanted[(t.name, p)] = reps
-        for key, reps in wanted.items():
-            if key not in self.files:
-                self.open(key[0], key[1], reps)
+        left = self._open_many(list(wanted.items()), OPEN_PER_TURN)
+        if left and not self._reconcile_scheduled:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:
+                self._reconcile_scheduled = True
+                loop.call_soon(self._reconcile_again)
+            else:
+                self._open_many(list(wanted.items()), None)
         deleted: list[PartitionKey] = []
         for key, _ in self:
             if key[0] in metadata.deleted and key not in wanted:
@@ -196,6 +239,11 @@ class PartitionManager:
         # After the directories: a crash in between leaves states without a directory,
         # which reopen_local skips.
         self.journal.forget_many(deleted)
+
+    def _reconcile_again(self) -> None:
+        self._reconcile_scheduled = False
+        if self._metadata is not None:
+            self.reconcile(self._metadata)
 
 
 def _to_quorum_state(s: ElectionState, voters: list[int]) -> QuorumState:

@@ -381,6 +381,21 @@ class RaftReplica:
             self._send_wakes(st, now_ms, out)
         return out
 
+    def stand_first(self, at_ms: int) -> None:
+        """A brand-new partition's preferred replica: it stands at ``at_ms`` as a
+        candidate without a pre-vote (there is no leader to disturb yet). Only for a
+        replica that never had an epoch and holds nothing; otherwise nothing happens."""
+        st = self._state
+        if (
+            isinstance(st, UnattachedState)
+            and st.election_at is not None
+            and self._epoch == 0
+            and self._voted_id is None
+            and self.log.end_offset == 0
+            and self._can_elect()
+        ):
+            self._state = UnattachedState(at_ms, direct_candidate=True)
+
     def hand_over(self, successor: int, now_ms: int) -> Output:
         """Preferred-leader rebalance (Kafka's ``auto.leader.rebalance.enable``): a leader
         resigns in favour of ``successor`` (the partition's preferred replica), ranked

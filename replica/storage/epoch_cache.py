@@ -149,13 +149,35 @@ class LeaderEpochCache:
 
     def flush(self) -> None:
         """Write the checkpoint atomically (whether or not anything changed)."""
+        # Written outside the lock: only the log's flush/truncate paths (which are
+        # serialised by the log) write the file, so appends never wait on its fsync.
+        atomic_write(self.path, self._content())
+
+    def _content(self) -> bytes:
         with self._lock:
             lines = [str(_VERSION), str(len(self._epochs))]
             lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
             self._dirty = False
-        # Written outside the lock: only the log's flush/truncate paths (which are
-        # serialised by the log) write the file, so appends never wait on its fsync.
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+        return ("\n".join(lines) + "\n").encode()
+
+    def stage(self) -> str | None:
+        """For a group flush: write the changed checkpoint to a temporary file, not
+        synced; the caller syncs the filesystem, then ``commit_staged`` renames it (and
+        syncs again). None if nothing changed. A crash leaves the old checkpoint (the
+        temporary file is removed at the next open)."""
+        if not self._dirty:
+            return None
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(self._content())
+        return tmp
+
+    def commit_staged(self, tmp: str) -> None:
+        os.replace(tmp, self.path)
+
+    def unstage(self) -> None:
+        """The filesystem sync failed: the next flush writes the checkpoint itself."""
+        self._dirty = True
 
     def _changed(self) -> None:
         self._dirty = True

@@ -168,6 +168,23 @@ class PendingFlush:
         for seg, _size, gen in self.work:
             seg.finish_sync(gen)
 
+    def stage_checkpoint(self) -> str | None:
+        """Before a syncfs: the changed epoch checkpoint written to a temporary file (see
+        ``LeaderEpochCache.stage``), or None."""
+        try:
+            return self.log._cache.stage()
+        except OSError as exc:
+            raise StorageError(f"{self.log.directory}: checkpoint failed: {exc}") from exc
+
+    def commit_checkpoint(self, tmp: str) -> None:
+        try:
+            self.log._cache.commit_staged(tmp)
+        except OSError as exc:
+            raise StorageError(f"{self.log.directory}: checkpoint failed: {exc}") from exc
+
+    def unstage_checkpoint(self) -> None:
+        self.log._cache.unstage()
+
     def complete(self) -> int:
         if self._finished:
             raise RuntimeError("this flush is already finished")
@@ -763,7 +780,10 @@ class Log:
         self._flush_lock.release()
 
     def _set_recovery_point(self, offset: int) -> None:
-        if offset != self._recovery_point or not os.path.exists(self._recovery_point_path):
+        # No file means 0: a new, empty log writes none.
+        if offset != self._recovery_point or (
+            offset > 0 and not os.path.exists(self._recovery_point_path)
+        ):
             _write_offset_file(self._recovery_point_path, offset)
             self._recovery_point = offset
 
@@ -922,7 +942,9 @@ class Log:
         if not bases:
             self._segments = [Segment(directory, 0, create=True, files=self._files)]
             self._bases = [0]
-            fsync_dir(directory)
+            # The new segment's directory entry is made durable by the first flush, before
+            # anything in it counts (opening 10,000 new replicas costs no fsync each).
+            self._dir_dirty = True
             if self._cache.entries:
                 self._cache.clear()
                 self._cache.flush()

@@ -75,11 +75,14 @@ def test_an_abandoned_flush_claims_nothing_and_the_next_one_syncs_the_directory(
 @needs_syncfs
 def test_many_dirty_logs_cost_one_syncfs_and_each_durable_end_is_exact(tmp_path: Path) -> None:
     logs = make_logs(tmp_path, 20)
+    flush_logs(logs, syncfs_min=3)  # new logs: their directories are synced once first
     for i, lg in enumerate(logs):
         if i % 4:
             append(lg, i + 1)
     result = flush_logs(logs, syncfs_min=3)
-    assert result.syncfs_calls == 1
+    # One syncfs for the data and the changed epoch checkpoints (staged in temporary
+    # files), one for their renames.
+    assert result.syncfs_calls == 2
     assert result.file_synced_logs == 0
     assert result.dirty_logs == 15
     assert result.outcomes == [lg.end_offset for lg in logs]
@@ -93,6 +96,7 @@ def test_many_dirty_logs_cost_one_syncfs_and_each_durable_end_is_exact(tmp_path:
 
 def test_few_dirty_logs_or_syncfs_off_sync_file_by_file(tmp_path: Path) -> None:
     logs = make_logs(tmp_path, 5)
+    flush_logs(logs, syncfs_min=3)  # new logs: their directories are synced once first
     append(logs[0], 3)
     append(logs[1], 4)
     result = flush_logs(logs, syncfs_min=3)
@@ -174,7 +178,7 @@ def test_what_syncfs_made_durable_survives_a_crash(tmp_path: Path) -> None:
     for lg in logs:
         append(lg, 9)
     result = flush_logs(logs, syncfs_min=2)
-    assert result.syncfs_calls == 1
+    assert result.syncfs_calls == 2  # the data and staged checkpoints, then their renames
     for lg in logs:
         append(lg, 4)  # not flushed: lost below
         crash(lg, keep_unflushed=0)
@@ -194,4 +198,26 @@ def test_syncfs_keeps_one_directory_descriptor_opened_with_the_first_log(tmp_pat
         flush_logs(logs, syncfs_min=1)
     assert len(os.listdir("/proc/self/fd")) == before
     for lg in logs:
+        lg.close()
+
+
+@needs_syncfs
+def test_changed_epoch_checkpoints_cost_no_fsync_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of new leaders each change their epoch checkpoint: with syncfs those
+    are staged, synced with the data, renamed and synced once more, not 2 fsyncs each."""
+    logs = make_logs(tmp_path, 6)
+    flush_logs(logs, syncfs_min=3)
+    for lg in logs:
+        append(lg, 2)
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
+    result = flush_logs(logs, syncfs_min=3)
+    assert (result.syncfs_calls, calls) == (2, [])
+    for lg in logs:
+        path = os.path.join(lg.directory, "leader-epoch-checkpoint")
+        assert open(path).read().split("\n")[1] == "1"  # one epoch entry, on disk
+        assert not os.path.exists(path + ".tmp")
         lg.close()
