@@ -513,6 +513,7 @@ PERF = {
     "spark-read": "replica.cli.perf_spark",
     "delta": "replica.cli.perf_delta",
     "kafka": "replica.cli.perf_kafka",
+    "partitions": "replica.cli.perf_partitions",
 }
 
 
