@@ -7,9 +7,9 @@ the most partitions (time until every partition it led has a new leader), and a
 many-producer small-batch produce figure.
 
 Leadership is read the cheapest exact way: one Metadata request for the topic to each
-node, sent to all of them before any answer is read. A partition counts as led when a
-node says it leads it itself (``is_local_leader``); its epoch is the highest any node
-reports. No request reaches the nodes during the idle window.
+node, sent to all of them before any answer is read. A partition's epoch is the highest
+any node reports; it counts as led when a node says it leads it itself
+(``is_local_leader``) in that epoch. No request reaches the nodes during the idle window.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class NodeDied(RuntimeError):
 class View:
     """The cluster's view of the topic's partitions from the nodes that answered."""
 
-    # partition -> (node, epoch) of the node that says it leads it (highest epoch if two do)
+    # partition -> (node, epoch) of the node that says it leads it, in the partition's
+    # highest epoch any answering node reports
     leaders: dict[int, tuple[int, int]] = field(default_factory=dict)
     # partition -> the highest leader epoch any answering node reports
     epochs: dict[int, int] = field(default_factory=dict)
@@ -73,6 +74,27 @@ class View:
         for node, _ in self.leaders.values():
             counts[node] = counts.get(node, 0) + 1
         return [counts[n] for n in sorted(counts)]
+
+
+def merge_views(topic: str, answers: dict[int, m.MetadataResponse]) -> View:
+    """The nodes' answers (node -> its Metadata response) as one view of ``topic``."""
+    view = View(answered=sorted(answers))
+    for node, resp in answers.items():
+        for t in resp.topics:
+            if t.name != topic or t.error != 0:
+                continue
+            view.partitions = max(view.partitions, len(t.partitions))
+            for p in t.partitions:
+                if p.leader_epoch > view.epochs.get(p.partition, -1):
+                    view.epochs[p.partition] = p.leader_epoch
+                if p.is_local_leader:
+                    claim = view.leaders.get(p.partition)
+                    if claim is None or p.leader_epoch > claim[1]:
+                        view.leaders[p.partition] = (node, p.leader_epoch)
+    # A leader counts only in the highest epoch any node reports: a claim in an older one
+    # is a leader that has not yet heard of an election.
+    view.leaders = {p: c for p, c in view.leaders.items() if c[1] >= view.epochs[p]}
+    return view
 
 
 class ClusterView:
@@ -110,25 +132,13 @@ class ClusterView:
                 )
             except (QuorumLogError, OSError):
                 self._drop(node)
-        view = View()
+        answers: dict[int, m.MetadataResponse] = {}
         for node, (conn, correlation_id) in sent.items():
             try:
-                resp = conn.receive(correlation_id, m.MetadataResponse)
+                answers[node] = conn.receive(correlation_id, m.MetadataResponse)
             except (QuorumLogError, OSError):
                 self._drop(node)
-                continue
-            view.answered.append(node)
-            for t in resp.topics:
-                if t.name != self.topic or t.error != 0:
-                    continue
-                view.partitions = max(view.partitions, len(t.partitions))
-                for p in t.partitions:
-                    if p.leader_epoch > view.epochs.get(p.partition, -1):
-                        view.epochs[p.partition] = p.leader_epoch
-                    if p.is_local_leader:
-                        claim = view.leaders.get(p.partition)
-                        if claim is None or p.leader_epoch > claim[1]:
-                            view.leaders[p.partition] = (node, p.leader_epoch)
+        view = merge_views(self.topic, answers)
         view.seconds = time.monotonic() - start
         self.rtts.append(view.seconds)
         return view

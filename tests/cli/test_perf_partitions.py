@@ -12,6 +12,7 @@ import pytest
 from quorumlog.replica.cli import perf_partitions
 from quorumlog.replica.cli.main import PERF
 from quorumlog.replica.cli.perfutil import Progress, cpu_seconds
+from quorumlog.replica.protocol import messages as m
 
 KEYS = {
     "partitions",
@@ -101,3 +102,47 @@ def test_progress_heartbeat_off_a_terminal(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert "quiet" not in err
     assert err.startswith("phase: ") and err.rstrip().endswith("5/10 led")
+
+
+def _answer(node: int, parts: list[tuple[int, int, bool]], topic: str = "t") -> m.MetadataResponse:
+    """Node ``node``'s Metadata answer: (leader id, epoch, is_local_leader) per partition."""
+    infos = [
+        m.PartitionInfo(
+            error=0,
+            partition=i,
+            leader_id=leader,
+            leader_epoch=epoch,
+            replicas=[1, 2, 3],
+            high_watermark=0,
+            log_start_offset=0,
+            is_local_leader=local,
+        )
+        for i, (leader, epoch, local) in enumerate(parts)
+    ]
+    return m.MetadataResponse(
+        error=0,
+        error_message="",
+        cluster_id="c",
+        node_id=node,
+        controller_id=1,
+        nodes=[],
+        topics=[m.TopicInfo(error=0, name=topic, partitions=infos)],
+    )
+
+
+def test_merge_views_counts_a_leader_only_in_the_newest_epoch() -> None:
+    view = perf_partitions.merge_views(
+        "t",
+        {
+            # p0: node 1 leads in epoch 3. p1: node 1 still thinks it leads in epoch 2, node 2
+            # has started epoch 3 (no leader yet). p2: nobody leads. p3: node 2 leads in 5,
+            # node 3 still claims epoch 4.
+            1: _answer(1, [(1, 3, True), (1, 2, True), (-1, 1, False), (2, 5, False)]),
+            2: _answer(2, [(1, 3, False), (-1, 3, False), (-1, 1, False), (2, 5, True)]),
+            3: _answer(3, [(1, 3, False), (1, 2, False), (-1, 1, False), (3, 4, True)]),
+        },
+    )
+    assert view.partitions == 4 and view.answered == [1, 2, 3]
+    assert view.epochs == {0: 3, 1: 3, 2: 1, 3: 5}
+    assert view.leaders == {0: (1, 3), 3: (2, 5)}
+    assert view.leaders_per_node([1, 2, 3]) == [1, 1, 0]
