@@ -153,6 +153,13 @@ class ClusterView:
             self._drop(node)
 
 
+def _pause(interval_s: float, poll_s: float) -> float:
+    """The sleep before the next poll: polls start ``interval_s`` apart, but the nodes get
+    at least as long without one as the last one took, so that polling a slow cluster
+    (many partitions, a loaded machine) never takes more than half of its time."""
+    return max(interval_s - poll_s, poll_s)
+
+
 def _check_alive(cluster: LocalCluster, nodes: Iterable[int]) -> None:
     for node in nodes:
         if not cluster.is_running(node):
@@ -187,7 +194,7 @@ def _wait_all_led(
                 return now - start, view
             if now - start >= timeout_s:
                 return None, view
-            time.sleep(max(0.0, 0.1 - (now - t)))
+            time.sleep(_pause(0.1, now - t))
     finally:
         progress.close()
 
@@ -380,7 +387,7 @@ def _failover(
                 del pending[p]
                 times.append(now - t0)
         progress.update(total - len(pending), f"{total - len(pending)}/{total} re-led")
-        time.sleep(max(0.0, 0.02 - (now - t)))
+        time.sleep(_pause(0.02, now - t))
     progress.close()
     proc.wait(timeout=30)
     poll_ms = round(median(viewer.rtts[rtts_from:]) * 1000, 1)
