@@ -525,6 +525,7 @@ PERF = {
     "spark-read": "replica.cli.perf_spark",
     "delta": "replica.cli.perf_delta",
     "kafka": "replica.cli.perf_kafka",
+    "partitions": "replica.cli.perf_partitions",
 }
 
 

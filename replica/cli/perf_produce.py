@@ -4,14 +4,13 @@ single-record latency at low load; elections seen during the run; peak RSS per n
 from __future__ import annotations
 
 import argparse
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from ..client import Client
 from ..node.cluster import LocalCluster
-from .perfutil import Progress, emit, peak_rss_mb, percentile
+from .perfutil import ProduceJob, emit, peak_rss_mb, percentile, run_producers
 
 
 def _epochs(client: Client, topic: str) -> dict[int, int]:
@@ -84,45 +83,20 @@ def _bench(args: argparse.Namespace, *, secure: bool) -> tuple[dict[str, Any], l
         producer_security = cluster.client_security(principal)
         epochs_before = _epochs(client, topic)
         payload = encode_batch([b"v" * args.value_size] * args.batch_records)
-        total_batches = max(1, args.records // args.batch_records)
-        lock = threading.Lock()
-        state = {"batches": 0, "records": 0}
-        deadline = time.monotonic() + args.duration if args.duration else None
-        errors: list[BaseException] = []
-
-        def worker(idx: int) -> None:
-            try:
-                with Client(cluster.bootstrap, security=producer_security) as c:
-                    i = idx
-                    while True:
-                        with lock:
-                            if deadline is None and state["batches"] >= total_batches:
-                                return
-                            state["batches"] += 1
-                        if deadline is not None and time.monotonic() >= deadline:
-                            return
-                        c.produce(topic, i % args.partitions, payload)
-                        i += 1
-                        with lock:
-                            state["records"] += args.batch_records
-            except BaseException as exc:  # reported after the run
-                errors.append(exc)
-
-        progress = Progress(args.duration or total_batches * args.batch_records, "produce")
-        start = time.monotonic()
-        threads = [
-            threading.Thread(target=worker, args=(i,), daemon=True) for i in range(args.producers)
-        ]
-        for t in threads:
-            t.start()
-        while any(t.is_alive() for t in threads):
-            progress.update(time.monotonic() - start if args.duration else state["records"])
-            time.sleep(0.1)
-        elapsed = time.monotonic() - start
-        progress.close()
-        if errors:
-            raise errors[0]
-        records = state["records"]
+        load = run_producers(
+            ProduceJob(
+                cluster.bootstrap,
+                topic,
+                tuple(range(args.partitions)),
+                payload,
+                args.batch_records,
+                duration_s=args.duration,
+                total_batches=0 if args.duration else max(1, args.records // args.batch_records),
+                security=producer_security,
+            ),
+            args.producers,
+        )
+        records, elapsed = load.records, load.seconds
         rss = {n: peak_rss_mb(p.pid) for n, p in cluster.procs.items()}
         epochs_after = _epochs(client, topic)
         elections = sum(

@@ -1,30 +1,52 @@
-"""Shared bits of the perf commands: a progress bar on a terminal, RSS, percentiles."""
+"""Shared bits of the perf commands: a progress bar on a terminal, RSS, CPU time,
+percentiles, and the many-producer load loop."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import statistics
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from typing import Any
+
+from ..client import Client, ClientSecurity
 
 
 class Progress:
-    def __init__(self, total: float, label: str) -> None:
+    """A bar on stderr when it is a terminal. ``heartbeat_s``: otherwise (a log, a CI job)
+    a plain line every that many seconds, so a slow phase still says where it is."""
+
+    def __init__(self, total: float, label: str, *, heartbeat_s: float | None = None) -> None:
         self.total = total
         self.label = label
         self.enabled = sys.stderr.isatty()
+        self.heartbeat_s = heartbeat_s
         self.start = time.monotonic()
         self._last = 0.0
+        self._last_beat = self.start
 
-    def update(self, done: float) -> None:
+    def update(self, done: float, detail: str = "") -> None:
         now = time.monotonic()
-        if not self.enabled or (now - self._last < 0.1 and done < self.total):
+        if not self.enabled:
+            if self.heartbeat_s is not None and now - self._last_beat >= self.heartbeat_s:
+                self._last_beat = now
+                note = f" {detail}" if detail else ""
+                sys.stderr.write(f"{self.label}: {now - self.start:.1f}s{note}\n")
+                sys.stderr.flush()
+            return
+        if now - self._last < 0.1 and done < self.total:
             return
         self._last = now
         frac = min(1.0, done / self.total) if self.total else 1.0
         bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\r{self.label} [{bar:<30}] {frac * 100:5.1f}% {now - self.start:6.1f}s")
+        note = f" {detail}" if detail else ""
+        sys.stderr.write(
+            f"\r{self.label} [{bar:<30}] {frac * 100:5.1f}% {now - self.start:6.1f}s{note}\x1b[K"
+        )
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -44,6 +66,16 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a live process has used so far, from /proc/<pid>/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    # Fields after the command name (which may hold spaces): state is field 3, utime 14,
+    # stime 15 (man 5 proc).
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -60,3 +92,202 @@ def emit(figures: dict[str, Any], lines: list[str]) -> None:
     for line in lines:
         print(line)
     print(json.dumps(figures, sort_keys=True))
+
+
+# How the many-producer load runs: threads of this process (one GIL for every producer's
+# client work) or one process per producer (the clients' CPU spread over the cores).
+PRODUCER_MODES = ("threads", "processes")
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceJob:
+    bootstrap: str
+    topic: str
+    partitions: tuple[int, ...]
+    payload: bytes  # one encoded batch (storage.records.encode_batch)
+    batch_records: int
+    duration_s: float = 0.0  # run this long, or else
+    total_batches: int = 0  # until this many batches are sent over all producers
+    security: ClientSecurity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceLoad:
+    records: int  # acknowledged
+    seconds: float  # from the moment every producer was connected until the last finished
+    mode: str
+    # CPU time the producers used while producing, over ``seconds`` (their threads', or
+    # their processes'): near 100 % in threads mode means one GIL bounds the figure.
+    client_cpu_pct: float = 0.0
+
+
+class _Cell:
+    def __init__(self, value: float = 0) -> None:
+        self.value = value
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What the producers share: batches claimed, records acknowledged, CPU seconds
+    spent producing, producers done and when the last one ended (time.monotonic, one
+    clock for every process on Linux); ``multiprocessing`` values between processes."""
+
+    claimed: Any
+    records: Any
+    cpu: Any
+    done: Any
+    ended: Any
+    lock: Any
+
+
+def _produce_loop(c: Client, idx: int, job: ProduceJob, shared: _Shared, clock: Any) -> None:
+    cpu0 = clock()
+    try:
+        _produce_batches(c, idx, job, shared.claimed, shared.records, shared.lock)
+    finally:
+        with shared.lock:
+            shared.cpu.value += clock() - cpu0
+            shared.done.value += 1
+            shared.ended.value = max(shared.ended.value, time.monotonic())
+
+
+def _produce_batches(
+    c: Client, idx: int, job: ProduceJob, claimed: Any, records: Any, lock: Any
+) -> None:
+    """Producer ``idx``: acks=quorum batches to the job's partitions in turn from the
+    ``idx``-th, until the job's duration or batch budget is spent."""
+    deadline = time.monotonic() + job.duration_s if job.duration_s else None
+    i = idx
+    while True:
+        if job.total_batches:
+            with lock:
+                if claimed.value >= job.total_batches:
+                    return
+                claimed.value += 1
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        c.produce(job.topic, job.partitions[i % len(job.partitions)], job.payload)
+        i += 1
+        with lock:
+            records.value += job.batch_records
+
+
+def _connected(job: ProduceJob) -> Client:
+    c = Client(job.bootstrap, security=job.security)
+    try:
+        c.metadata([job.topic])  # every partition's leader known before the clock starts
+    except BaseException:
+        c.close()
+        raise
+    return c
+
+
+def _thread_producer(
+    idx: int,
+    job: ProduceJob,
+    ready: threading.Barrier,
+    shared: _Shared,
+    errors: list[BaseException],
+) -> None:
+    try:
+        with _connected(job) as c:
+            ready.wait()
+            _produce_loop(c, idx, job, shared, time.thread_time)
+    except BaseException as exc:  # reported after the run
+        errors.append(exc)
+        ready.abort()
+
+
+def _process_producer(idx: int, job: ProduceJob, ready: Any, shared: _Shared, errors: Any) -> None:
+    try:
+        with _connected(job) as c:
+            ready.wait()
+            _produce_loop(c, idx, job, shared, time.process_time)
+    except BaseException as exc:  # the parent raises it
+        errors.put(f"producer {idx}: {type(exc).__name__}: {exc}")
+        ready.abort()
+
+
+def run_producers(
+    job: ProduceJob,
+    producers: int,
+    *,
+    mode: str = "threads",
+    label: str = "produce",
+    start_timeout_s: float = 120.0,
+) -> ProduceLoad:
+    """``producers`` producers, each with its own Client (connection), sending the job's
+    batch with acks=quorum, producer i starting at the job's i-th partition and going
+    round-robin. The clock starts once every producer is connected and knows the leaders;
+    records count when acknowledged."""
+    if mode not in PRODUCER_MODES:
+        raise ValueError(f"producer mode must be one of {PRODUCER_MODES}, got {mode!r}")
+    if not job.partitions:
+        raise ValueError("a produce job needs at least one partition")
+    total = job.duration_s or job.total_batches * job.batch_records
+    progress = Progress(total, label, heartbeat_s=10)
+    workers: list[Any]
+    if mode == "threads":
+        shared = _Shared(_Cell(), _Cell(), _Cell(), _Cell(), _Cell(), threading.Lock())
+        errors: list[BaseException] = []
+        ready = threading.Barrier(producers + 1)
+        workers = [
+            threading.Thread(
+                target=_thread_producer,
+                args=(i, job, ready, shared, errors),
+                daemon=True,
+            )
+            for i in range(producers)
+        ]
+    else:
+        # spawn, not fork: this process has threads (the client's metadata pool).
+        ctx = multiprocessing.get_context("spawn")
+        shared = _Shared(
+            ctx.Value("q", 0, lock=False),
+            ctx.Value("q", 0, lock=False),
+            ctx.Value("d", 0.0, lock=False),
+            ctx.Value("q", 0, lock=False),
+            ctx.Value("d", 0.0, lock=False),
+            ctx.Lock(),
+        )
+        queue = ctx.Queue()
+        ready = ctx.Barrier(producers + 1)
+        workers = [
+            ctx.Process(
+                target=_process_producer,
+                args=(i, job, ready, shared, queue),
+                daemon=True,
+            )
+            for i in range(producers)
+        ]
+    for w in workers:
+        w.start()
+    try:
+        try:
+            ready.wait(start_timeout_s)
+        except threading.BrokenBarrierError:
+            pass  # a producer failed to connect: its error is raised below
+        start = time.monotonic()
+        # Until every producer has finished producing (a process then still takes a while
+        # to exit, which is not producing time).
+        while shared.done.value < producers and any(w.is_alive() for w in workers):
+            records = shared.records.value
+            done = time.monotonic() - start if job.duration_s else records
+            progress.update(done, f"{records:,} records")
+            time.sleep(0.05)
+        elapsed = (shared.ended.value if shared.ended.value > start else time.monotonic()) - start
+    finally:
+        progress.close()
+        for w in workers:
+            w.join(timeout=30)
+    if mode == "threads":
+        if errors:
+            raise errors[0]
+    else:
+        failures = []
+        while not queue.empty():
+            failures.append(queue.get())
+        if failures:
+            raise RuntimeError("; ".join(failures))
+    pct = round(shared.cpu.value / elapsed * 100, 1) if elapsed > 0 else 0.0
+    return ProduceLoad(int(shared.records.value), elapsed, mode, pct)

@@ -1,0 +1,512 @@
+"""quorumlog perf partitions: how a cluster copes with many partitions (issue 14).
+
+One topic of N partitions, replication factor = nodes, on an embedded cluster; then, each
+printed as it finishes: the time until every partition has a leader, the nodes' CPU and
+the elections during an idle window, leadership per node, kill -9 of the node leading
+the most partitions (time until every partition it led has a new leader), and a
+many-producer small-batch produce figure.
+
+Leadership is read the cheapest exact way: one Metadata request for the topic to each
+node, sent to all of them before any answer is read. A partition's epoch is the highest
+any node reports; it counts as led when a node says it leads it itself
+(``is_local_leader``) in that epoch. No request reaches the nodes during the idle window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client import Client
+from ..client.connection import Connection
+from ..client.errors import QuorumLogError
+from ..node.cluster import LocalCluster
+from ..protocol import ApiKey
+from ..protocol import messages as m
+from .perfutil import (
+    PRODUCER_MODES,
+    ProduceJob,
+    Progress,
+    cpu_seconds,
+    emit,
+    median,
+    peak_rss_mb,
+    run_producers,
+)
+
+TOPIC = "partitions"
+VALUE_SIZE = 100
+# Threads: on the 2-core machine of issue 14 (8 producers, 100-record batches, 1 and 64
+# partitions) they reported 56k / 18k records/s against 50k / 15k for one process per
+# producer, using ~11 % of a core for ~560 batches/s; processes cost more CPU on cores
+# the nodes share. At ~4,000 batches/s and above one GIL would bound the figure: the
+# output then says so (producers' CPU near 100 %) and --producer-mode processes applies.
+DEFAULT_PRODUCER_MODE = "threads"
+GIL_BOUND_PCT = 80.0
+
+
+class NodeDied(RuntimeError):
+    """A node process exited while the benchmark needed it."""
+
+
+@dataclass(slots=True)
+class View:
+    """The cluster's view of the topic's partitions from the nodes that answered."""
+
+    # partition -> (node, epoch) of the node that says it leads it, in the partition's
+    # highest epoch any answering node reports
+    leaders: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # partition -> the highest leader epoch any answering node reports
+    epochs: dict[int, int] = field(default_factory=dict)
+    partitions: int = 0  # the topic's partition count (0: no node knows the topic yet)
+    answered: list[int] = field(default_factory=list)
+    seconds: float = 0.0  # the poll's round trip
+
+    def leaders_per_node(self, nodes: Iterable[int]) -> list[int]:
+        counts = dict.fromkeys(nodes, 0)
+        for node, _ in self.leaders.values():
+            counts[node] = counts.get(node, 0) + 1
+        return [counts[n] for n in sorted(counts)]
+
+
+def merge_views(topic: str, answers: dict[int, m.MetadataResponse]) -> View:
+    """The nodes' answers (node -> its Metadata response) as one view of ``topic``."""
+    view = View(answered=sorted(answers))
+    for node, resp in answers.items():
+        for t in resp.topics:
+            if t.name != topic or t.error != 0:
+                continue
+            view.partitions = max(view.partitions, len(t.partitions))
+            for p in t.partitions:
+                if p.leader_epoch > view.epochs.get(p.partition, -1):
+                    view.epochs[p.partition] = p.leader_epoch
+                if p.is_local_leader:
+                    claim = view.leaders.get(p.partition)
+                    if claim is None or p.leader_epoch > claim[1]:
+                        view.leaders[p.partition] = (node, p.leader_epoch)
+    # A leader counts only in the highest epoch any node reports: a claim in an older one
+    # is a leader that has not yet heard of an election.
+    view.leaders = {p: c for p, c in view.leaders.items() if c[1] >= view.epochs[p]}
+    return view
+
+
+class ClusterView:
+    """One Metadata request for the topic per node over a connection kept per node, all
+    sent before any answer is read: the whole cluster's view in one round trip."""
+
+    def __init__(self, cluster: LocalCluster, topic: str, timeout_s: float = 10.0) -> None:
+        self.cluster = cluster
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self._conns: dict[int, Connection] = {}
+        self.rtts: list[float] = []
+
+    def _conn(self, node: int) -> Connection:
+        conn = self._conns.get(node)
+        if conn is None or conn.closed:
+            conn = Connection(
+                self.cluster.host,
+                self.cluster.ports[node],
+                client_id="perf-partitions",
+                timeout_s=self.timeout_s,
+            )
+            self._conns[node] = conn
+        return conn
+
+    def poll(self, nodes: Iterable[int]) -> View:
+        start = time.monotonic()
+        sent: dict[int, tuple[Connection, int]] = {}
+        for node in nodes:
+            try:
+                conn = self._conn(node)
+                sent[node] = (
+                    conn,
+                    conn.send(ApiKey.METADATA, m.MetadataRequest(topics=[self.topic])),
+                )
+            except (QuorumLogError, OSError):
+                self._drop(node)
+        answers: dict[int, m.MetadataResponse] = {}
+        for node, (conn, correlation_id) in sent.items():
+            try:
+                answers[node] = conn.receive(correlation_id, m.MetadataResponse)
+            except (QuorumLogError, OSError):
+                self._drop(node)
+        view = merge_views(self.topic, answers)
+        view.seconds = time.monotonic() - start
+        self.rtts.append(view.seconds)
+        return view
+
+    def _drop(self, node: int) -> None:
+        conn = self._conns.pop(node, None)
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        for node in list(self._conns):
+            self._drop(node)
+
+
+def _pause(interval_s: float, poll_s: float) -> float:
+    """The sleep before the next poll: polls start ``interval_s`` apart, but the nodes get
+    at least as long without one as the last one took, so that polling a slow cluster
+    (many partitions, a loaded machine) never takes more than half of its time."""
+    return max(interval_s - poll_s, poll_s)
+
+
+def _check_alive(cluster: LocalCluster, nodes: Iterable[int]) -> None:
+    for node in nodes:
+        if not cluster.is_running(node):
+            code = cluster.procs[node].returncode
+            raise NodeDied(
+                f"node {node} exited (code {code}); last lines of {cluster.log_path(node)}:\n"
+                + cluster.tail(node)
+            )
+
+
+def _wait_all_led(
+    cluster: LocalCluster,
+    viewer: ClusterView,
+    partitions: int,
+    start: float,
+    timeout_s: float,
+    label: str,
+) -> tuple[float | None, View]:
+    """Poll every ~100 ms until every partition has a leader: (seconds since ``start``,
+    or None at the timeout, and the last view)."""
+    progress = Progress(partitions, label, heartbeat_s=10)
+    nodes = sorted(cluster.procs)
+    try:
+        while True:
+            _check_alive(cluster, nodes)
+            t = time.monotonic()
+            view = viewer.poll(nodes)
+            now = time.monotonic()
+            led = sum(1 for p in view.leaders if p < partitions)
+            progress.update(led, f"{led}/{partitions} partitions led")
+            if view.partitions == partitions and led == partitions:
+                return now - start, view
+            if now - start >= timeout_s:
+                return None, view
+            time.sleep(_pause(0.1, now - t))
+    finally:
+        progress.close()
+
+
+def _say(args: argparse.Namespace, line: str) -> None:
+    if not args.json:
+        print(line, flush=True)
+
+
+def _pct(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}%" for v in values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="quorumlog perf partitions",
+        description="Many partitions on an embedded cluster: time to all-led, idle CPU and "
+        "elections, leadership per node, kill -9 failover, many-producer produce.",
+    )
+    ap.add_argument("--nodes", type=int, default=3)
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--led-timeout", type=float, default=600, help="seconds (default 600)")
+    ap.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=5,
+        help="wait after all-led before the idle window (default 5)",
+    )
+    ap.add_argument("--idle-seconds", type=float, default=600, help="idle window (default 600)")
+    ap.add_argument("--failover-timeout", type=float, default=120, help="seconds (default 120)")
+    ap.add_argument("--produce-seconds", type=float, default=10)
+    ap.add_argument("--producers", type=int, default=8)
+    ap.add_argument(
+        "--producer-mode",
+        choices=PRODUCER_MODES,
+        default=DEFAULT_PRODUCER_MODE,
+        help="producers as threads of this process or one process each (default %(default)s)",
+    )
+    ap.add_argument("--batch", type=int, default=100, help="records of 100 B per produce batch")
+    ap.add_argument(
+        "--produce-partitions",
+        type=int,
+        default=64,
+        help="produce round-robin over the first min(N, this) partitions (default 64)",
+    )
+    ap.add_argument("--skip-failover", action="store_true")
+    ap.add_argument("--skip-produce", action="store_true")
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--json", action="store_true", help="print only the final JSON line")
+    args = ap.parse_args(argv)
+    if args.partitions < 1 or args.nodes < 1:
+        ap.error("--partitions and --nodes must be at least 1")
+
+    figures: dict[str, Any] = {
+        "bench": "partitions",
+        "nodes": args.nodes,
+        "partitions": args.partitions,
+        "idle_seconds": args.idle_seconds,
+        "ulimit_nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        "all_led_s": None,
+        "idle_cpu_pct": None,
+        "idle_cpu_pct_max": None,
+        "idle_elections": None,
+        "idle_epoch_increase": None,
+        "leaders_per_node": None,
+        "failover_max_s": None,
+        "failover_median_s": None,
+        "produce_rec_per_s": None,
+    }
+    rc = 0
+    try:
+        with LocalCluster(args.nodes, args.data_dir, log_level="WARNING") as cluster:
+            viewer = ClusterView(cluster, TOPIC)
+            try:
+                _run(args, cluster, viewer, figures)
+            finally:
+                viewer.close()
+    except (NodeDied, QuorumLogError, TimeoutError, RuntimeError, OSError) as exc:
+        figures["error"] = f"{type(exc).__name__}: {exc}"
+        print(f"perf partitions: {figures['error']}", file=sys.stderr, flush=True)
+        rc = 1
+    emit(figures, [])
+    return rc
+
+
+def _run(
+    args: argparse.Namespace,
+    cluster: LocalCluster,
+    viewer: ClusterView,
+    figures: dict[str, Any],
+) -> None:
+    n = args.partitions
+    nodes = sorted(cluster.procs)
+
+    # 1. create, until every partition has a leader.
+    long_ms = int(max(args.led_timeout, 30) * 1000)
+    with Client(cluster.bootstrap, request_timeout_ms=long_ms, attempt_timeout_ms=long_ms) as admin:
+        start = time.monotonic()
+        admin.create_topic(TOPIC, n, args.nodes)
+        figures["create_s"] = round(time.monotonic() - start, 3)
+    all_led, view = _wait_all_led(cluster, viewer, n, start, args.led_timeout, "all led")
+    figures["fds_per_node"] = [_open_fds(cluster.procs[i].pid) for i in nodes]
+    figures["metadata_poll_ms"] = round(median(viewer.rtts) * 1000, 1)
+    if all_led is None:
+        figures["all_led_timeout"] = True
+        figures["led_at_timeout"] = len(view.leaders)
+        _say(
+            args,
+            f"create {n} partitions (RF {args.nodes}): NOT all led after {args.led_timeout:.0f}s "
+            f"({len(view.leaders)}/{n} led; create call {figures['create_s']:.2f}s)",
+        )
+    else:
+        figures["all_led_s"] = round(all_led, 3)
+        _say(
+            args,
+            f"create {n} partitions (RF {args.nodes}): all led after {all_led:.2f}s "
+            f"(create call {figures['create_s']:.2f}s; metadata poll "
+            f"{figures['metadata_poll_ms']} ms)",
+        )
+    _say(args, "open file descriptors per node: " + ", ".join(map(str, figures["fds_per_node"])))
+
+    # 2. idle window: no request reaches the nodes.
+    _sleep_checking(cluster, args.settle_seconds, "settle")
+    before = viewer.poll(nodes)
+    cpu0 = {i: cpu_seconds(cluster.procs[i].pid) for i in nodes}
+    t0 = time.monotonic()
+    _sleep_checking(cluster, args.idle_seconds, "idle")
+    cpu1 = {i: cpu_seconds(cluster.procs[i].pid) for i in nodes}
+    wall = time.monotonic() - t0
+    after = viewer.poll(nodes)
+    cpu = [round((cpu1[i] - cpu0[i]) / wall * 100, 2) for i in nodes]
+    changed = [p for p, e in after.epochs.items() if e != before.epochs.get(p, e)]
+    increase = sum(e - before.epochs.get(p, e) for p, e in after.epochs.items())
+    figures.update(
+        idle_cpu_pct=cpu,
+        idle_cpu_pct_max=max(cpu),
+        idle_elections=len(changed),
+        idle_epoch_increase=increase,
+        idle_epoch_max=max(after.epochs.values(), default=0),
+        leaders_per_node=after.leaders_per_node(nodes),
+        peak_rss_mb=[round(peak_rss_mb(cluster.procs[i].pid), 1) for i in nodes],
+    )
+    _say(
+        args,
+        f"idle {wall:.1f}s: CPU per node {_pct(cpu)}; {len(changed)} partition(s) changed "
+        f"epoch (+{increase} in all, highest epoch {figures['idle_epoch_max']}); leaders per "
+        f"node {figures['leaders_per_node']}; peak RSS per node (MB) {figures['peak_rss_mb']}",
+    )
+    if all_led is None:
+        _say(args, "failover and produce skipped: not every partition was led")
+        return
+
+    # 3. kill -9 of the node leading the most partitions.
+    if not args.skip_failover and args.nodes >= 3:
+        _failover(args, cluster, viewer, figures)
+    elif not args.skip_failover:
+        _say(args, "failover skipped: it needs at least 3 nodes")
+
+    # 4. many producers, small batches.
+    if not args.skip_produce:
+        _produce(args, cluster, viewer, figures)
+
+
+def _failover(
+    args: argparse.Namespace,
+    cluster: LocalCluster,
+    viewer: ClusterView,
+    figures: dict[str, Any],
+) -> None:
+    nodes = sorted(cluster.procs)
+    view = viewer.poll(nodes)
+    counts = view.leaders_per_node(nodes)
+    victim = nodes[counts.index(max(counts))]
+    pending = {p: e for p, (node, e) in view.leaders.items() if node == victim}
+    survivors = [i for i in nodes if i != victim]
+    proc = cluster.procs[victim]
+    rtts_from = len(viewer.rtts)
+    times: list[float] = []
+    progress = Progress(len(pending), "failover", heartbeat_s=10)
+    total = len(pending)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGKILL)
+    while pending and time.monotonic() - t0 < args.failover_timeout:
+        t = time.monotonic()
+        seen = viewer.poll(survivors)
+        now = time.monotonic()
+        for p in [p for p, (node, e) in seen.leaders.items() if p in pending]:
+            node, epoch = seen.leaders[p]
+            if node != victim and epoch > pending[p]:
+                del pending[p]
+                times.append(now - t0)
+        progress.update(total - len(pending), f"{total - len(pending)}/{total} re-led")
+        time.sleep(_pause(0.02, now - t))
+    progress.close()
+    proc.wait(timeout=30)
+    poll_ms = round(median(viewer.rtts[rtts_from:]) * 1000, 1)
+    figures.update(
+        failover_victim=victim,
+        failover_partitions=total,
+        failover_unled=len(pending),
+        failover_poll_ms=poll_ms,
+    )
+    if times and not pending:
+        figures["failover_max_s"] = round(max(times), 3)
+        figures["failover_median_s"] = round(median(times), 3)
+        _say(
+            args,
+            f"kill -9 of node {victim} (led {total}): all its partitions led elsewhere after "
+            f"{max(times):.3f}s, median {median(times):.3f}s (poll {poll_ms} ms)",
+        )
+    else:
+        figures["failover_timeout"] = True
+        _say(
+            args,
+            f"kill -9 of node {victim} (led {total}): {len(pending)} partition(s) still without "
+            f"a new leader after {args.failover_timeout:.0f}s",
+        )
+    # Back to full strength, as perf failover does: restarted and every partition led.
+    cluster.start_node(victim)
+    cluster.wait_ready(120)
+    t1 = time.monotonic()
+    again, after = _wait_all_led(
+        cluster, viewer, args.partitions, t1, args.led_timeout, "restart: all led"
+    )
+    figures["restart_all_led_s"] = None if again is None else round(again, 3)
+    figures["leaders_per_node_after_restart"] = after.leaders_per_node(nodes)
+    _say(
+        args,
+        f"node {victim} restarted: leaders per node {figures['leaders_per_node_after_restart']}"
+        + ("" if again is not None else " (not every partition led)"),
+    )
+    if again is None:
+        raise TimeoutError(f"after the restart of node {victim} not every partition is led")
+
+
+def _produce(
+    args: argparse.Namespace,
+    cluster: LocalCluster,
+    viewer: ClusterView,
+    figures: dict[str, Any],
+) -> None:
+    from ..storage.records import encode_batch
+
+    nodes = sorted(cluster.procs)
+    parts = tuple(range(min(args.partitions, args.produce_partitions)))
+    view = viewer.poll(nodes)
+    spread = View(leaders={p: view.leaders[p] for p in parts if p in view.leaders})
+    payload = encode_batch([b"v" * VALUE_SIZE] * args.batch)
+    cpu0 = {i: cpu_seconds(cluster.procs[i].pid) for i in nodes}
+    load = run_producers(
+        ProduceJob(
+            cluster.bootstrap,
+            TOPIC,
+            parts,
+            payload,
+            args.batch,
+            duration_s=args.produce_seconds,
+        ),
+        args.producers,
+        mode=args.producer_mode,
+    )
+    cpu = [
+        round((cpu_seconds(cluster.procs[i].pid) - cpu0[i]) / load.seconds * 100, 1) for i in nodes
+    ]
+    rate = load.records / load.seconds if load.seconds > 0 else 0.0
+    figures.update(
+        produce_rec_per_s=round(rate),
+        produce_records=load.records,
+        produce_seconds=round(load.seconds, 3),
+        produce_partitions=len(parts),
+        produce_producers=args.producers,
+        produce_mode=load.mode,
+        produce_client_cpu_pct=load.client_cpu_pct,
+        produce_batch=args.batch,
+        produce_leaders_per_node=spread.leaders_per_node(nodes),
+        produce_cpu_pct=cpu,
+    )
+    _say(
+        args,
+        f"produce: {args.producers} producers ({load.mode}), {args.batch} x {VALUE_SIZE} B "
+        f"batches, acks=quorum, over {len(parts)} partition(s) (leaders per node "
+        f"{figures['produce_leaders_per_node']}): {rate:,.0f} records/s "
+        f"({load.records:,} in {load.seconds:.2f}s; node CPU {_pct(cpu)}, producers' CPU "
+        f"{load.client_cpu_pct:.1f}%)",
+    )
+    if load.mode == "threads" and load.client_cpu_pct >= GIL_BOUND_PCT:
+        _say(
+            args,
+            f"  the producer threads used {load.client_cpu_pct:.0f}% of a core: one GIL may "
+            "bound this figure; compare --producer-mode processes",
+        )
+
+
+def _sleep_checking(cluster: LocalCluster, seconds: float, label: str) -> None:
+    """Sleep, checking every second that no node died (no request reaches the nodes)."""
+    if seconds <= 0:
+        return
+    progress = Progress(seconds, label, heartbeat_s=30)
+    start = time.monotonic()
+    nodes = sorted(cluster.procs)
+    try:
+        while (left := seconds - (time.monotonic() - start)) > 0:
+            _check_alive(cluster, nodes)
+            progress.update(seconds - left, f"of {seconds:.0f}s")
+            time.sleep(min(1.0, left))
+        progress.update(seconds)
+    finally:
+        progress.close()
+
+
+def _open_fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return -1

@@ -1,0 +1,148 @@
+"""``quorumlog perf partitions`` at tiny sizes: every phase runs and its figures are sane."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from quorumlog.replica.cli import perf_partitions
+from quorumlog.replica.cli.main import PERF
+from quorumlog.replica.cli.perfutil import Progress, cpu_seconds
+from quorumlog.replica.protocol import messages as m
+
+KEYS = {
+    "partitions",
+    "nodes",
+    "idle_seconds",
+    "all_led_s",
+    "idle_cpu_pct",
+    "idle_cpu_pct_max",
+    "idle_elections",
+    "idle_epoch_increase",
+    "leaders_per_node",
+    "failover_max_s",
+    "failover_median_s",
+    "produce_rec_per_s",
+}
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str], dict[str, Any]]:
+    rc = perf_partitions.main(list(argv))
+    lines = capsys.readouterr().out.strip().splitlines()
+    return rc, lines[:-1], json.loads(lines[-1])
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_perf_partitions_tiny(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert PERF["partitions"] == "replica.cli.perf_partitions"
+    start = time.monotonic()
+    rc, human, fig = _run(
+        capsys,
+        *("--partitions", "6", "--idle-seconds", "2", "--produce-seconds", "2"),
+        *("--settle-seconds", "0", "--data-dir", str(tmp_path)),
+    )
+    assert rc == 0, fig.get("error")
+    assert KEYS <= fig.keys() and "error" not in fig
+    assert fig["partitions"] == 6 and fig["nodes"] == 3 and fig["idle_seconds"] == 2
+    assert 0 < fig["all_led_s"] < 30
+    assert len(fig["idle_cpu_pct"]) == 3 and all(c >= 0 for c in fig["idle_cpu_pct"])
+    assert fig["idle_cpu_pct_max"] == max(fig["idle_cpu_pct"])
+    assert fig["idle_elections"] >= 0 and fig["idle_epoch_increase"] >= fig["idle_elections"]
+    assert len(fig["leaders_per_node"]) == 3 and sum(fig["leaders_per_node"]) == 6
+    # The victim led the most partitions, so at least 2 of 6; every one was re-led.
+    assert fig["failover_partitions"] >= 2 and fig["failover_unled"] == 0
+    assert 0 < fig["failover_median_s"] <= fig["failover_max_s"] < 30
+    assert sum(fig["leaders_per_node_after_restart"]) == 6
+    assert fig["produce_rec_per_s"] > 0 and fig["produce_mode"] == "threads"
+    assert fig["produce_partitions"] == 6
+    # One human line per phase, printed before the JSON line.
+    for phase in ("all led after", "idle ", "kill -9 of node", "restarted", "produce: "):
+        assert any(phase in line for line in human), (phase, human)
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_perf_partitions_producer_processes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rc, human, fig = _run(
+        capsys,
+        *("--partitions", "2", "--idle-seconds", "1", "--settle-seconds", "0"),
+        *("--skip-failover", "--producer-mode", "processes", "--producers", "2"),
+        *("--produce-seconds", "1", "--data-dir", str(tmp_path), "--json"),
+    )
+    assert rc == 0, fig.get("error")
+    assert human == []  # --json: the JSON line only
+    assert fig["failover_max_s"] is None and "failover_victim" not in fig
+    assert fig["produce_mode"] == "processes" and fig["produce_records"] > 0
+    assert fig["produce_client_cpu_pct"] > 0
+    # Producing time ends when the producers stop producing, not when their processes exit.
+    assert 1 <= fig["produce_seconds"] < 3
+
+
+def test_cpu_seconds_counts_this_process() -> None:
+    before = cpu_seconds(os.getpid())
+    t = time.process_time()
+    while time.process_time() - t < 0.1:
+        pass
+    assert cpu_seconds(os.getpid()) - before >= 0.05
+
+
+def test_progress_heartbeat_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    quiet = Progress(10, "quiet")
+    quiet.update(5, "nothing")
+    beating = Progress(10, "phase", heartbeat_s=0)
+    beating.update(5, "5/10 led")
+    err = capsys.readouterr().err
+    assert "quiet" not in err
+    assert err.startswith("phase: ") and err.rstrip().endswith("5/10 led")
+
+
+def _answer(node: int, parts: list[tuple[int, int, bool]], topic: str = "t") -> m.MetadataResponse:
+    """Node ``node``'s Metadata answer: (leader id, epoch, is_local_leader) per partition."""
+    infos = [
+        m.PartitionInfo(
+            error=0,
+            partition=i,
+            leader_id=leader,
+            leader_epoch=epoch,
+            replicas=[1, 2, 3],
+            high_watermark=0,
+            log_start_offset=0,
+            is_local_leader=local,
+        )
+        for i, (leader, epoch, local) in enumerate(parts)
+    ]
+    return m.MetadataResponse(
+        error=0,
+        error_message="",
+        cluster_id="c",
+        node_id=node,
+        controller_id=1,
+        nodes=[],
+        topics=[m.TopicInfo(error=0, name=topic, partitions=infos)],
+    )
+
+
+def test_merge_views_counts_a_leader_only_in_the_newest_epoch() -> None:
+    view = perf_partitions.merge_views(
+        "t",
+        {
+            # p0: node 1 leads in epoch 3. p1: node 1 still thinks it leads in epoch 2, node 2
+            # has started epoch 3 (no leader yet). p2: nobody leads. p3: node 2 leads in 5,
+            # node 3 still claims epoch 4.
+            1: _answer(1, [(1, 3, True), (1, 2, True), (-1, 1, False), (2, 5, False)]),
+            2: _answer(2, [(1, 3, False), (-1, 3, False), (-1, 1, False), (2, 5, True)]),
+            3: _answer(3, [(1, 3, False), (1, 2, False), (-1, 1, False), (3, 4, True)]),
+        },
+    )
+    assert view.partitions == 4 and view.answered == [1, 2, 3]
+    assert view.epochs == {0: 3, 1: 3, 2: 1, 3: 5}
+    assert view.leaders == {0: (1, 3), 3: (2, 5)}
+    assert view.leaders_per_node([1, 2, 3]) == [1, 1, 0]
