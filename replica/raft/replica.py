@@ -765,8 +765,12 @@ class RaftReplica:
     def _tick_once(self, now_ms: int, out: Output) -> None:
         st = self._state
         if isinstance(st, UnattachedState):
-            if st.election_at is not None and now_ms >= st.election_at and self._can_elect():
-                if st.direct_candidate:
+            if st.election_at is not None and now_ms >= st.election_at:
+                if not self._can_elect():
+                    # It lost data since the timer was set: it may not stand, and a timer
+                    # it cannot act on must not stay due. Look for the leader instead.
+                    self._become_unattached(now_ms, out)
+                elif st.direct_candidate:
                     self._become_candidate(now_ms, out, retries=0)
                 else:
                     self._become_prospective(now_ms, out, retries=0)
@@ -813,15 +817,23 @@ class RaftReplica:
             if st.wake_resend_at is not None and now_ms >= st.wake_resend_at:
                 self._send_wakes(st, now_ms, out)
         else:
-            if st.election_at is not None and now_ms >= st.election_at and self._can_elect():
-                self._become_prospective(now_ms, out, retries=0)
+            if st.election_at is not None and now_ms >= st.election_at:
+                if self._can_elect():
+                    self._become_prospective(now_ms, out, retries=0)
+                else:
+                    self._become_unattached(now_ms, out)  # as above
             elif st.end_resend_at is not None and now_ms >= st.end_resend_at:
                 self._send_end_quorum_epoch(st, now_ms, out)
 
     def _tick_follower(self, st: FollowerState, now_ms: int, out: Output) -> None:
-        if st.election_at is not None and now_ms >= st.election_at and self._can_elect():
-            self._become_candidate(now_ms, out, retries=0)
-        elif now_ms >= st.fetch_timeout_at:
+        if st.election_at is not None and now_ms >= st.election_at:
+            if self._can_elect():
+                self._become_candidate(now_ms, out, retries=0)
+                return
+            # The resigned leader's stand came after this replica lost data (it may not
+            # stand now): drop the timer, which would otherwise stay due, and follow on.
+            st.election_at = None
+        if now_ms >= st.fetch_timeout_at:
             logger.info(
                 "replica %s: no successful fetch from leader %s for %s ms",
                 self.node_id,

@@ -25,7 +25,7 @@ from tests.raft.harness import (
     replicated_cluster,
 )
 from tests.sim.memlog import client_batch
-from tests.support.messages import vote_request
+from tests.support.messages import end_quorum_epoch, vote_request
 
 
 def test_a_catching_up_voter_does_not_count_towards_the_hwm() -> None:
@@ -106,3 +106,28 @@ def test_a_prospective_follower_that_finds_damage_finds_its_leader_again() -> No
     c.advance(3000)
     assert core.state_name == "follower" and core.leader_id == leader
     assert log.end_offset >= old_end and log.catch_up_offset == -1
+
+
+def test_a_follower_asked_to_stand_that_then_finds_damage_drops_the_timer() -> None:
+    """The leader resigns naming a follower to stand after a back-off; before that timer
+    fires the follower finds damage and may no longer stand. The timer must not stay due
+    (a timer the core cannot act on would spin the node's loop): it keeps following."""
+    c, leader, follower = replicated_cluster()
+    core = c.cores[follower]
+    others = tuple(v for v in c.voters if v not in (leader, follower))
+    req = end_quorum_epoch(
+        src=leader,
+        dst=follower,
+        leader_id=leader,
+        leader_epoch=core.epoch,
+        preferred_successors=others + (follower,),  # ranked second: it waits a back-off
+    )
+    c.apply(follower, core.handle(req, c.now))
+    due = core.next_deadline_ms()
+    assert due is not None and due > c.now and core.role is Role.FOLLOWER
+    base = c.logs[follower].damage(5)
+    c.apply(follower, core.on_corruption(base, c.now))
+    assert core.catching_up
+    c.apply(follower, core.tick(due + 1))
+    after = core.next_deadline_ms()
+    assert core.role is Role.FOLLOWER and after is not None and after > due + 1

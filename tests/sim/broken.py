@@ -11,7 +11,7 @@ from quorumlog.replica.protocol import ErrorCode
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import CATCH_UP_UNKNOWN, RaftReplica, VoteRequest
 from quorumlog.replica.raft.replica import Output
-from quorumlog.replica.raft.state import LeaderState, Role
+from quorumlog.replica.raft.state import FollowerState, LeaderState, Role
 from quorumlog.replica.storage.producers import ProducerStateTable
 
 from .memlog import MemLog
@@ -159,3 +159,15 @@ class _ForgetfulProducerState(ProducerStateTable):
 
 class ForgetsProducers(MemLog):
     table_class = _ForgetfulProducerState
+
+
+class KeepsDueTimer(RaftReplica):
+    """Reports a follower timer that its tick never acts on (half a fetch timeout after
+    the leader was last heard): once due, it stays due."""
+
+    def _deadlines(self) -> list[int | None]:
+        times = super()._deadlines()
+        st = self._state
+        if isinstance(st, FollowerState):
+            times.append(st.last_contact_ms + self.config.fetch_timeout_ms // 2)
+        return times

@@ -33,6 +33,8 @@ Invariants, checked after every event:
   fetch timeout of its leader's node going down or out of its reach;
 * ``quiet-behind``: once faults stop, a quiesced follower is woken within a request
   timeout and a heartbeat when its leader appends records it lacks;
+* ``timers-advance``: a driver's tick leaves no partition with a timer still due (a
+  timer its core cannot act on would spin the node's loop);
 * ``liveness``: after faults stop (all nodes up, network healed) a leader commits a new
   client record within ``liveness_bound_ms``.
 
@@ -890,6 +892,8 @@ class Simulation:
                 "epoch-monotonic", f"node {node.id} epoch {core.epoch} < {node.max_epoch}"
             )
         node.max_epoch = core.epoch
+        if node.driver is not None and node.driver.stuck_timers:
+            raise Violation("timers-advance", f"node {node.id}: a timer stayed due after its tick")
         if node.persisted != core.election_state:
             raise Violation(
                 "persist-before-send",

@@ -14,6 +14,7 @@ from .broken import (
     HwmCountsObservers,
     HwmCountsUnflushed,
     IgnoresPeerChanges,
+    KeepsDueTimer,
     NeverWakes,
     SendsBeforeFlush,
     SendsBeforePersist,
@@ -66,6 +67,8 @@ def test_a_seed_replays_identically() -> None:
         # leader's node gone silent must end its followers' trust.
         (NeverWakes, ("quiet-behind",)),
         (IgnoresPeerChanges, ("quiet-silent-leader",)),
+        # A timer that stays due after its tick would spin the node's loop.
+        (KeepsDueTimer, ("timers-advance",)),
     ],
 )
 def test_simulator_catches_a_broken_rule(factory: ReplicaFactory, invariant: tuple[str]) -> None:
