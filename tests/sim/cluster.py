@@ -35,6 +35,7 @@ Invariants, checked after every event:
   timeout and a heartbeat when its leader appends records it lacks;
 * ``timers-advance``: a driver's tick leaves no partition with a timer still due (a
   timer its core cannot act on would spin the node's loop);
+* ``progress``: a run stays within MAX_EVENTS events (no message or timer storm);
 * ``liveness``: after faults stop (all nodes up, network healed) a leader commits a new
   client record within ``liveness_bound_ms``.
 
@@ -114,6 +115,10 @@ KIND_NAMES = [
 #: An idempotent producer resends a batch left unanswered this long (the node may have
 #: died with it): longer than the produce timeout a leader answers within.
 RETRY_AFTER_MS = LIMITS.produce_timeout_ms + 500
+
+#: A run's events are bounded by its simulated time; a seed far past this count is a
+#: message or timer storm (the busiest seeds run about 11,000).
+MAX_EVENTS = 300_000
 
 ReplicaFactory = Callable[..., RaftReplica]
 DriverClass = type[Driver]
@@ -344,6 +349,8 @@ class Simulation:
                     break
                 self.now = at
                 self.stats["events"] += 1
+                if self.stats["events"] > MAX_EVENTS:
+                    raise Violation("progress", f"over {MAX_EVENTS} events by t={at} (a storm)")
                 self.trace.append((at, kind, data))
                 self.step(kind, data)
                 if self.live_at is not None and self.now > self.live_at + 1000:
