@@ -24,8 +24,10 @@ from tests.support.waits import wait_for_log, wait_until
 TOPIC = "scrubbed"
 BATCHES = 30
 PER_BATCH = 50
-# Small segments, so most of the data sits in sealed (indexed, trusted) segments.
-NODE_ARGS = ["--segment-bytes", "32768"]
+# Small segments, so most of the data sits in sealed (indexed, trusted) segments. The
+# tests move leadership themselves: no preferred-leader rebalance may move it meanwhile
+# (it would take it from the leader a test waits on).
+NODE_ARGS = ["--segment-bytes", "32768", "--leader-imbalance-check-interval-ms", "0"]
 
 
 def values(batch: int) -> list[bytes]:
