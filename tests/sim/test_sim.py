@@ -119,14 +119,14 @@ def test_unclean_election_truncation_is_visible_to_readers() -> None:
     those runs really truncated committed data."""
     truncated = 0
     runs = 0
-    for seed in range(400):
+    for seed in range(200):
         result = run_seed(seed, RaftReplica, unclean=True, disk_loss=False)
         assert result.violation is None, result.report()
         if any("unclean" in f for f in result.faults):
             runs += 1
             truncated += result.stats.get("committed_truncations", 0) > 0
-    assert runs > 20
-    assert truncated > 0
+    assert runs > 80  # 131 today
+    assert truncated >= 10  # 24 today
 
 
 def test_damaged_replicas_are_repaired_without_losing_acknowledged_records() -> None:
