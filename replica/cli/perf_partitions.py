@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import defaults
 from ..client import Client
 from ..client.connection import Connection
 from ..client.errors import QuorumLogError
@@ -74,6 +75,15 @@ class View:
         for node, _ in self.leaders.values():
             counts[node] = counts.get(node, 0) + 1
         return [counts[n] for n in sorted(counts)]
+
+    def balanced(self, nodes: list[int], partitions: int) -> bool:
+        """Every partition led and every node leading within 10% of an even share (one
+        partition at least, for small topics)."""
+        even = partitions / len(nodes)
+        counts = self.leaders_per_node(nodes)
+        return sum(counts) == partitions and all(
+            abs(c - even) <= max(1.0, 0.1 * even) for c in counts
+        )
 
 
 def merge_views(topic: str, answers: dict[int, m.MetadataResponse]) -> View:
@@ -199,6 +209,25 @@ def _wait_all_led(
         progress.close()
 
 
+def _wait_balanced(
+    cluster: LocalCluster, viewer: ClusterView, partitions: int, start: float, timeout_s: float
+) -> float | None:
+    """Poll every ~1 s (from now, for at most ``timeout_s``) until leadership is balanced
+    (``View.balanced``): seconds since ``start``, or None."""
+    nodes = sorted(cluster.procs)
+    until = time.monotonic() + timeout_s
+    while True:
+        _check_alive(cluster, nodes)
+        t = time.monotonic()
+        view = viewer.poll(nodes)
+        now = time.monotonic()
+        if view.balanced(nodes, partitions):
+            return now - start
+        if now >= until:
+            return None
+        time.sleep(min(_pause(1.0, now - t), max(0.0, until - now)))
+
+
 def _say(args: argparse.Namespace, line: str) -> None:
     if not args.json:
         print(line, flush=True)
@@ -217,6 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--partitions", type=int, default=10_000)
     ap.add_argument("--led-timeout", type=float, default=600, help="seconds (default 600)")
+    ap.add_argument(
+        "--balance-timeout",
+        type=float,
+        default=2 * defaults.LEADER_IMBALANCE_CHECK_INTERVAL_MS / 1000 + 30,
+        help="after all-led, wait this long at most for leadership within 10%% of even "
+        "(the nodes' preferred-leader rebalance; default %(default)s s)",
+    )
     ap.add_argument(
         "--settle-seconds",
         type=float,
@@ -255,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "idle_seconds": args.idle_seconds,
         "ulimit_nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         "all_led_s": None,
+        "balanced_s": None,
         "idle_cpu_pct": None,
         "idle_cpu_pct_max": None,
         "idle_elections": None,
@@ -316,7 +353,19 @@ def _run(
         )
     _say(args, "open file descriptors per node: " + ", ".join(map(str, figures["fds_per_node"])))
 
-    # 2. idle window: no request reaches the nodes.
+    # 2. balanced leadership: the nodes' preferred-leader rebalance (every check
+    # interval) hands each partition to its first replica; the idle window starts after.
+    if all_led is not None:
+        balanced = _wait_balanced(cluster, viewer, n, start, args.balance_timeout)
+        figures["balanced_s"] = None if balanced is None else round(balanced, 3)
+        _say(
+            args,
+            f"leadership within 10% of even after {balanced:.2f}s"
+            if balanced is not None
+            else f"leadership NOT within 10% of even {args.balance_timeout:.0f}s after all led",
+        )
+
+    # 3. idle window: no request reaches the nodes.
     _sleep_checking(cluster, args.settle_seconds, "settle")
     before = viewer.poll(nodes)
     cpu0 = {i: cpu_seconds(cluster.procs[i].pid) for i in nodes}
@@ -347,13 +396,13 @@ def _run(
         _say(args, "failover and produce skipped: not every partition was led")
         return
 
-    # 3. kill -9 of the node leading the most partitions.
+    # 4. kill -9 of the node leading the most partitions.
     if not args.skip_failover and args.nodes >= 3:
         _failover(args, cluster, viewer, figures)
     elif not args.skip_failover:
         _say(args, "failover skipped: it needs at least 3 nodes")
 
-    # 4. many producers, small batches.
+    # 5. many producers, small batches.
     if not args.skip_produce:
         _produce(args, cluster, viewer, figures)
 

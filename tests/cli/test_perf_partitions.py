@@ -44,7 +44,7 @@ def test_perf_partitions_tiny(capsys: pytest.CaptureFixture[str], tmp_path: Path
     rc, human, fig = _run(
         capsys,
         *("--partitions", "6", "--idle-seconds", "2", "--produce-seconds", "2"),
-        *("--settle-seconds", "0", "--data-dir", str(tmp_path)),
+        *("--settle-seconds", "0", "--balance-timeout", "0", "--data-dir", str(tmp_path)),
     )
     assert rc == 0, fig.get("error")
     assert KEYS <= fig.keys() and "error" not in fig
@@ -74,6 +74,7 @@ def test_perf_partitions_producer_processes(
     rc, human, fig = _run(
         capsys,
         *("--partitions", "2", "--idle-seconds", "1", "--settle-seconds", "0"),
+        *("--balance-timeout", "0"),
         *("--skip-failover", "--producer-mode", "processes", "--producers", "2"),
         *("--produce-seconds", "1", "--data-dir", str(tmp_path), "--json"),
     )
@@ -146,3 +147,16 @@ def test_merge_views_counts_a_leader_only_in_the_newest_epoch() -> None:
     assert view.epochs == {0: 3, 1: 3, 2: 1, 3: 5}
     assert view.leaders == {0: (1, 3), 3: (2, 5)}
     assert view.leaders_per_node([1, 2, 3]) == [1, 1, 0]
+
+
+def test_balanced_means_every_partition_led_and_each_node_within_10_percent() -> None:
+    def view(counts: list[int]) -> perf_partitions.View:
+        leaders = [node for node, n in zip([1, 2, 3], counts, strict=True) for _ in range(n)]
+        return perf_partitions.View(leaders={p: (node, 1) for p, node in enumerate(leaders)})
+
+    assert view([34, 33, 33]).balanced([1, 2, 3], 100)
+    assert view([36, 33, 31]).balanced([1, 2, 3], 100)  # 10% of 33.3 is 3.3
+    assert not view([38, 33, 29]).balanced([1, 2, 3], 100)
+    assert not view([33, 33, 33]).balanced([1, 2, 3], 100)  # one partition unled
+    assert view([2, 1, 3]).balanced([1, 2, 3], 6)  # small topics: within one partition
+    assert not view([4, 1, 1]).balanced([1, 2, 3], 6)
