@@ -170,9 +170,12 @@ class Driver:
         if at is None:
             self._due.pop(p.key, None)
         elif self._due.get(p.key) != at:
-            self._due[p.key] = at
-            self._seq += 1
-            heapq.heappush(self._heap, (at, self._seq, p.key))
+            self._set_due(p.key, at)
+
+    def _set_due(self, key: PartitionKey, at: int) -> None:
+        self._due[key] = at
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, key))
 
     def _schedule_all(self, ps: Iterable[PartitionDriver]) -> None:
         for p in ps:
@@ -246,9 +249,7 @@ class Driver:
                 # millisecond later.
                 self.stuck_timers += 1
                 log.error("%s: a timer stays due after its tick (at %d, now %d)", p.name, at, now)
-                self._due[key] = now + 1
-                self._seq += 1
-                heapq.heappush(heap, (now + 1, self._seq, key))
+                self._set_due(key, now + 1)
                 continue
             ticked[key] += 1
             p.tick(now, ready)
