@@ -330,15 +330,36 @@ def wait_caught_up(
 ) -> None:
     """Until the leader reports every one of ``nodes`` at its own log end offset."""
     want = list(nodes)
+    wait_until(
+        lambda: caught_up(cluster, leader, topic, partition, want),
+        timeout_s,
+        f"replicas {want} caught up with leader {leader}",
+    )
 
-    def caught_up() -> bool:
-        d = describe(cluster, leader, topic, partition)
-        if d.error != 0:
-            return False
-        ends = {v.replica_id: v.end_offset for v in d.voters}
-        return all(ends.get(n, -1) == ends.get(leader) for n in want)
 
-    wait_until(caught_up, timeout_s, f"replicas {want} caught up with leader {leader}")
+def caught_up(
+    cluster: LocalCluster, leader: int, topic: str, partition: int, nodes: list[int]
+) -> bool:
+    """``leader`` leads and reports every one of ``nodes`` at its own log end offset."""
+    d = describe(cluster, leader, topic, partition)
+    if d.error != 0:
+        return False
+    ends = {v.replica_id: v.end_offset for v in d.voters}
+    return all(ends.get(n, -1) == ends.get(leader) for n in nodes)
+
+
+def wait_led_and_caught_up(
+    cluster: LocalCluster, topic: str, partition: int, timeout_s: float = 3 * ELECTION_BOUND_S
+) -> tuple[int, int]:
+    """Until some node leads with every node caught up: (leader, epoch). Leadership may
+    move meanwhile (a leader elected while its peers restart can lose its quorum)."""
+    nodes = list(cluster.ports)
+
+    def led_and_caught_up() -> tuple[int, int] | None:
+        leader, epoch = find_leader(cluster, topic, partition, nodes)
+        return (leader, epoch) if caught_up(cluster, leader, topic, partition, nodes) else None
+
+    return wait_until(led_and_caught_up, timeout_s, f"{topic}/{partition} led, all caught up")
 
 
 def copy_log_dir(cluster: LocalCluster, node: int, topic: str, partition: int, dest: Path) -> Path:
