@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from quorumlog.replica.storage import (
     HEADER_SIZE,
     OUTPUT_SCHEMA,
+    RECORD_SCHEMA,
     CorruptRecordError,
     batches_to_table,
     decode_leader_change,
@@ -58,6 +59,22 @@ def test_encode_arrow_fills_missing_columns_and_casts() -> None:
         encode_arrow(pa.table({"nope": [1]}))
     with pytest.raises(ValueError, match="at least one"):
         encode_batch([])
+
+
+def test_encode_arrow_takes_a_batch_already_in_shape_as_it_is() -> None:
+    # A batch with exactly RECORD_SCHEMA (the Kafka listener's) skips the casts; the bytes
+    # are those of the same rows given in other types, and the max timestamp is right
+    # with nulls among the timestamps too.
+    loose = pa.table({"value": pa.array(["x", "y", "z"]), "timestamp": [5, None, 9]})
+    shaped = batches_to_table(encode_arrow(loose)).select(RECORD_SCHEMA.names)
+    (exact,) = shaped.cast(RECORD_SCHEMA).to_batches()
+    assert encode_arrow(exact, base_offset=2) == encode_arrow(loose, base_offset=2)
+    assert parse_header(encode_arrow(exact)).max_timestamp == 9
+    no_time = pa.RecordBatch.from_arrays(
+        [*exact.columns[:2], pa.nulls(3, pa.timestamp("ms")), exact.column(3)],
+        schema=RECORD_SCHEMA,
+    )
+    assert parse_header(encode_arrow(no_time)).max_timestamp == -1
 
 
 def test_restamp_keeps_payload_and_offsets_follow() -> None:
