@@ -4,5 +4,6 @@ helpers over real node processes), ``spark`` (the session fixture, the source, S
 as processes), ``wire`` (frames by hand), ``messages`` (raft messages and consumer
 fetches, every field defaulted), ``forge`` (raft traffic as an attacker sends it), ``cli``
 (the ``quorumlog`` command as a subprocess), ``spies`` (calls to a module's function
-recorded as they are made). conftest.py files import the fixtures from here; no test
-imports from another test module."""
+recorded as they are made), ``kafka`` (Kafka clients on a cluster's Kafka listener).
+conftest.py files import the fixtures from here; no test imports from another test
+module."""
