@@ -392,11 +392,20 @@ class KafkaGroups:
                 fut.set_result(result)
 
     async def _parked(
-        self, step: Callable[[int], None], timeout_ms: int, timed_out: JoinResult | SyncResult
+        self,
+        group_id: str,
+        step: Callable[[int], None],
+        refused: Callable[[KafkaError], JoinResult | SyncResult],
     ) -> JoinResult | SyncResult:
-        """Run ``step(token)`` on the state machine and wait for the answer it gives that
-        token, now or later (every parked request is answered by its phase deadline;
-        ``timeout_ms`` is a safety net past it)."""
+        """If this node coordinates ``group_id``, run ``step(token)`` on the state machine
+        and wait for the answer it gives that token, now or later (every parked request is
+        answered by its phase deadline; the longest rebalance timeout is a safety net past
+        it). ``refused(error)`` is the answer otherwise: the coordinator lookup's error, or
+        REBALANCE_IN_PROGRESS past the safety net."""
+        _, code = await self._coordinate(group_id)
+        if code != KafkaError.NONE:
+            return refused(code)
+        safety_net_s = self.machine.config.max_rebalance_timeout_ms / 1000 + 5
         token = next(self._tokens)
         fut: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
         self._waiting[token] = fut
@@ -404,9 +413,9 @@ class KafkaGroups:
             step(token)
             self._deliver()
             try:
-                return await asyncio.wait_for(fut, timeout_ms / 1000 + 5)
+                return await asyncio.wait_for(fut, safety_net_s)
             except TimeoutError:
-                return timed_out
+                return refused(KafkaError.REBALANCE_IN_PROGRESS)
         finally:
             self._waiting.pop(token, None)
 
@@ -465,27 +474,24 @@ class KafkaGroups:
     # ------------------------------------------------------------------ membership
     async def join_group(self, api: KafkaApi, version: int, body: Message) -> Message:
         group_id, member_id = body["group_id"], body["member_id"]
-        _, code = await self._coordinate(group_id)
-        result: JoinResult | SyncResult = JoinResult(code, member_id=member_id)
-        if code == KafkaError.NONE:
-            protocols = [(p["name"], p["metadata"]) for p in body["protocols"]]
+        protocols = [(p["name"], p["metadata"]) for p in body["protocols"]]
 
-            def step(token: int) -> None:
-                self.machine.join(
-                    token,
-                    group_id,
-                    member_id,
-                    body["protocol_type"],
-                    protocols,
-                    body["session_timeout_ms"],
-                    body["rebalance_timeout_ms"],
-                    now_ms(),
-                    require_known_member_id=version >= 4,
-                )
+        def step(token: int) -> None:
+            self.machine.join(
+                token,
+                group_id,
+                member_id,
+                body["protocol_type"],
+                protocols,
+                body["session_timeout_ms"],
+                body["rebalance_timeout_ms"],
+                now_ms(),
+                require_known_member_id=version >= 4,
+            )
 
-            timed_out = JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member_id=member_id)
-            bound = self.machine.config.max_rebalance_timeout_ms
-            result = await self._parked(step, bound, timed_out)
+        result = await self._parked(
+            group_id, step, lambda code: JoinResult(code, member_id=member_id)
+        )
         assert isinstance(result, JoinResult)
         out = api.default_response(version)
         out.update(
@@ -504,25 +510,21 @@ class KafkaGroups:
 
     async def sync_group(self, api: KafkaApi, version: int, body: Message) -> Message:
         group_id = body["group_id"]
-        _, code = await self._coordinate(group_id)
-        result: JoinResult | SyncResult = SyncResult(code)
-        if code == KafkaError.NONE:
-            assignments = [(a["member_id"], a["assignment"]) for a in body["assignments"]]
+        assignments = [(a["member_id"], a["assignment"]) for a in body["assignments"]]
 
-            def step(token: int) -> None:
-                self.machine.sync(
-                    token,
-                    group_id,
-                    body["generation_id"],
-                    body["member_id"],
-                    assignments,
-                    now_ms(),
-                    protocol_type=body["protocol_type"],
-                    protocol_name=body["protocol_name"],
-                )
+        def step(token: int) -> None:
+            self.machine.sync(
+                token,
+                group_id,
+                body["generation_id"],
+                body["member_id"],
+                assignments,
+                now_ms(),
+                protocol_type=body["protocol_type"],
+                protocol_name=body["protocol_name"],
+            )
 
-            bound = self.machine.config.max_rebalance_timeout_ms
-            result = await self._parked(step, bound, SyncResult(KafkaError.REBALANCE_IN_PROGRESS))
+        result = await self._parked(group_id, step, SyncResult)
         assert isinstance(result, SyncResult)
         out = api.default_response(version)
         out.update(
