@@ -48,7 +48,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -65,6 +65,9 @@ from .api import Api
 from .metadata import OFFSETS_TOPIC, TopicAssignment
 
 log = logging.getLogger(__name__)
+
+# What a parked JoinGroup or SyncGroup is answered with.
+R = TypeVar("R", JoinResult, SyncResult)
 
 #: (api, lowest version, highest version) served; librdkafka 2.x negotiates
 #: FindCoordinator 2, JoinGroup 5, SyncGroup 3, Heartbeat 3, LeaveGroup 1, OffsetCommit 9
@@ -392,19 +395,16 @@ class KafkaGroups:
                 fut.set_result(result)
 
     async def _parked(
-        self,
-        group_id: str,
-        step: Callable[[int], None],
-        refused: Callable[[KafkaError], JoinResult | SyncResult],
-    ) -> JoinResult | SyncResult:
+        self, group_id: str, step: Callable[[int], None], answer: type[R], **fields: Any
+    ) -> R:
         """If this node coordinates ``group_id``, run ``step(token)`` on the state machine
-        and wait for the answer it gives that token, now or later (every parked request is
-        answered by its phase deadline; the longest rebalance timeout is a safety net past
-        it). ``refused(error)`` is the answer otherwise: the coordinator lookup's error, or
-        REBALANCE_IN_PROGRESS past the safety net."""
+        and wait for the ``answer`` it gives that token, now or later (every parked request
+        is answered by its phase deadline; the longest rebalance timeout is a safety net
+        past it). Otherwise the answer is ``answer(error, **fields)``: the coordinator
+        lookup's error, or REBALANCE_IN_PROGRESS past the safety net."""
         _, code = await self._coordinate(group_id)
         if code != KafkaError.NONE:
-            return refused(code)
+            return answer(code, **fields)
         safety_net_s = self.machine.config.max_rebalance_timeout_ms / 1000 + 5
         token = next(self._tokens)
         fut: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
@@ -413,9 +413,11 @@ class KafkaGroups:
             step(token)
             self._deliver()
             try:
-                return await asyncio.wait_for(fut, safety_net_s)
+                result = await asyncio.wait_for(fut, safety_net_s)
             except TimeoutError:
-                return refused(KafkaError.REBALANCE_IN_PROGRESS)
+                return answer(KafkaError.REBALANCE_IN_PROGRESS, **fields)
+            assert isinstance(result, answer)
+            return result
         finally:
             self._waiting.pop(token, None)
 
@@ -489,10 +491,7 @@ class KafkaGroups:
                 require_known_member_id=version >= 4,
             )
 
-        result = await self._parked(
-            group_id, step, lambda code: JoinResult(code, member_id=member_id)
-        )
-        assert isinstance(result, JoinResult)
+        result = await self._parked(group_id, step, JoinResult, member_id=member_id)
         out = api.default_response(version)
         out.update(
             error_code=int(result.error),
@@ -525,7 +524,6 @@ class KafkaGroups:
             )
 
         result = await self._parked(group_id, step, SyncResult)
-        assert isinstance(result, SyncResult)
         out = api.default_response(version)
         out.update(
             error_code=int(result.error),
