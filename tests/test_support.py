@@ -4,6 +4,7 @@ return what they waited for, retries stop at their deadline, hand-made frames re
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 from quorumlog.replica.client.errors import QuorumLogError
@@ -11,6 +12,7 @@ from quorumlog.replica.protocol import FrameError
 from quorumlog.replica.protocol import messages as m
 
 from tests.support import messages
+from tests.support.spies import record_calls
 from tests.support.waits import retry, wait_until
 from tests.support.wire import read_frame, request_frame
 
@@ -92,3 +94,16 @@ def test_message_factories_build_the_default_scene_and_take_any_field() -> None:
     assert messages.consumer_fetch().current_leader_epoch == m.NO_EPOCH
     with pytest.raises(TypeError):
         messages.fetch_request(fetch_ofset=9)  # a misspelt field is refused, not ignored
+
+
+def test_record_calls_records_each_first_argument_and_still_makes_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    owner = SimpleNamespace(double=lambda x: 2 * x, add=lambda x, y: x + y)
+    calls = record_calls(monkeypatch, owner, "double", "add")
+    assert owner.double(3) == 6
+    assert owner.add(4, 5) == 9
+    assert calls == [3, 4]
+    monkeypatch.undo()
+    assert owner.double(7) == 14
+    assert calls == [3, 4]

@@ -228,11 +228,6 @@ def _wait_balanced(
         time.sleep(min(_pause(1.0, now - t), max(0.0, until - now)))
 
 
-def _say(args: argparse.Namespace, line: str) -> None:
-    if not args.json:
-        print(line, flush=True)
-
-
 def _pct(values: list[float]) -> str:
     return ", ".join(f"{v:.1f}%" for v in values)
 
@@ -306,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         with LocalCluster(args.nodes, args.data_dir, log_level="WARNING") as cluster:
             viewer = ClusterView(cluster, TOPIC)
             try:
-                _run(args, cluster, viewer, figures)
+                _Bench(args, cluster, viewer, figures).run()
             finally:
                 viewer.close()
     except (NodeDied, QuorumLogError, TimeoutError, RuntimeError, OSError) as exc:
@@ -317,224 +312,230 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-def _run(
-    args: argparse.Namespace,
-    cluster: LocalCluster,
-    viewer: ClusterView,
-    figures: dict[str, Any],
-) -> None:
-    n = args.partitions
-    nodes = sorted(cluster.procs)
+@dataclass
+class _Bench:
+    """One run's steps and what they share: the options, the cluster under test, its
+    metadata viewer, and the figures the steps fill in."""
 
-    # 1. create, until every partition has a leader.
-    long_ms = int(max(args.led_timeout, 30) * 1000)
-    with Client(cluster.bootstrap, request_timeout_ms=long_ms, attempt_timeout_ms=long_ms) as admin:
-        start = time.monotonic()
-        admin.create_topic(TOPIC, n, args.nodes)
-        figures["create_s"] = round(time.monotonic() - start, 3)
-    all_led, view = _wait_all_led(cluster, viewer, n, start, args.led_timeout, "all led")
-    figures["fds_per_node"] = [_open_fds(cluster.procs[i].pid) for i in nodes]
-    figures["metadata_poll_ms"] = round(median(viewer.rtts) * 1000, 1)
-    if all_led is None:
-        figures["all_led_timeout"] = True
-        figures["led_at_timeout"] = len(view.leaders)
-        _say(
-            args,
-            f"create {n} partitions (RF {args.nodes}): NOT all led after {args.led_timeout:.0f}s "
-            f"({len(view.leaders)}/{n} led; create call {figures['create_s']:.2f}s)",
+    args: argparse.Namespace
+    cluster: LocalCluster
+    viewer: ClusterView
+    figures: dict[str, Any]
+
+    def say(self, line: str) -> None:
+        if not self.args.json:
+            print(line, flush=True)
+
+    def run(self) -> None:
+        n = self.args.partitions
+        nodes = sorted(self.cluster.procs)
+
+        # 1. create, until every partition has a leader.
+        long_ms = int(max(self.args.led_timeout, 30) * 1000)
+        with Client(
+            self.cluster.bootstrap, request_timeout_ms=long_ms, attempt_timeout_ms=long_ms
+        ) as admin:
+            start = time.monotonic()
+            admin.create_topic(TOPIC, n, self.args.nodes)
+            self.figures["create_s"] = round(time.monotonic() - start, 3)
+        all_led, view = _wait_all_led(
+            self.cluster, self.viewer, n, start, self.args.led_timeout, "all led"
         )
-    else:
-        figures["all_led_s"] = round(all_led, 3)
-        _say(
-            args,
-            f"create {n} partitions (RF {args.nodes}): all led after {all_led:.2f}s "
-            f"(create call {figures['create_s']:.2f}s; metadata poll "
-            f"{figures['metadata_poll_ms']} ms)",
+        self.figures["fds_per_node"] = [_open_fds(self.cluster.procs[i].pid) for i in nodes]
+        self.figures["metadata_poll_ms"] = round(median(self.viewer.rtts) * 1000, 1)
+        if all_led is None:
+            self.figures["all_led_timeout"] = True
+            self.figures["led_at_timeout"] = len(view.leaders)
+            self.say(
+                f"create {n} partitions (RF {self.args.nodes}): NOT all led after "
+                f"{self.args.led_timeout:.0f}s ({len(view.leaders)}/{n} led; create call "
+                f"{self.figures['create_s']:.2f}s)",
+            )
+        else:
+            self.figures["all_led_s"] = round(all_led, 3)
+            self.say(
+                f"create {n} partitions (RF {self.args.nodes}): all led after {all_led:.2f}s "
+                f"(create call {self.figures['create_s']:.2f}s; metadata poll "
+                f"{self.figures['metadata_poll_ms']} ms)",
+            )
+        self.say(
+            "open file descriptors per node: " + ", ".join(map(str, self.figures["fds_per_node"])),
         )
-    _say(args, "open file descriptors per node: " + ", ".join(map(str, figures["fds_per_node"])))
 
-    # 2. balanced leadership: the nodes' preferred-leader rebalance (every check
-    # interval) hands each partition to its first replica; the idle window starts after.
-    if all_led is not None:
-        balanced = _wait_balanced(cluster, viewer, n, start, args.balance_timeout)
-        figures["balanced_s"] = None if balanced is None else round(balanced, 3)
-        _say(
-            args,
-            f"leadership within 10% of even after {balanced:.2f}s"
-            if balanced is not None
-            else f"leadership NOT within 10% of even {args.balance_timeout:.0f}s after all led",
+        # 2. balanced leadership: the nodes' preferred-leader rebalance (every check
+        # interval) hands each partition to its first replica; the idle window starts after.
+        if all_led is not None:
+            balanced = _wait_balanced(
+                self.cluster, self.viewer, n, start, self.args.balance_timeout
+            )
+            self.figures["balanced_s"] = None if balanced is None else round(balanced, 3)
+            self.say(
+                f"leadership within 10% of even after {balanced:.2f}s"
+                if balanced is not None
+                else f"leadership NOT within 10% of even {self.args.balance_timeout:.0f}s "
+                "after all led",
+            )
+
+        # 3. idle window: no request reaches the nodes.
+        _sleep_checking(self.cluster, self.args.settle_seconds, "settle")
+        before = self.viewer.poll(nodes)
+        cpu0 = {i: cpu_seconds(self.cluster.procs[i].pid) for i in nodes}
+        t0 = time.monotonic()
+        _sleep_checking(self.cluster, self.args.idle_seconds, "idle")
+        cpu1 = {i: cpu_seconds(self.cluster.procs[i].pid) for i in nodes}
+        wall = time.monotonic() - t0
+        after = self.viewer.poll(nodes)
+        cpu = [round((cpu1[i] - cpu0[i]) / wall * 100, 2) for i in nodes]
+        changed = [p for p, e in after.epochs.items() if e != before.epochs.get(p, e)]
+        increase = sum(e - before.epochs.get(p, e) for p, e in after.epochs.items())
+        self.figures.update(
+            idle_cpu_pct=cpu,
+            idle_cpu_pct_max=max(cpu),
+            idle_elections=len(changed),
+            idle_epoch_increase=increase,
+            idle_epoch_max=max(after.epochs.values(), default=0),
+            leaders_per_node=after.leaders_per_node(nodes),
+            peak_rss_mb=[round(peak_rss_mb(self.cluster.procs[i].pid), 1) for i in nodes],
         )
-
-    # 3. idle window: no request reaches the nodes.
-    _sleep_checking(cluster, args.settle_seconds, "settle")
-    before = viewer.poll(nodes)
-    cpu0 = {i: cpu_seconds(cluster.procs[i].pid) for i in nodes}
-    t0 = time.monotonic()
-    _sleep_checking(cluster, args.idle_seconds, "idle")
-    cpu1 = {i: cpu_seconds(cluster.procs[i].pid) for i in nodes}
-    wall = time.monotonic() - t0
-    after = viewer.poll(nodes)
-    cpu = [round((cpu1[i] - cpu0[i]) / wall * 100, 2) for i in nodes]
-    changed = [p for p, e in after.epochs.items() if e != before.epochs.get(p, e)]
-    increase = sum(e - before.epochs.get(p, e) for p, e in after.epochs.items())
-    figures.update(
-        idle_cpu_pct=cpu,
-        idle_cpu_pct_max=max(cpu),
-        idle_elections=len(changed),
-        idle_epoch_increase=increase,
-        idle_epoch_max=max(after.epochs.values(), default=0),
-        leaders_per_node=after.leaders_per_node(nodes),
-        peak_rss_mb=[round(peak_rss_mb(cluster.procs[i].pid), 1) for i in nodes],
-    )
-    _say(
-        args,
-        f"idle {wall:.1f}s: CPU per node {_pct(cpu)}; {len(changed)} partition(s) changed "
-        f"epoch (+{increase} in all, highest epoch {figures['idle_epoch_max']}); leaders per "
-        f"node {figures['leaders_per_node']}; peak RSS per node (MB) {figures['peak_rss_mb']}",
-    )
-    if all_led is None:
-        _say(args, "failover and produce skipped: not every partition was led")
-        return
-
-    # 4. kill -9 of the node leading the most partitions.
-    if not args.skip_failover and args.nodes >= 3:
-        _failover(args, cluster, viewer, figures)
-    elif not args.skip_failover:
-        _say(args, "failover skipped: it needs at least 3 nodes")
-
-    # 5. many producers, small batches.
-    if not args.skip_produce:
-        _produce(args, cluster, viewer, figures)
-
-
-def _failover(
-    args: argparse.Namespace,
-    cluster: LocalCluster,
-    viewer: ClusterView,
-    figures: dict[str, Any],
-) -> None:
-    nodes = sorted(cluster.procs)
-    view = viewer.poll(nodes)
-    counts = view.leaders_per_node(nodes)
-    victim = nodes[counts.index(max(counts))]
-    pending = {p: e for p, (node, e) in view.leaders.items() if node == victim}
-    survivors = [i for i in nodes if i != victim]
-    proc = cluster.procs[victim]
-    rtts_from = len(viewer.rtts)
-    times: list[float] = []
-    progress = Progress(len(pending), "failover", heartbeat_s=10)
-    total = len(pending)
-    t0 = time.monotonic()
-    proc.send_signal(signal.SIGKILL)
-    while pending and time.monotonic() - t0 < args.failover_timeout:
-        t = time.monotonic()
-        seen = viewer.poll(survivors)
-        now = time.monotonic()
-        for p in [p for p, (node, e) in seen.leaders.items() if p in pending]:
-            node, epoch = seen.leaders[p]
-            if node != victim and epoch > pending[p]:
-                del pending[p]
-                times.append(now - t0)
-        progress.update(total - len(pending), f"{total - len(pending)}/{total} re-led")
-        time.sleep(_pause(0.02, now - t))
-    progress.close()
-    proc.wait(timeout=30)
-    poll_ms = round(median(viewer.rtts[rtts_from:]) * 1000, 1)
-    figures.update(
-        failover_victim=victim,
-        failover_partitions=total,
-        failover_unled=len(pending),
-        failover_poll_ms=poll_ms,
-    )
-    if times and not pending:
-        figures["failover_max_s"] = round(max(times), 3)
-        figures["failover_median_s"] = round(median(times), 3)
-        _say(
-            args,
-            f"kill -9 of node {victim} (led {total}): all its partitions led elsewhere after "
-            f"{max(times):.3f}s, median {median(times):.3f}s (poll {poll_ms} ms)",
+        self.say(
+            f"idle {wall:.1f}s: CPU per node {_pct(cpu)}; {len(changed)} partition(s) changed "
+            f"epoch (+{increase} in all, highest epoch {self.figures['idle_epoch_max']}); "
+            f"leaders per node {self.figures['leaders_per_node']}; peak RSS per node (MB) "
+            f"{self.figures['peak_rss_mb']}",
         )
-    else:
-        figures["failover_timeout"] = True
-        _say(
-            args,
-            f"kill -9 of node {victim} (led {total}): {len(pending)} partition(s) still without "
-            f"a new leader after {args.failover_timeout:.0f}s",
+        if all_led is None:
+            self.say("failover and produce skipped: not every partition was led")
+            return
+
+        # 4. kill -9 of the node leading the most partitions.
+        if not self.args.skip_failover and self.args.nodes >= 3:
+            self.failover()
+        elif not self.args.skip_failover:
+            self.say("failover skipped: it needs at least 3 nodes")
+
+        # 5. many producers, small batches.
+        if not self.args.skip_produce:
+            self.produce()
+
+    def failover(self) -> None:
+        nodes = sorted(self.cluster.procs)
+        view = self.viewer.poll(nodes)
+        counts = view.leaders_per_node(nodes)
+        victim = nodes[counts.index(max(counts))]
+        pending = {p: e for p, (node, e) in view.leaders.items() if node == victim}
+        survivors = [i for i in nodes if i != victim]
+        proc = self.cluster.procs[victim]
+        rtts_from = len(self.viewer.rtts)
+        times: list[float] = []
+        progress = Progress(len(pending), "failover", heartbeat_s=10)
+        total = len(pending)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGKILL)
+        while pending and time.monotonic() - t0 < self.args.failover_timeout:
+            t = time.monotonic()
+            seen = self.viewer.poll(survivors)
+            now = time.monotonic()
+            for p in [p for p, (node, e) in seen.leaders.items() if p in pending]:
+                node, epoch = seen.leaders[p]
+                if node != victim and epoch > pending[p]:
+                    del pending[p]
+                    times.append(now - t0)
+            progress.update(total - len(pending), f"{total - len(pending)}/{total} re-led")
+            time.sleep(_pause(0.02, now - t))
+        progress.close()
+        proc.wait(timeout=30)
+        poll_ms = round(median(self.viewer.rtts[rtts_from:]) * 1000, 1)
+        self.figures.update(
+            failover_victim=victim,
+            failover_partitions=total,
+            failover_unled=len(pending),
+            failover_poll_ms=poll_ms,
         )
-    # Back to full strength, as perf failover does: restarted and every partition led.
-    cluster.start_node(victim)
-    cluster.wait_ready(120)
-    t1 = time.monotonic()
-    again, after = _wait_all_led(
-        cluster, viewer, args.partitions, t1, args.led_timeout, "restart: all led"
-    )
-    figures["restart_all_led_s"] = None if again is None else round(again, 3)
-    figures["leaders_per_node_after_restart"] = after.leaders_per_node(nodes)
-    _say(
-        args,
-        f"node {victim} restarted: leaders per node {figures['leaders_per_node_after_restart']}"
-        + ("" if again is not None else " (not every partition led)"),
-    )
-    if again is None:
-        raise TimeoutError(f"after the restart of node {victim} not every partition is led")
-
-
-def _produce(
-    args: argparse.Namespace,
-    cluster: LocalCluster,
-    viewer: ClusterView,
-    figures: dict[str, Any],
-) -> None:
-    from ..storage.records import encode_batch
-
-    nodes = sorted(cluster.procs)
-    parts = tuple(range(min(args.partitions, args.produce_partitions)))
-    view = viewer.poll(nodes)
-    spread = View(leaders={p: view.leaders[p] for p in parts if p in view.leaders})
-    payload = encode_batch([b"v" * VALUE_SIZE] * args.batch)
-    cpu0 = {i: cpu_seconds(cluster.procs[i].pid) for i in nodes}
-    load = run_producers(
-        ProduceJob(
-            cluster.bootstrap,
-            TOPIC,
-            parts,
-            payload,
-            args.batch,
-            duration_s=args.produce_seconds,
-        ),
-        args.producers,
-        mode=args.producer_mode,
-    )
-    cpu = [
-        round((cpu_seconds(cluster.procs[i].pid) - cpu0[i]) / load.seconds * 100, 1) for i in nodes
-    ]
-    rate = load.records / load.seconds if load.seconds > 0 else 0.0
-    figures.update(
-        produce_rec_per_s=round(rate),
-        produce_records=load.records,
-        produce_seconds=round(load.seconds, 3),
-        produce_partitions=len(parts),
-        produce_producers=args.producers,
-        produce_mode=load.mode,
-        produce_client_cpu_pct=load.client_cpu_pct,
-        produce_batch=args.batch,
-        produce_leaders_per_node=spread.leaders_per_node(nodes),
-        produce_cpu_pct=cpu,
-    )
-    _say(
-        args,
-        f"produce: {args.producers} producers ({load.mode}), {args.batch} x {VALUE_SIZE} B "
-        f"batches, acks=quorum, over {len(parts)} partition(s) (leaders per node "
-        f"{figures['produce_leaders_per_node']}): {rate:,.0f} records/s "
-        f"({load.records:,} in {load.seconds:.2f}s; node CPU {_pct(cpu)}, producers' CPU "
-        f"{load.client_cpu_pct:.1f}%)",
-    )
-    if load.mode == "threads" and load.client_cpu_pct >= GIL_BOUND_PCT:
-        _say(
-            args,
-            f"  the producer threads used {load.client_cpu_pct:.0f}% of a core: one GIL may "
-            "bound this figure; compare --producer-mode processes",
+        if times and not pending:
+            self.figures["failover_max_s"] = round(max(times), 3)
+            self.figures["failover_median_s"] = round(median(times), 3)
+            self.say(
+                f"kill -9 of node {victim} (led {total}): all its partitions led elsewhere after "
+                f"{max(times):.3f}s, median {median(times):.3f}s (poll {poll_ms} ms)",
+            )
+        else:
+            self.figures["failover_timeout"] = True
+            self.say(
+                f"kill -9 of node {victim} (led {total}): {len(pending)} partition(s) still "
+                f"without a new leader after {self.args.failover_timeout:.0f}s",
+            )
+        # Back to full strength, as perf failover does: restarted and every partition led.
+        self.cluster.start_node(victim)
+        self.cluster.wait_ready(120)
+        t1 = time.monotonic()
+        again, after = _wait_all_led(
+            self.cluster,
+            self.viewer,
+            self.args.partitions,
+            t1,
+            self.args.led_timeout,
+            "restart: all led",
         )
+        self.figures["restart_all_led_s"] = None if again is None else round(again, 3)
+        self.figures["leaders_per_node_after_restart"] = after.leaders_per_node(nodes)
+        self.say(
+            f"node {victim} restarted: leaders per node "
+            f"{self.figures['leaders_per_node_after_restart']}"
+            + ("" if again is not None else " (not every partition led)"),
+        )
+        if again is None:
+            raise TimeoutError(f"after the restart of node {victim} not every partition is led")
+
+    def produce(self) -> None:
+        from ..storage.records import encode_batch
+
+        nodes = sorted(self.cluster.procs)
+        parts = tuple(range(min(self.args.partitions, self.args.produce_partitions)))
+        view = self.viewer.poll(nodes)
+        spread = View(leaders={p: view.leaders[p] for p in parts if p in view.leaders})
+        payload = encode_batch([b"v" * VALUE_SIZE] * self.args.batch)
+        cpu0 = {i: cpu_seconds(self.cluster.procs[i].pid) for i in nodes}
+        load = run_producers(
+            ProduceJob(
+                self.cluster.bootstrap,
+                TOPIC,
+                parts,
+                payload,
+                self.args.batch,
+                duration_s=self.args.produce_seconds,
+            ),
+            self.args.producers,
+            mode=self.args.producer_mode,
+        )
+        cpu = [
+            round((cpu_seconds(self.cluster.procs[i].pid) - cpu0[i]) / load.seconds * 100, 1)
+            for i in nodes
+        ]
+        rate = load.records / load.seconds if load.seconds > 0 else 0.0
+        self.figures.update(
+            produce_rec_per_s=round(rate),
+            produce_records=load.records,
+            produce_seconds=round(load.seconds, 3),
+            produce_partitions=len(parts),
+            produce_producers=self.args.producers,
+            produce_mode=load.mode,
+            produce_client_cpu_pct=load.client_cpu_pct,
+            produce_batch=self.args.batch,
+            produce_leaders_per_node=spread.leaders_per_node(nodes),
+            produce_cpu_pct=cpu,
+        )
+        self.say(
+            f"produce: {self.args.producers} producers ({load.mode}), {self.args.batch} x "
+            f"{VALUE_SIZE} B batches, acks=quorum, over {len(parts)} partition(s) (leaders per "
+            f"node {self.figures['produce_leaders_per_node']}): {rate:,.0f} records/s "
+            f"({load.records:,} in {load.seconds:.2f}s; node CPU {_pct(cpu)}, producers' CPU "
+            f"{load.client_cpu_pct:.1f}%)",
+        )
+        if load.mode == "threads" and load.client_cpu_pct >= GIL_BOUND_PCT:
+            self.say(
+                f"  the producer threads used {load.client_cpu_pct:.0f}% of a core: one GIL may "
+                "bound this figure; compare --producer-mode processes",
+            )
 
 
 def _sleep_checking(cluster: LocalCluster, seconds: float, label: str) -> None:

@@ -665,6 +665,31 @@ class Client:
             retriable,
         )
 
+    def _fenced_call(
+        self,
+        topic: str,
+        partition: int,
+        api: ApiKey,
+        make_request: Callable[[int, float], Any],
+        resp_cls: type[T],
+        current_leader_epoch: int | None,
+        timeout_ms: int | None = None,
+    ) -> T:
+        """A ``_leader_call`` whose request names the leader epoch the caller knows (KIP-320):
+        ``make_request(epoch, attempt seconds)`` is given ``current_leader_epoch``, or
+        UNKNOWN if the caller names none. A named epoch the leader fences or does not know
+        is the caller's to handle, so those errors are raised, not retried."""
+        epoch = m.UNKNOWN if current_leader_epoch is None else current_leader_epoch
+        return self._leader_call(
+            topic,
+            partition,
+            api,
+            lambda pm, attempt_s: make_request(epoch, attempt_s),
+            resp_cls,
+            fenced_to_caller=current_leader_epoch is not None,
+            timeout_ms=timeout_ms,
+        )
+
     def produce(
         self,
         topic: str,
@@ -734,12 +759,11 @@ class Client:
         """Records from ``offset``. A long poll (``max_wait_ms``) is sent as polls that each
         fit in an attempt, until records come or ``max_wait_ms`` has passed, so a hung
         leader is noticed within an attempt timeout however long the poll."""
-        epoch = m.UNKNOWN if current_leader_epoch is None else current_leader_epoch
         now = time.monotonic()
         wait_until = now + max(0, max_wait_ms) / 1000
         call_deadline = now + max(self.request_timeout_ms, max_wait_ms + 5000) / 1000
 
-        def request(pm: PartitionMetadata, attempt_s: float) -> m.FetchRequest:
+        def request(epoch: int, attempt_s: float) -> m.FetchRequest:
             left_ms = int((wait_until - time.monotonic()) * 1000)
             poll_ms = max(0, min(left_ms, _server_wait_ms(attempt_s)))
             return m.FetchRequest(
@@ -753,13 +777,13 @@ class Client:
             )
 
         while True:
-            resp = self._leader_call(
+            resp = self._fenced_call(
                 topic,
                 partition,
                 ApiKey.FETCH,
                 request,
                 m.FetchResponse,
-                fenced_to_caller=current_leader_epoch is not None,
+                current_leader_epoch,
                 timeout_ms=max(1, int((call_deadline - time.monotonic()) * 1000)),
             )
             now = time.monotonic()
@@ -787,35 +811,33 @@ class Client:
             raise ValueError(
                 f"list_offsets spec must be 'earliest', 'latest' or a timestamp in ms, got {spec!r}"
             )
-        epoch = m.UNKNOWN if current_leader_epoch is None else current_leader_epoch
-        resp = self._leader_call(
+        resp = self._fenced_call(
             topic,
             partition,
             ApiKey.LIST_OFFSETS,
-            lambda pm, _: m.ListOffsetsRequest(
+            lambda epoch, _: m.ListOffsetsRequest(
                 topic=topic, partition=partition, current_leader_epoch=epoch, timestamp=ts
             ),
             m.ListOffsetsResponse,
-            fenced_to_caller=current_leader_epoch is not None,
+            current_leader_epoch,
         )
         return OffsetAndEpoch(resp.offset, resp.leader_epoch)
 
     def offsets_for_leader_epoch(
         self, topic: str, partition: int, leader_epoch: int, current_leader_epoch: int | None = None
     ) -> EpochEndOffset:
-        epoch = m.UNKNOWN if current_leader_epoch is None else current_leader_epoch
-        resp = self._leader_call(
+        resp = self._fenced_call(
             topic,
             partition,
             ApiKey.OFFSETS_FOR_LEADER_EPOCH,
-            lambda pm, _: m.OffsetsForLeaderEpochRequest(
+            lambda epoch, _: m.OffsetsForLeaderEpochRequest(
                 topic=topic,
                 partition=partition,
                 current_leader_epoch=epoch,
                 leader_epoch=leader_epoch,
             ),
             m.OffsetsForLeaderEpochResponse,
-            fenced_to_caller=current_leader_epoch is not None,
+            current_leader_epoch,
         )
         return EpochEndOffset(resp.leader_epoch, resp.end_offset)
 

@@ -27,6 +27,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "fetched_partition",
 ]
 
 
@@ -131,3 +132,25 @@ def api_versions_body(
         {"api_key": key, "min_version": low, "max_version": high} for key, low, high in supported
     ]
     return body
+
+
+def fetched_partition(
+    index: int,
+    error_code: int,
+    high_watermark: int = -1,
+    log_start_offset: int = -1,
+    records: bytes = b"",
+) -> Message:
+    """One partition of a Fetch response body. No transactions, so the last stable offset
+    is the high watermark; no preferred read replica. An error answer leaves the offsets
+    at -1 and the records empty."""
+    return {
+        "partition_index": index,
+        "error_code": int(error_code),
+        "high_watermark": high_watermark,
+        "last_stable_offset": high_watermark,
+        "log_start_offset": log_start_offset,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": records,
+    }

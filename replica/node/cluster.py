@@ -14,7 +14,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from .. import defaults
@@ -308,12 +307,7 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ---- faults ------------------------------------------------------------------

@@ -28,6 +28,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from ..kafka import messages as km
+from ..kafka.codec import fetched_partition
 from ..kafka.errors import KafkaError
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
@@ -212,16 +213,7 @@ def _denied_produce(p: Message, why: str) -> Message:
 
 
 def _denied_fetch(p: Message, why: str) -> Message:
-    return {
-        "partition_index": p["partition"],
-        "error_code": int(KafkaError.TOPIC_AUTHORIZATION_FAILED),
-        "high_watermark": -1,
-        "last_stable_offset": -1,
-        "log_start_offset": -1,
-        "aborted_transactions": None,
-        "preferred_read_replica": -1,
-        "records": b"",
-    }
+    return fetched_partition(p["partition"], KafkaError.TOPIC_AUTHORIZATION_FAILED)
 
 
 def _denied_list_offsets(p: Message, why: str) -> Message:

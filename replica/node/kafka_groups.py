@@ -48,7 +48,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
 
@@ -65,6 +65,9 @@ from .api import Api
 from .metadata import OFFSETS_TOPIC, TopicAssignment
 
 log = logging.getLogger(__name__)
+
+# What a parked JoinGroup or SyncGroup is answered with.
+R = TypeVar("R", JoinResult, SyncResult)
 
 #: (api, lowest version, highest version) served; librdkafka 2.x negotiates
 #: FindCoordinator 2, JoinGroup 5, SyncGroup 3, Heartbeat 3, LeaveGroup 1, OffsetCommit 9
@@ -392,11 +395,17 @@ class KafkaGroups:
                 fut.set_result(result)
 
     async def _parked(
-        self, step: Callable[[int], None], timeout_ms: int, timed_out: JoinResult | SyncResult
-    ) -> JoinResult | SyncResult:
-        """Run ``step(token)`` on the state machine and wait for the answer it gives that
-        token, now or later (every parked request is answered by its phase deadline;
-        ``timeout_ms`` is a safety net past it)."""
+        self, group_id: str, step: Callable[[int], None], answer: type[R], **fields: Any
+    ) -> R:
+        """If this node coordinates ``group_id``, run ``step(token)`` on the state machine
+        and wait for the ``answer`` it gives that token, now or later (every parked request
+        is answered by its phase deadline; the longest rebalance timeout is a safety net
+        past it). Otherwise the answer is ``answer(error, **fields)``: the coordinator
+        lookup's error, or REBALANCE_IN_PROGRESS past the safety net."""
+        _, code = await self._coordinate(group_id)
+        if code != KafkaError.NONE:
+            return answer(code, **fields)
+        safety_net_s = self.machine.config.max_rebalance_timeout_ms / 1000 + 5
         token = next(self._tokens)
         fut: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
         self._waiting[token] = fut
@@ -404,9 +413,11 @@ class KafkaGroups:
             step(token)
             self._deliver()
             try:
-                return await asyncio.wait_for(fut, timeout_ms / 1000 + 5)
+                result = await asyncio.wait_for(fut, safety_net_s)
             except TimeoutError:
-                return timed_out
+                return answer(KafkaError.REBALANCE_IN_PROGRESS, **fields)
+            assert isinstance(result, answer)
+            return result
         finally:
             self._waiting.pop(token, None)
 
@@ -465,28 +476,22 @@ class KafkaGroups:
     # ------------------------------------------------------------------ membership
     async def join_group(self, api: KafkaApi, version: int, body: Message) -> Message:
         group_id, member_id = body["group_id"], body["member_id"]
-        _, code = await self._coordinate(group_id)
-        result: JoinResult | SyncResult = JoinResult(code, member_id=member_id)
-        if code == KafkaError.NONE:
-            protocols = [(p["name"], p["metadata"]) for p in body["protocols"]]
+        protocols = [(p["name"], p["metadata"]) for p in body["protocols"]]
 
-            def step(token: int) -> None:
-                self.machine.join(
-                    token,
-                    group_id,
-                    member_id,
-                    body["protocol_type"],
-                    protocols,
-                    body["session_timeout_ms"],
-                    body["rebalance_timeout_ms"],
-                    now_ms(),
-                    require_known_member_id=version >= 4,
-                )
+        def step(token: int) -> None:
+            self.machine.join(
+                token,
+                group_id,
+                member_id,
+                body["protocol_type"],
+                protocols,
+                body["session_timeout_ms"],
+                body["rebalance_timeout_ms"],
+                now_ms(),
+                require_known_member_id=version >= 4,
+            )
 
-            timed_out = JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member_id=member_id)
-            bound = self.machine.config.max_rebalance_timeout_ms
-            result = await self._parked(step, bound, timed_out)
-        assert isinstance(result, JoinResult)
+        result = await self._parked(group_id, step, JoinResult, member_id=member_id)
         out = api.default_response(version)
         out.update(
             error_code=int(result.error),
@@ -504,26 +509,21 @@ class KafkaGroups:
 
     async def sync_group(self, api: KafkaApi, version: int, body: Message) -> Message:
         group_id = body["group_id"]
-        _, code = await self._coordinate(group_id)
-        result: JoinResult | SyncResult = SyncResult(code)
-        if code == KafkaError.NONE:
-            assignments = [(a["member_id"], a["assignment"]) for a in body["assignments"]]
+        assignments = [(a["member_id"], a["assignment"]) for a in body["assignments"]]
 
-            def step(token: int) -> None:
-                self.machine.sync(
-                    token,
-                    group_id,
-                    body["generation_id"],
-                    body["member_id"],
-                    assignments,
-                    now_ms(),
-                    protocol_type=body["protocol_type"],
-                    protocol_name=body["protocol_name"],
-                )
+        def step(token: int) -> None:
+            self.machine.sync(
+                token,
+                group_id,
+                body["generation_id"],
+                body["member_id"],
+                assignments,
+                now_ms(),
+                protocol_type=body["protocol_type"],
+                protocol_name=body["protocol_name"],
+            )
 
-            bound = self.machine.config.max_rebalance_timeout_ms
-            result = await self._parked(step, bound, SyncResult(KafkaError.REBALANCE_IN_PROGRESS))
-        assert isinstance(result, SyncResult)
+        result = await self._parked(group_id, step, SyncResult)
         out = api.default_response(version)
         out.update(
             error_code=int(result.error),

@@ -939,17 +939,7 @@ class RaftReplica:
         woken by ``on_peer_change`` when it is heard again); resend while any is."""
         since = now_ms - self.config.fetch_timeout_ms
         heard = [r for r in sorted(st.wake_unacked) if self.peer_seen.get(r, now_ms) >= since]
-        for replica in heard:
-            out.messages.append(
-                WakeRequest(
-                    cluster_id=self.cluster_id,
-                    src=self.node_id,
-                    dst=replica,
-                    leader_id=self.node_id,
-                    leader_epoch=self._epoch,
-                )
-            )
-        st.wake_resend_at = now_ms + self.config.request_timeout_ms if heard else None
+        st.wake_resend_at = self._announce(WakeRequest, heard, now_ms, out)
 
     def _on_wake(self, req: WakeRequest, now_ms: int, out: Output) -> None:
         if req.cluster_id != self.cluster_id or self._announcement_error(req) != ErrorCode.NONE:
@@ -1055,31 +1045,42 @@ class RaftReplica:
         self._probe_epochs_of_voters(now_ms, out)
 
     def _send_begin_quorum_epoch(self, st: LeaderState, now_ms: int, out: Output) -> None:
-        for v in sorted(st.begin_unacked):
-            out.messages.append(
-                BeginQuorumEpochRequest(
-                    cluster_id=self.cluster_id,
-                    src=self.node_id,
-                    dst=v,
-                    leader_id=self.node_id,
-                    leader_epoch=self._epoch,
-                )
-            )
-        st.begin_resend_at = now_ms + self.config.request_timeout_ms if st.begin_unacked else None
+        st.begin_resend_at = self._announce(
+            BeginQuorumEpochRequest, sorted(st.begin_unacked), now_ms, out
+        )
 
     def _send_end_quorum_epoch(self, st: ResignedState, now_ms: int, out: Output) -> None:
-        for v in sorted(st.end_unacked):
+        st.end_resend_at = self._announce(
+            EndQuorumEpochRequest,
+            sorted(st.end_unacked),
+            now_ms,
+            out,
+            preferred_successors=st.successors,
+        )
+
+    def _announce(
+        self,
+        cls: type[BeginQuorumEpochRequest | EndQuorumEpochRequest | WakeRequest],
+        replicas: list[int],
+        now_ms: int,
+        out: Output,
+        **fields: Any,
+    ) -> int | None:
+        """Our leadership of this epoch announced to each of ``replicas`` as a ``cls``
+        (BeginQuorumEpoch, EndQuorumEpoch, Wake; ``fields`` are the rest of it). Returns
+        when to send again to those that have not answered, None if there are none."""
+        for dst in replicas:
             out.messages.append(
-                EndQuorumEpochRequest(
+                cls(
                     cluster_id=self.cluster_id,
                     src=self.node_id,
-                    dst=v,
+                    dst=dst,
                     leader_id=self.node_id,
                     leader_epoch=self._epoch,
-                    preferred_successors=st.successors,
+                    **fields,
                 )
             )
-        st.end_resend_at = now_ms + self.config.request_timeout_ms if st.end_unacked else None
+        return now_ms + self.config.request_timeout_ms if replicas else None
 
     def _ranked_successors(self, st: LeaderState) -> tuple[int, ...]:
         rows = sorted(st.progress.values(), key=lambda r: (-r.end_offset, r.replica_id))

@@ -35,7 +35,6 @@ import os
 import resource
 import threading
 from collections import OrderedDict
-from types import TracebackType
 
 from .. import defaults
 from .errors import StorageError
@@ -93,12 +92,7 @@ class _Pin:
     def __enter__(self) -> int:
         return self._cache._acquire(self._handle)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._cache._unpin(self._handle, self._write)
 
 

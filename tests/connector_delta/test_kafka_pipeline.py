@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka
 import pytest
 from quorumlog.connector.delta import DeltaSink
 from quorumlog.replica.node.cluster import LocalCluster
 
 from tests.support.cluster import leader_fault
+from tests.support.kafka import idempotent_producer
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -31,15 +31,7 @@ def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
 
 def _produce(c: LocalCluster) -> dict[tuple[int, int], tuple[bytes, bytes, Any]]:
     """(partition, offset) -> (key, value, headers) of every acknowledged record."""
-    producer = confluent_kafka.Producer(
-        {
-            "bootstrap.servers": c.kafka_bootstrap,
-            "enable.idempotence": True,
-            "linger.ms": 2,
-            "request.timeout.ms": 1000,
-            "message.timeout.ms": 90000,
-        }
-    )
+    producer = idempotent_producer(c)
     acked: dict[tuple[int, int], tuple[bytes, bytes, Any]] = {}
     failed: list[Any] = []
 

@@ -20,6 +20,7 @@ from quorumlog.replica.kafka.codec import (
     api_versions_body,
     decode_request,
     encode_response,
+    fetched_partition,
 )
 from quorumlog.replica.kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka
 from quorumlog.replica.kafka.errors import KafkaError
@@ -487,16 +488,7 @@ class KafkaTestBroker:
                     current = p["current_leader_epoch"]
                     if 0 <= current < self.leader_epoch:
                         parts.append(
-                            {
-                                "partition_index": p["partition"],
-                                "error_code": int(KafkaError.FENCED_LEADER_EPOCH),
-                                "high_watermark": -1,
-                                "last_stable_offset": -1,
-                                "log_start_offset": -1,
-                                "aborted_transactions": None,
-                                "preferred_read_replica": -1,
-                                "records": b"",
-                            }
+                            fetched_partition(p["partition"], KafkaError.FENCED_LEADER_EPOCH)
                         )
                         continue
                     chosen = [
@@ -507,16 +499,7 @@ class KafkaTestBroker:
                     records = quorumlog_to_kafka(b"".join(chosen)) if chosen else b""
                     any_data = any_data or bool(records)
                     parts.append(
-                        {
-                            "partition_index": p["partition"],
-                            "error_code": 0,
-                            "high_watermark": partition.end_offset,
-                            "last_stable_offset": partition.end_offset,
-                            "log_start_offset": 0,
-                            "aborted_transactions": None,
-                            "preferred_read_replica": -1,
-                            "records": records,
-                        }
+                        fetched_partition(p["partition"], 0, partition.end_offset, 0, records)
                     )
                 topics.append(
                     {"topic": name, "topic_id": self.topic_ids[name], "partitions": parts}

@@ -8,6 +8,19 @@ from hypothesis import strategies as st
 from quorumlog.replica.kafka.schema import Api, _Plan, _Slot
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+# A record's key or value (or a header's value): null, empty or a few bytes.
+OPT_BYTES = st.none() | st.binary(max_size=40)
+# A record's headers: a few (name, optional value) pairs.
+HEADERS = st.lists(st.tuples(TEXT, OPT_BYTES), max_size=3)
+# A record batch's producer and placement fields, as encode_batch names them, each over
+# its whole range (-1: none); a test adds the attributes or compression it is about.
+BATCH_HEADER: dict[str, st.SearchStrategy[int]] = {
+    "base_offset": st.integers(0, 2**62),
+    "partition_leader_epoch": st.integers(-1, 2**31 - 1),
+    "producer_id": st.integers(-1, 2**62),
+    "producer_epoch": st.integers(-1, 2**15 - 1),
+    "base_sequence": st.integers(-1, 2**31 - 1),
+}
 SCALARS: dict[str, st.SearchStrategy[Any]] = {
     "int8": st.integers(-(2**7), 2**7 - 1),
     "int16": st.integers(-(2**15), 2**15 - 1),

@@ -46,10 +46,8 @@ from quorumlog.replica.storage.records import (
     encode_batch as ql_encode_batch,
 )
 
-from .strategies import TEXT
+from .strategies import BATCH_HEADER, HEADERS, OPT_BYTES
 
-OPT_BYTES = st.none() | st.binary(max_size=40)
-HEADERS = st.lists(st.tuples(TEXT, OPT_BYTES), max_size=3)
 TS_BASE = st.integers(-(2**41), 2**41) | st.sampled_from([0, -1, 2**62 - 1, -(2**62), 2**63 - 1])
 
 
@@ -101,14 +99,7 @@ def producer_records(draw: st.DrawFn) -> dict[str, list[Any]]:
 
 RECORDS = any_records() | producer_records()
 BATCH_FIELDS = st.fixed_dictionaries(
-    {
-        "base_offset": st.integers(0, 2**62),
-        "partition_leader_epoch": st.integers(-1, 2**31 - 1),
-        "producer_id": st.integers(-1, 2**62),
-        "producer_epoch": st.integers(-1, 2**15 - 1),
-        "base_sequence": st.integers(-1, 2**31 - 1),
-        "attributes": st.sampled_from([0, 0x10, ATTR_CONTROL]),
-    }
+    {**BATCH_HEADER, "attributes": st.sampled_from([0, 0x10, ATTR_CONTROL])}
 )
 
 

@@ -17,7 +17,6 @@ from quorumlog.replica.kafka.groups import (
     JoinResult,
     SyncResult,
 )
-from quorumlog.replica.node.config import NodeConfig
 from quorumlog.replica.node.kafka_groups import (
     Committed,
     decode_offset_record,
@@ -26,6 +25,8 @@ from quorumlog.replica.node.kafka_groups import (
     java_string_hash,
     partition_for,
 )
+
+from tests.support.config import node_config
 
 SESSION = 10_000
 REBALANCE = 30_000
@@ -379,12 +380,4 @@ def test_offset_records_round_trip_and_foreign_keys_are_skipped() -> None:
 
 def test_the_offsets_topic_partition_count_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--offsets-topic-partitions must be 1..10000"):
-        NodeConfig(
-            node_id=1,
-            host="127.0.0.1",
-            port=1,
-            voters={1: ("127.0.0.1", 1)},
-            data_dir=tmp_path,
-            cluster_id="c",
-            offsets_topic_partitions=0,
-        )
+        node_config(tmp_path, offsets_topic_partitions=0)

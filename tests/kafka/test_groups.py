@@ -64,6 +64,15 @@ class Consumers:
         self.open.append(consumer)
         return consumer
 
+    def subscribed(
+        self, topic: str, *, group: str | None = None, **config: Any
+    ) -> confluent_kafka.Consumer:
+        """A new consumer subscribed to ``topic``, in ``group`` (by default named as the
+        topic)."""
+        consumer = self.new(topic if group is None else group, **config)
+        consumer.subscribe([topic])
+        return consumer
+
     def close(self, consumer: confluent_kafka.Consumer) -> float:
         """Close ``consumer``; the seconds it took."""
         self.open.remove(consumer)
@@ -92,6 +101,11 @@ def _fill(c: LocalCluster, topic: str, partitions: int, per_partition: int) -> l
         acks = c.produce(topic, p, [f"{p}-{i}".encode() for i in range(per_partition)])
         out += [(p, a.offset) for a in acks]
     return out
+
+
+def _ends(written: list[Seen], partitions: int) -> dict[int, int]:
+    """One past the last offset ``written`` to each of the topic's ``partitions``."""
+    return {p: max(o for pp, o in written if pp == p) + 1 for p in range(partitions)}
 
 
 def _poll_until(
@@ -127,10 +141,9 @@ def test_a_subscribed_consumer_commits_closes_promptly_and_its_successor_resumes
     c = kcluster
     c.create_topic("gresume", 4)
     everything = _fill(c, "gresume", 4, 50)
-    ends = {p: max(o for pp, o in everything if pp == p) + 1 for p in range(4)}
+    ends = _ends(everything, 4)
 
-    a = consumers.new("gresume")
-    a.subscribe(["gresume"])
+    a = consumers.subscribed("gresume")
     first: list[Seen] = []
     # Until every partition has given 10: the last of them is then part-read.
     _poll_until(
@@ -144,8 +157,7 @@ def test_a_subscribed_consumer_commits_closes_promptly_and_its_successor_resumes
     assert any(committed[p] < ends[p] for p in range(4))
     assert consumers.close(a) < CLOSE_BOUND_S
 
-    b = consumers.new("gresume", enable_auto_commit=True, auto_commit_interval_ms=100)
-    b.subscribe(["gresume"])
+    b = consumers.subscribed("gresume", enable_auto_commit=True, auto_commit_interval_ms=100)
     second: list[Seen] = []
     _poll_until(b, second, lambda: len(first) + len(second) >= 200, "B to read the rest")
     assert not set(first) & set(second), "B read again what A had committed"
@@ -214,9 +226,7 @@ def test_committed_offsets_survive_kill_9_of_the_coordinator(
     c = kcluster
     c.create_topic("gfail", 2)
     written = _fill(c, "gfail", 2, 20)
-    ends = {p: max(o for pp, o in written if pp == p) + 1 for p in range(2)}
-    x = consumers.new("gfail")
-    x.subscribe(["gfail"])
+    x = consumers.subscribed("gfail")
     seen: list[Seen] = []
     _poll_until(x, seen, lambda: len(seen) >= 40, "all 40 records")
     x.commit(asynchronous=False)
@@ -225,11 +235,10 @@ def test_committed_offsets_survive_kill_9_of_the_coordinator(
     c.kill(coordinator)
     try:
         # The same consumer finds the new coordinator, which read the offsets from the log.
-        assert _committed(x, "gfail", 2) == ends
+        assert _committed(x, "gfail", 2) == _ends(written, 2)
         consumers.close(x)
         more = _fill(c, "gfail", 2, 5)
-        y = consumers.new("gfail")
-        y.subscribe(["gfail"])
+        y = consumers.subscribed("gfail")
         after: list[Seen] = []
         _poll_until(y, after, lambda: len(after) >= 10, "the 10 new records")
         assert sorted(after) == sorted(more)
@@ -553,8 +562,7 @@ def test_mutated_group_requests_do_not_hurt_the_coordinator(
 
     c.create_topic("gfuzz-after", 1)
     written = _fill(c, "gfuzz-after", 1, 10)
-    consumer = consumers.new(group)
-    consumer.subscribe(["gfuzz-after"])
+    consumer = consumers.subscribed("gfuzz-after", group=group)
     seen: list[Seen] = []
     _poll_until(consumer, seen, lambda: len(seen) >= 10, "the group to consume")
     assert seen == written

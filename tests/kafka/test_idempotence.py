@@ -10,7 +10,6 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import confluent_kafka
 import pytest
 from quorumlog.replica.kafka import messages as km
 from quorumlog.replica.kafka.codec import decode_response
@@ -19,6 +18,7 @@ from quorumlog.replica.kafka.records import encode_batch
 from quorumlog.replica.node.cluster import LocalCluster
 
 from tests.support.cluster import leader_fault, read_all
+from tests.support.kafka import idempotent_producer
 
 from .test_listener import _exchange, _request
 
@@ -108,15 +108,7 @@ def test_an_idempotent_kafka_producer_writes_each_record_once_across_stalls_and_
     Checked from the log: every acknowledged record is there, and no record twice."""
     c = kcluster
     c.create_topic("kidemkill", 2)
-    producer = confluent_kafka.Producer(
-        {
-            "bootstrap.servers": c.kafka_bootstrap,
-            "enable.idempotence": True,
-            "linger.ms": 2,
-            "request.timeout.ms": 1000,
-            "message.timeout.ms": 90000,
-        }
-    )
+    producer = idempotent_producer(c)
     acked: list[bytes] = []
     failed: list[Any] = []
 

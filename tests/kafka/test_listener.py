@@ -31,6 +31,7 @@ from quorumlog.replica.protocol import ErrorCode
 
 from tests.support.cli import QUORUMLOG
 from tests.support.cluster import read_all
+from tests.support.config import node_config
 
 from .test_fuzz import _mutations
 
@@ -332,16 +333,7 @@ def test_the_listener_takes_sasl_in_the_clear_only_when_allowed(tmp_path: Path) 
     --allow-insecure; with TLS (SASL_SSL) it is what the listener is for."""
 
     def config(**security: Any) -> NodeConfig:
-        return NodeConfig(
-            node_id=1,
-            host="127.0.0.1",
-            port=1,
-            voters={1: ("127.0.0.1", 1)},
-            data_dir=tmp_path,
-            cluster_id="c",
-            kafka_listen=("127.0.0.1", 2),
-            **security,
-        )
+        return node_config(tmp_path, kafka_listen=("127.0.0.1", 2), **security)
 
     with pytest.raises(ValueError, match="in the clear.*--allow-insecure"):
         config(auth_config=tmp_path / "auth.json")

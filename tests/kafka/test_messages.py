@@ -14,7 +14,9 @@ from quorumlog.replica.kafka.codec import (
     decode_response,
     encode_request,
     encode_response,
+    fetched_partition,
 )
+from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.schema import Api
 from quorumlog.replica.kafka.wire import KafkaDecodeError
 
@@ -85,6 +87,25 @@ def test_api_versions_response_uses_header_v0_and_lists_supported_apis() -> None
     listed = {(k["api_key"], k["min_version"], k["max_version"]) for k in body["api_keys"]}
     assert listed == set(m.SUPPORTED_APIS)
     assert (0, 3, 11) in listed and (1, 4, 17) in listed and (18, 0, 4) in listed
+
+
+@pytest.mark.parametrize("version", range(m.FETCH.min_version, m.FETCH.max_version + 1))
+def test_a_fetched_partition_is_a_fetch_response_partition_in_every_version(version: int) -> None:
+    served = fetched_partition(3, 0, 40, 7, b"batches")
+    refused = fetched_partition(4, KafkaError.FENCED_LEADER_EPOCH)
+    body = m.FETCH.default_response(version)
+    topic = {"topic": "t", "topic_id": uuid.UUID(int=1), "partitions": [served, refused]}
+    body["responses"] = [topic]
+    _, back = decode_response(m.FETCH, version, encode_response(m.FETCH, version, 1, body))
+    p_served, p_refused = back["responses"][0]["partitions"]
+    assert (p_served["partition_index"], p_served["error_code"]) == (3, 0)
+    log_start = 7 if version >= 5 else -1  # log_start_offset is in v5+ only
+    assert (p_served["high_watermark"], p_served["log_start_offset"]) == (40, log_start)
+    assert p_served["last_stable_offset"] == 40 and p_served["records"] == b"batches"
+    assert p_refused["partition_index"] == 4
+    assert p_refused["error_code"] == KafkaError.FENCED_LEADER_EPOCH
+    assert (p_refused["high_watermark"], p_refused["log_start_offset"]) == (-1, -1)
+    assert p_refused["records"] == b"" and p_refused["aborted_transactions"] is None
 
 
 def test_unknown_api_or_version_is_reported_with_its_header() -> None:

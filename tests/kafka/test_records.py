@@ -41,10 +41,7 @@ from quorumlog.replica.storage.records import (
     encode_batch as ql_encode_batch,
 )
 
-from .strategies import TEXT
-
-OPT_BYTES = st.none() | st.binary(max_size=40)
-HEADERS = st.lists(st.tuples(TEXT, OPT_BYTES), max_size=3)
+from .strategies import BATCH_HEADER, HEADERS, OPT_BYTES
 
 
 @st.composite
@@ -91,14 +88,7 @@ def test_known_batch_layout() -> None:
 
 # A batch's header fields, as encode_batch names them and the decoded batch reads them back.
 BATCH_HEADER_FIELDS = st.fixed_dictionaries(
-    {
-        "base_offset": st.integers(0, 2**62),
-        "partition_leader_epoch": st.integers(-1, 2**31 - 1),
-        "producer_id": st.integers(-1, 2**62),
-        "producer_epoch": st.integers(-1, 2**15 - 1),
-        "base_sequence": st.integers(-1, 2**31 - 1),
-        "compression": st.sampled_from([0, COMPRESSION_GZIP, COMPRESSION_SNAPPY]),
-    }
+    {**BATCH_HEADER, "compression": st.sampled_from([0, COMPRESSION_GZIP, COMPRESSION_SNAPPY])}
 )
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,8 @@ from quorumlog.replica.storage import (
     QuorumState,
     QuorumStateStore,
 )
+
+from tests.support.spies import record_calls
 
 VOTERS = (1, 2, 3)
 
@@ -97,15 +98,7 @@ def test_one_fsync_per_ready_however_many_replicas(
     keys = [("t", p) for p in range(100)]
     for key in keys:
         pm.open(key[0], key[1], list(VOTERS))
-    calls: list[str] = []
-    for name in ("fsync", "fdatasync"):
-        real = getattr(os, name)
-
-        def counting(fd: int, real: Callable[[int], None] = real, name: str = name) -> None:
-            calls.append(name)
-            real(fd)
-
-        monkeypatch.setattr(os, name, counting)
+    calls = record_calls(monkeypatch, os, "fsync", "fdatasync")
     pm.persist_all([(key, ElectionState(3, None, 2)) for key in keys])
     assert len(calls) == 1
     monkeypatch.undo()

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from quorumlog.replica.storage import FdCache, Log, LogConfig, StorageError, fdcache, flush_logs
 
+from tests.support.spies import record_calls
+
 from .helpers import client_batch, read_all_values, values_for
 
 
@@ -38,6 +40,12 @@ def open_fds() -> int:
 
 def append(lg: Log, count: int) -> None:
     lg.append_as_leader(client_batch(lg.end_offset, count), 1)
+
+
+def two_logs(tmp_path: Path) -> tuple[FdCache, Log, Log]:
+    """Logs ``a`` and ``b`` sharing a cache of one descriptor: using one evicts the other's."""
+    cache = FdCache(1)
+    return cache, Log(str(tmp_path / "a"), files=cache), Log(str(tmp_path / "b"), files=cache)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
@@ -87,9 +95,7 @@ def test_thousands_of_logs_stay_within_the_cap(fast_dir: Path) -> None:
 
 
 def test_reopened_descriptor_appends_at_the_end(tmp_path: Path) -> None:
-    cache = FdCache(1)
-    a = Log(str(tmp_path / "a"), files=cache)
-    b = Log(str(tmp_path / "b"), files=cache)
+    cache, a, b = two_logs(tmp_path)
     append(a, 5)
     append(b, 3)  # evicts a's descriptor
     append(a, 7)  # reopened (O_APPEND): lands after the first batch
@@ -106,18 +112,9 @@ def test_reopened_descriptor_appends_at_the_end(tmp_path: Path) -> None:
 def test_a_dirty_descriptor_is_synced_before_eviction_and_a_clean_one_costs_no_sync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cache = FdCache(1)
-    a = Log(str(tmp_path / "a"), files=cache)
-    b = Log(str(tmp_path / "b"), files=cache)
+    cache, a, b = two_logs(tmp_path)
     append(a, 4)
-    syncs: list[int] = []
-    real = os.fdatasync
-
-    def counting(fd: int) -> None:
-        syncs.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", counting)
+    syncs = record_calls(monkeypatch, os, "fdatasync")
     append(b, 2)  # evicts a's unsynced descriptor: synced first
     assert len(syncs) == 1
     assert cache.eviction_syncs == 1
@@ -134,9 +131,7 @@ def test_a_dirty_descriptor_is_synced_before_eviction_and_a_clean_one_costs_no_s
 def test_a_failed_eviction_sync_fails_that_logs_flushes_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cache = FdCache(1)
-    a = Log(str(tmp_path / "a"), files=cache)
-    b = Log(str(tmp_path / "b"), files=cache)
+    cache, a, b = two_logs(tmp_path)
     append(a, 4)
     real = os.fdatasync
 

@@ -20,6 +20,8 @@ from quorumlog.replica.storage import (
 from quorumlog.replica.storage import log as log_module
 from quorumlog.replica.storage import syncfs as syncfs_module
 
+from tests.support.spies import record_calls
+
 from .helpers import client_batch, crash, read_all_values, values_for
 
 needs_syncfs = pytest.mark.skipif(not syncfs_available(), reason="needs Linux >= 5.8 syncfs")
@@ -59,14 +61,7 @@ def test_an_abandoned_flush_claims_nothing_and_the_next_one_syncs_the_directory(
     pending.abandon()
     pending.abandon()  # idempotent
     assert lg.durable_end_offset == 0
-    dirs: list[str] = []
-    real = log_module.fsync_dir
-
-    def record(path: str) -> None:
-        dirs.append(path)
-        real(path)
-
-    monkeypatch.setattr(log_module, "fsync_dir", record)
+    dirs = record_calls(monkeypatch, log_module, "fsync_dir")
     assert lg.flush() == lg.end_offset
     assert dirs == [lg.directory]
     lg.close()
@@ -211,9 +206,7 @@ def test_changed_epoch_checkpoints_cost_no_fsync_of_their_own(
     flush_logs(logs, syncfs_min=3)
     for lg in logs:
         append(lg, 2)
-    calls = []
-    real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd) or real(fd))
+    calls = record_calls(monkeypatch, os, "fsync")
     result = flush_logs(logs, syncfs_min=3)
     assert (result.syncfs_calls, calls) == (2, [])
     for lg in logs:

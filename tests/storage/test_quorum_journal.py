@@ -10,7 +10,7 @@ import shutil
 import signal
 import struct
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from quorumlog.replica.storage import (
     UnsupportedFormatError,
 )
 from quorumlog.replica.storage.quorum_journal import MAGIC, QUORUM_JOURNAL_FILE
+
+from tests.support.spies import record_calls
 
 
 def state(epoch: int, leader: int = -1, voted: int = -1, **extra: object) -> QuorumState:
@@ -238,15 +240,7 @@ def test_one_fsync_per_write_however_many_states(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     j = QuorumJournal(str(tmp_path))  # creating the file fsyncs its directory once
-    calls: list[str] = []
-    for name in ("fsync", "fdatasync"):
-        real = getattr(os, name)
-
-        def counting(fd: int, real: Callable[[int], None] = real, name: str = name) -> None:
-            calls.append(name)
-            real(fd)
-
-        monkeypatch.setattr(os, name, counting)
+    calls = record_calls(monkeypatch, os, "fsync", "fdatasync")
     j.write_many((("t", p), state(1, voted=1)) for p in range(10_000))
     assert len(calls) == 1
     j.write_many((("t", p), state(2)) for p in range(0, 10_000, 2))

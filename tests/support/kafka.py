@@ -1,0 +1,22 @@
+"""Kafka clients (librdkafka through confluent-kafka) on a cluster's Kafka listener, set
+up as the fault tests need them."""
+
+from __future__ import annotations
+
+import confluent_kafka
+from quorumlog.replica.node.cluster import LocalCluster
+
+
+def idempotent_producer(c: LocalCluster) -> confluent_kafka.Producer:
+    """An idempotent producer (enable.idempotence) to ``c``'s Kafka listener: a request
+    unanswered for a second is resent (to a stalled or killed leader's successor), and a
+    record is given 90 s, long enough to outlast the failovers a test causes."""
+    return confluent_kafka.Producer(
+        {
+            "bootstrap.servers": c.kafka_bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "request.timeout.ms": 1000,
+            "message.timeout.ms": 90000,
+        }
+    )
