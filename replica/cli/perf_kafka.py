@@ -1,6 +1,17 @@
 """quorumlog perf kafka: a librdkafka producer (confluent-kafka; 100 B values, acks=all,
 its default batching) and then a librdkafka consumer against the nodes' Kafka listener,
-3 replicas with fsync. Needs confluent-kafka (the project's dev extra)."""
+3 replicas with fsync. Needs confluent-kafka (the project's dev extra).
+
+Besides records/s (which on a small machine include the client's own CPU: the Python
+``produce`` call and delivery callback per record), it prints the nodes' CPU per million
+records of each phase: the server's cost, whatever the client.
+
+The consumer runs with ``fetch.queue.backoff.ms`` = 10 (librdkafka's default is 1000):
+librdkafka stops fetching a partition for that long once its prefetch queue holds
+``queued.min.messages``, and a consumer faster than its application loop then idles in
+1-second steps (librdkafka's documentation names this knob for it). The figure with the
+default is printed too. ``--producer-config`` / ``--consumer-config KEY=VALUE`` add or
+override client settings."""
 
 from __future__ import annotations
 
@@ -10,7 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from ..node.cluster import LocalCluster
-from .perfutil import Progress, emit
+from .perfutil import Progress, cpu_seconds, emit
+
+#: librdkafka's fetch back-off when a partition's prefetch queue is full (its default,
+#: 1000 ms, stalls a consumer that reads faster than its queue thresholds assume).
+CONSUMER_DEFAULTS = {"fetch.queue.backoff.ms": 10}
+
+
+def _config(pairs: list[str], flag: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"quorumlog perf kafka: {flag} takes KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +46,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--json", action="store_true", help="print only the final JSON line")
+    ap.add_argument(
+        "--producer-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka producer setting (repeatable)",
+    )
+    ap.add_argument(
+        "--consumer-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka consumer setting (repeatable)",
+    )
     args = ap.parse_args(argv)
+    producer_config = _config(args.producer_config, "--producer-config")
+    consumer_config = {**CONSUMER_DEFAULTS, **_config(args.consumer_config, "--consumer-config")}
     try:
         import confluent_kafka
     except ImportError:
@@ -34,8 +75,17 @@ def main(argv: list[str] | None = None) -> int:
         cluster.create_topic(topic, args.partitions)
         for p in range(args.partitions):
             cluster.wait_for_leader(topic, p, 60)
-        produced, produce_s = _produce(confluent_kafka, cluster.kafka_bootstrap, topic, args)
-        consumed, consume_s = _consume(confluent_kafka, cluster.kafka_bootstrap, topic, args)
+        pids = [proc.pid for proc in cluster.procs.values()]
+        boot = cluster.kafka_bootstrap
+        cpu0 = sum(cpu_seconds(pid) for pid in pids)
+        produced, produce_s = _produce(confluent_kafka, boot, topic, args, producer_config)
+        cpu1 = sum(cpu_seconds(pid) for pid in pids)
+        consumed, consume_s = _consume(confluent_kafka, boot, topic, args, consumer_config)
+        cpu2 = sum(cpu_seconds(pid) for pid in pids)
+        default_consumer = {k: v for k, v in consumer_config.items() if k not in CONSUMER_DEFAULTS}
+        consumed_default, consume_default_s = _consume(
+            confluent_kafka, boot, topic, args, default_consumer, group="perf-defaults"
+        )
     figures: dict[str, Any] = {
         "bench": "kafka",
         "nodes": args.nodes,
@@ -44,7 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         "value_size": args.value_size,
         "produce_rec_per_s": round(produced / produce_s),
         "consume_rec_per_s": round(consumed / consume_s),
+        "consume_default_backoff_rec_per_s": round(consumed_default / consume_default_s),
         "consumed": consumed,
+        "node_cpu_s_per_m_produced": round((cpu1 - cpu0) / produced * 1e6, 2),
+        "node_cpu_s_per_m_consumed": round((cpu2 - cpu1) / consumed * 1e6, 2),
+        "producer_config": producer_config,
+        "consumer_config": consumer_config,
     }
     lines = (
         []
@@ -52,16 +107,27 @@ def main(argv: list[str] | None = None) -> int:
         else [
             f"records               {args.records:,}  ({args.partitions} partitions, "
             f"{args.value_size} B values, {args.nodes} replicas, fsync on)",
-            f"librdkafka producer   {figures['produce_rec_per_s']:,} records/s (acks=all)",
-            f"librdkafka consumer   {figures['consume_rec_per_s']:,} records/s",
+            f"librdkafka producer   {figures['produce_rec_per_s']:,} records/s (acks=all), "
+            f"nodes' CPU {figures['node_cpu_s_per_m_produced']} s per million",
+            f"librdkafka consumer   {figures['consume_rec_per_s']:,} records/s, "
+            f"nodes' CPU {figures['node_cpu_s_per_m_consumed']} s per million "
+            f"({_settings(consumer_config)})",
+            f"  with librdkafka's default fetch.queue.backoff.ms (1000): "
+            f"{figures['consume_default_backoff_rec_per_s']:,} records/s",
         ]
     )
     emit(figures, lines)
     return 0
 
 
-def _produce(ck: Any, bootstrap: str, topic: str, args: argparse.Namespace) -> tuple[int, float]:
-    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+def _settings(config: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items()) or "librdkafka's defaults"
+
+
+def _produce(
+    ck: Any, bootstrap: str, topic: str, args: argparse.Namespace, config: dict[str, str]
+) -> tuple[int, float]:
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", **config})
     value = b"v" * args.value_size
     state = {"acked": 0, "failed": 0}
 
@@ -90,10 +156,17 @@ def _produce(ck: Any, bootstrap: str, topic: str, args: argparse.Namespace) -> t
     return state["acked"], elapsed
 
 
-def _consume(ck: Any, bootstrap: str, topic: str, args: argparse.Namespace) -> tuple[int, float]:
-    consumer = ck.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "perf", "enable.auto.commit": False}
-    )
+def _consume(
+    ck: Any,
+    bootstrap: str,
+    topic: str,
+    args: argparse.Namespace,
+    config: dict[str, Any],
+    *,
+    group: str = "perf",
+) -> tuple[int, float]:
+    base = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    consumer = ck.Consumer({**base, **config})
     consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(args.partitions)])
     got = 0
     progress = Progress(args.records, "consume")
