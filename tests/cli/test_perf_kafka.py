@@ -1,0 +1,31 @@
+"""``quorumlog perf kafka`` at a tiny size: both producer APIs deliver every record, the
+consumer reads them all, and the nodes' CPU per million records is measured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from quorumlog.replica.cli import perf_kafka
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("api", ["batch", "record"])
+def test_every_record_produced_and_consumed(capsys: pytest.CaptureFixture[str], api: str) -> None:
+    # 2,500 records: the batch API's last chunk is a part of PRODUCE_CHUNK.
+    rc = perf_kafka.main(
+        ["--records", "2500", "--partitions", "3", "--producer-api", api, "--json"]
+    )
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and figures["producer_api"] == api
+    assert figures["consumed"] == 2500
+    assert figures["produce_rec_per_s"] > 0 and figures["consume_rec_per_s"] > 0
+    assert figures["consume_default_backoff_rec_per_s"] > 0
+    assert figures["node_cpu_s_per_m_produced"] > 0 and figures["node_cpu_s_per_m_consumed"] > 0
+    assert figures["consumer_config"] == {"fetch.queue.backoff.ms": 10}
+
+
+def test_client_settings_are_key_value_pairs() -> None:
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        perf_kafka.main(["--producer-config", "linger.ms"])
