@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import struct
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -43,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..constants import UNKNOWN
+from .crc import crc32
 from .errors import CorruptRecordError, UnsupportedFormatError
 
 __all__ = [
@@ -183,7 +183,7 @@ def _pack_header(
         pid,
         0,
     )
-    return MAGIC + struct.pack("<I", zlib.crc32(tail)) + tail
+    return MAGIC + struct.pack("<I", crc32(tail)) + tail
 
 
 def _sane_producer(pid: int, pepoch: int, seq: int, flags: int) -> bool:
@@ -208,14 +208,14 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
     if magic != MAGIC:
         # A format-1 header (48 bytes, its CRC over [8, 48)) is an old log; a format-2
         # header whose magic byte flipped to 1 is damage (its CRC does not match that).
-        v1_crc = zlib.crc32(memoryview(buf)[position + 8 : position + 48])
+        v1_crc = crc32(memoryview(buf)[position + 8 : position + 48])
         if magic == MAGIC_V1 and v1_crc == header_crc:
             raise UnsupportedFormatError(
                 f"batch at position {position} is in quorumlog's batch format 1, which "
                 "this version does not read (format 2 added the producer fields)"
             )
         raise CorruptRecordError(f"bad batch magic {magic!r} at position {position}")
-    if zlib.crc32(memoryview(buf)[position + 8 : position + HEADER_SIZE]) != header_crc:
+    if crc32(memoryview(buf)[position + 8 : position + HEADER_SIZE]) != header_crc:
         raise CorruptRecordError(f"batch header CRC mismatch at position {position}")
     if (
         count < 1
@@ -241,7 +241,7 @@ def validate_payload(buf: bytes | bytearray | memoryview, header: BatchHeader) -
             f"{header.payload_length} bytes, {max(0, len(buf) - start)} present"
         )
     payload = memoryview(buf)[start : start + header.payload_length]
-    if zlib.crc32(payload) != header.payload_crc:
+    if crc32(payload) != header.payload_crc:
         raise CorruptRecordError(
             f"batch payload CRC mismatch at position {header.position} "
             f"(base offset {header.base_offset})"
@@ -317,7 +317,7 @@ def _frame(
     pad = (-len(view)) % 8  # Arrow streams are 8-aligned already; keep it guaranteed
     if pad:
         view = memoryview(bytes(view) + b"\x00" * pad)
-    crc = zlib.crc32(view)
+    crc = crc32(view)
     header = _pack_header(
         base_offset, leader_epoch, record_count, max_timestamp, len(view), crc, flags, producer
     )

@@ -15,10 +15,10 @@ import bisect
 import os
 import struct
 import time
-import zlib
 from array import array
 from contextlib import AbstractContextManager
 
+from .crc import crc32
 from .errors import CorruptRecordError
 from .fdcache import FdCache
 from .records import HEADER_SIZE, BatchHeader, parse_header
@@ -207,7 +207,7 @@ class Segment:
             _ENTRY.pack(o - self.base_offset, p, t)
             for o, p, t in zip(offsets, positions, max_ts, strict=True)
         )
-        return body + _TRAILER.pack(_INDEX_MAGIC, zlib.crc32(body))
+        return body + _TRAILER.pack(_INDEX_MAGIC, crc32(body))
 
     def load_index(self) -> bool:
         """Trust the index file if it is intact and matches the segment file exactly;
@@ -222,7 +222,7 @@ class Segment:
         if body_len < 0 or body_len % _ENTRY.size:
             return False
         magic, crc = _TRAILER.unpack_from(raw, body_len)
-        if magic != _INDEX_MAGIC or zlib.crc32(memoryview(raw)[:body_len]) != crc:
+        if magic != _INDEX_MAGIC or crc32(memoryview(raw)[:body_len]) != crc:
             return False
         file_size = self.file_size()
         entries = list(_ENTRY.iter_unpack(memoryview(raw)[:body_len]))
