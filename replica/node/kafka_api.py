@@ -45,6 +45,7 @@ from ..kafka.codec import (
     decode_request,
     decode_request_header,
     encode_response,
+    fetched_partition,
 )
 from ..kafka.columnar import iter_batches
 from ..kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka
@@ -440,7 +441,7 @@ class KafkaHandlers:
             if resp.error == 0 and resp.records:
                 records = quorumlog_to_kafka(resp.records, verify_crc=False)
             hwm = resp.high_watermark if resp.error == 0 else -1
-            answer = _partition_fetched(
+            answer = fetched_partition(
                 p["partition"],
                 kafka_error(resp.error),
                 hwm,
@@ -458,9 +459,9 @@ class KafkaHandlers:
             info = self.api.partition_info(name, p["partition"], [])
             if not info.is_local_leader:
                 code = int(KafkaError.NOT_LEADER_OR_FOLLOWER)
-                return _partition_fetched(p["partition"], code, -1, -1, b""), True
+                return fetched_partition(p["partition"], code, -1, -1, b""), True
             hwm, start = info.high_watermark, info.log_start_offset
-            return _partition_fetched(p["partition"], 0, hwm, start, b""), False
+            return fetched_partition(p["partition"], 0, hwm, start, b""), False
 
         async def collect() -> list[tuple[Message, bool]]:
             budget = max(1, body["max_bytes"])
@@ -572,21 +573,6 @@ def _admin_error(code: ErrorCode) -> int:
     if code == ErrorCode.NOT_LEADER:
         return int(KafkaError.NOT_CONTROLLER)
     return kafka_error(code)
-
-
-def _partition_fetched(
-    index: int, error: int, high_watermark: int, log_start: int, records: bytes
-) -> Message:
-    return {
-        "partition_index": index,
-        "error_code": error,
-        "high_watermark": high_watermark,
-        "last_stable_offset": high_watermark,
-        "log_start_offset": log_start,
-        "aborted_transactions": None,
-        "preferred_read_replica": -1,
-        "records": records,
-    }
 
 
 def _partition_produced(index: int, error: int, base_offset: int, message: str) -> Message:
