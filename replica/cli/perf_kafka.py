@@ -208,8 +208,9 @@ def _produce_batches(
         chunk = [{"value": value} for _ in range(min(PRODUCE_CHUNK, records - state["queued"]))]
         state["queued"] += producer.produce_batch(topic, chunk, on_delivery=delivered)
         refused = [m["_error"] for m in chunk if "_error" in m]
-        if any(err.code() != queue_full for err in refused):
-            raise SystemExit(f"quorumlog perf kafka: produce_batch refused: {refused[0]}")
+        other = [err for err in refused if err.code() != queue_full]
+        if other:
+            raise SystemExit(f"quorumlog perf kafka: produce_batch refused: {other[0]}")
         producer.poll(0.05 if refused else 0)
         progress.update(state["queued"])
         if time.monotonic() > deadline:
