@@ -56,6 +56,7 @@ class FileHandle:
     """One file the cache may hold open. Use it only through its ``FdCache``."""
 
     __slots__ = (
+        "_create",
         "_fd",
         "_pins",
         "_released",
@@ -66,8 +67,9 @@ class FileHandle:
         "path",
     )
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, create: bool = False) -> None:
         self.path = path
+        self._create = create  # the file does not exist yet: its first open creates it
         self._fd = -1
         self._pins = 0
         self._retiring = 0  # evictions of this file still syncing/closing in some thread
@@ -158,6 +160,11 @@ class FdCache:
             raise failure
         return handle
 
+    def create_later(self, path: str) -> FileHandle:
+        """A file that does not exist yet (``path`` must not exist): it is created, in
+        an existing directory, by its first use. A log nobody writes costs no file."""
+        return FileHandle(path, create=True)
+
     def release(self, handle: FileHandle) -> None:
         """Forget ``handle``: close its descriptor without syncing (the caller synced what
         it needs, or the file is being deleted or abandoned). A pinned descriptor is
@@ -235,13 +242,15 @@ class FdCache:
                 handle._pins += 1
                 return handle._fd
             victims = self._make_room(1)
+            flags = _OPEN_FLAGS | (os.O_CREAT | os.O_EXCL if handle._create else 0)
             try:
-                fd = os.open(handle.path, _OPEN_FLAGS)
+                fd = os.open(handle.path, flags, 0o644)
             except OSError as exc:
                 failure = exc
             else:
                 self._adopt(handle, fd)
                 handle._pins = 1
+                handle._create = False
         self._retire(victims)
         if failure is not None:
             raise StorageError(f"{handle.path}: cannot open: {failure}") from failure

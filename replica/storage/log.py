@@ -133,11 +133,13 @@ class PendingFlush:
         work: list[tuple[Segment, int, int]],
         dir_dirty: bool,
         sealed: list[Segment],
+        parent_dirty: bool = False,
     ) -> None:
         self.log = log
         self.target = target
         self.work = work  # (segment, size to make durable, its write generation)
         self.dir_dirty = dir_dirty
+        self.parent_dirty = parent_dirty  # the directory itself is new
         self.sealed = sealed
         self._finished = False
 
@@ -158,6 +160,8 @@ class PendingFlush:
                 seg.sync()
             if self.dir_dirty:
                 fsync_dir(self.log.directory)
+            if self.parent_dirty:
+                fsync_dir(os.path.dirname(os.path.abspath(self.log.directory)))
         except OSError as exc:
             raise StorageError(f"{self.log.directory}: flush failed: {exc}") from exc
 
@@ -231,9 +235,16 @@ class Log:
         # Built from the log when first needed (an idempotent producer's batch), kept
         # up to date by appends, dropped by truncation.
         self._producers: ProducerStateTable | None = None
-        os.makedirs(directory, exist_ok=True)
-        self.device = os.stat(directory).st_dev
-        syncfs.watch(self.device, directory)  # before any write (see storage.syncfs)
+        # A new log makes its directory with its first write (``_make_directory``):
+        # thousands of partitions nobody has produced to cost no directory or file.
+        parent = os.path.dirname(os.path.abspath(directory))
+        self._unmade = not os.path.isdir(directory) and os.path.isdir(parent)
+        self._parent_dirty = False  # the directory's own entry is not durable yet
+        if not self._unmade:
+            os.makedirs(directory, exist_ok=True)
+        home = parent if self._unmade else directory
+        self.device = os.stat(home).st_dev
+        syncfs.watch(self.device, home)  # before any write (see storage.syncfs)
         self._recovery_point_path = os.path.join(directory, RECOVERY_POINT_FILE)
         self._catch_up_path = os.path.join(directory, CATCH_UP_FILE)
         self._recovery_point = _read_offset_file(self._recovery_point_path, 0)
@@ -466,6 +477,7 @@ class Log:
     def _write_group(self, group: list[_Planned]) -> None:
         if not group:
             return
+        self._make_directory()
         seg = self._segments[-1]
         buffers = [buf for item in group for buf in item.buffers]
         start = seg.size
@@ -494,6 +506,7 @@ class Log:
             position += item.header.size
 
     def _roll(self, base_offset: int) -> None:
+        self._make_directory()
         seg = Segment(self.directory, base_offset, create=True, files=self._files)
         with self._lock:
             self._segments.append(seg)
@@ -609,6 +622,7 @@ class Log:
         with self._flush_lock:
             floor = max(self._catch_up_offset, self._durable_end_offset)
             if offset < floor and floor != self._catch_up_offset:
+                self._make_directory()
                 _write_offset_file(self._catch_up_path, floor)
                 self._catch_up_offset = floor
             self._truncate_locked(offset)
@@ -631,6 +645,7 @@ class Log:
                 self._catch_up_offset = new
                 self._clear_catch_up()
                 return
+            self._make_directory()
             _write_offset_file(self._catch_up_path, new)
             self._catch_up_offset = new
             log.info(
@@ -640,6 +655,7 @@ class Log:
             )
 
     def _truncate_fully(self, offset: int) -> None:
+        self._make_directory()
         for seg in self._segments:
             self._delete_segment(seg)
         seg = Segment(self.directory, offset, create=True, files=self._files)
@@ -741,12 +757,16 @@ class Log:
                     for seg in self._segments
                     if seg.synced_size < seg.size
                 ]
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                # An unmade directory has nothing to sync yet (its first write makes it).
+                dir_dirty = self._dir_dirty and not self._unmade
+                parent_dirty = self._parent_dirty and dir_dirty
+                if dir_dirty:
+                    self._dir_dirty = self._parent_dirty = False
                 sealed = [seg for seg in self._segments[:-1] if not seg.index_durable]
         except BaseException:
             self._flush_lock.release()
             raise
-        return PendingFlush(self, target, work, dir_dirty, sealed)
+        return PendingFlush(self, target, work, dir_dirty, sealed, parent_dirty)
 
     def _complete_flush(self, pending: PendingFlush) -> int:
         try:
@@ -777,7 +797,17 @@ class Log:
         if pending.dir_dirty:
             with self._lock:
                 self._dir_dirty = True  # the next flush syncs the directory again
+                self._parent_dirty |= pending.parent_dirty
         self._flush_lock.release()
+
+    def _make_directory(self) -> None:
+        """The first write of a log opened before it had a directory: make it (its entry
+        is made durable by the next flush, with the directory's own)."""
+        if self._unmade:
+            os.makedirs(self.directory, exist_ok=True)
+            with self._lock:
+                self._unmade = False
+                self._parent_dirty = True
 
     def _set_recovery_point(self, offset: int) -> None:
         # No file means 0: a new, empty log writes none.
@@ -884,6 +914,12 @@ class Log:
             return
         self.flush()
         with self._flush_lock:
+            if self._unmade:  # never written: nothing on disk to close
+                with self._lock:
+                    self._closed = True
+                    for seg in self._segments:
+                        seg.close()
+                return
             active = self._segments[-1]
             atomic_write(active.index_path, active.index_bytes())
             self._set_recovery_point(self._end_offset)
@@ -929,6 +965,11 @@ class Log:
         entries past the log end are dropped (KIP-101). Latent damage in trusted
         segments is found by reads (every batch served is CRC-checked) and ``scrub``."""
         directory = self.directory
+        if self._unmade:
+            self._segments = [Segment(directory, 0, create=True, later=True, files=self._files)]
+            self._bases = [0]
+            self._dir_dirty = True
+            return
         marker = os.path.join(directory, CLEAN_SHUTDOWN_FILE)
         clean = os.path.exists(marker)
         for name in os.listdir(directory):

@@ -48,12 +48,27 @@ class Segment:
     and the cache is full. The file is opened with O_APPEND, so writes through a
     reopened descriptor still land at the end."""
 
-    def __init__(self, directory: str, base_offset: int, *, create: bool, files: FdCache) -> None:
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        *,
+        create: bool,
+        files: FdCache,
+        later: bool = False,
+    ) -> None:
+        """``create``: a new file; ``later`` with it: created by its first use (the
+        first segment of a log not written yet, whose directory may not exist yet)."""
         self.base_offset = base_offset
         self.path = log_path(directory, base_offset)
         self.index_path = index_path(directory, base_offset)
         self._files = files
-        self._file = files.create(self.path) if create else files.handle(self.path)
+        if not create:
+            self._file = files.handle(self.path)
+        elif later:
+            self._file = files.create_later(self.path)
+        else:
+            self._file = files.create(self.path)
         self.size = 0
         self.synced_size = 0
         self.end_offset = base_offset

@@ -79,7 +79,7 @@ def test_thousands_of_logs_stay_within_the_cap(fast_dir: Path) -> None:
     assert open_fds() <= bound
     stats = cache.stats()
     assert stats["peak_open_files"] <= cap + 1
-    assert stats["evictions"] > 2000
+    assert stats["evictions"] > 1000  # logs not written yet hold no descriptor
     for lg in logs:
         assert read_all_values(lg) == values_for(0, lg.end_offset)
     ends = [lg.end_offset for lg in logs]

@@ -310,3 +310,28 @@ def test_large_batches_and_table_reads(tmp_path: Path) -> None:
     assert table.num_rows == 10_000
     table = batches_to_table(log.read(15_000, 3 * len(big)))
     assert table.column("offset").to_pylist() == list(range(10_000, 30_000))
+
+
+def test_a_new_log_makes_its_directory_and_file_with_its_first_write(tmp_path: Path) -> None:
+    """Thousands of partitions nobody produced to cost no directory, file or descriptor:
+    a new log is made on disk by its first write, and one closed before that leaves
+    nothing behind."""
+    d = tmp_path / "t-0"
+    log = Log(str(d), SMALL)
+    assert not d.exists()
+    assert (log.end_offset, log.durable_end_offset, log.read(0, 100)) == (0, 0, b"")
+    assert log.flush() == 0 and log.scrub(1 << 20) is None
+    log.truncate_to(0)
+    log.close()
+    assert not d.exists()
+    with Log(str(d), SMALL) as log:
+        fill(log, 3, 1)
+        assert d.is_dir() and log.flush() == 6
+    with Log(str(d), SMALL) as log:
+        assert read_all_values(log) == [v for b in range(0, 6, 2) for v in values_for(b, 2)]
+    # A mark of lost data is a write too.
+    marked = Log(str(tmp_path / "t-1"))
+    marked.mark_catch_up(5)
+    marked.close()
+    with Log(str(tmp_path / "t-1")) as marked:
+        assert marked.catch_up_offset == 5
