@@ -273,8 +273,7 @@ class KafkaGroups:
             self._unload(p, groups=cache.epoch != core.epoch)
             cache = None
         if cache is None:
-            start = core.epoch_start_offset
-            if start is None or core.high_watermark <= start:
+            if not core.leader_committed:
                 # A new leader: what earlier leaders wrote is known committed only once an
                 # entry of this epoch is.
                 return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS

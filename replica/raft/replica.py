@@ -252,6 +252,15 @@ class RaftReplica:
         return self._state.epoch_start_offset if isinstance(self._state, LeaderState) else None
 
     @property
+    def leader_committed(self) -> bool:
+        """A leader that knows everything earlier leaders wrote is committed: an entry of
+        its own epoch is, or there was nothing before its epoch (an empty log)."""
+        st = self._state
+        return isinstance(st, LeaderState) and (
+            st.epoch_start_offset == 0 or self._high_watermark > st.epoch_start_offset
+        )
+
+    @property
     def majority(self) -> int:
         return len(self.voters) // 2 + 1
 
@@ -308,11 +317,15 @@ class RaftReplica:
         if self._role is not Role.LEADER or self._shutting_down:
             leader = None if self._role is Role.LEADER else self._advertised_leader()
             raise NotLeaderError(leader, self._epoch)
+        st = self._state
+        assert isinstance(st, LeaderState)
+        if st.control_pending:
+            st.control_pending = False
+            self.log.append_control(self._epoch, self.node_id, list(self.voters), now_ms)
         info = self.log.append_as_leader(records, self._epoch)
         out = Output(fetch_wakeup=True)
-        assert isinstance(self._state, LeaderState)
-        self._state.last_append_ms = now_ms
-        self._wake_quiet(self._state, now_ms, out)
+        st.last_append_ms = now_ms
+        self._wake_quiet(st, now_ms, out)
         return info, self._epoch, out
 
     def on_log_flushed(self, now_ms: int) -> Output:
@@ -676,23 +689,39 @@ class RaftReplica:
     def _become_leader(self, now_ms: int, out: Output) -> None:
         self._set_election(self._epoch, self.node_id, self.node_id, out)
         self._role = Role.LEADER
-        info = self.log.append_control(self._epoch, self.node_id, list(self.voters), now_ms)
+        # Raft commits earlier epochs' entries only through one of this epoch: the
+        # leader-change record, written now. An empty log has no earlier entries: the
+        # record waits for the epoch's first client records (a new partition's first
+        # leader costs no write, file or flush until it is produced to).
+        deferred = self._defers_epoch_record()
+        start = (
+            0
+            if deferred
+            else self.log.append_control(
+                self._epoch, self.node_id, list(self.voters), now_ms
+            ).first_offset
+        )
         others = [v for v in self.voters if v != self.node_id]
         st = LeaderState(
-            epoch_start_offset=info.first_offset,
+            epoch_start_offset=start,
             check_quorum_at=now_ms + self.config.check_quorum_timeout_ms,
             progress={v: ReplicaProgress(v) for v in others},
             begin_unacked=set(others),
             last_append_ms=now_ms,
+            control_pending=deferred,
         )
         self._state = st
         out.leader_changed = True
         out.fetch_wakeup = True
-        logger.info(
-            "replica %s leads epoch %s from offset %s", self.node_id, self._epoch, info.first_offset
-        )
+        logger.info("replica %s leads epoch %s from offset %s", self.node_id, self._epoch, start)
         self._send_begin_quorum_epoch(st, now_ms, out)
         self._maybe_advance_high_watermark(st, out)
+
+    def _defers_epoch_record(self) -> bool:
+        """Only an empty log may wait for its epoch's first records to write the
+        leader-change record: with earlier entries there, they could be committed
+        before any entry of this epoch (Raft's figure 8)."""
+        return self.log.end_offset == 0
 
     def _become_resigned(self, now_ms: int, out: Output, successors: tuple[int, ...]) -> None:
         was_leader = self._role is Role.LEADER

@@ -118,6 +118,9 @@ class LeaderState:
     quiet_ids: dict[int, int] = field(default_factory=dict)  # the fetch answered quiesce
     wake_unacked: set[int] = field(default_factory=set)
     wake_resend_at: int | None = None
+    # The leader-change record not written yet: the log was empty at election, and the
+    # record goes in with the epoch's first client records.
+    control_pending: bool = False
 
 
 @dataclass(slots=True)

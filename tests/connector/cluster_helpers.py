@@ -73,14 +73,16 @@ def wait_replicated(c: Any, topic: str, partition: int, timeout: float = 30.0) -
 
 def wait_settled(c: Any, topic: str, timeout: float = 30.0) -> dict[int, int]:
     """Until every partition of ``topic`` has a leader that committed in its own epoch (its
-    control record is below the high watermark); returns partition -> leader epoch."""
+    control record is below the high watermark; an empty log's leader writes none until
+    it is produced to); returns partition -> leader epoch."""
 
     def settled() -> dict[int, int] | None:
         out = {}
         for p, pm in c.client.metadata([topic])[topic].partitions.items():
             if pm.leader_id < 0 or not c.is_running(pm.leader_id):
                 return None
-            if c.client.list_offsets(topic, p, "latest").epoch != pm.leader_epoch:
+            latest = c.client.list_offsets(topic, p, "latest")
+            if latest.offset > 0 and latest.epoch != pm.leader_epoch:
                 return None
             out[p] = pm.leader_epoch
         return out

@@ -193,9 +193,36 @@ def test_a_fetch_without_a_replica_id_is_refused() -> None:
 
 
 def test_empty_answer_is_parkable() -> None:
-    leader = new_leader(epoch=2)
+    leader = leader_with_records()
     assert not answer(leader, fetch(2, 2, 0, -1)).is_empty()
-    assert answer(leader, fetch(2, 2, 1, 2)).is_empty()
+    assert answer(leader, fetch(2, 2, 4, 2)).is_empty()
+
+
+def test_a_leader_of_an_empty_log_writes_its_epoch_with_its_first_records() -> None:
+    """Electing a leader of an empty log writes nothing (a new partition costs no write or
+    flush); its leader-change record goes in ahead of the first client records, so the
+    epoch still starts with one and the HWM commits through it."""
+    leader = new_leader(epoch=2)
+    assert leader.log.end_offset == 0 and leader.log.last_epoch() == -1
+    assert leader.leader_committed  # nothing earlier to commit
+    assert answer(leader, fetch(2, 2, 0, -1)).is_empty()
+    info, epoch, _ = leader.append(client_batch([1, 2]), 0)
+    assert (info.first_offset, epoch, leader.log.end_offset) == (1, 2, 3)
+    assert leader.log.epoch_at(0) == 2 and leader.log.epoch_at(1) == 2
+    leader.append(client_batch([3]), 0)
+    assert leader.log.end_offset == 4  # one leader-change record per epoch
+    leader.log.flush()
+    leader.on_log_flushed(0)
+    answer(leader, fetch(2, 2, 4, 2))
+    assert leader.high_watermark == 4
+    # A leader of a log that holds records writes its record at once.
+    again = new_leader(leader_log((1, 3)), epoch=3)
+    assert again.log.end_offset == 4 and again.log.epoch_at(3) == 3
+    assert not again.leader_committed  # until its record of epoch 3 is
+    again.log.flush()
+    again.on_log_flushed(0)
+    answer(again, fetch(2, 3, 4, 3))
+    assert again.high_watermark == 4 and again.leader_committed
 
 
 # ---------------------------------------------------------------- check-quorum

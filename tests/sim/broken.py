@@ -50,6 +50,15 @@ class HwmIgnoresEpochStart(RaftReplica):
         return -1
 
 
+class DefersEpochRecordOnAnyLog(RaftReplica):
+    """Writes its leader-change record only with its first client records even when
+    earlier epochs' entries are in the log, counting its epoch from offset 0: those
+    entries commit on a count of replicas alone."""
+
+    def _defers_epoch_record(self) -> bool:
+        return True
+
+
 class VotesWhileCatchingUp(RaftReplica):
     """Grants votes after losing data to corruption, before it has caught back up."""
 

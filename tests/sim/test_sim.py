@@ -10,6 +10,7 @@ from quorumlog.replica.raft import RaftReplica
 
 from .broken import (
     AcksBeforeCommit,
+    DefersEpochRecordOnAnyLog,
     ForgetsProducers,
     HwmCountsObservers,
     HwmCountsUnflushed,
@@ -63,6 +64,9 @@ def test_a_seed_replays_identically() -> None:
         (TwoVotesPerEpoch, ("one-leader-per-epoch", "majority-holds")),
         (HwmCountsObservers, ("majority-holds",)),
         (HwmCountsUnflushed, ("majority-holds",)),
+        # A new leader of an empty log writes its leader-change record with its first
+        # records; deferring it over earlier epochs' entries commits them uncounted.
+        (DefersEpochRecordOnAnyLog, ("truncated-below-hwm", "majority-holds", "acked-lost")),
         # Quiescence: records must wake the followers an idle partition stopped, and a
         # leader's node gone silent must end its followers' trust.
         (NeverWakes, ("quiet-behind",)),
@@ -84,20 +88,22 @@ def test_simulator_catches_a_broken_rule(factory: ReplicaFactory, invariant: tup
 @pytest.mark.parametrize(
     ("driver", "invariant"),
     [
-        (AcksBeforeCommit, "acked-lost"),
-        (SendsBeforeFlush, "majority-holds"),
-        (ServesAboveHwm, "consumer-above-hwm"),
-        (SendsBeforePersist, "persist-before-send"),
+        # An acknowledged batch lost: seen by the clients' check, or by an idempotent
+        # producer whose next sequence is refused.
+        (AcksBeforeCommit, ("acked-lost", "idempotent-refused")),
+        (SendsBeforeFlush, ("majority-holds",)),
+        (ServesAboveHwm, ("consumer-above-hwm",)),
+        (SendsBeforePersist, ("persist-before-send",)),
     ],
 )
-def test_simulator_catches_a_broken_driver(driver: DriverClass, invariant: str) -> None:
+def test_simulator_catches_a_broken_driver(driver: DriverClass, invariant: tuple[str, ...]) -> None:
     """The simulator runs the nodes' driver: one broken on purpose (acknowledging before
     the quorum holds the records, sending a follower fetch before its log is durable,
     serving a consumer above the HWM, sending before the vote is durable) is caught."""
     for seed in range(TEETH_SEEDS):
         result = run_seed(seed, driver_class=driver)
         if result.violation is not None:
-            assert result.violation.invariant == invariant, result.report()
+            assert result.violation.invariant in invariant, result.report()
             return
     pytest.fail(f"{driver.__name__} survived {TEETH_SEEDS} seeds")
 
