@@ -61,8 +61,48 @@ BATCH_FRAME_BYTES = 8 << 20
 BATCH_ITEM_OVERHEAD = 512
 
 
+# Lag of the event loop the driver's clock still counts (see DriverClock).
+LOOP_LAG_ALLOWANCE_MS = 100
+# A stall this long (not counted by the driver's clock) is logged.
+STALL_WARNING_MS = 1000
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+class DriverClock:
+    """The time the node hands its driver: monotonic milliseconds, less the time the
+    event loop was stalled beyond ``LOOP_LAG_ALLOWANCE_MS`` (as a raft ticker drops the
+    ticks a busy node cannot take). An overloaded node (thousands of partitions electing
+    at once) must not count against its peers, or its own quorum timers, the time it
+    spent not reading their messages: heartbeats and fetches waiting in its sockets would
+    look like silence, and every peer stale, every fetch timed out, would start
+    elections that load it more. Timers stretch with the overload instead. Never goes
+    back."""
+
+    def __init__(self, allowance_ms: int = LOOP_LAG_ALLOWANCE_MS) -> None:
+        self.allowance_ms = allowance_ms
+        self.stalled_ms = 0  # not counted so far
+        self._last = 0
+        self._turn_at: int | None = None
+
+    def now(self) -> int:
+        t = max(self._last, now_ms() - self.stalled_ms)
+        self._last = t
+        return t
+
+    def turn(self, period_ms: int) -> None:
+        """One turn of the node's periodic loop, due ``period_ms`` after the last one:
+        its lateness beyond the allowance is not counted."""
+        real = now_ms()
+        if self._turn_at is not None:
+            excess = real - self._turn_at - period_ms - self.allowance_ms
+            if excess > 0:
+                self.stalled_ms += excess
+                if excess >= STALL_WARNING_MS:
+                    log.warning("event loop stalled %d ms: quorum timers did not count it", excess)
+        self._turn_at = real
 
 
 def default_quorum_config(config: NodeConfig) -> QuorumConfig:
@@ -107,13 +147,20 @@ class Node:
             ),
             self.rng,
         )
-        self.flusher = Flusher(self.driver, self.execute, now_ms)
+        self.clock = DriverClock()
+        self.flusher = Flusher(self.driver, self.execute, self.clock.now)
         self.datadir = DataDir(config.data_dir, config.cluster_id, config.node_id)
         self.partitions = PartitionManager(
-            config.node_id, self.datadir, log_config, self.driver, self.execute, now_ms
+            config.node_id, self.datadir, log_config, self.driver, self.execute, self.clock.now
         )
         self.controller = MetadataController(
-            config, self.datadir, self.driver, self.partitions, self.submit, self.execute, now_ms
+            config,
+            self.datadir,
+            self.driver,
+            self.partitions,
+            self.submit,
+            self.execute,
+            self.clock.now,
         )
         self.maintenance = Maintenance(
             log_config,
@@ -121,7 +168,7 @@ class Node:
             self.driver,
             self.partitions,
             self.execute,
-            now_ms,
+            self.clock.now,
         )
         self.api = Api(config, self.driver, self.controller, self.submit)
         self.peers: dict[int, PeerLink] = {}
@@ -187,7 +234,7 @@ class Node:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._answers[token] = fut
         try:
-            self.execute(self.driver.request(token, key, req, now_ms()))
+            self.execute(self.driver.request(token, key, req, self.clock.now()))
             return await fut
         finally:
             self._answers.pop(token, None)
@@ -264,12 +311,14 @@ class Node:
             msg: Any = decode_body(cls, body, records)
             check_raft_sender(msg, sender)
             items.append(((topic, partition), msg))
-        self.execute(self.driver.raft_many(items, now_ms()))
+        self.execute(self.driver.raft_many(items, self.clock.now()))
 
     async def _tick_loop(self) -> None:
+        period_ms = int(TICK_S * 1000)
         while True:
             try:
-                self.execute(self.driver.tick(now_ms()))
+                self.clock.turn(period_ms)
+                self.execute(self.driver.tick(self.clock.now()))
                 if self.maintenance.run() and self.datadir.catch_up_pending:
                     # Also when no metadata arrives any more.
                     self.controller.maybe_end_catch_up_pending()
@@ -320,11 +369,11 @@ class Node:
         )
 
     def _peer_refused(self, peer: int) -> None:
-        self.execute(self.driver.peer_unreachable(peer, now_ms()))
+        self.execute(self.driver.peer_unreachable(peer, self.clock.now()))
 
     def _on_directory_replaced(self, peer: int, remembered: str) -> None:
         self.datadir.replaced(
-            peer, remembered, lambda: self.execute(self.driver.begin_catch_up(now_ms()))
+            peer, remembered, lambda: self.execute(self.driver.begin_catch_up(self.clock.now()))
         )
 
     def _load_auth(self) -> AuthConfig | None:
@@ -348,7 +397,7 @@ class Node:
 
     async def stop(self, graceful: bool = True) -> None:
         if graceful:
-            ready = self.driver.begin_shutdown(now_ms())
+            ready = self.driver.begin_shutdown(self.clock.now())
             self.execute(ready)
             if ready.send:
                 # Give the EndQuorumEpoch messages a moment to leave the socket buffers.

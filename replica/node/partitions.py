@@ -229,7 +229,7 @@ class PartitionManager:
             else:
                 self._open_many(list(wanted.items()), None)
         deleted: list[PartitionKey] = []
-        for key, _ in self:
+        for key, _ in self if metadata.deleted else ():
             if key[0] in metadata.deleted and key not in wanted:
                 f = self.close(key)
                 if f is not None:
