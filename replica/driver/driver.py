@@ -23,9 +23,22 @@ CoreFactory = Callable[..., RaftReplica]
 
 # New partitions opened in one burst stand this far apart (ms): 10,000 of them over 3 s.
 NEW_PARTITION_SPREAD_MS = 0.3
+# A new partition's other replicas hold their timers this many election timeouts past
+# its slot while the preferred replica's node is heard: nodes busy electing thousands
+# must not start rival elections for partitions whose preferred replica has yet to
+# stand. Its first message (or its node falling silent) ends the hold.
+NEW_PARTITION_HOLD_TIMEOUTS = 10
 # Ticks of one partition in one Driver.tick call before a timer that stays due is a bug
 # (a core's tick runs a few rounds of its own; a chain of state changes is short).
 STUCK_TICKS = 8
+# The preferred-leader rebalance hands at most this many leaderships back per step, the
+# rest REBALANCE_STEP_MS later: a node back from a restart takes its thousands back as a
+# stream of elections, not one burst that overloads every node at once.
+REBALANCE_BATCH = 100
+# Partitions one tick steps at most; the rest stay due for the next tick. A node's tick
+# (its heartbeats go out in it) never stalls on thousands of timers falling due at once.
+TICK_PARTITIONS = 500
+REBALANCE_STEP_MS = 500
 
 # The client requests a partition serves, by type; each is answered through Ready.answers.
 Request = (
@@ -104,8 +117,9 @@ class Driver:
         """Open a replica over ``log_`` with its last persisted election state. A new
         partition (nothing persisted) gets a slot: its first (preferred) replica stands
         then, as a candidate at once (``RaftReplica.stand_first``), and its other replicas
-        hold their timers two election timeouts longer, so leadership follows the
-        assignment. Slots of partitions opened together are NEW_PARTITION_SPREAD_MS
+        hold their timers NEW_PARTITION_HOLD_TIMEOUTS election timeouts longer (until a
+        message of the partition, or the preferred replica's node going silent), so
+        leadership follows the assignment. Slots of partitions opened together are NEW_PARTITION_SPREAD_MS
         apart: a topic of 10,000 partitions elects over seconds, not in one storm."""
         core = self.core_factory(
             self.quorum, self.node_id, voters, self.cluster_id, log_, persisted, self.rng, now
@@ -123,7 +137,7 @@ class Driver:
             if voters and voters[0] == self.node_id:
                 core.stand_first(slot)
             elif voters:
-                hold = slot + 2 * self.quorum.election_timeout_ms
+                hold = slot + NEW_PARTITION_HOLD_TIMEOUTS * self.quorum.election_timeout_ms
         core.peer_seen = self.liveness.seen
         p = self.partition_class(key, core, log_, self.limits, hold)
         p.preferred = voters[0] if voters else None
@@ -227,6 +241,8 @@ class Driver:
 
     def _peer_changed(self, peer: int, now: int, ready: Ready) -> None:
         for p in self:
+            if p.preferred == peer and p.ticks_from_ms > now:
+                p.ticks_from_ms = now  # the preferred replica may never stand: elect
             if not p.closed and peer in p.core.voters:
                 p.run(p.core.on_peer_change(peer, now), now, ready)
                 self._schedule(p)
@@ -235,7 +251,7 @@ class Driver:
         ready = Ready()
         heap = self._heap
         ticked: Counter[PartitionKey] = Counter()
-        while heap and heap[0][0] <= now:
+        while heap and heap[0][0] <= now and len(ticked) < TICK_PARTITIONS:
             at, _, key = heapq.heappop(heap)
             p = self.partitions.get(key)
             if p is None or self._due.get(key) != at:
@@ -269,20 +285,29 @@ class Driver:
             self._peer_changed(peer, now, ready)
         interval = self.quorum.rebalance_interval_ms
         if interval is not None and self._rebalance_at is not None and now >= self._rebalance_at:
-            self._rebalance_at = now + interval
-            self._rebalance(now, ready)
+            more = self._rebalance(now, ready)
+            self._rebalance_at = now + (min(REBALANCE_STEP_MS, interval) if more else interval)
         return ready
 
-    def _rebalance(self, now: int, ready: Ready) -> None:
+    def _rebalance(self, now: int, ready: Ready) -> bool:
         """Leaders of partitions whose preferred replica (the first of the assignment) is
         another node hand over to it when it is caught up (a node back from a restart
-        takes its share of leadership again)."""
+        takes its share of leadership again), REBALANCE_BATCH at most; True if that many
+        were handed over (more may wait)."""
+        handed = 0
         for p in self:
             if p.closed or not p.core.is_leader or p.preferred in (None, self.node_id):
                 continue
             assert p.preferred is not None
-            p.run(p.core.hand_over(p.preferred, now), now, ready)
+            out = p.core.hand_over(p.preferred, now)
+            if p.core.is_leader:
+                continue  # not handed over (the preferred replica is not caught up)
+            p.run(out, now, ready)
             self._schedule(p)
+            handed += 1
+            if handed >= REBALANCE_BATCH:
+                return True
+        return False
 
     def next_deadline_ms(self) -> int | None:
         times = [

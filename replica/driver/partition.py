@@ -219,6 +219,8 @@ class PartitionDriver:
     # ------------------------------------------------------------------ replica fetches
     def on_raft(self, msg: Message, now: int, ready: Ready) -> None:
         out = self.core.handle(msg, now)
+        if self.ticks_from_ms and self.core.epoch > 0:
+            self.ticks_from_ms = 0  # someone stood: the new partition's hold is over
         if isinstance(msg, FetchRequest) and msg.max_wait_ms > 0:
             resp = _answer_to(out, msg)
             if (

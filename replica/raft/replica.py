@@ -707,7 +707,9 @@ class RaftReplica:
             check_quorum_at=now_ms + self.config.check_quorum_timeout_ms,
             progress={v: ReplicaProgress(v) for v in others},
             begin_unacked=set(others),
-            last_append_ms=now_ms,
+            # Nothing was ever appended to an empty log: its followers' first fetches
+            # may quiesce them (a new partition settles in one round trip).
+            last_append_ms=now_ms - self.config.quiesce_after_ms if deferred else now_ms,
             control_pending=deferred,
         )
         self._state = st
@@ -1361,6 +1363,9 @@ class RaftReplica:
         if not copy:
             st.wake_unacked.discard(req.replica_id)
         if is_voter:
+            # A fetch in this epoch acknowledges BeginQuorumEpoch (as Kafka's leader
+            # counts it): it may be what arrives first, in the frame that carries both.
+            st.begin_unacked.discard(req.replica_id)
             if req.catching_up:
                 st.catching_up.add(req.replica_id)
             else:

@@ -4,9 +4,15 @@ restarted leader node). Run through the driver, as the nodes and the simulator r
 
 from __future__ import annotations
 
-from quorumlog.replica.driver import NodeHeartbeat
+import random
+
+from quorumlog.replica.driver import Driver, Limits, NodeHeartbeat
+from quorumlog.replica.driver.driver import REBALANCE_BATCH, REBALANCE_STEP_MS
+from quorumlog.replica.driver.ready import PartitionKey
 from quorumlog.replica.protocol import messages as m
-from quorumlog.replica.raft import FetchRequest, FetchResponse, QuorumConfig, WakeRequest
+from quorumlog.replica.raft import FetchRequest, FetchResponse, Message, QuorumConfig, WakeRequest
+
+from tests.sim.memlog import MemLog
 
 from .test_driver import KEY, Nodes, produce, record_ids
 
@@ -40,6 +46,24 @@ def test_an_idle_partition_quiesces_and_then_costs_no_timer_and_no_frame() -> No
     assert len(window) <= 3 * 2 * (10_000 // QUIET.heartbeat_ms + 1)
     # The leader stayed leader (check-quorum counted the heartbeats) in the same epoch.
     assert cores(nodes)[leader].is_leader
+
+
+def test_a_new_partition_settles_quiesced_in_one_fetch_without_writing() -> None:
+    """A partition nobody produced to: its first leader writes nothing (no record, no
+    flush) and quiesces each follower at its first fetch, so creating thousands costs an
+    election and one fetch round trip each."""
+    nodes = Nodes(3, QUIET)
+    nodes.advance(3 * QUIET.election_timeout_ms)
+    assert all(c.quiesced for c in cores(nodes).values())
+    assert all(lg.end_offset == 0 for lg in nodes.logs.values())
+    assert not any(r.flush for _, r in nodes.readies)
+    fetches = [msg for msg in nodes.sent if isinstance(msg, FetchRequest)]
+    assert len(fetches) == 2 and all(r.quiesce for r in nodes.sent if isinstance(r, FetchResponse))
+    # Records still wake the followers and commit.
+    leader = next(i for i, c in cores(nodes).items() if c.is_leader)  # type: ignore[attr-defined]
+    token = nodes.request(leader, produce([1]))
+    nodes.advance(100)
+    assert nodes.answers[token].error == 0  # type: ignore[attr-defined]
 
 
 def test_the_same_cluster_without_quiescence_keeps_fetching() -> None:
@@ -167,3 +191,44 @@ def test_no_hand_over_to_a_preferred_replica_that_lacks_records() -> None:
     core = cores(nodes)[leader]
     assert core.hand_over(1, nodes.now).messages == []  # node 1 has not fetched them
     assert core.is_leader
+
+
+def test_leaderships_go_back_to_a_returning_node_a_batch_per_step() -> None:
+    """A node away while its partitions elected others takes them back as a stream of
+    REBALANCE_BATCH hand-overs per leader node per step, not all in one burst."""
+    config = QuorumConfig(quiesce=True, rebalance_interval_ms=3000)
+    keys = [("t", i) for i in range(2 * REBALANCE_BATCH + 50)]
+    drivers = {
+        i: Driver(i, "c", config, Limits(1 << 20, 5000), random.Random(i)) for i in (1, 2, 3)
+    }
+    queue: list[tuple[PartitionKey, Message]] = []
+    for d in drivers.values():
+        for k in keys:  # node 1 is every partition's preferred replica
+            queue += d.open(k, [1, 2, 3], MemLog(), None, 0).send
+    down = {1}
+    led: list[tuple[int, int]] = []  # (time, partitions node 1 leads)
+    now = 0
+    while now < 30_000:
+        now += 10
+        for i, d in drivers.items():
+            if i not in down:
+                queue += d.tick(now).send
+        assert len(queue) < 20_000, f"a message storm at {now} ms"
+        for _ in range(5_000):
+            if not queue:
+                break
+            key, msg = queue.pop(0)
+            if msg.src not in down and msg.dst not in down:
+                queue += drivers[msg.dst].raft(key, msg, now).send
+        if now == 8000:
+            assert not any(drivers[1].partitions[k].core.is_leader for k in keys)
+            down.clear()
+        led.append((now, sum(drivers[1].partitions[k].core.is_leader for k in keys)))
+    assert led[-1][1] == len(keys)
+    # Within any step, at most a batch from each of the two other nodes.
+    span = (REBALANCE_STEP_MS - 10) // 10
+    counts = [n for _, n in led]
+    assert max(b - a for a, b in zip(counts, counts[span:], strict=False)) <= 2 * REBALANCE_BATCH
+    first = next(t for t, n in led if n > 0)
+    done = next(t for t, n in led if n == len(keys))
+    assert done - first >= REBALANCE_STEP_MS  # more than one step
