@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from quorumlog.replica.driver import Driver, Limits, NodeHeartbeat
-from quorumlog.replica.driver.driver import REBALANCE_BATCH, REBALANCE_STEP_MS
+from quorumlog.replica.driver.driver import REBALANCE_BATCH, REBALANCE_STEP_MS, TICK_PARTITIONS
 from quorumlog.replica.driver.ready import PartitionKey
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import FetchRequest, FetchResponse, Message, QuorumConfig, WakeRequest
@@ -232,3 +232,17 @@ def test_leaderships_go_back_to_a_returning_node_a_batch_per_step() -> None:
     first = next(t for t, n in led if n > 0)
     done = next(t for t, n in led if n == len(keys))
     assert done - first >= REBALANCE_STEP_MS  # more than one step
+
+
+def test_a_tick_steps_at_most_tick_partitions_and_leaves_the_rest_due() -> None:
+    """Thousands of timers falling due together are stepped TICK_PARTITIONS per tick, so
+    one tick (which sends the node's heartbeats) never stalls the node."""
+    d = Driver(1, "c", QuorumConfig(quiesce=True), Limits(1 << 20, 5000), random.Random(1))
+    keys = [("t", i) for i in range(2 * TICK_PARTITIONS + 100)]
+    for k in keys:
+        d.open(k, [1, 2, 3], MemLog(), None, 0)  # node 1 stands first for each
+    stood: list[set[PartitionKey]] = []
+    for now in (5000, 5010, 5020, 5030):
+        stood.append({k for k, msg in d.tick(now).send if not isinstance(msg, NodeHeartbeat)})
+    assert [len(s) for s in stood] == [TICK_PARTITIONS, TICK_PARTITIONS, 100, 0]
+    assert set().union(*stood) == set(keys)
