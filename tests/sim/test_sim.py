@@ -60,8 +60,9 @@ def test_a_seed_replays_identically() -> None:
 @pytest.mark.parametrize(
     ("factory", "invariant"),
     [
-        # Two votes in one epoch elect two leaders, or one without the committed data.
-        (TwoVotesPerEpoch, ("one-leader-per-epoch", "majority-holds")),
+        # Two votes in one epoch elect two leaders, or one without the committed data
+        # (an idempotent producer may be the first to see an acknowledged batch gone).
+        (TwoVotesPerEpoch, ("one-leader-per-epoch", "majority-holds", "idempotent-refused")),
         (HwmCountsObservers, ("majority-holds",)),
         (HwmCountsUnflushed, ("majority-holds",)),
         # A new leader of an empty log writes its leader-change record with its first
