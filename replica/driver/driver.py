@@ -35,10 +35,10 @@ STUCK_TICKS = 8
 # rest REBALANCE_STEP_MS later: a node back from a restart takes its thousands back as a
 # stream of elections, not one burst that overloads every node at once.
 REBALANCE_BATCH = 100
+REBALANCE_STEP_MS = 500
 # Partitions one tick steps at most; the rest stay due for the next tick. A node's tick
 # (its heartbeats go out in it) never stalls on thousands of timers falling due at once.
 TICK_PARTITIONS = 500
-REBALANCE_STEP_MS = 500
 
 # The client requests a partition serves, by type; each is answered through Ready.answers.
 Request = (
@@ -119,8 +119,9 @@ class Driver:
         then, as a candidate at once (``RaftReplica.stand_first``), and its other replicas
         hold their timers NEW_PARTITION_HOLD_TIMEOUTS election timeouts longer (until a
         message of the partition, or the preferred replica's node going silent), so
-        leadership follows the assignment. Slots of partitions opened together are NEW_PARTITION_SPREAD_MS
-        apart: a topic of 10,000 partitions elects over seconds, not in one storm."""
+        leadership follows the assignment. Slots of partitions opened together are
+        NEW_PARTITION_SPREAD_MS apart: a topic of 10,000 partitions elects over seconds,
+        not in one storm."""
         core = self.core_factory(
             self.quorum, self.node_id, voters, self.cluster_id, log_, persisted, self.rng, now
         )
