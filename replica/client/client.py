@@ -36,6 +36,7 @@ from .errors import (
     FencedLeaderEpochError,
     LeaderNotAvailableError,
     NotLeaderError,
+    OffsetNotAvailableError,
     OutOfOrderSequenceError,
     QuorumLogError,
     RecordTooLargeError,
@@ -651,6 +652,7 @@ class Client:
         retriable: tuple[type[Exception], ...] = (
             NotLeaderError,
             LeaderNotAvailableError,
+            OffsetNotAvailableError,  # a new leader that does not know its HWM yet
             ConnectionLost,
             BootstrapUnreachableError,
             RequestTimeoutError,  # the node's own wait (quorum) ran out: Kafka retries it

@@ -60,6 +60,11 @@ class OffsetOutOfRangeError(QuorumLogError, code=ErrorCode.OFFSET_OUT_OF_RANGE):
     """The offset is below the log start or above the log end."""
 
 
+class OffsetNotAvailableError(QuorumLogError, code=ErrorCode.OFFSET_NOT_AVAILABLE):
+    """The leader was just elected and has not yet committed an entry of its epoch, so it
+    does not know the high watermark its predecessor reached (KIP-207): retry."""
+
+
 class UnknownTopicError(QuorumLogError, code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
     """No such topic or partition."""
 

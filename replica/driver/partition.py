@@ -327,7 +327,28 @@ class PartitionDriver:
         elif req.max_wait_ms > 0:
             self.consumers.append(_ConsumerWait(token, req, now + req.max_wait_ms))
         else:
-            ready.answers.append((token, self._fetched(ErrorCode.NONE, "")))
+            ready.answers.append((token, self._nothing_new()))
+
+    def hwm_unknown(self) -> str | None:
+        """Why this leader cannot yet answer where the committed log ends, or None if it
+        can: until an entry of its epoch commits, its HWM may be below its predecessor's
+        (0 after a restart). Consumer Fetch and ListOffsets are then answered with
+        OFFSET_NOT_AVAILABLE, as Kafka's leader does (KIP-207), and clients retry, rather
+        than reading a stale HWM as the end of the log."""
+        core = self.core
+        if not core.is_leader or core.leader_committed:
+            return None
+        return (
+            f"leader {core.node_id} of epoch {core.epoch} has not yet committed an entry of "
+            f"its epoch; its high watermark ({core.high_watermark}) may be behind"
+        )
+
+    def _nothing_new(self) -> m.FetchResponse:
+        """The answer to a consumer fetch that found nothing to serve."""
+        unknown = self.hwm_unknown()
+        if unknown is not None:
+            return self._fetched(ErrorCode.OFFSET_NOT_AVAILABLE, unknown)
+        return self._fetched(ErrorCode.NONE, "")
 
     def _serve(self, req: m.FetchRequest, now: int, ready: Ready) -> m.FetchResponse | None:
         """The answer to a consumer fetch, or None while there is nothing to serve yet."""
@@ -341,7 +362,7 @@ class PartitionDriver:
                 f"offset {req.fetch_offset} is outside [{lg.start_offset}, {lg.end_offset}]",
             )
         hwm = core.high_watermark
-        if req.fetch_offset >= hwm:
+        if req.fetch_offset >= hwm or self.hwm_unknown() is not None:
             return None
         # At least one whole batch even above max_bytes (KIP-74), never more than a
         # frame can carry: any single batch fits that.
@@ -375,7 +396,7 @@ class PartitionDriver:
             if resp is None and now < w.deadline_ms and not force:
                 self.consumers.append(w)
             else:
-                ready.answers.append((w.token, resp or self._fetched(ErrorCode.NONE, "")))
+                ready.answers.append((w.token, resp or self._nothing_new()))
 
     # ------------------------------------------------------------------ lifecycle
     def tick(self, now: int, ready: Ready) -> None:

@@ -26,12 +26,15 @@ def list_offsets(
         ready.answers.append((token, resp))
 
     code = core.check_leader_epoch(req.current_leader_epoch)
+    unknown = p.hwm_unknown()
     if code != ErrorCode.NONE:
         answer(code, f"leader epoch {req.current_leader_epoch} vs {core.epoch}")
-    elif req.timestamp == m.LATEST_TIMESTAMP:
-        answer(ErrorCode.NONE, "", core.high_watermark)
     elif req.timestamp == m.EARLIEST_TIMESTAMP:
         answer(ErrorCode.NONE, "", lg.start_offset)
+    elif unknown is not None:
+        answer(ErrorCode.OFFSET_NOT_AVAILABLE, unknown)
+    elif req.timestamp == m.LATEST_TIMESTAMP:
+        answer(ErrorCode.NONE, "", core.high_watermark)
     else:
         try:
             offset, ts = lg.offset_for_timestamp(req.timestamp, core.high_watermark)

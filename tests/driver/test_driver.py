@@ -163,6 +163,44 @@ def test_a_consumer_is_served_committed_records_only_and_long_polls_for_more() -
     assert nodes.answers[expired].records == b""  # type: ignore[attr-defined]
 
 
+def test_a_new_leader_answers_offset_not_available_until_its_epoch_commits() -> None:
+    """After a restart every replica's HWM is 0. A leader elected then must not answer a
+    consumer with that stale HWM (a reader would take the log for empty): Fetch and
+    ListOffsets get OFFSET_NOT_AVAILABLE, and a long poll is held, until an entry of its
+    epoch commits."""
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    nodes.request(leader, produce([1, 2, 3]))
+    nodes.advance(500)
+    end = nodes.drivers[leader].partitions[KEY].core.high_watermark
+    assert end == nodes.logs[leader].end_offset > 3
+    for i in nodes.voters:  # every node restarts: none knows the HWM
+        nodes.drivers[i] = nodes.new_driver(i)
+        nodes.run(i, nodes.drivers[i].open(KEY, nodes.voters, nodes.logs[i], nodes.persisted[i], 0))
+    for _ in range(1000):
+        leaders = [i for i, d in nodes.drivers.items() if d.partitions[KEY].core.is_leader]
+        if leaders:
+            break
+        nodes.advance(10, flush=False)
+    (new_leader,) = leaders
+    assert nodes.drivers[new_leader].partitions[KEY].core.high_watermark < end
+    latest = m.ListOffsetsRequest(
+        topic="t", partition=0, current_leader_epoch=m.NO_EPOCH, timestamp=m.LATEST_TIMESTAMP
+    )
+    early = [nodes.request(new_leader, req) for req in (fetch(0), latest)]
+    polled = nodes.request(new_leader, fetch(0, wait=1000))
+    for token in early:
+        assert nodes.answers[token].error == ErrorCode.OFFSET_NOT_AVAILABLE  # type: ignore[attr-defined]
+    assert polled not in nodes.answers
+    nodes.advance(500)  # the epoch's leader-change record commits
+    resp = nodes.answers[polled]
+    assert isinstance(resp, m.FetchResponse) and resp.error == 0
+    assert record_ids(resp.records) == [1, 2, 3]
+    offset = nodes.answers[nodes.request(new_leader, latest)]
+    assert isinstance(offset, m.ListOffsetsResponse) and offset.error == 0
+    assert offset.offset == nodes.logs[new_leader].end_offset > end
+
+
 def test_consumer_fetches_are_fenced_by_leader_epoch() -> None:
     nodes = Nodes(3)
     leader = nodes.leader()
