@@ -120,15 +120,17 @@ class PartitionManager:
             # This node's directory replaced a lost one that may have held this replica.
             lg.mark_catch_up(CATCH_UP_UNKNOWN)
         key = (topic, partition)
-        old = QuorumStateStore(str(d))
-        legacy: QuorumStateStore | None = None
         state = self.journal.get(key)
-        if state is None:
+        # A previous version kept the state in a file in the replica's directory (so
+        # there is none without a directory).
+        old = None if fresh else QuorumStateStore(str(d))
+        legacy: QuorumStateStore | None = None
+        if old is not None and state is None:
             # A data directory of a previous version: the state stays in the replica's own
             # file until its next write, which moves it to the journal.
             state = old.read()
             legacy = old if state is not None else None
-        elif old.exists():
+        elif old is not None and old.exists():
             old.remove()  # moved to the journal, and a crash came before the removal
         self.files[key] = Files(d, lg, voters, legacy)
         step = self.driver.open(key, voters, lg, _to_election_state(state), self.now_ms())

@@ -41,10 +41,13 @@ class QuorumStateStore:
     parsed."""
 
     def __init__(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
+        # Nothing on disk until the first write: a node opens a store per hosted replica
+        # to look for a previous version's file, and most have none (or no directory).
+        self.directory = directory
         self.path = os.path.join(directory, QUORUM_STATE_FILE)
 
     def write(self, state: QuorumState) -> None:
+        os.makedirs(self.directory, exist_ok=True)
         doc = {
             "version": _VERSION,
             "leader_epoch": state.leader_epoch,

@@ -23,6 +23,7 @@ from quorumlog.replica.storage import (
     QuorumStateStore,
 )
 
+from tests.storage.helpers import follower_batch
 from tests.support.spies import record_calls
 
 VOTERS = (1, 2, 3)
@@ -42,6 +43,11 @@ def election_state(pm: PartitionManager, key: tuple[str, int]) -> ElectionState:
     p = pm.driver.get(key)
     assert p is not None
     return p.core.election_state
+
+
+def write_one(pm: PartitionManager, key: tuple[str, int]) -> None:
+    """A record in the replica's log, which makes its directory."""
+    pm.files[key].log.append_as_follower(follower_batch(0, 1, 1))
 
 
 def old_layout(path: Path, states: dict[tuple[str, int], QuorumState]) -> None:
@@ -98,6 +104,7 @@ def test_one_fsync_per_ready_however_many_replicas(
     keys = [("t", p) for p in range(100)]
     for key in keys:
         pm.open(key[0], key[1], list(VOTERS))
+        write_one(pm, key)  # a directory: reopened at restart (see the test below)
     calls = record_calls(monkeypatch, os, "fsync", "fdatasync")
     pm.persist_all([(key, ElectionState(3, None, 2)) for key in keys])
     assert len(calls) == 1
@@ -115,7 +122,9 @@ def test_a_deleted_topics_states_are_forgotten(tmp_path: Path) -> None:
     pm = manager(tmp_path)
     for p in range(3):
         pm.open("gone", p, list(VOTERS))
+        write_one(pm, ("gone", p))
     pm.open("kept", 0, list(VOTERS))
+    write_one(pm, ("kept", 0))
     pm.persist_all([(("gone", p), ElectionState(2, None, 1)) for p in range(3)])
     pm.persist_all([(("kept", 0), ElectionState(2, None, 1))])
     pm.reconcile(
@@ -132,6 +141,8 @@ def test_a_deleted_topics_states_are_forgotten(tmp_path: Path) -> None:
 
 
 def test_a_state_whose_directory_is_gone_is_not_reopened_but_kept(tmp_path: Path) -> None:
+    """No directory: removed by hand, a deletion cut short, or a replica never written.
+    Metadata decides whether it comes back, and it comes back with its vote."""
     j = QuorumJournal(str(tmp_path))
     j.write(("t", 0), QuorumState(6, -1, 2, VOTERS))
     j.close()
@@ -143,3 +154,18 @@ def test_a_state_whose_directory_is_gone_is_not_reopened_but_kept(tmp_path: Path
     assert election_state(pm, ("t", 0)) == ElectionState(6, None, 2)
     pm.close_all()
     assert (tmp_path / QUORUM_JOURNAL_FILE).exists()
+
+
+def test_opening_a_new_replica_leaves_nothing_on_disk_until_it_is_written(
+    tmp_path: Path,
+) -> None:
+    """Thousands of idle replicas cost no directory each (only the journal holds their
+    votes); a record makes the directory."""
+    pm = manager(tmp_path)
+    pm.open("t", 0, list(VOTERS))
+    assert not (tmp_path / "t-0").exists()
+    pm.persist_all([(("t", 0), ElectionState(1, 2, 2))])
+    assert not (tmp_path / "t-0").exists()
+    write_one(pm, ("t", 0))
+    assert (tmp_path / "t-0").is_dir()
+    pm.close_all()
