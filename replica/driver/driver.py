@@ -31,11 +31,14 @@ NEW_PARTITION_HOLD_TIMEOUTS = 10
 # Ticks of one partition in one Driver.tick call before a timer that stays due is a bug
 # (a core's tick runs a few rounds of its own; a chain of state changes is short).
 STUCK_TICKS = 8
-# The preferred-leader rebalance hands at most this many leaderships back per step, the
-# rest REBALANCE_STEP_MS later: a node back from a restart takes its thousands back as a
-# stream of elections, not one burst that overloads every node at once.
+# The preferred-leader rebalance keeps at most this many hand-overs of a node in flight
+# (handed over, no leader of a later epoch known yet), looking again every
+# REBALANCE_STEP_MS: a node back from a restart takes its thousands back as a stream of
+# elections at the pace the nodes complete them, not a burst that overloads them all.
+# A hand-over not completed within REBALANCE_GIVE_UP_MS no longer counts.
 REBALANCE_BATCH = 100
 REBALANCE_STEP_MS = 500
+REBALANCE_GIVE_UP_MS = 10_000
 # Partitions one tick steps at most; the rest stay due for the next tick. A node's tick
 # (its heartbeats go out in it) never stalls on thousands of timers falling due at once.
 TICK_PARTITIONS = 500
@@ -90,6 +93,8 @@ class Driver:
         self._peers: Counter[int] = Counter()  # peer -> partitions shared with it
         self._heartbeat_at: int | None = None
         self._rebalance_at: int | None = None
+        # Hand-overs in flight: partition -> (the epoch handed over, when).
+        self._handing: dict[PartitionKey, tuple[int, int]] = {}
         self._burst_count = 0  # new partitions opened in the current burst
         self._burst_ends = 0
         # (deadline, seq, key): lazily invalidated; _due holds each key's live deadline.
@@ -293,20 +298,31 @@ class Driver:
     def _rebalance(self, now: int, ready: Ready) -> bool:
         """Leaders of partitions whose preferred replica (the first of the assignment) is
         another node hand over to it when it is caught up (a node back from a restart
-        takes its share of leadership again), REBALANCE_BATCH at most; True if that many
-        were handed over (more may wait)."""
-        handed = 0
+        takes its share of leadership again), while fewer than REBALANCE_BATCH of this
+        node's hand-overs are in flight; True if that many are (more may wait)."""
+        for key, (epoch, at) in list(self._handing.items()):
+            p = self.partitions.get(key)
+            if (
+                p is None
+                or p.closed
+                or (p.core.epoch > epoch and p.core.leader_id is not None)
+                or now - at >= REBALANCE_GIVE_UP_MS
+            ):
+                del self._handing[key]
+        if len(self._handing) >= REBALANCE_BATCH:
+            return True
         for p in self:
             if p.closed or not p.core.is_leader or p.preferred in (None, self.node_id):
                 continue
             assert p.preferred is not None
+            epoch = p.core.epoch
             out = p.core.hand_over(p.preferred, now)
             if p.core.is_leader:
                 continue  # not handed over (the preferred replica is not caught up)
             p.run(out, now, ready)
             self._schedule(p)
-            handed += 1
-            if handed >= REBALANCE_BATCH:
+            self._handing[p.key] = (epoch, now)
+            if len(self._handing) >= REBALANCE_BATCH:
                 return True
         return False
 

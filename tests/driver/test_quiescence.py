@@ -5,12 +5,20 @@ restarted leader node). Run through the driver, as the nodes and the simulator r
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from quorumlog.replica.driver import Driver, Limits, NodeHeartbeat
 from quorumlog.replica.driver.driver import REBALANCE_BATCH, REBALANCE_STEP_MS, TICK_PARTITIONS
 from quorumlog.replica.driver.ready import PartitionKey
 from quorumlog.replica.protocol import messages as m
-from quorumlog.replica.raft import FetchRequest, FetchResponse, Message, QuorumConfig, WakeRequest
+from quorumlog.replica.raft import (
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    QuorumConfig,
+    WakeRequest,
+)
 
 from tests.sim.memlog import MemLog
 
@@ -193,22 +201,26 @@ def test_no_hand_over_to_a_preferred_replica_that_lacks_records() -> None:
     assert core.is_leader
 
 
-def test_leaderships_go_back_to_a_returning_node_a_batch_per_step() -> None:
-    """A node away while its partitions elected others takes them back as a stream of
-    REBALANCE_BATCH hand-overs per leader node per step, not all in one burst."""
+def returning_node(
+    keys: list[PartitionKey],
+    until: int,
+    each_tick: Callable[[int, dict[int, Driver]], None],
+    lost: Callable[[Message], bool] = lambda _: False,
+) -> None:
+    """Node 1, every partition's preferred replica, is away for 8 s while the others
+    elect among themselves, then back; ``each_tick`` sees the drivers after every tick's
+    deliveries. Messages ``lost`` are dropped."""
     config = QuorumConfig(quiesce=True, rebalance_interval_ms=3000)
-    keys = [("t", i) for i in range(2 * REBALANCE_BATCH + 50)]
     drivers = {
         i: Driver(i, "c", config, Limits(1 << 20, 5000), random.Random(i)) for i in (1, 2, 3)
     }
     queue: list[tuple[PartitionKey, Message]] = []
     for d in drivers.values():
-        for k in keys:  # node 1 is every partition's preferred replica
+        for k in keys:
             queue += d.open(k, [1, 2, 3], MemLog(), None, 0).send
     down = {1}
-    led: list[tuple[int, int]] = []  # (time, partitions node 1 leads)
     now = 0
-    while now < 30_000:
+    while now < until:
         now += 10
         for i, d in drivers.items():
             if i not in down:
@@ -218,12 +230,24 @@ def test_leaderships_go_back_to_a_returning_node_a_batch_per_step() -> None:
             if not queue:
                 break
             key, msg = queue.pop(0)
-            if msg.src not in down and msg.dst not in down:
+            if msg.src not in down and msg.dst not in down and not lost(msg):
                 queue += drivers[msg.dst].raft(key, msg, now).send
         if now == 8000:
             assert not any(drivers[1].partitions[k].core.is_leader for k in keys)
             down.clear()
+        each_tick(now, drivers)
+
+
+def test_leaderships_go_back_to_a_returning_node_a_batch_per_step() -> None:
+    """A node away while its partitions elected others takes them back as a stream of
+    REBALANCE_BATCH hand-overs per leader node per step, not all in one burst."""
+    keys = [("t", i) for i in range(2 * REBALANCE_BATCH + 50)]
+    led: list[tuple[int, int]] = []  # (time, partitions node 1 leads)
+
+    def count(now: int, drivers: dict[int, Driver]) -> None:
         led.append((now, sum(drivers[1].partitions[k].core.is_leader for k in keys)))
+
+    returning_node(keys, 30_000, count)
     assert led[-1][1] == len(keys)
     # Within any step, at most a batch from each of the two other nodes.
     span = (REBALANCE_STEP_MS - 10) // 10
@@ -232,6 +256,25 @@ def test_leaderships_go_back_to_a_returning_node_a_batch_per_step() -> None:
     first = next(t for t, n in led if n > 0)
     done = next(t for t, n in led if n == len(keys))
     assert done - first >= REBALANCE_STEP_MS  # more than one step
+
+
+def test_a_node_keeps_at_most_a_batch_of_hand_overs_in_flight() -> None:
+    """Hand-overs that do not complete (here their EndQuorumEpoch is lost, so nobody
+    stands until the resigned leaders' own timers run out) hold the next ones back: a
+    node has at most REBALANCE_BATCH in flight however many steps pass."""
+    keys = [("t", i) for i in range(3 * REBALANCE_BATCH)]
+    resigned: list[int] = []  # most partitions resigned on one node, per tick
+
+    def count(now: int, drivers: dict[int, Driver]) -> None:
+        resigned.append(
+            max(
+                sum(drivers[i].partitions[k].core.state_name == "resigned" for k in keys)
+                for i in (2, 3)
+            )
+        )
+
+    returning_node(keys, 12_000, count, lambda msg: isinstance(msg, EndQuorumEpochRequest))
+    assert max(resigned) == REBALANCE_BATCH
 
 
 def test_a_tick_steps_at_most_tick_partitions_and_leaves_the_rest_due() -> None:
