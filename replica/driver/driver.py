@@ -146,6 +146,7 @@ class Driver:
                 hold = slot + NEW_PARTITION_HOLD_TIMEOUTS * self.quorum.election_timeout_ms
         core.peer_seen = self.liveness.seen
         p = self.partition_class(key, core, log_, self.limits, hold)
+        p.assignment = list(voters)
         p.preferred = voters[0] if voters else None
         old = self.partitions.get(key)
         if old is not None:
@@ -415,11 +416,16 @@ class Driver:
 
     def peer_unreachable(self, peer: int, now: int) -> Ready:
         """The transport found ``peer``'s node refusing connections (its process is
-        gone): followers of that leader stand without waiting for their fetch timeout."""
+        gone): followers of that leader stand without waiting for their fetch timeout,
+        ranked by the assignment's order without ``peer`` (the first stands first), so
+        the survivors rarely split a vote and take over the dead node's leaderships
+        evenly, as assignments spread them."""
         ready = Ready()
         for p in self:
             if not p.closed and p.core.leader_id == peer:
-                p.run(p.core.on_peer_unreachable(peer, now), now, ready)
+                survivors = [v for v in p.assignment if v != peer]
+                rank = survivors.index(self.node_id) if self.node_id in survivors else 0
+                p.run(p.core.on_peer_unreachable(peer, now, rank), now, ready)
                 self._schedule(p)
         return ready
 

@@ -123,6 +123,7 @@ class PartitionDriver:
         self.consumers: list[_ConsumerWait] = []
         self.closed = False
         self._role: tuple[str, int | None, int] = ("", None, -1)
+        self.assignment: list[int] = []  # the replicas in the assignment's order
         self.preferred: int | None = None  # the first replica of the assignment
 
     @property

@@ -356,24 +356,26 @@ class RaftReplica:
         self._repair(offset, now_ms, out)
         return out
 
-    def on_peer_unreachable(self, peer: int, now_ms: int) -> Output:
+    def on_peer_unreachable(self, peer: int, now_ms: int, rank: int = 0) -> Output:
         """The driver learnt that ``peer``'s node refuses connections: its process is gone
         (a slow or cut-off node times out instead). A follower of that leader stops
-        shielding it from others' pre-votes and stands (pre-vote first) after a short
-        random delay, so that two followers rarely split the vote, instead of after its
-        fetch timeout. A hint only: a vote and the HWM need what they always need, voters
-        that still hear from the leader refuse the pre-vote (a live leader keeps its
-        epoch), and the leader's next answer clears it."""
+        shielding it from others' pre-votes and stands (pre-vote first) instead of after
+        its fetch timeout: after a short random delay, plus half an election timeout per
+        ``rank`` (the driver's order of the followers), so that two followers rarely
+        split the vote even when both are slow. A hint only: a vote and the HWM need what
+        they always need, voters that still hear from the leader refuse the pre-vote (a
+        live leader keeps its epoch), and the leader's next answer clears it."""
         st = self._state
         if isinstance(st, FollowerState) and st.quiet and self._leader_id == peer:
             out = Output()
             self._resume(st, self.peer_seen.get(peer), now_ms, out)
-            out.merge(self.on_peer_unreachable(peer, now_ms))
+            out.merge(self.on_peer_unreachable(peer, now_ms, rank))
             return out
         if isinstance(st, FollowerState) and self._leader_id == peer and not st.leader_unreachable:
             logger.info("replica %s: leader %s refuses connections", self.node_id, peer)
             st.leader_unreachable = True
-            delay = self._rng.randrange(self.config.election_timeout_ms // 4 + 1)
+            timeout = self.config.election_timeout_ms
+            delay = rank * (timeout // 2) + self._rng.randrange(timeout // 4 + 1)
             st.fetch_timeout_at = min(st.fetch_timeout_at, now_ms + delay)
         return self.tick(now_ms)
 

@@ -17,6 +17,7 @@ from quorumlog.replica.raft import (
     FetchResponse,
     Message,
     QuorumConfig,
+    RaftReplica,
     WakeRequest,
 )
 
@@ -25,6 +26,7 @@ from tests.sim.memlog import MemLog
 from .test_driver import KEY, Nodes, produce, record_ids
 
 QUIET = QuorumConfig(quiesce=True)
+REBALANCING = QuorumConfig(quiesce=True, rebalance_interval_ms=3000)
 
 
 def cores(nodes: Nodes) -> dict[int, object]:
@@ -201,6 +203,45 @@ def test_no_hand_over_to_a_preferred_replica_that_lacks_records() -> None:
     assert core.is_leader
 
 
+class Partitions:
+    """Drivers of nodes 1..3 hosting many partitions, messages delivered in order each
+    tick; nodes in ``down`` neither tick nor send nor receive, and ``lost`` messages are
+    dropped."""
+
+    def __init__(
+        self,
+        assignments: dict[PartitionKey, list[int]],
+        lost: Callable[[Message], bool] = lambda _: False,
+    ) -> None:
+        self.drivers = {
+            i: Driver(i, "c", REBALANCING, Limits(1 << 20, 5000), random.Random(i))
+            for i in (1, 2, 3)
+        }
+        self.lost = lost
+        self.down: set[int] = set()
+        self.now = 0
+        self.queue: list[tuple[PartitionKey, Message]] = []
+        for d in self.drivers.values():
+            for k, replicas in assignments.items():
+                self.queue += d.open(k, replicas, MemLog(), None, 0).send
+
+    def tick(self) -> None:
+        self.now += 10
+        for i, d in self.drivers.items():
+            if i not in self.down:
+                self.queue += d.tick(self.now).send
+        assert len(self.queue) < 20_000, f"a message storm at {self.now} ms"
+        for _ in range(5_000):
+            if not self.queue:
+                break
+            key, msg = self.queue.pop(0)
+            if msg.src not in self.down and msg.dst not in self.down and not self.lost(msg):
+                self.queue += self.drivers[msg.dst].raft(key, msg, self.now).send
+
+    def core(self, node: int, key: PartitionKey) -> RaftReplica:
+        return self.drivers[node].partitions[key].core
+
+
 def returning_node(
     keys: list[PartitionKey],
     until: int,
@@ -210,32 +251,14 @@ def returning_node(
     """Node 1, every partition's preferred replica, is away for 8 s while the others
     elect among themselves, then back; ``each_tick`` sees the drivers after every tick's
     deliveries. Messages ``lost`` are dropped."""
-    config = QuorumConfig(quiesce=True, rebalance_interval_ms=3000)
-    drivers = {
-        i: Driver(i, "c", config, Limits(1 << 20, 5000), random.Random(i)) for i in (1, 2, 3)
-    }
-    queue: list[tuple[PartitionKey, Message]] = []
-    for d in drivers.values():
-        for k in keys:
-            queue += d.open(k, [1, 2, 3], MemLog(), None, 0).send
-    down = {1}
-    now = 0
-    while now < until:
-        now += 10
-        for i, d in drivers.items():
-            if i not in down:
-                queue += d.tick(now).send
-        assert len(queue) < 20_000, f"a message storm at {now} ms"
-        for _ in range(5_000):
-            if not queue:
-                break
-            key, msg = queue.pop(0)
-            if msg.src not in down and msg.dst not in down and not lost(msg):
-                queue += drivers[msg.dst].raft(key, msg, now).send
-        if now == 8000:
-            assert not any(drivers[1].partitions[k].core.is_leader for k in keys)
-            down.clear()
-        each_tick(now, drivers)
+    c = Partitions({k: [1, 2, 3] for k in keys}, lost=lost)
+    c.down = {1}
+    while c.now < until:
+        c.tick()
+        if c.now == 8000:
+            assert not any(c.core(1, k).is_leader for k in keys)
+            c.down.clear()
+        each_tick(c.now, c.drivers)
 
 
 def test_leaderships_go_back_to_a_returning_node_a_batch_per_step() -> None:
@@ -275,6 +298,27 @@ def test_a_node_keeps_at_most_a_batch_of_hand_overs_in_flight() -> None:
 
     returning_node(keys, 12_000, count, lambda msg: isinstance(msg, EndQuorumEpochRequest))
     assert max(resigned) == REBALANCE_BATCH
+
+
+def test_the_survivors_of_a_dead_leader_stand_in_assignment_order_without_splitting() -> None:
+    """Node 3, leader of every partition, is gone (its connections refused): of the two
+    survivors the first in the partition's assignment stands first, so each partition
+    is led again in the next epoch (no split vote), by the node its assignment puts
+    first; the dead node's leaderships spread as the assignments do."""
+    keys = [("t", i) for i in range(200)]
+    assignments = {k: [3, 1, 2] if k[1] % 2 else [3, 2, 1] for k in keys}
+    c = Partitions(assignments)
+    while c.now < 5000:
+        c.tick()
+    assert all(c.core(3, k).is_leader and c.core(3, k).epoch == 1 for k in keys)
+    c.down = {3}
+    for i in (1, 2):
+        c.queue += c.drivers[i].peer_unreachable(3, c.now).send
+    while c.now < 7000:
+        c.tick()
+    for k in keys:
+        first = assignments[k][1]
+        assert c.core(first, k).is_leader and c.core(first, k).epoch == 2, k
 
 
 def test_a_tick_steps_at_most_tick_partitions_and_leaves_the_rest_due() -> None:
