@@ -172,14 +172,16 @@ class QuorumJournal:
                 "no further election state can be made durable"
             )
         frame = _encode_frame(entries)
-        states = dict(self._states)
-        for key, state in entries:
-            if state is None:
-                states.pop(key, None)
-            else:
-                states[key] = state
+        # The states after this write, counted without copying them all (a node hosting
+        # thousands of replicas writes a few at a time).
+        updates = dict(entries)
+        live = len(self._states)
+        for key, state in updates.items():
+            live += (state is not None) - (key in self._states)
         entries_after = self._entries + len(entries)
-        if self._compaction_due(self._size + len(frame), entries_after, len(states)):
+        if self._compaction_due(self._size + len(frame), entries_after, live):
+            states = dict(self._states)
+            _apply(states, updates)
             self._compact(states)
             return
         try:
@@ -190,7 +192,7 @@ class QuorumJournal:
         self._sync()
         self._size += len(frame)
         self._entries = entries_after
-        self._states = states
+        _apply(self._states, updates)
 
     def _compaction_due(self, size: int, entries: int, live: int) -> bool:
         return size > self.compact_min_bytes and entries > self.compact_ratio * max(1, live)
@@ -278,11 +280,7 @@ class QuorumJournal:
                     f"{self.path} at position {position}: {exc}; nothing was changed "
                     "(run the version that wrote it)"
                 ) from None
-            for key, state in entries:
-                if state is None:
-                    self._states.pop(key, None)
-                else:
-                    self._states[key] = state
+            _apply(self._states, dict(entries))
             self._entries += len(entries)
             position += _FRAME.size + len(payload)
         return position
@@ -397,3 +395,14 @@ def _write_all(fd: int, data: bytes, position: int) -> None:
         written = os.pwrite(fd, view, position)
         view = view[written:]
         position += written
+
+
+def _apply(
+    states: dict[JournalKey, QuorumState], updates: dict[JournalKey, QuorumState | None]
+) -> None:
+    """Set each updated state; None forgets the key."""
+    for key, state in updates.items():
+        if state is None:
+            states.pop(key, None)
+        else:
+            states[key] = state
