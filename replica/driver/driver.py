@@ -147,7 +147,6 @@ class Driver:
         core.peer_seen = self.liveness.seen
         p = self.partition_class(key, core, log_, self.limits, hold)
         p.assignment = list(voters)
-        p.preferred = voters[0] if voters else None
         old = self.partitions.get(key)
         if old is not None:
             self._forget_peers(old)

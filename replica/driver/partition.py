@@ -124,7 +124,11 @@ class PartitionDriver:
         self.closed = False
         self._role: tuple[str, int | None, int] = ("", None, -1)
         self.assignment: list[int] = []  # the replicas in the assignment's order
-        self.preferred: int | None = None  # the first replica of the assignment
+
+    @property
+    def preferred(self) -> int | None:
+        """The first replica of the assignment (the preferred leader)."""
+        return self.assignment[0] if self.assignment else None
 
     @property
     def name(self) -> str:
