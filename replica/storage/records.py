@@ -434,34 +434,70 @@ def encode_control_batch(
     return encode_arrow(batch, base_offset=base_offset, leader_epoch=leader_epoch, control=True)
 
 
-def _read_payload(pbuf: pa.Buffer, header: BatchHeader) -> list[pa.RecordBatch]:
-    """Decode one batch's Arrow payload (zero-copy) and check schema and row count."""
+#: Schema messages (their flatbuffer bytes) already found equal to RECORD_SCHEMA or not:
+#: every writer of one pyarrow version sends the same bytes, so the schema of a batch is
+#: compared once, not decoded per batch. Bounded: past this many, a new one is decoded.
+_SCHEMA_VERDICTS: dict[bytes, bool] = {}
+_SCHEMA_VERDICTS_MAX = 64
+#: An Arrow stream's end: the continuation marker and a zero metadata length.
+_END_OF_STREAM = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+
+
+def _schema_matches(message: pa.ipc.Message) -> bool:
+    meta = message.metadata.to_pybytes()
+    verdict = _SCHEMA_VERDICTS.get(meta)
+    if verdict is None:
+        verdict = pa.ipc.read_schema(message).equals(RECORD_SCHEMA)
+        if len(_SCHEMA_VERDICTS) < _SCHEMA_VERDICTS_MAX:
+            _SCHEMA_VERDICTS[meta] = verdict
+    return verdict
+
+
+def _read_payload(
+    pbuf: pa.Buffer, header: BatchHeader, *, full: bool = False
+) -> list[pa.RecordBatch]:
+    """Decode one batch's Arrow payload (zero-copy) and check schema and row count; with
+    ``full``, also every buffer of every column (offsets in bounds, UTF-8 keys of
+    headers: what a reader would otherwise trip over). The stream is read message by
+    message: a schema, then record batches, then its end."""
+    where = f"batch at position {header.position}"
     payload = pbuf.slice(header.position + HEADER_SIZE, header.payload_length)
+    stream = pa.BufferReader(payload)
+    batches: list[pa.RecordBatch] = []
     try:
-        reader = pa.ipc.open_stream(payload)
-        batches = list(reader)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptRecordError(
-            f"batch at position {header.position} has an unreadable Arrow payload: {exc}"
-        ) from exc
-    if not reader.schema.equals(RECORD_SCHEMA):
-        raise CorruptRecordError(
-            f"batch at position {header.position} has schema {reader.schema}, "
-            f"expected {RECORD_SCHEMA}"
-        )
+        first = pa.ipc.read_message(stream)
+        if first.type != "schema":
+            raise CorruptRecordError(f"{where}: its Arrow stream starts with a {first.type}")
+        if not _schema_matches(first):
+            raise CorruptRecordError(
+                f"{where} has schema {pa.ipc.read_schema(first)}, expected {RECORD_SCHEMA}"
+            )
+        while True:
+            at = stream.tell()
+            if header.payload_length - at < 8 or payload[at : at + 8] == _END_OF_STREAM:
+                break  # as a stream reader: what follows the end marker is not read
+            message = pa.ipc.read_message(stream)
+            if message.type != "record batch":
+                raise CorruptRecordError(f"{where}: its Arrow stream holds a {message.type}")
+            batch = pa.ipc.read_record_batch(message, RECORD_SCHEMA)
+            if full:
+                batch.validate(full=True)
+            batches.append(batch)
+    except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
+        if isinstance(exc, CorruptRecordError):
+            raise
+        raise CorruptRecordError(f"{where} has an unreadable Arrow payload: {exc}") from exc
     rows = sum(b.num_rows for b in batches)
     if rows != header.record_count:
-        raise CorruptRecordError(
-            f"batch at position {header.position} holds {rows} rows, header says "
-            f"{header.record_count}"
-        )
+        raise CorruptRecordError(f"{where} holds {rows} rows, header says {header.record_count}")
     return batches
 
 
 def validate_arrow(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
-    """Check that a batch's payload is a readable Arrow stream with RECORD_SCHEMA and as
-    many rows as its header says (what a leader checks on client batches)."""
-    _read_payload(pa.py_buffer(buf), header)
+    """Check that a batch's payload is a well-formed Arrow stream with RECORD_SCHEMA and
+    as many rows as its header says, every buffer checked (what a leader checks on client
+    batches before any reader sees them)."""
+    _read_payload(pa.py_buffer(buf), header, full=True)
 
 
 def batches_to_table(

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from quorumlog.replica.storage import (
+    HEADER_SIZE,
+    RECORD_SCHEMA,
     UNDEFINED_EPOCH,
     AppendInfo,
     CorruptLogError,
@@ -16,10 +20,12 @@ from quorumlog.replica.storage import (
     OffsetOutOfRangeError,
     batches_to_table,
     decode_leader_change,
+    encode_arrow,
     encode_batch,
     encode_control_batch,
     iter_batches,
 )
+from quorumlog.replica.storage.records import _frame
 
 from .helpers import client_batch, crash, follower_batch, read_all_values, summary, values_for
 
@@ -73,6 +79,53 @@ def test_leader_rejects_bad_input_without_writing(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         log.append_as_leader(b"", 3)
     assert log.end_offset == 2 and log.size_bytes == len(log.read(0, 1 << 20))
+
+
+def reframed(payload: bytes, rows: int) -> bytes:
+    """A client batch around ``payload`` with a valid header and CRC: only the Arrow
+    checks can tell it from a good one."""
+    return _frame(
+        pa.py_buffer(payload),
+        record_count=rows,
+        max_timestamp=0,
+        base_offset=0,
+        leader_epoch=UNDEFINED_EPOCH,
+        flags=0,
+        producer=None,
+    )
+
+
+def arrow_of(batch: bytes) -> bytes:
+    return batch[HEADER_SIZE:]
+
+
+def test_leader_refuses_arrow_payloads_a_reader_would_trip_over(tmp_path: Path) -> None:
+    """The CRC says only that the client's bytes arrived as sent; the leader also checks
+    what they say. A value offset past the batch's data (valid CRC) was accepted before,
+    and readers then returned bytes from past the batch (memory of the reading process)."""
+    log = Log(str(tmp_path))
+    good = encode_arrow(pa.table({"value": pa.array([b"aaaaa", b"bbbbb", b"ccccc"])}))
+    payload = bytearray(arrow_of(good))
+    at = payload.index(struct.pack("<4i", 0, 5, 10, 15))
+    payload[at : at + 16] = struct.pack("<4i", 0, 5, 10, 100_000)
+    with pytest.raises(CorruptRecordError, match="out of bounds"):
+        log.append_as_leader(reframed(bytes(payload), 3), 1)
+    with pytest.raises(CorruptRecordError, match="holds 3 rows, header says 4"):
+        log.append_as_leader(reframed(arrow_of(good), 4), 1)
+    other = pa.table({"value": pa.array([1, 2, 3])})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, other.schema) as writer:
+        writer.write_table(other)
+    with pytest.raises(CorruptRecordError, match="has schema"):
+        log.append_as_leader(reframed(sink.getvalue().to_pybytes(), 3), 1)
+    with pytest.raises(CorruptRecordError, match="unreadable Arrow payload"):
+        log.append_as_leader(reframed(arrow_of(good)[:-64], 3), 1)
+    with pytest.raises(CorruptRecordError, match="starts with a record batch"):
+        schema_length = len(RECORD_SCHEMA.serialize())
+        log.append_as_leader(reframed(arrow_of(good)[schema_length:], 3), 1)
+    assert log.end_offset == 0 and log.size_bytes == 0
+    log.append_as_leader(good, 1)  # the untouched batch is fine
+    assert log.end_offset == 3
 
 
 def test_follower_append_validates_offsets(tmp_path: Path) -> None:
