@@ -67,6 +67,7 @@ class View:
     # partition -> the highest leader epoch any answering node reports
     epochs: dict[int, int] = field(default_factory=dict)
     partitions: int = 0  # the topic's partition count (0: no node knows the topic yet)
+    preferred: dict[int, int] = field(default_factory=dict)  # partition -> first replica
     answered: list[int] = field(default_factory=list)
     seconds: float = 0.0  # the poll's round trip
 
@@ -75,6 +76,11 @@ class View:
         for node, _ in self.leaders.values():
             counts[node] = counts.get(node, 0) + 1
         return [counts[n] for n in sorted(counts)]
+
+    def off_preferred(self) -> list[int]:
+        """Partitions led by a node other than their preferred (first) replica: the
+        nodes' rebalance will hand them over, an election each."""
+        return [p for p, (node, _) in self.leaders.items() if self.preferred.get(p, node) != node]
 
     def balanced(self, nodes: list[int], partitions: int) -> bool:
         """Every partition led and every node leading within 10% of an even share (one
@@ -95,6 +101,8 @@ def merge_views(topic: str, answers: dict[int, m.MetadataResponse]) -> View:
                 continue
             view.partitions = max(view.partitions, len(t.partitions))
             for p in t.partitions:
+                if p.replicas:
+                    view.preferred[p.partition] = p.replicas[0]
                 if p.leader_epoch > view.epochs.get(p.partition, -1):
                     view.epochs[p.partition] = p.leader_epoch
                 if p.is_local_leader:
@@ -388,10 +396,16 @@ class _Bench:
         cpu = [round((cpu1[i] - cpu0[i]) / wall * 100, 2) for i in nodes]
         changed = [p for p, e in after.epochs.items() if e != before.epochs.get(p, e)]
         increase = sum(e - before.epochs.get(p, e) for p, e in after.epochs.items())
+        # Of those, the partitions handed to their preferred replica by the rebalance (led
+        # off it when the window began, on it at the end): not churn, but still elections.
+        off_before = set(before.off_preferred())
+        handed = [p for p in changed if p in off_before and p not in after.off_preferred()]
         self.figures.update(
             idle_cpu_pct=cpu,
             idle_cpu_pct_max=max(cpu),
             idle_elections=len(changed),
+            idle_start_off_preferred=len(off_before),
+            idle_elections_handed_to_preferred=len(handed),
             idle_epoch_increase=increase,
             idle_epoch_max=max(after.epochs.values(), default=0),
             leaders_per_node=after.leaders_per_node(nodes),
@@ -399,7 +413,9 @@ class _Bench:
         )
         self.say(
             f"idle {wall:.1f}s: CPU per node {_pct(cpu)}; {len(changed)} partition(s) changed "
-            f"epoch (+{increase} in all, highest epoch {self.figures['idle_epoch_max']}); "
+            f"epoch (+{increase} in all, highest epoch {self.figures['idle_epoch_max']}; "
+            f"{len(handed)} of them handed to their preferred replica, of {len(off_before)} "
+            "led off it when the window began); "
             f"leaders per node {self.figures['leaders_per_node']}; peak RSS per node (MB) "
             f"{self.figures['peak_rss_mb']}",
         )

@@ -147,6 +147,9 @@ def test_merge_views_counts_a_leader_only_in_the_newest_epoch() -> None:
     assert view.epochs == {0: 3, 1: 3, 2: 1, 3: 5}
     assert view.leaders == {0: (1, 3), 3: (2, 5)}
     assert view.leaders_per_node([1, 2, 3]) == [1, 1, 0]
+    # Every partition's preferred replica is node 1 (replicas [1, 2, 3]): p3 is off it.
+    assert view.preferred == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert view.off_preferred() == [3]
 
 
 def test_balanced_means_every_partition_led_and_each_node_within_10_percent() -> None:
