@@ -62,28 +62,45 @@ def _encoders(cls: type) -> tuple[tuple[str, bool], ...]:
 
 
 def _to_wire(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [
-            _to_wire(getattr(value, name)) if deep else getattr(value, name)
-            for name, deep in _encoders(type(value))
-        ]
+    known = _WIRE.get(type(value))
+    if known is not None:
+        return known(value)[0]
     if isinstance(value, list | tuple):
         return [_to_wire(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _wire_encoder(type(value))(value)[0]
     return value
 
 
 def encode(message: Any) -> tuple[list[Any], bytes | memoryview]:
     """Return (body, payload) for a message dataclass."""
-    body: list[Any] = []
-    payload: bytes | memoryview = b""
-    for name, deep in _encoders(type(message)):
-        value = getattr(message, name)
-        if name == PAYLOAD_FIELD:
-            payload = value
-            body.append(None)
-        else:
-            body.append(_to_wire(value) if deep else value)
+    body, payload = _wire_encoder(type(message))(message)
     return body, payload
+
+
+_WIRE: dict[type, Callable[[Any], tuple[list[Any], Any]]] = {}
+
+
+def _wire_encoder(cls: type) -> Callable[[Any], tuple[list[Any], Any]]:
+    """(body, payload) of a ``cls`` as one generated function: the fields in order, those
+    that may hold a dataclass through ``_to_wire``, ``records`` as the payload."""
+    found = _WIRE.get(cls)
+    if found is not None:
+        return found
+    items = []
+    payload = "b''"
+    for name, deep in _encoders(cls):
+        if name == PAYLOAD_FIELD:
+            items.append("None")
+            payload = f"m.{name}"
+        else:
+            items.append(f"to_wire(m.{name})" if deep else f"m.{name}")
+    env: dict[str, Any] = {"to_wire": _to_wire}
+    source = f"def wire(m):\n    return [{', '.join(items)}], {payload}"
+    exec(source, env)  # noqa: S102 - source built from the class's own field names
+    wire: Callable[[Any], tuple[list[Any], Any]] = env["wire"]
+    _WIRE[cls] = wire
+    return wire
 
 
 def _as_is(value: Any, where: str) -> Any:
@@ -191,16 +208,75 @@ def _decoders(cls: type) -> tuple[tuple[str, str, _Decoder], ...]:
 
 def decode_body(cls: type[T], body: Any, payload: bytes | memoryview = b"") -> T:
     """Build ``cls`` from a decoded msgpack body (and the frame payload for ``records``)."""
+    decode = _COMPILED.get(cls)
+    if decode is None:
+        decode = _COMPILED[cls] = _compile(cls)
+    message: T = decode(body, payload)
+    return message
+
+
+_COMPILED: dict[type, Callable[[Any, bytes | memoryview], Any]] = {}
+
+# Field types whose wire value is already the value when its type is exactly the one
+# named (msgpack makes exactly these): the compiled decoder checks ``type(v) is t`` in
+# line and calls the field's decoder only otherwise (to convert or to raise).
+_EXACT: dict[Any, str] = {int: "int", str: "str", bool: "bool", bytes: "bytes", float: "float"}
+
+
+def _compile(cls: type) -> Callable[[Any, bytes | memoryview], Any]:
+    """A decoder of ``cls`` as one generated function: fields unpacked from the body, each
+    checked in line where a type test suffices, ``cls`` built with keywords. The same
+    checks and errors as the field decoders, without a call per field."""
     decoders = _decoders(cls)
-    if not isinstance(body, list) or len(body) != len(decoders):
-        raise DecodeError(
-            f"{cls.__name__}: expected {len(decoders)} fields, got "
-            f"{len(body) if isinstance(body, list) else type(body).__name__}"
-        )
-    kwargs: dict[str, Any] = {}
-    for (name, where, decode), value in zip(decoders, body, strict=True):
+    n = len(decoders)
+    env: dict[str, Any] = {
+        "cls": cls,
+        "wrong_shape": lambda body: _wrong_shape(cls, n, body),
+    }
+    hints = dict(_fields(cls))
+    lines = [
+        "def decode(body, payload):",
+        f"    if type(body) is not list or len(body) != {n}:",
+        "        raise wrong_shape(body)",
+    ]
+    names = []
+    for i, (name, where, decoder) in enumerate(decoders):
+        v = f"v{i}"
+        names.append(f"{name}={v}")
+        env[f"d{i}"] = decoder
+        env[f"w{i}"] = where
+        lines.append(f"    {v} = body[{i}]")
+        tp = hints[name]
+        exact = _EXACT.get(tp)
+        optional = _optional_of(tp)
         if name == PAYLOAD_FIELD:
-            kwargs[name] = payload if isinstance(payload, bytes) else bytes(payload)
+            lines.append(f"    {v} = payload if type(payload) is bytes else bytes(payload)")
+        elif exact is not None:
+            lines.append(f"    if type({v}) is not {exact}:")
+            lines.append(f"        {v} = d{i}({v}, w{i})")
+        elif optional is not None:
+            lines.append(f"    if {v} is not None and type({v}) is not {optional}:")
+            lines.append(f"        {v} = d{i}({v}, w{i})")
         else:
-            kwargs[name] = decode(value, where)
-    return cls(**kwargs)
+            lines.append(f"    {v} = d{i}({v}, w{i})")
+    lines.append(f"    return cls({', '.join(names)})")
+    exec("\n".join(lines), env)  # noqa: S102 - source built from the class's own fields
+    decode: Callable[[Any, bytes | memoryview], Any] = env["decode"]
+    return decode
+
+
+def _optional_of(tp: Any) -> str | None:
+    """``"int"`` for ``int | None`` (and likewise for the other exact types), else None."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if len(args) != 1 or len(args) == len(typing.get_args(tp)):
+        return None
+    return _EXACT.get(args[0])
+
+
+def _wrong_shape(cls: type, n: int, body: Any) -> DecodeError:
+    return DecodeError(
+        f"{cls.__name__}: expected {n} fields, got "
+        f"{len(body) if isinstance(body, list) else type(body).__name__}"
+    )
