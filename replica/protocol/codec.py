@@ -25,13 +25,10 @@ class DecodeError(ValueError):
 _FIELDS: dict[type, tuple[tuple[str, Any], ...]] = {}
 
 # A field's decoder: (wire value, where) -> value, raising DecodeError. Built once per
-# message class from its type hints (interpreting the hints for every value of every
-# message cost more than the rest of a replica's handling of a fetch).
+# message class from its type hints, into the class's generated decoder (interpreting
+# the hints for every value of every message cost more than the rest of a replica's
+# handling of a fetch).
 _Decoder = Callable[[Any, str], Any]
-_DECODERS: dict[type, tuple[tuple[str, str, _Decoder], ...]] = {}
-# Per class: (field name, whether its value needs _to_wire: only a type that can hold a
-# dataclass does; scalars and lists of scalars go to msgpack as they are).
-_ENCODERS: dict[type, tuple[tuple[str, bool], ...]] = {}
 
 
 def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
@@ -54,11 +51,9 @@ def _may_hold_dataclass(tp: Any) -> bool:
 
 
 def _encoders(cls: type) -> tuple[tuple[str, bool], ...]:
-    found = _ENCODERS.get(cls)
-    if found is None:
-        found = tuple((name, _may_hold_dataclass(tp)) for name, tp in _fields(cls))
-        _ENCODERS[cls] = found
-    return found
+    """Per field: (name, whether its value needs _to_wire: only a type that can hold a
+    dataclass does; scalars and lists of scalars go to msgpack as they are)."""
+    return tuple((name, _may_hold_dataclass(tp)) for name, tp in _fields(cls))
 
 
 def _to_wire(value: Any) -> Any:
@@ -199,11 +194,7 @@ def _decoder(tp: Any) -> _Decoder:
 
 
 def _decoders(cls: type) -> tuple[tuple[str, str, _Decoder], ...]:
-    found = _DECODERS.get(cls)
-    if found is None:
-        found = tuple((name, f"{cls.__name__}.{name}", _decoder(tp)) for name, tp in _fields(cls))
-        _DECODERS[cls] = found
-    return found
+    return tuple((name, f"{cls.__name__}.{name}", _decoder(tp)) for name, tp in _fields(cls))
 
 
 def decode_body(cls: type[T], body: Any, payload: bytes | memoryview = b"") -> T:

@@ -483,9 +483,9 @@ def _read_payload(
             if full:
                 batch.validate(full=True)
             batches.append(batch)
+    except CorruptRecordError:
+        raise
     except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
-        if isinstance(exc, CorruptRecordError):
-            raise
         raise CorruptRecordError(f"{where} has an unreadable Arrow payload: {exc}") from exc
     rows = sum(b.num_rows for b in batches)
     if rows != header.record_count:
