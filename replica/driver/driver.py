@@ -416,15 +416,14 @@ class Driver:
     def peer_unreachable(self, peer: int, now: int) -> Ready:
         """The transport found ``peer``'s node refusing connections (its process is
         gone): followers of that leader stand without waiting for their fetch timeout,
-        ranked by the assignment's order without ``peer`` (the first stands first), so
-        the survivors rarely split a vote and take over the dead node's leaderships
-        evenly, as assignments spread them."""
+        ranked by the assignment's order without ``peer`` (the first stands first, and
+        the others defer to it), so the survivors do not split a vote and take over the
+        dead node's leaderships evenly, as assignments spread them."""
         ready = Ready()
         for p in self:
             if not p.closed and p.core.leader_id == peer:
-                survivors = [v for v in p.assignment if v != peer]
-                rank = survivors.index(self.node_id) if self.node_id in survivors else 0
-                p.run(p.core.on_peer_unreachable(peer, now, rank), now, ready)
+                survivors = tuple(v for v in p.assignment if v != peer)
+                p.run(p.core.on_peer_unreachable(peer, now, survivors), now, ready)
                 self._schedule(p)
         return ready
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -356,24 +356,31 @@ class RaftReplica:
         self._repair(offset, now_ms, out)
         return out
 
-    def on_peer_unreachable(self, peer: int, now_ms: int, rank: int = 0) -> Output:
+    def on_peer_unreachable(
+        self, peer: int, now_ms: int, order: Sequence[int] = ()
+    ) -> Output:
         """The driver learnt that ``peer``'s node refuses connections: its process is gone
         (a slow or cut-off node times out instead). A follower of that leader stops
         shielding it from others' pre-votes and stands (pre-vote first) instead of after
         its fetch timeout: after a short random delay, plus half an election timeout per
-        ``rank`` (the driver's order of the followers), so that two followers rarely
-        split the vote even when both are slow. A hint only: a vote and the HWM need what
-        they always need, voters that still hear from the leader refuse the pre-vote (a
-        live leader keeps its epoch), and the leader's next answer clears it."""
+        rank in ``order`` (the surviving voters as the driver ranks them, the same on
+        every node). Until it stands it refuses the pre-vote of a voter ranked behind it
+        whose log is no longer than its own (``_stands_ahead_of``): two survivors never
+        split the vote, even when a loaded node's stand comes late. A hint only: a vote
+        and the HWM need what they always need, voters that still hear from the leader
+        refuse the pre-vote (a live leader keeps its epoch), and the leader's next answer
+        clears it."""
         st = self._state
         if isinstance(st, FollowerState) and st.quiet and self._leader_id == peer:
             out = Output()
             self._resume(st, self.peer_seen.get(peer), now_ms, out)
-            out.merge(self.on_peer_unreachable(peer, now_ms, rank))
+            out.merge(self.on_peer_unreachable(peer, now_ms, order))
             return out
         if isinstance(st, FollowerState) and self._leader_id == peer and not st.leader_unreachable:
             logger.info("replica %s: leader %s refuses connections", self.node_id, peer)
             st.leader_unreachable = True
+            st.stand_order = tuple(order)
+            rank = st.stand_order.index(self.node_id) if self.node_id in st.stand_order else 0
             timeout = self.config.election_timeout_ms
             delay = rank * (timeout // 2) + self._rng.randrange(timeout // 4 + 1)
             st.fetch_timeout_at = min(st.fetch_timeout_at, now_ms + delay)
@@ -658,7 +665,12 @@ class RaftReplica:
         self._send_fetch(self._state, now_ms, out)
 
     def _become_prospective(
-        self, now_ms: int, out: Output, retries: int, last_contact_ms: int | None = None
+        self,
+        now_ms: int,
+        out: Output,
+        retries: int,
+        last_contact_ms: int | None = None,
+        stand_order: tuple[int, ...] = (),
     ) -> None:
         """Pre-vote (KIP-996): ask whether we could win, without bumping the epoch."""
         self._role = Role.PROSPECTIVE
@@ -667,6 +679,7 @@ class RaftReplica:
             retries,
             granted={self.node_id},
             last_contact_ms=last_contact_ms,
+            stand_order=stand_order,
         )
         self._state = st
         if len(st.granted) >= self.majority:
@@ -874,7 +887,13 @@ class RaftReplica:
                 self.config.fetch_timeout_ms,
             )
             if self._can_elect():
-                self._become_prospective(now_ms, out, retries=0, last_contact_ms=st.last_contact_ms)
+                self._become_prospective(
+                    now_ms,
+                    out,
+                    retries=0,
+                    last_contact_ms=st.last_contact_ms,
+                    stand_order=st.stand_order if st.leader_unreachable else (),
+                )
             elif not self.is_voter:
                 # An observer looks for the leader again; its leader field is advisory.
                 self._set_election(self._epoch, None, self._voted_id, out)
@@ -1124,6 +1143,22 @@ class RaftReplica:
     def _log_at_least_ours(self, last_epoch: int, end_offset: int) -> bool:
         return (last_epoch, end_offset) >= (self.log.last_epoch(), self.log.end_offset)
 
+    def _stands_ahead_of(self, req: VoteRequest) -> bool:
+        """This replica, about to stand for a leader whose node refuses connections, is
+        ranked ahead of the pre-voting ``req.src`` in the survivors' order and can win
+        itself (it may stand, and its log is at least the requester's, so the requester
+        will grant its pre-vote): the requester waits, instead of splitting the vote."""
+        st = self._state
+        order = st.stand_order if isinstance(st, FollowerState | ProspectiveState) else ()
+        return (
+            self.node_id in order
+            and req.src in order
+            and order.index(self.node_id) < order.index(req.src)
+            and self._can_elect()
+            and (self.log.last_epoch(), self.log.end_offset)
+            >= (req.last_offset_epoch, req.last_offset)
+        )
+
     def _heard_from_leader(self, now_ms: int) -> bool:
         if self._role is Role.LEADER:
             return True
@@ -1208,8 +1243,10 @@ class RaftReplica:
                     req.last_offset_epoch, req.last_offset
                 )
             # Our leader asking means it gave up leading; anyone else must wait for it.
-            granted = granted and (
-                req.src == self._leader_id or not self._heard_from_leader(now_ms)
+            granted = (
+                granted
+                and (req.src == self._leader_id or not self._heard_from_leader(now_ms))
+                and not self._stands_ahead_of(req)
             )
             return self._vote_response(req, ErrorCode.NONE, granted)
         if req.candidate_epoch > self._epoch:

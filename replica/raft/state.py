@@ -71,6 +71,8 @@ class ProspectiveState:
     resend_at: int | None = None
     retry_at: int | None = None  # set after a failed pre-vote (no leader to go back to)
     last_contact_ms: int | None = None  # carried back to FollowerState if the vote fails
+    # The survivors' standing order, carried over from FollowerState (see there).
+    stand_order: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -95,6 +97,10 @@ class FollowerState:
     # Its node refused connections (a hint, cleared by its next answer): others'
     # pre-votes are not refused on its behalf.
     leader_unreachable: bool = False
+    # With leader_unreachable: the order in which the surviving voters stand (the
+    # driver's, the same on every node). A pre-vote from one ranked behind this replica
+    # is refused while this one can win itself (``RaftReplica._stands_ahead_of``).
+    stand_order: tuple[int, ...] = ()
     # Quiesced by the leader: no fetches, no fetch timeout; the leader's node heartbeat
     # stands for it until a WakeRequest or the driver's ``on_peer_stale``.
     quiet: bool = False

@@ -3,7 +3,7 @@ timeout; a hint that reaches only some followers never deposes a live leader."""
 
 from __future__ import annotations
 
-from quorumlog.replica.raft import Role
+from quorumlog.replica.raft import Role, VoteResponse
 
 from tests.raft.harness import CONFIG, Cluster
 
@@ -46,3 +46,55 @@ def test_the_hint_is_ignored_for_a_node_that_is_not_the_leader() -> None:
     assert c.cores[a].state_name == before
     c.advance(CONFIG.fetch_timeout_ms // 2)
     assert c.leader() == leader
+
+
+def _crash_and_stand_together(c: Cluster, leader: int, order: tuple[int, ...]) -> None:
+    """The leader's node dies; both survivors learn it, with the driver's order, and both
+    stand before either hears from the other: their pre-votes cross."""
+    c.crash(leader)
+    c.queue = [m for m in c.queue if m.src != leader]
+    c.deferred = [m for m in c.deferred if m.src != leader]
+    for node in order:
+        c.apply(node, c.cores[node].on_peer_unreachable(leader, c.now, order))
+    # Past the stand of every rank (rank * T/2 plus up to T/4), nothing delivered yet.
+    c.now += CONFIG.election_timeout_ms
+    for node in order:
+        c.apply(node, c.cores[node].tick(c.now))
+    assert all(c.cores[n].role is Role.PROSPECTIVE for n in order)
+
+
+def test_crossing_pre_votes_of_two_survivors_elect_the_first_ranked_in_one_epoch() -> None:
+    # A loaded node stands late, so a survivor ranked behind may pre-vote while the one
+    # ahead stands too. The one ahead refuses it: one election, not a split vote.
+    c = Cluster()
+    leader = c.elect()
+    epoch = c.cores[leader].epoch
+    order = tuple(n for n in c.voters if n != leader)
+    _crash_and_stand_together(c, leader, order)
+    c.pump()
+    first, second = order
+    assert c.leader() == first and c.cores[first].epoch == epoch + 1
+    refused = [
+        m
+        for src, m in c.sent
+        if src == first and isinstance(m, VoteResponse) and m.pre_vote and m.dst == second
+    ]
+    assert refused and not refused[-1].vote_granted
+    c.advance(CONFIG.fetch_timeout_ms)
+    assert c.leader() == first
+    assert all(c.cores[n].epoch == epoch + 1 for n in order)
+
+
+def test_a_survivor_ranked_first_with_a_shorter_log_does_not_hold_back_the_longer() -> None:
+    # Only the longer log can win (the shorter one's pre-vote is refused for its log), so
+    # the first-ranked survivor defers only when its own log is at least as long.
+    c = Cluster()
+    leader = c.elect()
+    epoch = c.cores[leader].epoch
+    first, second = (n for n in c.voters if n != leader)
+    c.produce([1, 2, 3])
+    c.advance(200, drop=lambda m: first in (m.src, m.dst))
+    assert c.logs[second].end_offset > c.logs[first].end_offset
+    _crash_and_stand_together(c, leader, (first, second))
+    c.advance(CONFIG.fetch_timeout_ms)
+    assert c.leader() == second and c.cores[second].epoch == epoch + 1
