@@ -10,12 +10,15 @@ from typing import Any
 from ..constants import UNKNOWN, or_unknown
 from ..driver import Driver, error_response
 from ..protocol import ApiKey, ErrorCode, Frame, decode_body
+from ..protocol.codec import positional
 from ..protocol import messages as m
 from ..storage.errors import CorruptRecordError
 from ..storage.records import iter_batches
 from .config import NodeConfig
 from .controller import MetadataController
 from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
+
+_PARTITION_INFO = positional(m.PartitionInfo)
 
 #: A producer epoch is an int16; past the last one a producer gets a new id.
 MAX_PRODUCER_EPOCH = (1 << 15) - 1
@@ -178,16 +181,19 @@ class Api:
         )
 
     def partition_info(self, topic: str, partition: int, replicas: list[int]) -> m.PartitionInfo:
-        """What this node knows of a partition; UNKNOWN where it hosts no replica of it."""
+        """What this node knows of a partition; UNKNOWN where it hosts no replica of it.
+        (Built positionally: a Metadata answer holds one per partition, thousands.)"""
         p = self.driver.get((topic, partition))
-        core = p.core if p is not None else None
-        return m.PartitionInfo(
-            error=0,
-            partition=partition,
-            leader_id=or_unknown(core.leader_id) if core else UNKNOWN,
-            leader_epoch=core.epoch if core else UNKNOWN,
-            replicas=replicas,
-            high_watermark=core.high_watermark if core else UNKNOWN,
-            log_start_offset=p.log.start_offset if p is not None else UNKNOWN,
-            is_local_leader=core is not None and core.is_leader,
+        if p is None:
+            return _PARTITION_INFO(0, partition, UNKNOWN, UNKNOWN, replicas, UNKNOWN, UNKNOWN, False)
+        core = p.core
+        return _PARTITION_INFO(
+            0,  # error
+            partition,
+            or_unknown(core.leader_id),
+            core.epoch,  # leader_epoch
+            replicas,
+            core.high_watermark,
+            p.log.start_offset,
+            core.is_leader,  # is_local_leader
         )

@@ -144,15 +144,31 @@ def _decoder(tp: Any) -> _Decoder:
             return fixed
         item = _decoder(args[0] if args else Any)
         make = list if origin is list else tuple
+        exact = args[0] if args and args[0] in _EXACT else None
 
         def items(value: Any, where: str) -> Any:
             check(value, where)
+            if exact is not None:
+                # Items of exactly the type are the values (as _compile's in-line test):
+                # only a list holding another type goes through the item decoder.
+                for v in value:
+                    if type(v) is not exact:
+                        break
+                else:
+                    return make(value)
             return make(value if item is _as_is else [item(v, where) for v in value])
 
         return items
     if dataclasses.is_dataclass(tp):
         cls = typing.cast(type, tp)
-        return lambda value, where: decode_body(cls, value)
+
+        def nested(value: Any, where: str) -> Any:
+            decode = _COMPILED.get(cls)
+            if decode is None:
+                decode = _COMPILED[cls] = _compile(cls)
+            return decode(value, b"")
+
+        return nested
     if tp is float:
 
         def real(value: Any, where: str) -> Any:
@@ -216,24 +232,19 @@ _EXACT: dict[Any, str] = {int: "int", str: "str", bool: "bool", bytes: "bytes", 
 
 def _compile(cls: type) -> Callable[[Any, bytes | memoryview], Any]:
     """A decoder of ``cls`` as one generated function: fields unpacked from the body, each
-    checked in line where a type test suffices, ``cls`` built with keywords. The same
+    checked in line where a type test suffices, ``cls`` built by ``positional``. The same
     checks and errors as the field decoders, without a call per field."""
     decoders = _decoders(cls)
     n = len(decoders)
-    env: dict[str, Any] = {
-        "cls": cls,
-        "wrong_shape": lambda body: _wrong_shape(cls, n, body),
-    }
+    env: dict[str, Any] = {"wrong_shape": lambda body: _wrong_shape(cls, n, body)}
     hints = dict(_fields(cls))
     lines = [
         "def decode(body, payload):",
         f"    if type(body) is not list or len(body) != {n}:",
         "        raise wrong_shape(body)",
     ]
-    names = []
     for i, (name, where, decoder) in enumerate(decoders):
         v = f"v{i}"
-        names.append(f"{name}={v}")
         env[f"d{i}"] = decoder
         env[f"w{i}"] = where
         lines.append(f"    {v} = body[{i}]")
@@ -250,10 +261,54 @@ def _compile(cls: type) -> Callable[[Any, bytes | memoryview], Any]:
             lines.append(f"        {v} = d{i}({v}, w{i})")
         else:
             lines.append(f"    {v} = d{i}({v}, w{i})")
-    lines.append(f"    return cls({', '.join(names)})")
+    env["build"] = positional(cls)
+    lines.append(f"    return build({', '.join(f'v{i}' for i in range(n))})")
     exec("\n".join(lines), env)  # noqa: S102 - source built from the class's own fields
     decode: Callable[[Any, bytes | memoryview], Any] = env["decode"]
     return decode
+
+
+def _slot_setters(cls: type) -> list[Callable[[Any, Any], None]] | None:
+    """The slot descriptors' setters of ``cls``'s fields in order, when building it from
+    them is what its ``__init__`` does: a slotted dataclass whose fields are all set by
+    ``__init__``, without ``__post_init__``. Otherwise None (build it with keywords)."""
+    if hasattr(cls, "__post_init__") or not all(f.init for f in dataclasses.fields(cls)):
+        return None
+    setters = []
+    for name, _ in _fields(cls):
+        slot = cls.__dict__.get(name)
+        if slot is None:  # an inherited field: its slot lives on the base that declares it
+            slot = next((b.__dict__[name] for b in cls.__mro__ if name in b.__dict__), None)
+        if type(slot) is not types.MemberDescriptorType:
+            return None
+        setters.append(slot.__set__)
+    return setters
+
+
+_POSITIONAL: dict[type, Callable[..., Any]] = {}
+
+
+def positional(cls: type[T]) -> Callable[..., T]:
+    """A builder of ``cls`` from its field values in declaration order (no keywords), for
+    messages built by the thousand (a Metadata answer's partitions): its slots set as the
+    compiled decoder sets them, or its ``__init__`` where that is not possible."""
+    found = _POSITIONAL.get(cls)
+    if found is not None:
+        return found
+    names = [name for name, _ in _fields(cls)]
+    setters = _slot_setters(cls)
+    args = ", ".join(f"v{i}" for i in range(len(names)))
+    env: dict[str, Any] = {"cls": cls, "new": object.__new__}
+    if setters is None:
+        body = f"    return cls({', '.join(f'{n}=v{i}' for i, n in enumerate(names))})"
+    else:
+        env.update({f"s{i}": setter for i, setter in enumerate(setters)})
+        sets = "".join(f"    s{i}(o, v{i})\n" for i in range(len(names)))
+        body = f"    o = new(cls)\n{sets}    return o"
+    exec(f"def build({args}):\n{body}", env)  # noqa: S102 - from the class's own fields
+    build: Callable[..., T] = env["build"]
+    _POSITIONAL[cls] = build
+    return build
 
 
 def _optional_of(tp: Any) -> str | None:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from quorumlog.replica.protocol import ErrorCode
 from quorumlog.replica.protocol import messages as m
-from quorumlog.replica.protocol.codec import DecodeError, decode_body, encode
+from quorumlog.replica.protocol.codec import DecodeError, decode_body, encode, positional
 from quorumlog.replica.protocol.framing import (
     DEFAULT_MAX_FRAME_BYTES,
     PREFIX,
@@ -227,11 +227,26 @@ def test_wrong_body_shapes_raise_decode_error(body: Any) -> None:
         (rm.EndQuorumEpochRequest, ["c", 1, 2, 1, 1, [1, "x"]]),  # bad tuple item
         (m.DescribeQuorumResponse, [0, "", 1, 1, 1, [[1, 2, 3]], []]),  # nested too short
         (rm.FetchResponse, ["c", 1, 2, 0, None, 1, 1, 0, [1, 2, 3], None, 0, 0]),
+        (m.PartitionInfo, [0, 1, 1, 1, [1, True], 0, 0, False]),  # bool in a list of int
+        (m.PartitionInfo, [0, 1, 1, 1, [1, "2"], 0, 0, False]),  # str in a list of int
     ],
 )
 def test_decode_errors(cls: type, body: Any) -> None:
     with pytest.raises(DecodeError):
         decode_body(cls, body)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("cls", ALL_TYPES, ids=lambda c: f"{c.__module__.split('.')[-1]}.{c.__name__}")
+def test_positional_builds_what_the_keywords_build(cls: type, data: st.DataObject) -> None:
+    message = data.draw(message_strategy(cls))
+    values = [getattr(message, f.name) for f in dataclasses.fields(cls)]
+    built = positional(cls)(*values)
+    assert type(built) is cls and built == message
+    for f in dataclasses.fields(cls)[:1]:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(built, f.name, values[0])  # still frozen
 
 
 def test_prefix_layout() -> None:
