@@ -10,8 +10,8 @@ from typing import Any
 from ..constants import UNKNOWN, or_unknown
 from ..driver import Driver, error_response
 from ..protocol import ApiKey, ErrorCode, Frame, decode_body
-from ..protocol.codec import positional
 from ..protocol import messages as m
+from ..protocol.codec import positional
 from ..storage.errors import CorruptRecordError
 from ..storage.records import iter_batches
 from .config import NodeConfig
@@ -185,7 +185,9 @@ class Api:
         (Built positionally: a Metadata answer holds one per partition, thousands.)"""
         p = self.driver.get((topic, partition))
         if p is None:
-            return _PARTITION_INFO(0, partition, UNKNOWN, UNKNOWN, replicas, UNKNOWN, UNKNOWN, False)
+            return _PARTITION_INFO(
+                0, partition, UNKNOWN, UNKNOWN, replicas, UNKNOWN, UNKNOWN, False
+            )
         core = p.core
         return _PARTITION_INFO(
             0,  # error

@@ -247,6 +247,13 @@ class RaftReplica:
         return self._role is Role.LEADER
 
     @property
+    def forced(self) -> bool:
+        """A leader forced by an unclean election that no majority has followed yet (it
+        keeps leading without one: check-quorum waits for it)."""
+        st = self._state
+        return isinstance(st, LeaderState) and st.forced
+
+    @property
     def epoch_start_offset(self) -> int | None:
         """The leader's first offset of its epoch (its leader-change batch)."""
         return self._state.epoch_start_offset if isinstance(self._state, LeaderState) else None
@@ -356,9 +363,7 @@ class RaftReplica:
         self._repair(offset, now_ms, out)
         return out
 
-    def on_peer_unreachable(
-        self, peer: int, now_ms: int, order: Sequence[int] = ()
-    ) -> Output:
+    def on_peer_unreachable(self, peer: int, now_ms: int, order: Sequence[int] = ()) -> Output:
         """The driver learnt that ``peer``'s node refuses connections: its process is gone
         (a slow or cut-off node times out instead). A follower of that leader stops
         shielding it from others' pre-votes and stands (pre-vote first) instead of after
@@ -372,10 +377,9 @@ class RaftReplica:
         clears it."""
         st = self._state
         if isinstance(st, FollowerState) and st.quiet and self._leader_id == peer:
-            out = Output()
-            self._resume(st, self.peer_seen.get(peer), now_ms, out)
-            out.merge(self.on_peer_unreachable(peer, now_ms, order))
-            return out
+            # No fetch: nothing listens there. The stand below (or the leader's next
+            # message, if the hint was wrong) follows.
+            self._resume(st, self.peer_seen.get(peer), now_ms, Output(), fetch=False)
         if isinstance(st, FollowerState) and self._leader_id == peer and not st.leader_unreachable:
             logger.info("replica %s: leader %s refuses connections", self.node_id, peer)
             st.leader_unreachable = True
@@ -392,15 +396,19 @@ class RaftReplica:
         for no longer holds. A follower quiesced under that leader resumes as if it had
         last heard from the leader at its last heartbeat (the fetch timeout runs from
         there); a leader stops counting that quiesced replica as following and wakes it
-        (resent while its node is heard, until it fetches)."""
+        (resent while its node is heard, until it fetches), and announces its epoch to it
+        if it never acknowledged it."""
         out = Output()
         st = self._state
         if isinstance(st, FollowerState) and st.quiet and self._leader_id == peer:
             self._resume(st, self.peer_seen.get(peer), now_ms, out)
-        elif isinstance(st, LeaderState) and (peer in st.quiet or peer in st.wake_unacked):
-            self._unquiet(st, peer, now_ms)
-            st.wake_unacked.add(peer)
-            self._send_wakes(st, now_ms, out)
+        elif isinstance(st, LeaderState):
+            if peer in st.quiet or peer in st.wake_unacked:
+                self._unquiet(st, peer, now_ms)
+                st.wake_unacked.add(peer)
+                self._send_wakes(st, now_ms, out)
+            if peer in st.begin_unacked:
+                self._send_begin_quorum_epoch(st, now_ms, out)
         return out
 
     def stand_first(self, at_ms: int) -> None:
@@ -802,9 +810,9 @@ class RaftReplica:
             )
             return [st.fetch_timeout_at, st.fetch_retry_at, st.election_at, resend]
         if isinstance(st, LeaderState):
-            # A leader whose voters are all quiesced checks its quorum only when the
-            # driver reports a peer stale (``on_peer_stale``): no timer of its own.
-            check = None if self._all_quiet(st) else st.check_quorum_at
+            # A leader with a majority quiesced checks its quorum only when the driver
+            # reports a peer's node silent (``on_peer_change``): no timer of its own.
+            check = None if self._quiet_quorum(st) else st.check_quorum_at
             return [check, st.begin_resend_at, st.wake_resend_at]
         return [st.election_at, st.end_resend_at]
 
@@ -844,7 +852,7 @@ class RaftReplica:
         elif isinstance(st, FollowerState):
             self._tick_follower(st, now_ms, out)
         elif isinstance(st, LeaderState):
-            if now_ms >= st.check_quorum_at and not self._all_quiet(st):
+            if now_ms >= st.check_quorum_at and not self._quiet_quorum(st):
                 if len(self._followed_since_check(st)) + 1 >= self.majority:
                     self._reset_check_quorum(st, now_ms)
                 elif st.forced:
@@ -950,6 +958,13 @@ class RaftReplica:
     def _all_quiet(self, st: LeaderState) -> bool:
         return len(st.quiet) >= len(st.progress) and all(v in st.quiet for v in st.progress)
 
+    def _quiet_quorum(self, st: LeaderState) -> bool:
+        """This leader and its quiesced voters are a majority. Their nodes' heartbeats
+        vouch for them (the driver's ``on_peer_change`` unquiets one whose node falls
+        silent), so check-quorum needs no timer: a partition with a voter on a dead node
+        costs nothing while the others are quiesced."""
+        return 1 + sum(1 for v in st.quiet if v in st.progress) >= self.majority
+
     def _followed_since_check(self, st: LeaderState) -> set[int]:
         """Voters that fetched in this check-quorum period, and quiesced voters whose
         node was heard from in it."""
@@ -972,10 +987,10 @@ class RaftReplica:
     def _unquiet(self, st: LeaderState, replica: int, now_ms: int) -> None:
         if replica not in st.quiet:
             return
-        was_all = self._all_quiet(st)
+        slept = self._quiet_quorum(st)
         st.quiet.discard(replica)
-        if was_all:
-            # Check-quorum slept while every voter was quiesced: a fresh period.
+        if slept and not self._quiet_quorum(st):
+            # Check-quorum slept while a majority was quiesced: a fresh period.
             st.fetched_since_check.clear()
             st.check_quorum_at = now_ms + self.config.check_quorum_timeout_ms
 
@@ -989,9 +1004,9 @@ class RaftReplica:
     def _send_wakes(self, st: LeaderState, now_ms: int, out: Output) -> None:
         """Wake each replica in ``wake_unacked`` whose node is heard (a silent one is
         woken by ``on_peer_change`` when it is heard again); resend while any is."""
-        since = now_ms - self.config.fetch_timeout_ms
-        heard = [r for r in sorted(st.wake_unacked) if self.peer_seen.get(r, now_ms) >= since]
-        st.wake_resend_at = self._announce(WakeRequest, heard, now_ms, out)
+        st.wake_resend_at = self._announce(
+            WakeRequest, self._heard(st.wake_unacked, now_ms), now_ms, out
+        )
 
     def _on_wake(self, req: WakeRequest, now_ms: int, out: Output) -> None:
         if req.cluster_id != self.cluster_id or self._announcement_error(req) != ErrorCode.NONE:
@@ -1002,14 +1017,24 @@ class RaftReplica:
         if isinstance(st, FollowerState) and st.quiet and self._leader_id == req.leader_id:
             self._resume(st, now_ms, now_ms, out)
 
-    def _resume(self, st: FollowerState, contact_ms: int | None, now_ms: int, out: Output) -> None:
-        """A quiesced follower fetches again, its leader last heard from at ``contact_ms``."""
+    def _resume(
+        self,
+        st: FollowerState,
+        contact_ms: int | None,
+        now_ms: int,
+        out: Output,
+        *,
+        fetch: bool = True,
+    ) -> None:
+        """A quiesced follower fetches again (unless not ``fetch``: its timers run again),
+        its leader last heard from at ``contact_ms``."""
         st.quiet = False
         if contact_ms is not None:
             st.last_contact_ms = max(st.last_contact_ms or contact_ms, contact_ms)
         base = st.last_contact_ms if st.last_contact_ms is not None else now_ms
         st.fetch_timeout_at = base + self.config.fetch_timeout_ms
-        self._send_fetch(st, now_ms, out)
+        if fetch:
+            self._send_fetch(st, now_ms, out)
 
     # ------------------------------------------------------------------ senders
 
@@ -1097,9 +1122,18 @@ class RaftReplica:
         self._probe_epochs_of_voters(now_ms, out)
 
     def _send_begin_quorum_epoch(self, st: LeaderState, now_ms: int, out: Output) -> None:
+        """Announce the epoch to each voter in ``begin_unacked`` whose node is heard (a
+        silent one is told by ``on_peer_change`` when it is heard again); resend while
+        any is."""
         st.begin_resend_at = self._announce(
-            BeginQuorumEpochRequest, sorted(st.begin_unacked), now_ms, out
+            BeginQuorumEpochRequest, self._heard(st.begin_unacked, now_ms), now_ms, out
         )
+
+    def _heard(self, replicas: set[int], now_ms: int) -> list[int]:
+        """Those of ``replicas`` whose node was heard within the fetch timeout (or never
+        reported on yet): the ones a message may reach."""
+        since = now_ms - self.config.fetch_timeout_ms
+        return [r for r in sorted(replicas) if self.peer_seen.get(r, now_ms) >= since]
 
     def _send_end_quorum_epoch(self, st: ResignedState, now_ms: int, out: Output) -> None:
         st.end_resend_at = self._announce(

@@ -12,6 +12,7 @@ from quorumlog.replica.driver.driver import REBALANCE_BATCH, REBALANCE_STEP_MS, 
 from quorumlog.replica.driver.ready import PartitionKey
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import (
+    BeginQuorumEpochRequest,
     EndQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
@@ -172,6 +173,47 @@ def test_a_leader_keeps_its_quorum_with_one_quiesced_follower_and_one_silent() -
     assert core.is_leader and core.epoch == epoch
 
 
+def test_a_leader_elected_while_a_voter_is_silent_keeps_no_timer_for_it() -> None:
+    """A leader elected while a voter's node is silent sends that voter nothing and keeps
+    no timer once its live follower quiesces (check-quorum rides on that follower's
+    heartbeats, BeginQuorumEpoch waits): a dead node costs its peers' partitions
+    nothing. When the node is heard again, the leader announces its epoch to it."""
+    nodes, leader = quiet_cluster()
+    nodes.down.add(leader)
+    nodes.advance(QUIET.fetch_timeout_ms + 3 * QUIET.election_timeout_ms + 1000)
+    new = next(i for i, c in cores(nodes).items() if i != leader and c.is_leader)
+    nodes.advance(3 * QUIET.fetch_max_wait_ms + 1000)
+    assert nodes.drivers[new]._next_partition_deadline() is None
+    mark = len(nodes.sent)
+    nodes.advance(10_000)
+    assert all(isinstance(msg, NodeHeartbeat) for msg in nodes.sent[mark:] if msg.src == new)
+    assert cores(nodes)[new].is_leader
+    nodes.down.discard(leader)
+    mark = len(nodes.sent)
+    nodes.advance(2 * QUIET.heartbeat_ms)
+    told = [
+        msg
+        for msg in nodes.sent[mark:]
+        if isinstance(msg, BeginQuorumEpochRequest) and msg.src == new and msg.dst == leader
+    ]
+    assert told and told[0].leader_epoch == cores(nodes)[new].epoch
+    nodes.advance(1000)
+    assert cores(nodes)[leader].leader_id == new
+
+
+def test_a_leader_with_one_voter_silent_resigns_when_the_other_falls_silent() -> None:
+    """Check-quorum sleeps while the leader and a quiesced voter are a majority; the
+    second voter's node falling silent starts it again, and the leader resigns."""
+    nodes, leader = quiet_cluster()
+    first, second = (i for i in nodes.voters if i != leader)
+    nodes.down.add(first)
+    nodes.advance(4 * QUIET.check_quorum_timeout_ms)
+    assert cores(nodes)[leader].is_leader
+    nodes.down.add(second)
+    nodes.advance(QUIET.fetch_timeout_ms + QUIET.check_quorum_timeout_ms + 500)
+    assert not cores(nodes)[leader].is_leader
+
+
 def test_leadership_returns_to_the_preferred_replica_once_it_is_caught_up() -> None:
     """auto.leader.rebalance: node 1 (every partition's first replica here) was away
     while another node led; back and caught up, it leads again within one interval."""
@@ -313,7 +355,10 @@ def test_the_survivors_of_a_dead_leader_stand_in_assignment_order_without_splitt
     assert all(c.core(3, k).is_leader and c.core(3, k).epoch == 1 for k in keys)
     c.down = {3}
     for i in (1, 2):
-        c.queue += c.drivers[i].peer_unreachable(3, c.now).send
+        sent = c.drivers[i].peer_unreachable(3, c.now).send
+        # No fetch to the dead node: its quiesced followers resume without one.
+        assert not [msg for _, msg in sent if isinstance(msg, FetchRequest) and msg.dst == 3]
+        c.queue += sent
     while c.now < 7000:
         c.tick()
     for k in keys:

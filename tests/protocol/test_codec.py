@@ -238,7 +238,9 @@ def test_decode_errors(cls: type, body: Any) -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(data=st.data())
-@pytest.mark.parametrize("cls", ALL_TYPES, ids=lambda c: f"{c.__module__.split('.')[-1]}.{c.__name__}")
+@pytest.mark.parametrize(
+    "cls", ALL_TYPES, ids=lambda c: f"{c.__module__.split('.')[-1]}.{c.__name__}"
+)
 def test_positional_builds_what_the_keywords_build(cls: type, data: st.DataObject) -> None:
     message = data.draw(message_strategy(cls))
     values = [getattr(message, f.name) for f in dataclasses.fields(cls)]

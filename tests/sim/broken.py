@@ -90,6 +90,14 @@ class IgnoresPeerChanges(RaftReplica):
         return Output()
 
 
+class ChecksQuorumNever(RaftReplica):
+    """Counts its quorum as quiesced always: check-quorum never runs, and a leader cut
+    off from its voters goes on leading."""
+
+    def _quiet_quorum(self, st: LeaderState) -> bool:
+        return True
+
+
 BROKEN = {
     "two-votes-per-epoch": TwoVotesPerEpoch,
     "hwm-counts-observers": HwmCountsObservers,
@@ -99,6 +107,7 @@ BROKEN = {
     "votes-with-unknown-floor": VotesWithUnknownFloor,
     "never-wakes": NeverWakes,
     "ignores-peer-changes": IgnoresPeerChanges,
+    "checks-quorum-never": ChecksQuorumNever,
 }
 
 

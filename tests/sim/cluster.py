@@ -31,6 +31,10 @@ Invariants, checked after every event:
   (consumers fetch through the driver, which reports damage it reads to the core);
 * ``quiet-silent-leader``: a quiesced follower resumes (fetches, and may stand) within a
   fetch timeout of its leader's node going down or out of its reach;
+* ``lone-leader``: a leader cut off from a majority of the voters (their nodes down or out
+  of its reach, either way) stops leading within two check-quorum periods, or a fetch
+  timeout and one when its voters were quiesced (check-quorum sleeps only while quiesced voters whose
+  nodes it hears make a majority);
 * ``quiet-behind``: once faults stop, a quiesced follower is woken within a request
   timeout and a heartbeat when its leader appends records it lacks;
 * ``timers-advance``: a driver's tick leaves no partition with a timer still due (a
@@ -305,6 +309,7 @@ class Simulation:
         self.paused_until = 0  # clients send nothing before this (a quiet spell)
         # Quiesced followers whose leader is out of reach / ahead of them, since when.
         self.quiet_silent: dict[int, int] = {}
+        self.lone_since: dict[int, int] = {}  # node -> since when it leads cut off
         self.quiet_behind: dict[int, int] = {}
         self.trace: deque[tuple[int, int, Any]] = deque(maxlen=trace_len)
         self.faults: list[str] = []
@@ -461,6 +466,7 @@ class Simulation:
             self.push(self.now + self.rng.randint(20, 80), IDEMPOTENT, None)
         self.check_global()
         self.check_quiet()
+        self.check_lone_leader()
 
     # ------------------------------------------------------------------ executor
 
@@ -967,6 +973,36 @@ class Simulation:
                 "majority-holds",
                 f"only {holders} voters hold committed offset {top} {rec} durably",
             )
+
+    def check_lone_leader(self) -> None:
+        cfg = self.p.config
+        cq = cfg.check_quorum_timeout_ms
+        bound = max(cfg.fetch_timeout_ms + cq, 2 * cq) + cfg.heartbeat_ms
+        bound += 2 * self.p.delay_ms[1] + 20
+        for node in self.alive_nodes():
+            core = node.core
+            reach = 0
+            # A leader forced by an unclean election keeps leading until a majority
+            # has followed it (its operator chose it): not a lone leader.
+            forced = core is not None and core.forced
+            if core is not None and core.is_leader and not forced:
+                reach = 1 + sum(
+                    1
+                    for v in self.voter_ids
+                    if v != node.id
+                    and self.nodes[v].alive
+                    and (node.id, v) not in self.blocked
+                    and (v, node.id) not in self.blocked
+                )
+            if core is None or not core.is_leader or forced or reach >= self.majority:
+                if self.lone_since.pop(node.id, None) is not None:
+                    self.stats["lone"] = self.stats.get("lone", 0) + 1
+            elif self.now - self.lone_since.setdefault(node.id, self.now) > bound:
+                raise Violation(
+                    "lone-leader",
+                    f"node {node.id} leads epoch {core.epoch} cut off from a majority of "
+                    f"the voters since t={self.lone_since[node.id]}",
+                )
 
     def check_quiet(self) -> None:
         cfg = self.p.config

@@ -10,6 +10,7 @@ from quorumlog.replica.raft import RaftReplica
 
 from .broken import (
     AcksBeforeCommit,
+    ChecksQuorumNever,
     DefersEpochRecordOnAnyLog,
     ForgetsProducers,
     HwmCountsObservers,
@@ -72,6 +73,8 @@ def test_a_seed_replays_identically() -> None:
         # leader's node gone silent must end its followers' trust.
         (NeverWakes, ("quiet-behind",)),
         (IgnoresPeerChanges, ("quiet-silent-leader",)),
+        # A leader cut off from a majority must stop leading (check-quorum).
+        (ChecksQuorumNever, ("lone-leader",)),
         # A timer that stays due after its tick would spin the node's loop.
         (KeepsDueTimer, ("timers-advance",)),
     ],
