@@ -367,11 +367,12 @@ class RaftReplica:
         """The driver learnt that ``peer``'s node refuses connections: its process is gone
         (a slow or cut-off node times out instead). A follower of that leader stops
         shielding it from others' pre-votes and stands (pre-vote first) instead of after
-        its fetch timeout: after a short random delay, plus half an election timeout per
-        rank in ``order`` (the surviving voters as the driver ranks them, the same on
-        every node). Until it stands it refuses the pre-vote of a voter ranked behind it
-        whose log is no longer than its own (``_stands_ahead_of``): two survivors never
-        split the vote, even when a loaded node's stand comes late. A hint only: a vote
+        its fetch timeout: after a short random delay, plus a fetch timeout per rank in
+        ``order`` (the surviving voters as the driver ranks them, the same on every
+        node): the first stands at once, the next only if that one has not won by then
+        (its node may be gone too). Until it stands it refuses the pre-vote of a voter
+        ranked behind it whose log is no longer than its own (``_stands_ahead_of``): two
+        survivors never split the vote, even when a loaded node's stand comes late. A hint only: a vote
         and the HWM need what they always need, voters that still hear from the leader
         refuse the pre-vote (a live leader keeps its epoch), and the leader's next answer
         clears it."""
@@ -385,8 +386,8 @@ class RaftReplica:
             st.leader_unreachable = True
             st.stand_order = tuple(order)
             rank = st.stand_order.index(self.node_id) if self.node_id in st.stand_order else 0
-            timeout = self.config.election_timeout_ms
-            delay = rank * (timeout // 2) + self._rng.randrange(timeout // 4 + 1)
+            jitter = self._rng.randrange(self.config.election_timeout_ms // 4 + 1)
+            delay = rank * self.config.fetch_timeout_ms + jitter
             st.fetch_timeout_at = min(st.fetch_timeout_at, now_ms + delay)
         return self.tick(now_ms)
 

@@ -56,8 +56,9 @@ def _crash_and_stand_together(c: Cluster, leader: int, order: tuple[int, ...]) -
     c.deferred = [m for m in c.deferred if m.src != leader]
     for node in order:
         c.apply(node, c.cores[node].on_peer_unreachable(leader, c.now, order))
-    # Past the stand of every rank (rank * T/2 plus up to T/4), nothing delivered yet.
-    c.now += CONFIG.election_timeout_ms
+    # Past the stand of every rank (a fetch timeout per rank, plus up to T/4), nothing
+    # delivered yet.
+    c.now += CONFIG.fetch_timeout_ms + CONFIG.election_timeout_ms // 4 + 1
     for node in order:
         c.apply(node, c.cores[node].tick(c.now))
     assert all(c.cores[n].role is Role.PROSPECTIVE for n in order)
