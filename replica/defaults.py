@@ -41,6 +41,11 @@ QUIESCE = True
 # hands leadership back to each partition's preferred (first) replica when that replica is
 # caught up (0 = never).
 LEADER_IMBALANCE_CHECK_INTERVAL_MS = 30_000
+# [leader.imbalance.per.broker.percentage] the rebalance starts handing a node's preferred
+# partitions back to it only when more than this share of them is led elsewhere (then
+# all of them go back): a few partitions off their preferred replica after a busy
+# election cost no election of their own.
+LEADER_IMBALANCE_PER_NODE_PCT = 10
 # The smallest [quorum.request.timeout.ms] a node uses, and the margin it keeps below
 # the fetch timeout (see quorum_request_timeout_ms).
 QUORUM_REQUEST_TIMEOUT_MIN_MS = 100

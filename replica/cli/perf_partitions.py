@@ -79,7 +79,8 @@ class View:
 
     def off_preferred(self) -> list[int]:
         """Partitions led by a node other than their preferred (first) replica: the
-        nodes' rebalance will hand them over, an election each."""
+        nodes' rebalance hands them over, an election each, once more than 10% of a
+        node's preferred partitions are (leader.imbalance.per.broker.percentage)."""
         return [p for p, (node, _) in self.leaders.items() if self.preferred.get(p, node) != node]
 
     def balanced(self, nodes: list[int], partitions: int) -> bool:
@@ -371,7 +372,8 @@ class _Bench:
         )
 
         # 2. balanced leadership: the nodes' preferred-leader rebalance (every check
-        # interval) hands each partition to its first replica; the idle window starts after.
+        # interval) hands partitions to their first replica where more than 10% of a
+        # node's are led elsewhere; the idle window starts after.
         if all_led is not None:
             balanced = _wait_balanced(
                 self.cluster, self.viewer, n, start, self.args.balance_timeout

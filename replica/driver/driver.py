@@ -93,6 +93,7 @@ class Driver:
         self._peers: Counter[int] = Counter()  # peer -> partitions shared with it
         self._heartbeat_at: int | None = None
         self._rebalance_at: int | None = None
+        self._rebalancing: set[int] = set()  # peers taking their preferred partitions back
         # Hand-overs in flight: partition -> (the epoch handed over, when).
         self._handing: dict[PartitionKey, tuple[int, int]] = {}
         self._burst_count = 0  # new partitions opened in the current burst
@@ -297,9 +298,10 @@ class Driver:
 
     def _rebalance(self, now: int, ready: Ready) -> bool:
         """Leaders of partitions whose preferred replica (the first of the assignment) is
-        another node hand over to it when it is caught up (a node back from a restart
-        takes its share of leadership again), while fewer than REBALANCE_BATCH of this
-        node's hand-overs are in flight; True if that many are (more may wait)."""
+        another node hand over to it when it is caught up and that node is imbalanced
+        (``_imbalanced``: a node back from a restart takes its share of leadership
+        again), while fewer than REBALANCE_BATCH of this node's hand-overs are in
+        flight; True if that many are (more may wait)."""
         for key, (epoch, at) in list(self._handing.items()):
             p = self.partitions.get(key)
             if (
@@ -311,8 +313,9 @@ class Driver:
                 del self._handing[key]
         if len(self._handing) >= REBALANCE_BATCH:
             return True
+        imbalanced = self._imbalanced()
         for p in self:
-            if p.closed or not p.core.is_leader or p.preferred in (None, self.node_id):
+            if p.closed or not p.core.is_leader or p.preferred not in imbalanced:
                 continue
             assert p.preferred is not None
             epoch = p.core.epoch
@@ -325,6 +328,27 @@ class Driver:
             if len(self._handing) >= REBALANCE_BATCH:
                 return True
         return False
+
+    def _imbalanced(self) -> set[int]:
+        """The peers whose preferred partitions go back to them (Kafka's per-broker
+        imbalance check, as this node sees the partitions it hosts): a peer joins once
+        more than ``rebalance_imbalance_pct`` of its preferred partitions are led by
+        another node (or none), and stays until none are."""
+        preferred: Counter[int] = Counter()
+        elsewhere: Counter[int] = Counter()
+        for p in self.partitions.values():
+            peer = p.preferred
+            if p.closed or peer is None or peer == self.node_id:
+                continue
+            preferred[peer] += 1
+            if p.core.leader_id != peer:
+                elsewhere[peer] += 1
+        pct = self.quorum.rebalance_imbalance_pct
+        for peer, n in preferred.items():
+            if elsewhere[peer] * 100 > pct * n:
+                self._rebalancing.add(peer)
+        self._rebalancing &= {peer for peer in preferred if elsewhere[peer]}
+        return self._rebalancing
 
     def next_deadline_ms(self) -> int | None:
         times = [

@@ -57,6 +57,9 @@ class QuorumConfig:
     * ``rebalance_interval_ms`` [leader.imbalance.check.interval.ms]: how often a
       driver hands leadership back to each partition's preferred replica
       (``RaftReplica.hand_over``; Kafka's ``auto.leader.rebalance.enable``); None: never.
+    * ``rebalance_imbalance_pct`` [leader.imbalance.per.broker.percentage]: a node's
+      preferred partitions go back to it once more than this share of them is led
+      elsewhere, and then all of them; below it, none.
     """
 
     election_timeout_ms: int = defaults.KRAFT_ELECTION_TIMEOUT_MS
@@ -70,6 +73,7 @@ class QuorumConfig:
     fetch_max_bytes: int = defaults.KRAFT_FETCH_MAX_BYTES
     quiesce: bool = False
     rebalance_interval_ms: int | None = None
+    rebalance_imbalance_pct: int = defaults.LEADER_IMBALANCE_PER_NODE_PCT
 
     def __post_init__(self) -> None:
         for name in (

@@ -7,7 +7,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from quorumlog.replica.driver import Driver, Limits, NodeHeartbeat
+import pytest
+from quorumlog.replica.driver import Driver, Limits, NodeHeartbeat, Ready
 from quorumlog.replica.driver.driver import REBALANCE_BATCH, REBALANCE_STEP_MS, TICK_PARTITIONS
 from quorumlog.replica.driver.ready import PartitionKey
 from quorumlog.replica.protocol import messages as m
@@ -340,6 +341,67 @@ def test_a_node_keeps_at_most_a_batch_of_hand_overs_in_flight() -> None:
 
     returning_node(keys, 12_000, count, lambda msg: isinstance(msg, EndQuorumEpochRequest))
     assert max(resigned) == REBALANCE_BATCH
+
+
+def _hand_over(c: Partitions, key: PartitionKey, src: int, dst: int) -> None:
+    d = c.drivers[src]
+    p = d.partitions[key]
+    ready = Ready()
+    p.run(p.core.hand_over(dst, c.now), c.now, ready)
+    d._schedule(p)
+    c.queue += ready.send
+
+
+@pytest.mark.parametrize(("moved", "back"), [(1, False), (2, False), (3, True)])
+def test_a_node_takes_its_partitions_back_only_past_the_imbalance_threshold(
+    moved: int, back: bool
+) -> None:
+    """leader.imbalance.per.broker.percentage: node 1 prefers 20 partitions; with 1 or 2
+    of them (5%, 10%) led by node 2 nothing moves (no election for a small imbalance);
+    with 3 (15%) all of them go back to node 1."""
+    assert REBALANCING.rebalance_imbalance_pct == 10
+    keys = [("t", i) for i in range(20)]
+    c = Partitions({k: [1, 2, 3] for k in keys})
+    while c.now < 5000:
+        c.tick()
+    assert all(c.core(1, k).is_leader for k in keys)
+    for k in keys[:moved]:
+        _hand_over(c, k, 1, 2)
+    while c.now < 5500:  # before node 2's next rebalance check (every 3 s from 0)
+        c.tick()
+    assert [k for k in keys if c.core(2, k).is_leader] == keys[:moved]
+    end = c.now + 2 * REBALANCING.rebalance_interval_ms + 1000
+    while c.now < end:
+        c.tick()
+    led_by_2 = [k for k in keys if c.core(2, k).is_leader]
+    assert led_by_2 == ([] if back else keys[:moved])
+    assert all(c.core(1, k).is_leader for k in keys if k not in led_by_2)
+
+
+def test_a_node_past_the_threshold_takes_all_its_partitions_back() -> None:
+    """Once past the threshold, every partition preferring the node goes back to it (as
+    Kafka elects every preferred leader of an imbalanced broker), not only enough to
+    get under the threshold again."""
+    keys = [("t", i) for i in range(20)]
+    c = Partitions({k: [1, 2, 3] for k in keys})
+    while c.now < 5000:
+        c.tick()
+    for k in keys[:3]:
+        _hand_over(c, k, 1, 2)
+    while c.now < 5500:
+        c.tick()
+    d2 = c.drivers[2]
+    assert d2._imbalanced() == {1}  # 15% of node 1's partitions led elsewhere
+    for k in keys[:2]:
+        _hand_over(c, k, 2, 1)
+    while c.now < 5900:  # node 2's rebalance checks at 3 s, 6 s, ...
+        c.tick()
+    assert [k for k in keys if c.core(2, k).is_leader] == keys[2:3]
+    assert d2._imbalanced() == {1}  # 5% left: still taking them back
+    while c.now < 6500:
+        c.tick()
+    assert all(c.core(1, k).is_leader for k in keys)
+    assert d2._imbalanced() == set()
 
 
 def test_the_survivors_of_a_dead_leader_stand_in_assignment_order_without_splitting() -> None:
