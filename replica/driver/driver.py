@@ -89,8 +89,7 @@ class Driver:
         self.core_factory = core_factory
         self.partitions: dict[PartitionKey, PartitionDriver] = {}
         self.incarnation = rng.getrandbits(62)
-        # A node's ticks come at least every heartbeat: a gap of two means it stalled.
-        self.liveness = PeerLiveness(quorum.fetch_timeout_ms, stall_ms=2 * quorum.heartbeat_ms)
+        self.liveness = PeerLiveness(quorum.fetch_timeout_ms)
         self._peers: Counter[int] = Counter()  # peer -> partitions shared with it
         self._heartbeat_at: int | None = None
         self._rebalance_at: int | None = None

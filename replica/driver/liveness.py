@@ -27,20 +27,12 @@ class PeerLiveness:
     """When each peer was last heard from (any frame, monotonic ms; from when a first
     partition shared with it opened), its incarnation, and which peers are stale (silent
     for ``stale_after_ms``). ``seen`` is the mapping the cores read
-    (``RaftReplica.peer_seen``).
-
-    A node must not blame its peers for its own stall: a check more than ``stall_ms``
-    after the previous one (a long step, a paused process) means the frames they sent
-    meanwhile may still wait unread in its socket buffers, so nobody is found stale
-    until ``stall_ms`` later, when those frames have been read (0: no such grace)."""
+    (``RaftReplica.peer_seen``)."""
 
     stale_after_ms: int
-    stall_ms: int = 0
     seen: dict[int, int] = field(default_factory=dict)
     incarnations: dict[int, int] = field(default_factory=dict)
     stale: set[int] = field(default_factory=set)
-    checked_at: int | None = None
-    grace_until: int = 0
 
     def heard(self, peer: int, now: int) -> bool:
         """Record a frame from ``peer``; True if it was stale (it is back)."""
@@ -58,11 +50,6 @@ class PeerLiveness:
 
     def newly_stale(self, peers: set[int], now: int) -> list[int]:
         """Peers silent for ``stale_after_ms`` that were not stale yet (now they are)."""
-        if self.stall_ms and self.checked_at is not None and now - self.checked_at > self.stall_ms:
-            self.grace_until = now + self.stall_ms
-        self.checked_at = now
-        if now < self.grace_until:
-            return []
         found = []
         for peer in sorted(peers - self.stale):
             if now - self.seen.get(peer, now) >= self.stale_after_ms:
@@ -72,4 +59,4 @@ class PeerLiveness:
 
     def next_stale_ms(self, peers: set[int]) -> int | None:
         times = [self.seen[p] for p in peers - self.stale if p in self.seen]
-        return max(min(times) + self.stale_after_ms, self.grace_until) if times else None
+        return min(times) + self.stale_after_ms if times else None

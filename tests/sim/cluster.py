@@ -225,7 +225,6 @@ class SimNode:
     last_hwm: int = 0
     checked_upto: int = 0
     skew: int = 0
-    jumped_at: int | None = None  # when its clock last jumped (a pause, to the node)
     disk_lost: bool = False
     stopping: bool = False
     # The idle partitions' logs and election states, and the logs a pending flush covers.
@@ -828,7 +827,6 @@ class Simulation:
             jump = self.rng.randint(1, 1500)
             self.fault(f"clock of node {node.id} jumps +{jump} ms")
             node.skew += jump
-            node.jumped_at = self.now
             if node.driver is not None:
                 self.execute(node, node.driver.tick(self.local(node)))
         elif r < 0.90 and self.p.disk_loss and not self.disk_lost_once and len(self.voter_ids) > 1:
@@ -1006,12 +1004,6 @@ class Simulation:
                     f"the voters since t={self.lone_since[node.id]}",
                 )
 
-    def _stall_grace(self, node: SimNode, since: int) -> int:
-        """A node whose clock jumped since ``since`` was, to itself, paused: it reads its
-        peers' frames before blaming them (PeerLiveness's stall grace), this much later."""
-        jumped = node.driver is not None and (node.jumped_at or -1) >= since
-        return node.driver.liveness.stall_ms if jumped and node.driver is not None else 0
-
     def check_quiet(self) -> None:
         cfg = self.p.config
         slack = 2 * self.p.delay_ms[1] + 20
@@ -1024,8 +1016,9 @@ class Simulation:
                 continue
             if leader.alive and (leader.id, node.id) not in self.blocked:
                 self.quiet_silent.pop(node.id, None)
-            elif self.now - self.quiet_silent.setdefault(node.id, self.now) > (
-                cfg.fetch_timeout_ms + self._stall_grace(node, self.quiet_silent[node.id]) + slack
+            elif (
+                self.now - self.quiet_silent.setdefault(node.id, self.now)
+                > cfg.fetch_timeout_ms + slack
             ):
                 raise Violation(
                     "quiet-silent-leader",
