@@ -21,6 +21,7 @@ from ..raft import (
     NotLeaderError,
     Output,
     RaftReplica,
+    Role,
 )
 from ..raft.log import ReplicaLog
 from ..storage.errors import StorageError
@@ -122,7 +123,7 @@ class PartitionDriver:
         self.waiters: list[_Waiter] = []
         self.consumers: list[_ConsumerWait] = []
         self.closed = False
-        self._role: tuple[str, int | None, int] = ("", None, -1)
+        self._role: tuple[Role | None, int | None, int] = (None, None, -1)
         self.assignment: list[int] = []  # the replicas in the assignment's order
 
     @property
@@ -205,11 +206,11 @@ class PartitionDriver:
 
     def _observe_role(self, now: int, ready: Ready) -> None:
         core = self.core
-        role = (core.state_name, core.leader_id, core.epoch)
+        role = (core.role, core.leader_id, core.epoch)
         if role == self._role:
             return
-        was_leader = self._role[0] == "leader"
-        if core.is_leader and (self._role[0], self._role[2]) != ("leader", core.epoch):
+        was_leader = self._role[0] is Role.LEADER
+        if core.is_leader and (self._role[0], self._role[2]) != (Role.LEADER, core.epoch):
             log.info("%s: leader in epoch %d", self.name, core.epoch)
         elif core.leader_id != self._role[1] and core.leader_id is not None:
             log.info("%s: follows node %d in epoch %d", self.name, core.leader_id, core.epoch)
@@ -426,13 +427,17 @@ class PartitionDriver:
 
     def next_deadline_ms(self) -> int | None:
         """When ``tick`` next has something to do (the core's timers, held waits)."""
+        core = self.core.next_deadline_ms()
+        if core is not None:
+            core = max(core, self.ticks_from_ms)
+        if not (self.parked or self.consumers or self.waiters):
+            return core  # the common case: nothing held, no list to build
         times = [p.deadline_ms for p in self.parked]
         times += [w.deadline_ms for w in self.consumers]
         times += [w.deadline_ms for w in self.waiters]
-        core = self.core.next_deadline_ms()
         if core is not None:
-            times.append(max(core, self.ticks_from_ms))
-        return min(times) if times else None
+            times.append(core)
+        return min(times)
 
     def on_corruption(self, offset: int, now: int, ready: Ready) -> None:
         self.run(self.core.on_corruption(offset, now), now, ready)
