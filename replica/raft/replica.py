@@ -372,10 +372,10 @@ class RaftReplica:
         node): the first stands at once, the next only if that one has not won by then
         (its node may be gone too). Until it stands it refuses the pre-vote of a voter
         ranked behind it whose log is no longer than its own (``_stands_ahead_of``): two
-        survivors never split the vote, even when a loaded node's stand comes late. A hint only: a vote
-        and the HWM need what they always need, voters that still hear from the leader
-        refuse the pre-vote (a live leader keeps its epoch), and the leader's next answer
-        clears it."""
+        survivors never split the vote, even when a loaded node's stand comes late. A
+        hint only: a vote and the HWM need what they always need, voters that still hear
+        from the leader refuse the pre-vote (a live leader keeps its epoch), and the
+        leader's next answer clears it."""
         st = self._state
         if isinstance(st, FollowerState) and st.quiet and self._leader_id == peer:
             # No fetch: nothing listens there. The stand below (or the leader's next
