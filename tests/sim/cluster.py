@@ -33,8 +33,8 @@ Invariants, checked after every event:
   fetch timeout of its leader's node going down or out of its reach;
 * ``lone-leader``: a leader cut off from a majority of the voters (their nodes down or out
   of its reach, either way) stops leading within two check-quorum periods, or a fetch
-  timeout and one when its voters were quiesced (check-quorum sleeps only while quiesced voters whose
-  nodes it hears make a majority);
+  timeout and one when its voters were quiesced (check-quorum sleeps only while the
+  quiesced voters whose nodes it hears make a majority);
 * ``quiet-behind``: once faults stop, a quiesced follower is woken within a request
   timeout and a heartbeat when its leader appends records it lacks;
 * ``timers-advance``: a driver's tick leaves no partition with a timer still due (a
@@ -981,11 +981,10 @@ class Simulation:
         bound += 2 * self.p.delay_ms[1] + 20
         for node in self.alive_nodes():
             core = node.core
-            reach = 0
             # A leader forced by an unclean election keeps leading until a majority
             # has followed it (its operator chose it): not a lone leader.
-            forced = core is not None and core.forced
-            if core is not None and core.is_leader and not forced:
+            lone = core is not None and core.is_leader and not core.forced
+            if lone:
                 reach = 1 + sum(
                     1
                     for v in self.voter_ids
@@ -994,9 +993,10 @@ class Simulation:
                     and (node.id, v) not in self.blocked
                     and (v, node.id) not in self.blocked
                 )
-            if core is None or not core.is_leader or forced or reach >= self.majority:
+                lone = reach < self.majority
+            if not lone:
                 if self.lone_since.pop(node.id, None) is not None:
-                    self.stats["lone"] = self.stats.get("lone", 0) + 1
+                    self.stats["lone"] = self.stats.get("lone", 0) + 1  # an episode ended
             elif self.now - self.lone_since.setdefault(node.id, self.now) > bound:
                 raise Violation(
                     "lone-leader",

@@ -42,7 +42,8 @@ def test_ci_seed_budget_has_no_violation() -> None:
     assert stats["fetched"] > 3 * CI_SEEDS
     # Stopped nodes refused connections, and the driver acted on it (early elections).
     assert stats["refused"] > CI_SEEDS
-    # Leaders were cut off from a majority and stepped down (lone-leader's cases).
+    # Leaders were cut off from a majority, then stepped down or were reached again
+    # (lone-leader's cases).
     assert stats["lone"] > CI_SEEDS // 4
     # Idempotent producers resent batches (after errors and silences) many times.
     assert stats["idempotent_retries"] > 5 * CI_SEEDS
