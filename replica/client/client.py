@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeVar
 
 from .. import defaults
@@ -646,6 +646,8 @@ class Client:
                 raise LeaderNotAvailableError(
                     f"node {pm.leader_id} does not host {topic}/{partition} yet"
                 )
+            if resp.error == ErrorCode.NOT_LEADER and self._moved(pm, resp):
+                refresh = False  # the retry goes where the answer says, without metadata
             self._check(resp)
             return resp
 
@@ -666,6 +668,18 @@ class Client:
             attempt,
             retriable,
         )
+
+    def _moved(self, pm: PartitionMetadata, resp: Any) -> bool:
+        """A NOT_LEADER answer that names the partition's leader in a later epoch than
+        ``pm`` (as Kafka's KIP-951): that leader goes in the cache, and True. A client
+        retrying on it needs no metadata, which a topic of thousands of partitions makes
+        costly for every node asked, at the very moment leadership moves."""
+        leader = getattr(resp, "leader_id", m.UNKNOWN)
+        epoch = getattr(resp, "leader_epoch", m.UNKNOWN)
+        if leader < 0 or epoch <= pm.leader_epoch or leader not in self._nodes:
+            return False
+        self._leaders[(pm.topic, pm.partition)] = replace(pm, leader_id=leader, leader_epoch=epoch)
+        return True
 
     def _fenced_call(
         self,

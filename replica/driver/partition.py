@@ -466,5 +466,5 @@ def _answer_to(out: Output, req: FetchRequest) -> FetchResponse | None:
 def _produce_error(code: ErrorCode, text: str, exc: NotLeaderError | None = None) -> Any:
     resp = error_response(m.ProduceRequest, code, text)
     if exc is not None and exc.leader_id is not None:  # where the client should go
-        resp = dataclasses.replace(resp, leader_id=exc.leader_id)
+        resp = dataclasses.replace(resp, leader_id=exc.leader_id, leader_epoch=exc.epoch)
     return resp
