@@ -188,17 +188,16 @@ class KafkaHandlers:
             if t is None:
                 entry["error_code"] = int(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
             else:
-                for p, replicas in enumerate(t.replicas):
-                    info = self.api.partition_info(name, p, replicas)
+                for info in await self.api.partition_infos(name, t.replicas):
                     known = info.leader_id >= 0
                     entry["partitions"].append(
                         {
                             "error_code": 0 if known else int(KafkaError.LEADER_NOT_AVAILABLE),
-                            "partition_index": p,
+                            "partition_index": info.partition,
                             "leader_id": info.leader_id,
                             "leader_epoch": info.leader_epoch,
-                            "replica_nodes": replicas,
-                            "isr_nodes": replicas,
+                            "replica_nodes": info.replicas,
+                            "isr_nodes": info.replicas,
                             "offline_replicas": [],
                         }
                     )
