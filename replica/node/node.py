@@ -61,6 +61,11 @@ TICK_S = 0.01
 BATCH_ALONE_BYTES = 1 << 20
 BATCH_FRAME_BYTES = 8 << 20
 BATCH_ITEM_OVERHEAD = 512
+# ... and at most this many messages: its receiver applies a frame in one go (~10 ms for
+# this many), its heartbeats and other peers' frames waiting meanwhile. Without a cap a
+# step that speaks for thousands of partitions at once (a node heard again, an
+# election wave) sent them in one frame that held the receiver for most of a second.
+BATCH_MESSAGES = 256
 
 
 # The collector's thresholds in a node process. Python's (700, 10, 10) collect the young
@@ -322,7 +327,7 @@ class Node:
                     )
                     link.send(env, payload)
                     continue
-                if size + len(payload) > self._batch_room:
+                if size + len(payload) > self._batch_room or len(batch) == BATCH_MESSAGES:
                     self._send_batch(link, batch)
                     batch, size = [], 0
                 batch.append((key, kind, body, payload))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -37,6 +38,13 @@ from .problems import BAD, DENIED, FAILED, REFUSED, ConnectionProblems, LogBudge
 from .security import AuthConfig, ForgedSender, Principal, authorize
 
 log = logging.getLogger(__name__)
+
+# A peer's raft frames are applied back to back while they are in the buffer, which keeps
+# a busy node's steps together (one journal write, one frame per peer for all of them),
+# but for at most this long before the event loop's other work gets a turn: a burst
+# from one peer (thousands of partitions' messages when a node restarts) held a node for
+# seconds, long enough for its other peers to take it for silent.
+RAFT_TURN_S = 0.05
 
 # A handler gets a frame and returns (api key, response message) or None for one-way frames.
 Handler = Callable[[Frame], Awaitable[tuple[int, Any] | None]]
@@ -211,6 +219,7 @@ class Server:
         )
         responder = asyncio.create_task(self._respond(pending, writer, peer, problems))
         frames = 0
+        raft_busy_s = 0.0  # applying raft frames since this connection last let others run
         stated_directory: str | None = None  # the directory id the peer node stated
         try:
             while True:
@@ -291,7 +300,14 @@ class Server:
                         )
                         continue
                 if frame.api_key in RAFT_KEYS:
+                    began = time.monotonic()
                     self._raft(frame, principal, peer, problems)
+                    raft_busy_s += time.monotonic() - began
+                    if raft_busy_s >= RAFT_TURN_S:
+                        # The next frames may be in the buffer already: the loop's other
+                        # work (the tick and its heartbeats, other peers) runs first.
+                        raft_busy_s = 0.0
+                        await asyncio.sleep(0)
                     continue
                 await pending.put((frame.correlation_id, asyncio.create_task(self._handler(frame))))
         except (asyncio.IncompleteReadError, ConnectionError):

@@ -1,0 +1,72 @@
+"""A peer's raft frames are applied back to back while they are in the buffer (one
+gathered step for all of them), but for at most RAFT_TURN_S before the event loop's
+other work (the tick and its heartbeats, other peers, clients) gets a turn: a burst
+from one peer must not hold a node for longer than its other peers wait before they
+take it for silent. A real Server on loopback, a real node-authenticated connection;
+applying a frame is made to take 10 ms."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from quorumlog.replica.client.connection import Connection
+from quorumlog.replica.node.security import AuthConfig, Principal
+from quorumlog.replica.node.transport import RAFT_TURN_S, Server
+from quorumlog.replica.protocol import Frame
+from quorumlog.replica.protocol.scram import make_verifier
+
+from tests.support.forge import METADATA_TOPIC
+from tests.support.messages import vote_request
+from tests.support.wire import raft_frame
+
+FRAMES = 100
+APPLY_S = 0.01
+
+
+def test_a_burst_of_raft_frames_lets_the_loop_run_every_raft_turn() -> None:
+    auth = AuthConfig()
+    auth.add(Principal("node-2", "node", (), 2), make_verifier("s"))
+    applied: list[int] = []
+
+    def one_way(frame: Frame, sender: int) -> None:
+        time.sleep(APPLY_S)  # a frame of many partitions' messages
+        applied.append(sender)
+
+    async def nothing(frame: Frame) -> None:
+        return None
+
+    async def run() -> list[float]:
+        server = Server("127.0.0.1", 0, nothing, one_way, node_auth=auth)
+        await server.start()
+        burst = raft_frame(METADATA_TOPIC, 0, vote_request(src=2, dst=1)) * FRAMES
+
+        def peer() -> None:
+            conn = Connection(
+                "127.0.0.1", server.port, client_id="node-2", timeout_s=10,
+                credentials=("node-2", "s"),
+            )  # fmt: skip
+            conn._sock.sendall(burst)  # all of it in the node's buffer at once
+            conn.close()
+
+        sender = threading.Thread(target=peer, daemon=True)
+        sender.start()
+        gaps = []
+        last = time.monotonic()
+        deadline = last + 30
+        while len(applied) < FRAMES and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)  # the loop's other work: how long it waits
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+        sender.join(10)
+        await server.close()
+        return gaps
+
+    gaps = asyncio.run(run())
+    assert applied == [2] * FRAMES
+    # Applied back to back, the burst held the loop for FRAMES * APPLY_S = 1 s at once.
+    # A turn of the loop may run the burst's next turn before the waiting timer.
+    assert max(gaps) < 4 * RAFT_TURN_S, max(gaps)
+    assert sum(gaps) >= FRAMES * APPLY_S  # they were applied while it ran
