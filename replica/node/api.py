@@ -26,7 +26,7 @@ _PARTITION_INFO = positional(m.PartitionInfo)
 # of the event loop; a dozen clients refreshing at once (as when leadership moves) would
 # otherwise hold its heartbeats back for a second, long enough for its peers to take it
 # for silent and start the elections that load it more.
-METADATA_SLICE = 2500
+METADATA_SLICE = 500
 
 #: A producer epoch is an int16; past the last one a producer gets a new id.
 MAX_PRODUCER_EPOCH = (1 << 15) - 1
