@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 # a busy node's steps together (one journal write, one frame per peer for all of them),
 # but for at most this long before the event loop's other work gets a turn: a burst
 # from one peer (thousands of partitions' messages when a node restarts) held a node for
-# seconds, long enough for its other peers to take it for silent.
+# most of a second at a time, and with other work for over a fetch timeout: its other
+# peers took it for silent.
 RAFT_TURN_S = 0.05
 
 # A handler gets a frame and returns (api key, response message) or None for one-way frames.
@@ -219,7 +220,7 @@ class Server:
         )
         responder = asyncio.create_task(self._respond(pending, writer, peer, problems))
         frames = 0
-        raft_busy_s = 0.0  # applying raft frames since this connection last let others run
+        raft_busy_s = 0.0  # time applying raft frames since this connection last yielded
         stated_directory: str | None = None  # the directory id the peer node stated
         try:
             while True:
