@@ -12,11 +12,12 @@ from pathlib import Path
 
 from quorumlog.replica.node.node import BATCH_MESSAGES, Node
 from quorumlog.replica.node.peers import PeerLink
-from quorumlog.replica.protocol import PREFIX, ApiKey, decode_body, decode_frame, frame_length
+from quorumlog.replica.protocol import ApiKey, decode_body
 from quorumlog.replica.protocol import messages as m
 
 from tests.support.config import node_config
 from tests.support.messages import vote_request
+from tests.support.wire import read_frame
 
 STEP = 5 * BATCH_MESSAGES + 7  # partitions one step speaks for
 
@@ -35,10 +36,8 @@ def test_a_step_for_thousands_of_partitions_reaches_a_peer_in_bounded_frames(
         while not link._queue.empty():
             buffers = link._queue.get_nowait()
             assert buffers is not None
-            wire = b"".join(bytes(b) for b in buffers)
-            total, meta_len = frame_length(wire[: PREFIX.size])
-            frame = decode_frame(wire[PREFIX.size :], meta_len)
-            assert frame.api_key == ApiKey.RAFT_BATCH and total + 4 == len(wire)
+            frame = read_frame(b"".join(bytes(b) for b in buffers))  # exactly one frame
+            assert frame.api_key == ApiKey.RAFT_BATCH
             batch = decode_body(m.RaftBatch, frame.body, frame.payload)
             frames.append((len(batch.partitions), list(batch.partitions)))
         return frames

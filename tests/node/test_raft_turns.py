@@ -17,9 +17,8 @@ from quorumlog.replica.node.transport import RAFT_TURN_S, Server
 from quorumlog.replica.protocol import Frame
 from quorumlog.replica.protocol.scram import make_verifier
 
-from tests.support.forge import METADATA_TOPIC
+from tests.support.forge import METADATA_TOPIC, send_raft
 from tests.support.messages import vote_request
-from tests.support.wire import raft_frame
 
 FRAMES = 100
 APPLY_S = 0.01
@@ -40,14 +39,14 @@ def test_a_burst_of_raft_frames_lets_the_loop_run_every_raft_turn() -> None:
     async def run() -> list[float]:
         server = Server("127.0.0.1", 0, nothing, one_way, node_auth=auth)
         await server.start()
-        burst = raft_frame(METADATA_TOPIC, 0, vote_request(src=2, dst=1)) * FRAMES
+        burst = [vote_request(src=2, dst=1)] * FRAMES
 
         def peer() -> None:
             conn = Connection(
                 "127.0.0.1", server.port, client_id="node-2", timeout_s=10,
                 credentials=("node-2", "s"),
             )  # fmt: skip
-            conn._sock.sendall(burst)  # all of it in the node's buffer at once
+            send_raft(conn, METADATA_TOPIC, 0, *burst)  # in the node's buffer at once
             conn.close()
 
         sender = threading.Thread(target=peer, daemon=True)
