@@ -147,6 +147,9 @@ ATTEMPT_TIMEOUT_MS = 1500
 # [retry.backoff.ms] / [retry.backoff.max.ms] the client's back-off between attempts.
 RETRY_BACKOFF_MS = 100
 RETRY_BACKOFF_MAX_MS = 1000
+# Requests of one connection a node reads ahead of its answers (and a client's
+# produce_many sends together on one connection).
+CONNECTION_MAX_IN_FLIGHT = 32
 # [linger.ms] how long the producer waits to fill a batch.
 LINGER_MS = 5
 # [batch.size] the producer's batch bound, in bytes and in records.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeVar
@@ -52,6 +52,9 @@ from .security import ClientSecurity
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+# Requests a produce_many has in flight on one connection: what a node reads ahead of its
+# answers.
+PIPELINE = defaults.CONNECTION_MAX_IN_FLIGHT
 
 _REFRESH_ERRORS = (
     NotLeaderError,
@@ -269,34 +272,104 @@ class Client:
     ) -> T:
         """One attempt on ``addr``'s connection (opened first if needed), all of it within
         ``timeout_s``. A failed connection is dropped; a silent node becomes a suspect."""
-        conn = self._conns.get(addr)
+        conn = self._connection(addr, timeout_s)
         try:
-            if conn is None or conn.closed:
-                conn = Connection(
-                    addr[0],
-                    addr[1],
-                    client_id=self.client_id,
-                    timeout_s=timeout_s,
-                    ssl_context=self._ssl_context,
-                    credentials=(
-                        self.security.credentials() if self.security is not None else None
-                    ),
-                    defer=True,
-                )
-                # Published before connecting, so metadata() can abort a hung establishment.
-                self._conns[addr] = conn
-                conn.establish(timeout_s)
-            conn.set_timeout(timeout_s)
             resp = conn.request(api, req, resp_cls)
-        except BaseException as exc:
-            if conn is not None and conn.closed and self._conns.get(addr) is conn:
-                self._conns.pop(addr, None)
-            if isinstance(exc, AttemptTimedOut):
-                self._suspects[addr] = time.monotonic() + self.attempt_timeout_ms / 1000
-                log.info("%s:%d did not answer in time; suspected until it does", *addr)
+        except Exception as exc:
+            self._settle(addr, conn, [exc])
             raise
-        self._suspects.pop(addr, None)
+        self._settle(addr, conn, [resp])
         return resp
+
+    def _pipelined(
+        self,
+        batches: dict[tuple[str, int], list[Any]],
+        api: ApiKey,
+        resp_cls: type[T],
+        timeout_s: float,
+    ) -> dict[tuple[str, int], list[T | Exception]]:
+        """Requests to several nodes, all sent before any answer is read: each node's on
+        its connection, then read in order (a node answers a connection's requests in the
+        order they came), within ``timeout_s`` of that connection's last send. An error
+        answer stands for its request alone; a lost or silent connection is closed, and
+        every request of it not answered by then gets that error (it may have been
+        applied)."""
+        out: dict[tuple[str, int], list[T | Exception]] = {}
+        sent: dict[tuple[str, int], tuple[Connection, list[int]]] = {}
+        for addr, reqs in batches.items():
+            ids: list[int] = []
+            try:
+                conn = self._connection(addr, timeout_s)
+            except Exception as exc:
+                out[addr] = [exc] * len(reqs)
+                continue
+            try:
+                for req in reqs:
+                    ids.append(conn.send(api, req))
+            except Exception as exc:
+                conn.close()  # the answers of those sent must not be read as later ones
+                out[addr] = [exc] * len(reqs)
+                self._settle(addr, conn, out[addr])
+                continue
+            except BaseException:
+                conn.close()
+                raise
+            sent[addr] = (conn, ids)
+        for addr, (conn, ids) in sent.items():
+            answers: list[T | Exception] = []
+            try:
+                for cid in ids:
+                    try:
+                        answers.append(conn.receive(cid, resp_cls))
+                    except QuorumLogError as exc:
+                        if isinstance(exc, ConnectionLost) or conn.closed:
+                            raise
+                        answers.append(exc)  # an error answer: the stream is in step
+            except Exception as exc:
+                conn.close()
+                answers.extend([exc] * (len(ids) - len(answers)))
+            except BaseException:
+                conn.close()
+                raise
+            self._settle(addr, conn, answers)
+            out[addr] = answers
+        return out
+
+    def _connection(self, addr: tuple[str, int], timeout_s: float) -> Connection:
+        """``addr``'s connection, opened first if needed (within ``timeout_s``), with
+        ``timeout_s`` per request."""
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            conn = Connection(
+                addr[0],
+                addr[1],
+                client_id=self.client_id,
+                timeout_s=timeout_s,
+                ssl_context=self._ssl_context,
+                credentials=(self.security.credentials() if self.security is not None else None),
+                defer=True,
+            )
+            # Published before connecting, so metadata() can abort a hung establishment.
+            self._conns[addr] = conn
+            try:
+                conn.establish(timeout_s)
+            except Exception as exc:
+                self._settle(addr, conn, [exc])
+                raise
+        conn.set_timeout(timeout_s)
+        return conn
+
+    def _settle(self, addr: tuple[str, int], conn: Connection, answers: list[Any]) -> None:
+        """After an exchange on ``addr``'s connection: a failed connection is dropped, a
+        node that did not answer in time is suspected until it does, and one that
+        answered is no longer suspected."""
+        if conn.closed and self._conns.get(addr) is conn:
+            self._conns.pop(addr, None)
+        if any(isinstance(a, AttemptTimedOut) for a in answers):
+            self._suspects[addr] = time.monotonic() + self.attempt_timeout_ms / 1000
+            log.info("%s:%d did not answer in time; suspected until it does", *addr)
+        elif any(not isinstance(a, BaseException) for a in answers):
+            self._suspects.pop(addr, None)
 
     def _suspected(self, addr: tuple[str, int]) -> bool:
         until = self._suspects.get(addr)
@@ -761,6 +834,85 @@ class Client:
         return ProduceResult(
             topic, partition, resp.base_offset, resp.last_offset, resp.leader_epoch
         )
+
+    def produce_many(
+        self,
+        items: Sequence[tuple[str, int, bytes]],
+        *,
+        acks: int = m.ACKS_QUORUM,
+        timeout_ms: int | None = None,
+    ) -> list[ProduceResult | Exception]:
+        """Append encoded batches to several partitions at once, ``items`` of (topic,
+        partition, records): one Produce request each, every leader's requests sent on its
+        connection (up to PIPELINE each) before any answer is read, so batches for many
+        partitions wait one round trip, not one each. An item whose first attempt fails (an error answer, a leader change, a lost connection) is
+        then sent alone by ``produce``, with its retries and errors. Returns, in the order
+        of ``items``, each one's ProduceResult or the error ``produce`` raised for it.
+        Give each partition at most one item: the requests of a pipeline are appended in
+        order, but an item that is retried alone goes after the others."""
+        t = timeout_ms if timeout_ms is not None else self.request_timeout_ms
+        deadline = time.monotonic() + t / 1000
+        results: list[ProduceResult | Exception | None] = [None] * len(items)
+        groups: dict[tuple[str, int], list[int]] = {}  # by leader
+        for i, (topic, partition, records) in enumerate(items):
+            try:
+                pm = self.partition_metadata(topic, partition, timeout_s=self._attempt_s(deadline))
+                check_batch_size(topic, partition, records, pm.max_message_bytes)
+            except RecordTooLargeError as exc:
+                results[i] = exc  # no retry makes it fit
+                continue
+            except Exception:
+                continue  # left to produce()
+            addr = self._nodes.get(pm.leader_id) if pm.leader_id >= 0 else None
+            if addr is not None and not self._suspected(addr):
+                groups.setdefault(addr, []).append(i)
+        for turn in range(0, max(map(len, groups.values()), default=0), PIPELINE):
+            part = {addr: indices[turn : turn + PIPELINE] for addr, indices in groups.items()}
+            part = {addr: indices for addr, indices in part.items() if indices}
+            attempt_s = self._attempt_s(deadline)
+            server_ms = max(1, _server_wait_ms(attempt_s))
+            batches = {
+                addr: [
+                    m.ProduceRequest(
+                        topic=items[i][0],
+                        partition=items[i][1],
+                        acks=acks,
+                        timeout_ms=server_ms,
+                        records=items[i][2],
+                    )
+                    for i in indices
+                ]
+                for addr, indices in part.items()
+            }
+            answers = self._pipelined(batches, ApiKey.PRODUCE, m.ProduceResponse, attempt_s)
+            for addr, indices in part.items():
+                for i, resp in zip(indices, answers[addr], strict=True):
+                    if not isinstance(resp, m.ProduceResponse):
+                        continue
+                    if resp.error == ErrorCode.NONE:
+                        results[i] = ProduceResult(
+                            items[i][0],
+                            items[i][1],
+                            resp.base_offset,
+                            resp.last_offset,
+                            resp.leader_epoch,
+                        )
+                    elif resp.error == ErrorCode.NOT_LEADER:
+                        cached = self._leaders.get((items[i][0], items[i][1]))
+                        if cached is not None:
+                            self._moved(cached, resp)  # its retry goes to the leader named
+        for i, (topic, partition, records) in enumerate(items):
+            if results[i] is None:
+                left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+                try:
+                    results[i] = self.produce(
+                        topic, partition, records, acks=acks, timeout_ms=left_ms
+                    )
+                except Exception as exc:
+                    results[i] = exc
+        out = [r for r in results if r is not None]
+        assert len(out) == len(items)
+        return out
 
     def fetch(
         self,

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from .. import defaults
 from ..protocol import (
     API_VERSION,
     DEFAULT_MAX_FRAME_BYTES,
@@ -53,7 +54,7 @@ Handler = Callable[[Frame], Awaitable[tuple[int, Any] | None]]
 # malformed frame, ForgedSender for a message that claims another sender.
 OneWay = Callable[[Frame, int], None]
 
-MAX_IN_FLIGHT = 32
+MAX_IN_FLIGHT = defaults.CONNECTION_MAX_IN_FLIGHT
 # A client gets this long to finish the SCRAM exchange after connecting.
 AUTH_TIMEOUT_S = 10.0
 # A connection yields to the event loop after this many frames read without waiting.

@@ -1,0 +1,115 @@
+"""Client.produce_many: batches for many partitions in one round trip. Every leader's
+requests are sent before any answer is read (one connection each, answered in order),
+each item's outcome comes back in its place, and an item whose pipelined attempt fails is
+sent again alone by ``produce``, with its retries and its errors."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from quorumlog.replica.client import Client, ProduceResult, RecordTooLargeError
+from quorumlog.replica.client.connection import Connection, ConnectionLost
+from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.storage.records import encode_batch
+
+PARTITIONS = 6
+
+
+def _values(client: Client, topic: str, partition: int) -> list[bytes]:
+    got = client.fetch(topic, partition, 0)
+    return [v.as_py() for v in got.to_arrow().column("value")]
+
+
+@pytest.mark.cluster
+def test_produce_many_pipelines_every_leader_and_settles_each_item(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic("t", PARTITIONS)
+        with Client(c.bootstrap) as client:
+            client.metadata(["t"])
+            leaders = {client.partition_metadata("t", p).leader_id for p in range(PARTITIONS)}
+            assert len(leaders) > 1, "the partitions' leaders are spread over the nodes"
+            events: list[str] = []
+            real_send, real_receive = Connection.send, Connection.receive
+
+            def send(self: Connection, api: Any, req: Any) -> int:
+                events.append("send")
+                return real_send(self, api, req)
+
+            def receive(self: Connection, cid: int, cls: Any) -> Any:
+                events.append("receive")
+                return real_receive(self, cid, cls)
+
+            monkeypatch.setattr(Connection, "send", send)
+            monkeypatch.setattr(Connection, "receive", receive)
+            items = [("t", p, encode_batch([b"a%d" % p, b"b%d" % p])) for p in range(PARTITIONS)]
+            results = client.produce_many(items)
+            # One round trip: every request (to every leader) went out before the first
+            # answer was read.
+            assert events == ["send"] * PARTITIONS + ["receive"] * PARTITIONS
+            assert [(r.topic, r.partition) for r in results if isinstance(r, ProduceResult)] == [
+                ("t", p) for p in range(PARTITIONS)
+            ]
+            assert all(r.last_offset == r.base_offset + 1 for r in results)  # type: ignore[union-attr]
+            for p in range(PARTITIONS):
+                assert _values(client, "t", p) == [b"a%d" % p, b"b%d" % p]
+
+
+@pytest.mark.cluster
+def test_produce_many_retries_a_failed_item_alone_and_reports_errors_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic("t", 3)
+        with Client(c.bootstrap) as client:
+            client.metadata(["t"])
+            # Partition 1's cached leader is a follower: its pipelined attempt is answered
+            # NOT_LEADER, and it is sent again alone, to the leader.
+            pm = client.partition_metadata("t", 1)
+            follower = next(r for r in pm.replicas if r != pm.leader_id)
+            client._leaders[("t", 1)] = replace(pm, leader_id=follower)
+            huge = encode_batch([b"x" * 2048])
+            items = [
+                ("t", 0, encode_batch([b"zero"])),
+                ("t", 1, encode_batch([b"one"])),
+                ("t", 2, huge),
+                ("t", 7, encode_batch([b"no such partition"])),
+            ]
+            monkeypatch.setattr(
+                client,
+                "_leaders",
+                {
+                    k: replace(v, max_message_bytes=1024) if k == ("t", 2) else v
+                    for k, v in client._leaders.items()
+                },
+            )
+            results = client.produce_many(items, timeout_ms=5000)
+            assert isinstance(results[0], ProduceResult) and results[0].partition == 0
+            assert isinstance(results[1], ProduceResult) and results[1].partition == 1
+            assert isinstance(results[2], RecordTooLargeError)
+            assert isinstance(results[3], Exception) and "7" in str(results[3])
+            assert _values(client, "t", 0) == [b"zero"]
+            assert _values(client, "t", 1) == [b"one"]
+            assert client.fetch("t", 2, 0).high_watermark == 0, "nothing of it was sent"
+
+            # A connection lost after the requests went out: their outcome is unknown, so
+            # each is sent again alone (a batch with producer fields would be appended
+            # once; these have none).
+            real_receive = Connection.receive
+            lost = []
+
+            def receive(self: Connection, cid: int, cls: Any) -> Any:
+                if not lost:
+                    lost.append(cid)
+                    self.close()
+                    raise ConnectionLost("cut by the test")
+                return real_receive(self, cid, cls)
+
+            monkeypatch.setattr(Connection, "receive", receive)
+            again = client.produce_many([("t", 0, encode_batch([b"again"]))], timeout_ms=5000)
+            assert lost and isinstance(again[0], ProduceResult)
+            assert _values(client, "t", 0)[-1] == b"again"
