@@ -155,8 +155,9 @@ LINGER_MS = 5
 # [batch.size] the producer's batch bound, in bytes and in records.
 BATCH_MAX_BYTES = 1 << 20
 BATCH_MAX_RECORDS = 10000
-# [max.in.flight.requests.per.connection, in spirit] the producer's sender threads: batches
-# of that many partitions in flight at once (a partition's own go one after another).
+# [max.in.flight.requests.per.connection, in spirit] the producer's sender threads, each
+# sending one node's ready batches (of up to CONNECTION_MAX_IN_FLIGHT partitions) in one
+# round trip (a partition's own go one after another).
 PRODUCER_MAX_IN_FLIGHT = 4
 # [buffer.memory] / [max.block.ms] records a producer holds before send() blocks, and for
 # how long it blocks before it raises.

@@ -275,6 +275,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--batch", type=int, default=100, help="records of 100 B per produce batch")
     ap.add_argument(
+        "--in-flight",
+        type=int,
+        default=1,
+        help="batches each producer has in flight, one per partition, sent together by "
+        "Client.produce_many (default 1: one produce at a time)",
+    )
+    ap.add_argument(
         "--produce-partitions",
         type=int,
         default=64,
@@ -285,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--json", action="store_true", help="print only the final JSON line")
     args = ap.parse_args(argv)
-    if args.partitions < 1 or args.nodes < 1:
-        ap.error("--partitions and --nodes must be at least 1")
+    if args.partitions < 1 or args.nodes < 1 or args.in_flight < 1:
+        ap.error("--partitions, --nodes and --in-flight must be at least 1")
 
     figures: dict[str, Any] = {
         "bench": "partitions",
@@ -531,6 +538,7 @@ class _Bench:
                 payload,
                 self.args.batch,
                 duration_s=self.args.produce_seconds,
+                in_flight=self.args.in_flight,
             ),
             self.args.producers,
             mode=self.args.producer_mode,
@@ -549,11 +557,13 @@ class _Bench:
             produce_mode=load.mode,
             produce_client_cpu_pct=load.client_cpu_pct,
             produce_batch=self.args.batch,
+            produce_in_flight=min(self.args.in_flight, len(parts)),
             produce_leaders_per_node=spread.leaders_per_node(nodes),
             produce_cpu_pct=cpu,
         )
         self.say(
-            f"produce: {self.args.producers} producers ({load.mode}), {self.args.batch} x "
+            f"produce: {self.args.producers} producers ({load.mode}), "
+            f"{self.figures['produce_in_flight']} batch(es) in flight each, {self.args.batch} x "
             f"{VALUE_SIZE} B batches, acks=quorum, over {len(parts)} partition(s) (leaders per "
             f"node {self.figures['produce_leaders_per_node']}): {rate:,.0f} records/s "
             f"({load.records:,} in {load.seconds:.2f}s; node CPU {_pct(cpu)}, producers' CPU "

@@ -680,6 +680,12 @@ class Client:
                 raise UnknownTopicError(f"topic {topic!r} has no partition {partition}")
         return self._leaders[key]
 
+    def cached_leader(self, topic: str, partition: int) -> int | None:
+        """The partition's leader as this client last learnt it, asking no node (None if
+        it knows none)."""
+        pm = self._leaders.get((topic, partition))
+        return pm.leader_id if pm is not None and pm.leader_id >= 0 else None
+
     def _leader_call(
         self,
         topic: str,

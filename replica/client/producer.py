@@ -5,8 +5,10 @@
 metadata)`` once it is known); ``flush`` waits for everything sent so far. Batches close
 at ``max_batch_bytes`` / ``max_batch_records`` or after ``linger_ms``, and sender threads
 (``max_in_flight``, each with its own connections) append them with acks=quorum by
-default: batches of different partitions are in flight together, a partition's go one
-after another, in order. ``send`` blocks while ``buffer_bytes`` of records wait
+default: a sender takes every ready batch of one node's partitions and sends them in one
+round trip (``Client.produce_many``), as Kafka's sender makes one request per broker, so
+batches of many partitions are in flight together; a partition's go one after another,
+in order. ``send`` blocks while ``buffer_bytes`` of records wait
 (back-pressure), at most ``max_block_ms``.
 
 Idempotence: the producer takes an id and epoch from the cluster (InitProducerId) and
@@ -39,7 +41,7 @@ from ..protocol.messages import ACKS_LEADER, ACKS_QUORUM
 from ..storage.producers import last_sequence
 from ..storage.records import Producer as ProducerFields
 from ..storage.records import encode_arrow, encode_batch
-from .client import Client, ProduceResult
+from .client import PIPELINE, Client, ProduceResult
 from .errors import InvalidProducerEpochError, RecordTooLargeError
 
 __all__ = ["Producer", "RecordMetadata"]
@@ -47,6 +49,7 @@ __all__ = ["Producer", "RecordMetadata"]
 Headers = list[tuple[str, bytes]]
 Row = tuple[bytes | None, bytes | None, int, Headers]
 OnDelivery = Callable[[BaseException | None, "RecordMetadata | None"], None]
+Encoder = Callable[[ProducerFields | None], bytes]
 _SEQUENCES = 1 << 31
 #: A sender thread with nothing to send for this long ends (a new one starts on demand).
 SENDER_IDLE_S = 1.0
@@ -252,19 +255,32 @@ class Producer:
         self._closed.append(batch)
         self._unfinished += 1
 
-    def _next_batch(self) -> _Batch | None:
-        """The first closed batch whose partition has nothing in flight (under the lock);
-        open batches past their linger close here."""
+    def _next_batches(self, client: Client) -> list[_Batch]:
+        """The closed batches whose partitions have nothing in flight, the first of each
+        partition, that ``client`` knows one leader for (up to PIPELINE, under the lock):
+        one node's, as Kafka's sender makes one request per broker, so a node that hangs
+        holds up only the sender of its own partitions. Open batches past their linger
+        close here."""
         now = time.monotonic()
         for batch in list(self._open.values()):
             if now - batch.opened >= self.linger_s:
                 self._close(batch)
-        for i, batch in enumerate(self._closed):
-            if batch.key not in self._busy:
-                del self._closed[i]
-                self._busy.add(batch.key)
-                return batch
-        return None
+        taken: list[_Batch] = []
+        kept: deque[_Batch] = deque()
+        leader: int | None = None
+        for batch in self._closed:
+            if batch.key in self._busy or len(taken) >= PIPELINE:
+                kept.append(batch)
+                continue
+            node = client.cached_leader(batch.topic, batch.partition)
+            if taken and (node is None or node != leader):
+                kept.append(batch)
+                continue
+            leader = node
+            self._busy.add(batch.key)
+            taken.append(batch)
+        self._closed = kept
+        return taken
 
     def _linger_wait(self) -> float | None:
         if not self._open:
@@ -291,48 +307,61 @@ class Producer:
         try:
             while True:
                 with self._cond:
-                    batch = self._next_batch()
+                    batches = self._next_batches(client)
                     idle_since = time.monotonic()
-                    while batch is None:
+                    while not batches:
                         linger = self._linger_wait()
                         idle = linger is None and time.monotonic() - idle_since >= SENDER_IDLE_S
                         if self._stopping or idle:
                             self._senders.remove(me)
                             return
                         self._cond.wait(SENDER_IDLE_S if linger is None else linger)
-                        batch = self._next_batch()
-                self._deliver(client, batch)
+                        batches = self._next_batches(client)
+                self._deliver(client, batches)
                 with self._cond:
-                    self._busy.discard(batch.key)
-                    self._buffered -= batch.size
-                    self._unfinished -= 1
+                    for batch in batches:
+                        self._busy.discard(batch.key)
+                        self._buffered -= batch.size
+                        self._unfinished -= 1
                     self._cond.notify_all()
         finally:
             client.close()
 
-    def _deliver(self, client: Client, batch: _Batch) -> None:
-        """Append one closed batch (split while it is too large) and settle its futures."""
-        if batch.table is not None:
-            table = batch.table
-            assert batch.table_future is not None
-            try:
-                result = self._append(
-                    client,
-                    batch.topic,
-                    batch.partition,
-                    lambda fields: encode_arrow(table, producer=fields),
-                    table.num_rows,
-                )
-            except BaseException as exc:
-                self._failed(exc)
-                batch.table_future.set_exception(exc)
-                return
-            self._succeeded(result)
-            batch.table_future.set_result(result)
-            return
-        self._deliver_rows(client, batch, 0, len(batch.rows))
+    def _deliver(self, client: Client, batches: list[_Batch]) -> None:
+        """Append closed batches of distinct partitions together (Client.produce_many) and
+        settle their futures; a batch too large is split and sent again in halves."""
+        results = self._append_many(
+            client,
+            [
+                (b.topic, b.partition, self._encoder(b), len(b.rows) or b.table.num_rows)
+                for b in batches
+            ],
+        )
+        for batch, result in zip(batches, results, strict=True):
+            if batch.table is not None:
+                assert batch.table_future is not None
+                if isinstance(result, Exception):
+                    self._failed(result)
+                    batch.table_future.set_exception(result)
+                else:
+                    self._succeeded(result)
+                    batch.table_future.set_result(result)
+            elif isinstance(result, RecordTooLargeError) and len(batch.rows) > 1:
+                half = len(batch.rows) // 2
+                self._deliver_rows(client, batch, 0, half)
+                self._deliver_rows(client, batch, half, len(batch.rows))
+            elif isinstance(result, Exception):
+                self._settle(batch, 0, len(batch.rows), result, None)
+            else:
+                self._settle(batch, 0, len(batch.rows), None, result)
 
-    def _deliver_rows(self, client: Client, batch: _Batch, start: int, end: int) -> None:
+    @staticmethod
+    def _encoder(batch: _Batch, start: int = 0, end: int | None = None) -> Encoder:
+        """``encode(producer fields or None)`` -> the record batch of ``batch`` (its rows
+        from ``start`` to ``end``, or its Arrow table as is)."""
+        table = batch.table
+        if table is not None:
+            return lambda fields: encode_arrow(table, producer=fields)
         rows = batch.rows[start:end]
         values, keys, timestamps, headers = (list(c) for c in zip(*rows, strict=True))
 
@@ -341,20 +370,19 @@ class Producer:
                 values, keys=keys, timestamps=timestamps, headers=headers, producer=fields
             )
 
-        try:
-            result = self._append(client, batch.topic, batch.partition, encode, len(rows))
-        except RecordTooLargeError as exc:
-            if len(rows) > 1:
-                half = start + len(rows) // 2
-                self._deliver_rows(client, batch, start, half)
-                self._deliver_rows(client, batch, half, end)
-                return
-            self._settle(batch, start, end, exc, None)
-            return
-        except BaseException as exc:
-            self._settle(batch, start, end, exc, None)
-            return
-        self._settle(batch, start, end, None, result)
+        return encode
+
+    def _deliver_rows(self, client: Client, batch: _Batch, start: int, end: int) -> None:
+        encode = self._encoder(batch, start, end)
+        result = self._append_many(client, [(batch.topic, batch.partition, encode, end - start)])[0]
+        if isinstance(result, RecordTooLargeError) and end - start > 1:
+            half = start + (end - start) // 2
+            self._deliver_rows(client, batch, start, half)
+            self._deliver_rows(client, batch, half, end)
+        elif isinstance(result, Exception):
+            self._settle(batch, start, end, result, None)
+        else:
+            self._settle(batch, start, end, None, result)
 
     def _settle(
         self,
@@ -391,35 +419,39 @@ class Producer:
             self._errors.append(error)
 
     # ------------------------------------------------------------------ idempotence
-    def _append(
-        self,
-        client: Client,
-        topic: str,
-        partition: int,
-        encode: Callable[[ProducerFields | None], bytes],
-        count: int,
-    ) -> ProduceResult:
-        """``encode(producer fields or None)`` -> batch bytes, appended under this
-        producer's identity and the partition's next sequence number (the partition has
-        nothing else in flight)."""
+    def _append_many(
+        self, client: Client, entries: list[tuple[str, int, Encoder, int]]
+    ) -> list[ProduceResult | Exception]:
+        """Entries of (topic, partition, ``encode``, record count), one per partition
+        (each with nothing else in flight), appended together under this producer's
+        identity and each partition's next sequence numbers; each one's ProduceResult
+        or error, in order."""
         if not self.idempotent:
-            return client.produce(topic, partition, encode(None), acks=self.acks)
+            items = [(t, p, encode(None)) for t, p, encode, _ in entries]
+            return client.produce_many(items, acks=self.acks)
         identity = self._current_identity(client)
-        key = (topic, partition)
-        known, first = self._sequences.get(key, (identity, 0))
-        if known != identity:
-            first = 0  # a new epoch: every partition's sequences start again
-        try:
-            result = client.produce(
-                topic, partition, encode(ProducerFields(*identity, first)), acks=self.acks
-            )
-        except (RecordTooLargeError, InvalidProducerEpochError):
-            raise  # nothing appended / fenced: no sequence is in doubt
-        except Exception:
-            self._renew = True  # appended or not, unknown: the next batch moves epoch
-            raise
-        self._sequences[key] = (identity, (last_sequence(first, count) + 1) % _SEQUENCES)
-        return result
+        firsts = []
+        for topic, partition, _, _ in entries:
+            known, first = self._sequences.get((topic, partition), (identity, 0))
+            firsts.append(0 if known != identity else first)  # a new epoch starts at 0
+        results = client.produce_many(
+            [
+                (t, p, encode(ProducerFields(*identity, first)))
+                for (t, p, encode, _), first in zip(entries, firsts, strict=True)
+            ],
+            acks=self.acks,
+        )
+        for (topic, partition, _, count), first, result in zip(
+            entries, firsts, results, strict=True
+        ):
+            if isinstance(result, (RecordTooLargeError, InvalidProducerEpochError)):
+                continue  # nothing appended / fenced: no sequence is in doubt
+            if isinstance(result, Exception):
+                self._renew = True  # appended or not, unknown: the next batch moves epoch
+                continue
+            next_seq = (last_sequence(first, count) + 1) % _SEQUENCES
+            self._sequences[(topic, partition)] = (identity, next_seq)
+        return results
 
     def _current_identity(self, client: Client) -> tuple[int, int]:
         with self._identity_lock:

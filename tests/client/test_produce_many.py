@@ -5,6 +5,7 @@ sent again alone by ``produce``, with its retries and its errors."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from quorumlog.replica.client import Client, ProduceResult, RecordTooLargeError
 from quorumlog.replica.client.connection import Connection, ConnectionLost
+from quorumlog.replica.client.producer import Producer
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.storage.records import encode_batch
 
@@ -113,3 +115,48 @@ def test_produce_many_retries_a_failed_item_alone_and_reports_errors_in_place(
             again = client.produce_many([("t", 0, encode_batch([b"again"]))], timeout_ms=5000)
             assert lost and isinstance(again[0], ProduceResult)
             assert _values(client, "t", 0)[-1] == b"again"
+
+
+@pytest.mark.cluster
+def test_producer_senders_send_one_nodes_ready_batches_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sender takes every ready batch its client knows one leader for and sends them in
+    one round trip (a node that hangs holds up only its own partitions' sender)."""
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic("t", PARTITIONS)
+        with Client(c.bootstrap) as client:
+            # Batches stay open until close() closes them all at once.
+            producer = Producer(client, linger_ms=60_000, max_in_flight=1)
+            producer.send("t", b"warm", partition=0)
+            producer.flush(30)  # the (one) sender's client has learnt every leader
+            runs: dict[int, list[tuple[str, int]]] = {}
+            real_send, real_receive = Connection.send, Connection.receive
+
+            def send(self: Connection, api: Any, req: Any) -> int:
+                runs.setdefault(threading.get_ident(), []).append(("send", self.port))
+                return real_send(self, api, req)
+
+            def receive(self: Connection, cid: int, cls: Any) -> Any:
+                runs.setdefault(threading.get_ident(), []).append(("receive", self.port))
+                return real_receive(self, cid, cls)
+
+            monkeypatch.setattr(Connection, "send", send)
+            monkeypatch.setattr(Connection, "receive", receive)
+            futures = [producer.send("t", b"v%d" % p, partition=p) for p in range(PARTITIONS)]
+            producer.close(30)
+            assert sorted(f.result().partition for f in futures) == list(range(PARTITIONS))
+            # The pipelined sends of each sender, in runs of consecutive sends (a round
+            # trip's requests): every partition's went out so, in fewer round trips than
+            # partitions, each round trip to one node.
+            trips = []
+            for events in runs.values():
+                trip: list[int] = []
+                for kind, port in [*events, ("receive", 0)]:
+                    if kind == "send":
+                        trip.append(port)
+                    elif trip:
+                        trips.append(trip)
+                        trip = []
+            assert sum(len(t) for t in trips) == PARTITIONS
+            assert len(trips) < PARTITIONS and all(len(set(t)) == 1 for t in trips)
