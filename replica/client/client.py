@@ -855,7 +855,10 @@ class Client:
         then sent alone by ``produce``, with its retries and errors. Returns, in the order
         of ``items``, each one's ProduceResult or the error ``produce`` raised for it.
         Give each partition at most one item: the requests of a pipeline are appended in
-        order, but an item that is retried alone goes after the others."""
+        order, but an item that is retried alone goes after the others. The call returns
+        when every item has: a node that does not answer holds it up for an attempt
+        timeout (``Producer`` sends one node's batches per call, so that a hung node holds
+        up only its own partitions)."""
         t = timeout_ms if timeout_ms is not None else self.request_timeout_ms
         deadline = time.monotonic() + t / 1000
         results: list[ProduceResult | Exception | None] = [None] * len(items)
