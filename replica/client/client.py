@@ -851,8 +851,9 @@ class Client:
         """Append encoded batches to several partitions at once, ``items`` of (topic,
         partition, records): one Produce request each, every leader's requests sent on its
         connection (up to PIPELINE each) before any answer is read, so batches for many
-        partitions wait one round trip, not one each. An item whose first attempt fails (an error answer, a leader change, a lost connection) is
-        then sent alone by ``produce``, with its retries and errors. Returns, in the order
+        partitions wait one round trip, not one each. An item whose first attempt fails
+        (an error answer, a leader change, a lost connection) is then sent alone by
+        ``produce``, with its retries and errors. Returns, in the order
         of ``items``, each one's ProduceResult or the error ``produce`` raised for it.
         Give each partition at most one item: the requests of a pipeline are appended in
         order, but an item that is retried alone goes after the others. The call returns

@@ -425,33 +425,46 @@ class Producer:
         """Entries of (topic, partition, ``encode``, record count), one per partition
         (each with nothing else in flight), appended together under this producer's
         identity and each partition's next sequence numbers; each one's ProduceResult
-        or error, in order."""
-        if not self.idempotent:
-            items = [(t, p, encode(None)) for t, p, encode, _ in entries]
-            return client.produce_many(items, acks=self.acks)
-        identity = self._current_identity(client)
-        firsts = []
-        for topic, partition, _, _ in entries:
-            known, first = self._sequences.get((topic, partition), (identity, 0))
-            firsts.append(0 if known != identity else first)  # a new epoch starts at 0
-        results = client.produce_many(
-            [
-                (t, p, encode(ProducerFields(*identity, first)))
-                for (t, p, encode, _), first in zip(entries, firsts, strict=True)
-            ],
-            acks=self.acks,
-        )
-        for (topic, partition, _, count), first, result in zip(
-            entries, firsts, results, strict=True
-        ):
-            if isinstance(result, (RecordTooLargeError, InvalidProducerEpochError)):
+        or error, in order (a batch that cannot be encoded, or a producer that gets no
+        identity, fails without being sent)."""
+        results: list[ProduceResult | Exception | None] = [None] * len(entries)
+        identity: tuple[int, int] | None = None
+        if self.idempotent:
+            try:
+                identity = self._current_identity(client)
+            except Exception as exc:
+                return [exc] * len(entries)
+        firsts: list[int] = []
+        items: list[tuple[str, int, bytes]] = []
+        sent: list[int] = []
+        for i, (topic, partition, encode, _) in enumerate(entries):
+            first = 0
+            if identity is not None:
+                known, first = self._sequences.get((topic, partition), (identity, 0))
+                first = 0 if known != identity else first  # a new epoch starts at 0
+            firsts.append(first)
+            try:
+                fields = None if identity is None else ProducerFields(*identity, first)
+                items.append((topic, partition, encode(fields)))
+            except Exception as exc:
+                results[i] = exc
+                continue
+            sent.append(i)
+        for i, result in zip(sent, client.produce_many(items, acks=self.acks), strict=True):
+            results[i] = result
+            if identity is None or isinstance(
+                result, (RecordTooLargeError, InvalidProducerEpochError)
+            ):
                 continue  # nothing appended / fenced: no sequence is in doubt
             if isinstance(result, Exception):
                 self._renew = True  # appended or not, unknown: the next batch moves epoch
                 continue
-            next_seq = (last_sequence(first, count) + 1) % _SEQUENCES
+            topic, partition, _, count = entries[i]
+            next_seq = (last_sequence(firsts[i], count) + 1) % _SEQUENCES
             self._sequences[(topic, partition)] = (identity, next_seq)
-        return results
+        out = [r for r in results if r is not None]
+        assert len(out) == len(entries)
+        return out
 
     def _current_identity(self, client: Client) -> tuple[int, int]:
         with self._identity_lock:

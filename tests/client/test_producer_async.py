@@ -113,3 +113,27 @@ def test_idle_sender_threads_end_without_close(cluster: LocalCluster) -> None:
         wait_until(lambda: not _senders(), 10, "idle senders to end")  # never closed
         producer.send("aidle", b"again", partition=0)  # senders come back on demand
         assert producer.flush(30)
+
+
+def test_a_batch_that_cannot_be_encoded_fails_alone(cluster: LocalCluster) -> None:
+    """Sent with other partitions' batches, one that cannot be encoded (a table without a
+    value column) fails its own future; the others are appended and the senders go on."""
+    import pyarrow as pa
+
+    c = cluster
+    c.create_topic("abad", 3)
+    with Client(c.bootstrap) as client:
+        producer = Producer(client, linger_ms=60_000, max_in_flight=1)
+        producer.send("abad", b"warm", partition=0)
+        producer.flush(30)
+        good = [producer.send("abad", b"ok%d" % p, partition=p) for p in (1, 2)]
+        bad = producer.send_batch("abad", 0, pa.table({"key": [b"k"]}))
+        with pytest.raises(ValueError, match="'value'"):
+            producer.flush(30)
+        with pytest.raises(ValueError, match="'value'"):
+            bad.result(0)
+        assert sorted(f.result(0).partition for f in good) == [1, 2]
+        after = producer.send("abad", b"after", partition=0)
+        producer.close(30)
+        assert after.result(0).partition == 0
+        assert [v for _, _, v in read_all(client, "abad", 0)] == [b"warm", b"after"]
