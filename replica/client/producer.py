@@ -27,6 +27,7 @@ RecordTooLargeError (its future, and ``flush``), the rest of its batch is sent.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import zlib
@@ -45,6 +46,8 @@ from .client import PIPELINE, Client, ProduceResult
 from .errors import InvalidProducerEpochError, RecordTooLargeError
 
 __all__ = ["Producer", "RecordMetadata"]
+
+log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, bytes]]
 Row = tuple[bytes | None, bytes | None, int, Headers]
@@ -408,7 +411,12 @@ class Producer:
                 batch.futures[i].set_exception(error)
             callback = batch.callbacks[i]
             if callback is not None:
-                callback(error, meta)
+                try:
+                    callback(error, meta)
+                except Exception:
+                    # The application's failure: logged, as Kafka's producer does; the
+                    # sender goes on (had it ended, its partitions would wait for ever).
+                    log.exception("on_delivery callback for %s/%d failed", *batch.key)
 
     def _succeeded(self, result: ProduceResult) -> None:
         with self._cond:

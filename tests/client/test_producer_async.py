@@ -137,3 +137,21 @@ def test_a_batch_that_cannot_be_encoded_fails_alone(cluster: LocalCluster) -> No
         producer.close(30)
         assert after.result(0).partition == 0
         assert [v for _, _, v in read_all(client, "abad", 0)] == [b"warm", b"after"]
+
+
+def test_a_failing_delivery_callback_is_logged_and_the_producer_goes_on(
+    cluster: LocalCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = cluster
+    c.create_topic("acb", 1)
+
+    def boom(err: object, meta: object) -> None:
+        raise RuntimeError("the application's callback failed")
+
+    with Client(c.bootstrap) as client, Producer(client, linger_ms=0) as producer:
+        first = producer.send("acb", b"a", partition=0, on_delivery=boom)
+        producer.flush(30)
+        second = producer.send("acb", b"b", partition=0)
+        producer.flush(30)
+    assert first.result(0).offset < second.result(0).offset
+    assert "on_delivery callback for acb/0 failed" in caplog.text
