@@ -349,14 +349,8 @@ class Producer:
                 else:
                     self._succeeded(result)
                     batch.table_future.set_result(result)
-            elif isinstance(result, RecordTooLargeError) and len(batch.rows) > 1:
-                half = len(batch.rows) // 2
-                self._deliver_rows(client, batch, 0, half)
-                self._deliver_rows(client, batch, half, len(batch.rows))
-            elif isinstance(result, Exception):
-                self._settle(batch, 0, len(batch.rows), result, None)
             else:
-                self._settle(batch, 0, len(batch.rows), None, result)
+                self._rows_done(client, batch, 0, len(batch.rows), result)
 
     @staticmethod
     def _encoder(batch: _Batch, start: int = 0, end: int | None = None) -> Encoder:
@@ -378,6 +372,18 @@ class Producer:
     def _deliver_rows(self, client: Client, batch: _Batch, start: int, end: int) -> None:
         encode = self._encoder(batch, start, end)
         result = self._append_many(client, [(batch.topic, batch.partition, encode, end - start)])[0]
+        self._rows_done(client, batch, start, end, result)
+
+    def _rows_done(
+        self,
+        client: Client,
+        batch: _Batch,
+        start: int,
+        end: int,
+        result: ProduceResult | Exception,
+    ) -> None:
+        """Rows ``start``..``end`` of ``batch`` were sent: settle their futures, or send
+        them again in halves if they were too large together."""
         if isinstance(result, RecordTooLargeError) and end - start > 1:
             half = start + (end - start) // 2
             self._deliver_rows(client, batch, start, half)
