@@ -17,12 +17,32 @@ from quorumlog.replica.client.producer import Producer
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.storage.records import encode_batch
 
+from tests.support.cluster import read_all
+
 PARTITIONS = 6
 
 
-def _values(client: Client, topic: str, partition: int) -> list[bytes]:
-    got = client.fetch(topic, partition, 0)
-    return [v.as_py() for v in got.to_arrow().column("value")]
+def _values(client: Client, topic: str, partition: int) -> list[bytes | None]:
+    return [v for _, _, v in read_all(client, topic, partition)]
+
+
+def _record_exchanges(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[tuple[str, int]]]:
+    """Every pipelined send and every answer read from now on, per thread: ("send" or
+    "receive", the node's port), in order."""
+    runs: dict[int, list[tuple[str, int]]] = {}
+    real_send, real_receive = Connection.send, Connection.receive
+
+    def send(self: Connection, api: Any, req: Any) -> int:
+        runs.setdefault(threading.get_ident(), []).append(("send", self.port))
+        return real_send(self, api, req)
+
+    def receive(self: Connection, cid: int, cls: Any) -> Any:
+        runs.setdefault(threading.get_ident(), []).append(("receive", self.port))
+        return real_receive(self, cid, cls)
+
+    monkeypatch.setattr(Connection, "send", send)
+    monkeypatch.setattr(Connection, "receive", receive)
+    return runs
 
 
 @pytest.mark.cluster
@@ -35,23 +55,12 @@ def test_produce_many_pipelines_every_leader_and_settles_each_item(
             client.metadata(["t"])
             leaders = {client.partition_metadata("t", p).leader_id for p in range(PARTITIONS)}
             assert len(leaders) > 1, "the partitions' leaders are spread over the nodes"
-            events: list[str] = []
-            real_send, real_receive = Connection.send, Connection.receive
-
-            def send(self: Connection, api: Any, req: Any) -> int:
-                events.append("send")
-                return real_send(self, api, req)
-
-            def receive(self: Connection, cid: int, cls: Any) -> Any:
-                events.append("receive")
-                return real_receive(self, cid, cls)
-
-            monkeypatch.setattr(Connection, "send", send)
-            monkeypatch.setattr(Connection, "receive", receive)
+            runs = _record_exchanges(monkeypatch)
             items = [("t", p, encode_batch([b"a%d" % p, b"b%d" % p])) for p in range(PARTITIONS)]
             results = client.produce_many(items)
             # One round trip: every request (to every leader) went out before the first
             # answer was read.
+            events = [kind for kind, _ in runs[threading.get_ident()]]
             assert events == ["send"] * PARTITIONS + ["receive"] * PARTITIONS
             assert [(r.topic, r.partition) for r in results if isinstance(r, ProduceResult)] == [
                 ("t", p) for p in range(PARTITIONS)
@@ -130,19 +139,7 @@ def test_producer_senders_send_one_nodes_ready_batches_together(
             producer = Producer(client, linger_ms=60_000, max_in_flight=1)
             producer.send("t", b"warm", partition=0)
             producer.flush(30)  # the (one) sender's client has learnt every leader
-            runs: dict[int, list[tuple[str, int]]] = {}
-            real_send, real_receive = Connection.send, Connection.receive
-
-            def send(self: Connection, api: Any, req: Any) -> int:
-                runs.setdefault(threading.get_ident(), []).append(("send", self.port))
-                return real_send(self, api, req)
-
-            def receive(self: Connection, cid: int, cls: Any) -> Any:
-                runs.setdefault(threading.get_ident(), []).append(("receive", self.port))
-                return real_receive(self, cid, cls)
-
-            monkeypatch.setattr(Connection, "send", send)
-            monkeypatch.setattr(Connection, "receive", receive)
+            runs = _record_exchanges(monkeypatch)
             futures = [producer.send("t", b"v%d" % p, partition=p) for p in range(PARTITIONS)]
             producer.close(30)
             assert sorted(f.result().partition for f in futures) == list(range(PARTITIONS))
