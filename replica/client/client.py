@@ -440,11 +440,9 @@ class Client:
 
     # ---- metadata -------------------------------------------------------------------
     def _metadata_from(
-        self, addr: tuple[str, int], topics: list[str] | None, timeout_s: float
+        self, addr: tuple[str, int], req: m.MetadataRequest, timeout_s: float
     ) -> m.MetadataResponse:
-        resp = self._request(
-            addr, ApiKey.METADATA, m.MetadataRequest(topics=topics), m.MetadataResponse, timeout_s
-        )
+        resp = self._request(addr, ApiKey.METADATA, req, m.MetadataResponse, timeout_s)
         self.cluster_id = resp.cluster_id
         for n in resp.nodes:
             self._nodes[n.node_id] = (n.host, n.port)
@@ -453,12 +451,18 @@ class Client:
         return resp
 
     def metadata(
-        self, topics: list[str] | None = None, *, timeout_s: float | None = None
+        self,
+        topics: list[str] | None = None,
+        *,
+        partitions: list[int] | None = None,
+        timeout_s: float | None = None,
     ) -> dict[str, TopicMetadata]:
         """Fresh metadata from every reachable node, merged: a partition's leader speaks for
         it (epoch, high watermark); otherwise the highest epoch any replica reports.
-        ``timeout_s``: how long to wait for the nodes (default the request timeout, at
-        most 5 s); retry loops pass their attempt's time."""
+        ``partitions``: only these partitions of the topics named (the others are left
+        out of the answer, and of the cache's refresh). ``timeout_s``: how long to wait
+        for the nodes (default the request timeout, at most 5 s); retry loops pass their
+        attempt's time."""
         if timeout_s is None:
             timeout_s = min(self.request_timeout_ms / 1000, METADATA_TIMEOUT_S)
         answers: list[m.MetadataResponse] = []
@@ -469,8 +473,9 @@ class Client:
         # so one hung node does not cost each planning step the whole timeout.
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="quorumlog-metadata")
+        req = m.MetadataRequest(topics=topics, partitions=partitions)
         futures = {
-            self._pool.submit(self._metadata_from, addr, topics, timeout_s): addr
+            self._pool.submit(self._metadata_from, addr, req, timeout_s): addr
             for addr in self._addresses()
         }
         pending = set(futures)
@@ -674,8 +679,14 @@ class Client:
         self, topic: str, partition: int, *, refresh: bool = False, timeout_s: float | None = None
     ) -> PartitionMetadata:
         key = (topic, partition)
-        if refresh or key not in self._leaders or self._leaders[key].leader_id < 0:
-            meta = self.metadata([topic], timeout_s=timeout_s)
+        cached = self._leaders.get(key)
+        if cached is None or refresh or cached.leader_id < 0:
+            # A cold cache learns the whole topic (a producer goes on to its other
+            # partitions); a refresh asks for this partition alone, so a leader change
+            # under a topic of thousands of partitions costs the nodes asked one
+            # partition's answer, not the topic's, at the moment they are busiest.
+            only = None if cached is None else [partition]
+            meta = self.metadata([topic], partitions=only, timeout_s=timeout_s)
             if partition not in meta[topic].partitions:
                 raise UnknownTopicError(f"topic {topic!r} has no partition {partition}")
         return self._leaders[key]

@@ -167,7 +167,7 @@ class Api:
                 code = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 topics.append(m.TopicInfo(error=code, name=name, partitions=[]))
                 continue
-            parts = await self.partition_infos(name, t.replicas)
+            parts = await self.partition_infos(name, t.replicas, req.partitions)
             topics.append(
                 m.TopicInfo(
                     error=0,
@@ -191,18 +191,24 @@ class Api:
         )
 
     async def partition_infos(
-        self, topic: str, assignments: Sequence[list[int]]
+        self, topic: str, assignments: Sequence[list[int]], only: list[int] | None = None
     ) -> list[m.PartitionInfo]:
         """``partition_info`` of every partition of a topic (``assignments[p]``: the
-        replicas of partition p), METADATA_SLICE at a time: between slices the event loop
-        runs heartbeats, replication and other requests."""
+        replicas of partition p), or of those in ``only`` that it has (others are left
+        out), METADATA_SLICE at a time: between slices the event loop runs heartbeats,
+        replication and other requests."""
+        wanted = (
+            range(len(assignments))
+            if only is None
+            else sorted({p for p in only if 0 <= p < len(assignments)})
+        )
         infos: list[m.PartitionInfo] = []
-        for start in range(0, len(assignments), METADATA_SLICE):
+        for start in range(0, len(wanted), METADATA_SLICE):
             if start:
                 await asyncio.sleep(0)
             infos += [
                 self.partition_info(topic, p, assignments[p])
-                for p in range(start, min(start + METADATA_SLICE, len(assignments)))
+                for p in wanted[start : start + METADATA_SLICE]
             ]
         return infos
 

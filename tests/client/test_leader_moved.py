@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from quorumlog.replica.client import Client
+from quorumlog.replica.client.connection import Connection
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.protocol import ApiKey
 from quorumlog.replica.storage.records import encode_batch
 
 
@@ -45,3 +47,41 @@ def test_a_not_leader_answer_naming_the_leader_is_followed_without_metadata(
             client._leaders[("t", 0)] = replace(pm, leader_id=follower)
             third = client.produce("t", 0, encode_batch([b"c"]))
             assert len(asked) == 1 and third.base_offset == second.last_offset + 1
+
+
+@pytest.mark.cluster
+def test_a_refresh_asks_the_nodes_for_its_partition_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold cache learns the whole topic; a refresh (here after a NOT_LEADER that names
+    no newer leader) asks every node for the one partition it routes, and the nodes
+    answer that partition alone: the cache's other partitions stay as they were."""
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic("t", 4)
+        with Client(c.bootstrap) as client:
+            answered: list[tuple[Any, Any]] = []  # (MetadataRequest, MetadataResponse)
+            real = Connection.request
+
+            def request(self: Connection, api: ApiKey, req: Any, cls: Any) -> Any:
+                resp = real(self, api, req, cls)
+                if api == ApiKey.METADATA:
+                    answered.append((req, resp))
+                return resp
+
+            monkeypatch.setattr(Connection, "request", request)
+            first = client.produce("t", 2, encode_batch([b"a"]))
+            assert answered and all(req.partitions is None for req, _ in answered)
+            assert all(len(resp.topics[0].partitions) == 4 for _, resp in answered)
+            others = {p: client.partition_metadata("t", p) for p in (0, 1, 3)}
+            pm = client.partition_metadata("t", 2)
+            follower = next(r for r in pm.replicas if r != pm.leader_id)
+            client._leaders[("t", 2)] = replace(pm, leader_id=follower)
+            answered.clear()
+            second = client.produce("t", 2, encode_batch([b"b"]))
+            assert second.base_offset == first.last_offset + 1
+            assert len(answered) == 3  # every node asked once
+            for req, resp in answered:
+                assert req.partitions == [2]
+                assert [p.partition for p in resp.topics[0].partitions] == [2]
+            assert client.partition_metadata("t", 2).leader_id == pm.leader_id
+            assert {p: client.partition_metadata("t", p) for p in (0, 1, 3)} == others

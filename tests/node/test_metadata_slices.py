@@ -49,6 +49,8 @@ def test_a_metadata_answer_lets_the_loop_run_between_slices(tmp_path: Path) -> N
         return turns, [i.partition for i in infos if i.leader_id == UNKNOWN]
 
     turns, unknown = asyncio.run(run())
+    only = asyncio.run(api.partition_infos("t", assignments, [5, 1, 5, -1, n, n + 7]))
+    assert [i.partition for i in only] == [1, 5]  # those asked for that exist, in order
     assert unknown == list(range(n))  # every partition, in order
     # The other work ran between the slices (at its first turn, and once per slice after).
     assert turns >= SLICES, turns
