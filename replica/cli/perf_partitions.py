@@ -20,7 +20,7 @@ import resource
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +51,8 @@ VALUE_SIZE = 100
 # output then says so (producers' CPU near 100 %) and --producer-mode processes applies.
 DEFAULT_PRODUCER_MODE = "threads"
 GIL_BOUND_PCT = 80.0
+# Metadata refreshes timed for each of the whole topic and one partition.
+METADATA_SAMPLES = 5
 
 
 class NodeDied(RuntimeError):
@@ -432,15 +434,29 @@ class _Bench:
             self.say("failover and produce skipped: not every partition was led")
             return
 
-        # 4. kill -9 of the node leading the most partitions.
+        # 4. what a client's metadata refresh costs, every node asked: the whole topic (a
+        # cold cache) against the one partition a routing refresh asks for.
+        self.metadata_cost()
+
+        # 5. kill -9 of the node leading the most partitions.
         if not self.args.skip_failover and self.args.nodes >= 3:
             self.failover()
         elif not self.args.skip_failover:
             self.say("failover skipped: it needs at least 3 nodes")
 
-        # 5. many producers, small batches.
+        # 6. many producers, small batches.
         if not self.args.skip_produce:
             self.produce()
+
+    def metadata_cost(self) -> None:
+        with Client(self.cluster.bootstrap) as client:
+            whole = _median_ms(lambda: client.metadata([TOPIC]), METADATA_SAMPLES)
+            one = _median_ms(lambda: client.metadata([TOPIC], partitions=[0]), METADATA_SAMPLES)
+        self.figures.update(metadata_topic_ms=whole, metadata_partition_ms=one)
+        self.say(
+            f"metadata refresh, every node asked (median of {METADATA_SAMPLES}): whole topic "
+            f"{whole} ms, one partition {one} ms"
+        )
 
     def failover(self) -> None:
         nodes = sorted(self.cluster.procs)
@@ -574,6 +590,15 @@ class _Bench:
                 f"  the producer threads used {load.client_cpu_pct:.0f}% of a core: one GIL may "
                 "bound this figure; compare --producer-mode processes",
             )
+
+
+def _median_ms(call: Callable[[], object], samples: int) -> float:
+    times = []
+    for _ in range(samples):
+        start = time.monotonic()
+        call()
+        times.append(time.monotonic() - start)
+    return round(median(times) * 1000, 2)
 
 
 def _sleep_checking(cluster: LocalCluster, seconds: float, label: str) -> None:

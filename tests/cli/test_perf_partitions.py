@@ -60,8 +60,10 @@ def test_perf_partitions_tiny(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert sum(fig["leaders_per_node_after_restart"]) == 6
     assert fig["produce_rec_per_s"] > 0 and fig["produce_mode"] == "threads"
     assert fig["produce_partitions"] == 6
+    assert 0 < fig["metadata_partition_ms"] and 0 < fig["metadata_topic_ms"]
     # One human line per phase, printed before the JSON line.
-    for phase in ("all led after", "idle ", "kill -9 of node", "restarted", "produce: "):
+    phases = ("all led after", "idle ", "metadata refresh", "kill -9 of node", "restarted")
+    for phase in (*phases, "produce: "):
         assert any(phase in line for line in human), (phase, human)
     assert time.monotonic() - start < 60
 
