@@ -523,6 +523,12 @@ class Client:
                 + "; ".join(errors)
                 + ")"
             )
+        return self._merge(answers, topics)
+
+    def _merge(
+        self, answers: list[m.MetadataResponse], topics: list[str] | None
+    ) -> dict[str, TopicMetadata]:
+        """Nodes' Metadata answers merged into the cache (see ``metadata``)."""
         best: dict[tuple[str, int], tuple[tuple[int, int, int], m.PartitionInfo, int]] = {}
         names: set[str] = set()
         for resp in answers:
@@ -680,16 +686,42 @@ class Client:
     ) -> PartitionMetadata:
         key = (topic, partition)
         cached = self._leaders.get(key)
+        if cached is None and not refresh:
+            cached = self._topic_from_one_node(topic, partition, timeout_s)
         if cached is None or refresh or cached.leader_id < 0:
             # A cold cache learns the whole topic (a producer goes on to its other
-            # partitions); a refresh asks for this partition alone, so a leader change
-            # under a topic of thousands of partitions costs the nodes asked one
-            # partition's answer, not the topic's, at the moment they are busiest.
+            # partitions), from one node if it can; a refresh asks every node for this
+            # partition alone, so a leader change under a topic of thousands of partitions
+            # costs the nodes asked one partition's answer, not the topic's, at the moment
+            # they are busiest.
             only = None if cached is None else [partition]
             meta = self.metadata([topic], partitions=only, timeout_s=timeout_s)
             if partition not in meta[topic].partitions:
                 raise UnknownTopicError(f"topic {topic!r} has no partition {partition}")
         return self._leaders[key]
+
+    def _topic_from_one_node(
+        self, topic: str, partition: int, timeout_s: float | None
+    ) -> PartitionMetadata | None:
+        """A cold cache filled with a topic's metadata from one node, picked at random
+        among those not suspected (as Kafka's clients ask one broker): a topic of
+        thousands of partitions costs each node asked a fifth of a second, and every
+        client starting at once (the senders of producers) would ask every node. The
+        partition's entry, or None when that node failed or did not know it (the caller
+        then asks every node)."""
+        addrs = self._addresses()
+        healthy = [a for a in addrs if not self._suspected(a)] or addrs
+        if timeout_s is None:
+            timeout_s = min(self.request_timeout_ms / 1000, METADATA_TIMEOUT_S)
+        req = m.MetadataRequest(topics=[topic])
+        try:
+            answer = self._metadata_from(random.choice(healthy), req, timeout_s)
+        except (ConnectionLost, QuorumLogError, OSError) as exc:
+            log.debug("metadata of %s from one node failed: %s", topic, exc)
+            return None
+        if any(t.name == topic and t.error == ErrorCode.NONE for t in answer.topics):
+            self._merge([answer], [topic])
+        return self._leaders.get((topic, partition))
 
     def cached_leader(self, topic: str, partition: int) -> int | None:
         """The partition's leader as this client last learnt it, asking no node (None if

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from quorumlog.replica.client import Client
+from quorumlog.replica.client import client as client_module
 from quorumlog.replica.client.connection import Connection
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.protocol import ApiKey
@@ -53,9 +54,10 @@ def test_a_not_leader_answer_naming_the_leader_is_followed_without_metadata(
 def test_a_refresh_asks_the_nodes_for_its_partition_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A cold cache learns the whole topic; a refresh (here after a NOT_LEADER that names
-    no newer leader) asks every node for the one partition it routes, and the nodes
-    answer that partition alone: the cache's other partitions stay as they were."""
+    """A cold cache learns the whole topic from one node; a refresh (here after a
+    NOT_LEADER that names no newer leader) asks every node for the one partition it
+    routes, and the nodes answer that partition alone: the cache's other partitions stay
+    as they were."""
     with LocalCluster(3, tmp_path) as c:
         c.create_topic("t", 4)
         with Client(c.bootstrap) as client:
@@ -70,8 +72,9 @@ def test_a_refresh_asks_the_nodes_for_its_partition_alone(
 
             monkeypatch.setattr(Connection, "request", request)
             first = client.produce("t", 2, encode_batch([b"a"]))
-            assert answered and all(req.partitions is None for req, _ in answered)
-            assert all(len(resp.topics[0].partitions) == 4 for _, resp in answered)
+            assert len(answered) == 1  # the cold cache asked one node, for the whole topic
+            assert answered[0][0].partitions is None
+            assert len(answered[0][1].topics[0].partitions) == 4
             others = {p: client.partition_metadata("t", p) for p in (0, 1, 3)}
             pm = client.partition_metadata("t", 2)
             follower = next(r for r in pm.replicas if r != pm.leader_id)
@@ -85,3 +88,35 @@ def test_a_refresh_asks_the_nodes_for_its_partition_alone(
                 assert [p.partition for p in resp.topics[0].partitions] == [2]
             assert client.partition_metadata("t", 2).leader_id == pm.leader_id
             assert {p: client.partition_metadata("t", p) for p in (0, 1, 3)} == others
+
+
+@pytest.mark.cluster
+def test_a_cold_cache_whose_one_node_fails_asks_every_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one node a cold cache picks is down: the client asks every node instead, and
+    the produce goes through."""
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic("t", 2)
+        c.kill(3)
+        dead = (c.host, c.ports[3])
+        answered: list[tuple[int, Any]] = []  # (port, partitions asked) of Metadata answered
+        real = Connection.request
+
+        def request(self: Connection, api: ApiKey, req: Any, cls: Any) -> Any:
+            resp = real(self, api, req, cls)
+            if api == ApiKey.METADATA:
+                answered.append((self.port, req.partitions))
+            return resp
+
+        monkeypatch.setattr(Connection, "request", request)
+        monkeypatch.setattr(
+            client_module.random, "choice", lambda seq: dead if dead in seq else seq[0]
+        )
+        with Client(c.bootstrap) as client:
+            result = client.produce("t", 0, encode_batch([b"a"]))
+            assert result.last_offset == result.base_offset >= 0  # one record, appended
+            # The whole topic came from every live node, once each (later refreshes, while
+            # node 3's partitions find new leaders, ask for one partition).
+            whole = sorted(port for port, partitions in answered if partitions is None)
+            assert whole == sorted(c.ports[n] for n in (1, 2))
