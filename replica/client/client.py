@@ -11,7 +11,8 @@ timeout at most), metadata is refreshed from the nodes that answer, and the retr
 the partition's current leader. Retries back off with one formula (``backoff_s``).
 
 Leader routing uses a metadata cache refreshed on NOT_LEADER / FENCED / UNKNOWN epoch,
-on connection loss and on a timed-out attempt. When a caller passes its own
+on connection loss and on a timed-out attempt: a cold cache learns a topic from one node,
+a refresh asks every node for the one partition it routes. When a caller passes its own
 ``current_leader_epoch``, fencing errors are raised to it instead of retried: the caller
 (a KIP-320 consumer) must re-validate its position before reading on.
 """
@@ -565,6 +566,12 @@ class Client:
                 raise UnknownTopicError(f"unknown topic(s): {', '.join(missing)}")
         return out
 
+    def refresh_nodes(self, *, timeout_s: float | None = None) -> None:
+        """Learn the nodes and the metadata controller from every reachable node, with a
+        Metadata request for no partition: one that names none describes every partition
+        of every topic, a fifth of a second of each node's loop per 10,000 partitions."""
+        self.metadata(partitions=[], timeout_s=timeout_s)
+
     def list_topics(self) -> list[str]:
         return self._admin(ApiKey.LIST_TOPICS, m.ListTopicsRequest(), m.ListTopicsResponse).topics
 
@@ -586,7 +593,7 @@ class Client:
                 attempts.append(time.monotonic())
             if controller and self._controller_id < 0:
                 try:
-                    self.metadata(timeout_s=self._attempt_s(deadline))
+                    self.refresh_nodes(timeout_s=self._attempt_s(deadline))
                 except BootstrapUnreachableError:
                     pass  # the nodes below are tried anyway; a clear error if none answers
             targets = self._addresses()
@@ -1078,7 +1085,7 @@ class Client:
         if not confirm:
             raise ValueError("force_leader may lose committed records: pass confirm=True")
         if not self._nodes:
-            self.metadata()
+            self.refresh_nodes()
         if node_id not in self._nodes:
             raise ValueError(f"unknown node id {node_id}; known: {sorted(self._nodes)}")
         resp = self._request(

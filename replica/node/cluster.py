@@ -260,7 +260,7 @@ class LocalCluster:
                 with Client(
                     self.bootstrap, request_timeout_ms=2000, security=self.client_security()
                 ) as c:
-                    c.metadata()
+                    c.refresh_nodes()
                     if c._controller_id >= 0 and len(c._nodes) == self.n:
                         alive = 0
                         for nid in self.procs:
