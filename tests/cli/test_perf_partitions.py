@@ -12,6 +12,7 @@ import pytest
 from quorumlog.replica.cli import perf_partitions
 from quorumlog.replica.cli.main import PERF
 from quorumlog.replica.cli.perfutil import Progress, cpu_seconds
+from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.protocol import messages as m
 
 KEYS = {
@@ -131,6 +132,21 @@ def _answer(node: int, parts: list[tuple[int, int, bool]], topic: str = "t") -> 
         nodes=[],
         topics=[m.TopicInfo(error=0, name=topic, partitions=infos)],
     )
+
+
+@pytest.mark.cluster
+def test_a_poll_of_some_partitions_views_only_those(tmp_path: Path) -> None:
+    """The failover's polls ask for the partitions still waiting, not the topic."""
+    with LocalCluster(3, tmp_path) as c:
+        c.create_topic(perf_partitions.TOPIC, 4)
+        viewer = perf_partitions.ClusterView(c, perf_partitions.TOPIC)
+        try:
+            led, whole = perf_partitions._wait_all_led(c, viewer, 4, time.monotonic(), 30, "led")
+            assert led is not None and sorted(whole.leaders) == [0, 1, 2, 3]
+            some = viewer.poll([1, 2, 3], [3, 1])
+            assert sorted(some.leaders) == [1, 3] and some.answered == [1, 2, 3]
+        finally:
+            viewer.close()
 
 
 def test_merge_views_counts_a_leader_only_in_the_newest_epoch() -> None:
