@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from quorumlog.replica.client import Client
 from quorumlog.replica.client import client as client_module
-from quorumlog.replica.client.connection import Connection
 from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.protocol import ApiKey
 from quorumlog.replica.storage.records import encode_batch
+
+from tests.support.spies import record_metadata
 
 
 @pytest.mark.cluster
@@ -61,20 +61,11 @@ def test_a_refresh_asks_the_nodes_for_its_partition_alone(
     with LocalCluster(3, tmp_path) as c:
         c.create_topic("t", 4)
         with Client(c.bootstrap) as client:
-            answered: list[tuple[Any, Any]] = []  # (MetadataRequest, MetadataResponse)
-            real = Connection.request
-
-            def request(self: Connection, api: ApiKey, req: Any, cls: Any) -> Any:
-                resp = real(self, api, req, cls)
-                if api == ApiKey.METADATA:
-                    answered.append((req, resp))
-                return resp
-
-            monkeypatch.setattr(Connection, "request", request)
+            answered = record_metadata(monkeypatch)
             first = client.produce("t", 2, encode_batch([b"a"]))
             assert len(answered) == 1  # the cold cache asked one node, for the whole topic
-            assert answered[0][0].partitions is None
-            assert len(answered[0][1].topics[0].partitions) == 4
+            assert answered[0].request.partitions is None
+            assert len(answered[0].response.topics[0].partitions) == 4
             others = {p: client.partition_metadata("t", p) for p in (0, 1, 3)}
             pm = client.partition_metadata("t", 2)
             follower = next(r for r in pm.replicas if r != pm.leader_id)
@@ -83,7 +74,7 @@ def test_a_refresh_asks_the_nodes_for_its_partition_alone(
             second = client.produce("t", 2, encode_batch([b"b"]))
             assert second.base_offset == first.last_offset + 1
             assert len(answered) == 3  # every node asked once
-            for req, resp in answered:
+            for _, req, resp in answered:
                 assert req.partitions == [2]
                 assert [p.partition for p in resp.topics[0].partitions] == [2]
             assert client.partition_metadata("t", 2).leader_id == pm.leader_id
@@ -100,16 +91,7 @@ def test_a_cold_cache_whose_one_node_fails_asks_every_node(
         c.create_topic("t", 2)
         c.kill(3)
         dead = (c.host, c.ports[3])
-        answered: list[tuple[int, Any]] = []  # (port, partitions asked) of Metadata answered
-        real = Connection.request
-
-        def request(self: Connection, api: ApiKey, req: Any, cls: Any) -> Any:
-            resp = real(self, api, req, cls)
-            if api == ApiKey.METADATA:
-                answered.append((self.port, req.partitions))
-            return resp
-
-        monkeypatch.setattr(Connection, "request", request)
+        answered = record_metadata(monkeypatch)
         monkeypatch.setattr(
             client_module.random, "choice", lambda seq: dead if dead in seq else seq[0]
         )
@@ -118,5 +100,5 @@ def test_a_cold_cache_whose_one_node_fails_asks_every_node(
             assert result.last_offset == result.base_offset >= 0  # one record, appended
             # The whole topic came from every live node, once each (later refreshes, while
             # node 3's partitions find new leaders, ask for one partition).
-            whole = sorted(port for port, partitions in answered if partitions is None)
+            whole = sorted(a.port for a in answered if a.request.partitions is None)
             assert whole == sorted(c.ports[n] for n in (1, 2))

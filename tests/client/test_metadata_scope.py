@@ -5,13 +5,12 @@ partition, so it costs the nodes nothing whatever the size of the topics."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from quorumlog.replica.client import Client
-from quorumlog.replica.client.connection import Connection
 from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.protocol import ApiKey
+
+from tests.support.spies import record_metadata
 
 
 @pytest.mark.cluster
@@ -20,24 +19,15 @@ def test_learning_the_nodes_and_controller_asks_for_no_partition(
 ) -> None:
     with LocalCluster(3, tmp_path) as c:
         c.create_topic("t", 8)
-        answered: list[tuple[Any, Any]] = []  # (MetadataRequest, MetadataResponse)
-        real = Connection.request
-
-        def request(self: Connection, api: ApiKey, req: Any, cls: Any) -> Any:
-            resp = real(self, api, req, cls)
-            if api == ApiKey.METADATA:
-                answered.append((req, resp))
-            return resp
-
-        monkeypatch.setattr(Connection, "request", request)
+        answered = record_metadata(monkeypatch)
         with Client(c.bootstrap) as client:
             client.create_topic("u", 2)  # an admin request: the controller first
             assert answered, "the controller was learnt from Metadata"
-            for req, resp in answered:
+            for _, req, resp in answered:
                 assert req.partitions == []
                 assert {t.name for t in resp.topics} >= {"t"}
                 assert all(t.partitions == [] for t in resp.topics)
             assert len(client._nodes) == 3 and client._controller_id in client._nodes
         answered.clear()
         c.wait_ready(30)
-        assert answered and all(req.partitions == [] for req, _ in answered)
+        assert answered and all(a.request.partitions == [] for a in answered)

@@ -3,9 +3,11 @@ monkeypatch, so undone after the test) by one that records each call and still m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
+from quorumlog.replica.client.connection import Connection
+from quorumlog.replica.protocol import ApiKey
 
 
 def record_calls(monkeypatch: pytest.MonkeyPatch, owner: object, *names: str) -> list[Any]:
@@ -22,3 +24,25 @@ def record_calls(monkeypatch: pytest.MonkeyPatch, owner: object, *names: str) ->
 
         monkeypatch.setattr(owner, name, recording)
     return calls
+
+
+class Answered(NamedTuple):
+    port: int  # the node's
+    request: Any  # a MetadataRequest
+    response: Any  # its MetadataResponse
+
+
+def record_metadata(monkeypatch: pytest.MonkeyPatch) -> list[Answered]:
+    """Every Metadata request a client connection gets an answer to from now on, in
+    order."""
+    answered: list[Answered] = []
+    real = Connection.request
+
+    def request(self: Connection, api: ApiKey, req: Any, cls: Any) -> Any:
+        resp = real(self, api, req, cls)
+        if api == ApiKey.METADATA:
+            answered.append(Answered(self.port, req, resp))
+        return resp
+
+    monkeypatch.setattr(Connection, "request", request)
+    return answered
