@@ -440,6 +440,13 @@ class Client:
             raise error_for(resp.error, resp.error_message)
 
     # ---- metadata -------------------------------------------------------------------
+    def _metadata_timeout_s(self, timeout_s: float | None) -> float:
+        """How long a metadata call waits for the nodes: ``timeout_s`` (retry loops pass
+        their attempt's time), by default the request timeout, at most 5 s."""
+        if timeout_s is None:
+            return min(self.request_timeout_ms / 1000, METADATA_TIMEOUT_S)
+        return timeout_s
+
     def _metadata_from(
         self, addr: tuple[str, int], req: m.MetadataRequest, timeout_s: float
     ) -> m.MetadataResponse:
@@ -464,8 +471,7 @@ class Client:
         out of the answer, and of the cache's refresh). ``timeout_s``: how long to wait
         for the nodes (default the request timeout, at most 5 s); retry loops pass their
         attempt's time."""
-        if timeout_s is None:
-            timeout_s = min(self.request_timeout_ms / 1000, METADATA_TIMEOUT_S)
+        timeout_s = self._metadata_timeout_s(timeout_s)
         answers: list[m.MetadataResponse] = []
         errors: list[str] = []
         security_error: SecurityError | None = None
@@ -718,11 +724,11 @@ class Client:
         then asks every node)."""
         addrs = self._addresses()
         healthy = [a for a in addrs if not self._suspected(a)] or addrs
-        if timeout_s is None:
-            timeout_s = min(self.request_timeout_ms / 1000, METADATA_TIMEOUT_S)
         req = m.MetadataRequest(topics=[topic])
         try:
-            answer = self._metadata_from(random.choice(healthy), req, timeout_s)
+            answer = self._metadata_from(
+                random.choice(healthy), req, self._metadata_timeout_s(timeout_s)
+            )
         except (ConnectionLost, QuorumLogError, OSError) as exc:
             log.debug("metadata of %s from one node failed: %s", topic, exc)
             return None
