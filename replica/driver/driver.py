@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import logging
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 
 from ..protocol import ErrorCode
@@ -42,6 +42,12 @@ REBALANCE_GIVE_UP_MS = 10_000
 # Partitions one tick steps at most; the rest stay due for the next tick. A node's tick
 # (its heartbeats go out in it) never stalls on thousands of timers falling due at once.
 TICK_PARTITIONS = 500
+# Partitions a change of a peer's node (silent, restarted, heard again) reaches per tick;
+# the rest are told at the next ticks. With thousands of partitions on that node, telling
+# them all in one step held the node's loop for 250-330 ms and made a Ready of up to
+# 10,000 messages, so its heartbeats went out late and its peers in turn found it silent
+# (an election storm after a node restarted, `quorumlog perf partitions`).
+PEER_NEWS_PARTITIONS = 500
 
 # The client requests a partition serves, by type; each is answered through Ready.answers.
 Request = (
@@ -68,7 +74,7 @@ class Driver:
     every peer every ``QuorumConfig.heartbeat_ms``, under ``NODE_KEY``) keep
     ``PeerLiveness``, which the cores read for their quiesced replicas; a peer silent for
     a fetch timeout, restarted, or heard again after that is handed to every core
-    (``RaftReplica.on_peer_change``)."""
+    (``RaftReplica.on_peer_change``), ``news_partitions`` of them per tick."""
 
     partition_class = PartitionDriver  # the simulator's teeth tests break it on purpose
 
@@ -103,6 +109,10 @@ class Driver:
         self._due: dict[PartitionKey, int] = {}
         self._seq = 0
         self.stuck_timers = 0  # ticks that left their partition's timer due (must stay 0)
+        # Peer changes still to hand to partitions: peer -> partitions not told yet.
+        self._news: dict[int, deque[PartitionKey]] = {}
+        self._news_at: int | None = None  # when the oldest untold change came
+        self.news_partitions = PEER_NEWS_PARTITIONS  # the simulator tells fewer per tick
 
     def __iter__(self) -> Iterator[PartitionDriver]:
         return iter(list(self.partitions.values()))
@@ -232,27 +242,49 @@ class Driver:
             if msg.cluster_id == self.cluster_id and msg.src in self._peers:
                 if self.liveness.restarted(msg.src, msg.incarnation):
                     # What its old incarnation's heartbeats vouched for is gone.
-                    self._peer_changed(msg.src, now, ready)
-                self._heard(msg.src, now, ready)
+                    self._peer_changed(msg.src, now)
+                self._heard(msg.src, now)
             return
         if msg.src in self._peers:
-            self._heard(msg.src, now, ready)
+            self._heard(msg.src, now)
         p = self.get(key)
         if p is not None:
             p.on_raft(msg, now, ready)
             self._schedule(p)
 
-    def _heard(self, peer: int, now: int, ready: Ready) -> None:
+    def _heard(self, peer: int, now: int) -> None:
         if self.liveness.heard(peer, now):
-            self._peer_changed(peer, now, ready)  # back after being stale
+            self._peer_changed(peer, now)  # back after being stale
 
-    def _peer_changed(self, peer: int, now: int, ready: Ready) -> None:
-        for p in self:
-            if p.preferred == peer and p.ticks_from_ms > now:
-                p.ticks_from_ms = now  # the preferred replica may never stand: elect
-            if not p.closed and peer in p.core.voters:
-                p.run(p.core.on_peer_change(peer, now), now, ready)
+    def _peer_changed(self, peer: int, now: int) -> None:
+        """Queue ``peer``'s change for every partition it is a replica of; ``tick`` hands
+        it out ``news_partitions`` at a time. A later change of the same peer before
+        they all heard replaces it (each partition is told once, of the latest: a
+        restart noticed by a heartbeat that also ends a silence is one change)."""
+        self._news[peer] = deque(
+            key
+            for key, p in self.partitions.items()
+            if p.preferred == peer or peer in p.core.voters
+        )
+        if self._news_at is None:
+            self._news_at = now
+
+    def _tell_news(self, now: int, ready: Ready) -> None:
+        budget = self.news_partitions
+        for peer, keys in list(self._news.items()):
+            while keys and budget > 0:
+                budget -= 1
+                p = self.get(keys.popleft())
+                if p is None:
+                    continue
+                if p.preferred == peer and p.ticks_from_ms > now:
+                    p.ticks_from_ms = now  # the preferred replica may never stand: elect
+                if peer in p.core.voters:
+                    p.run(p.core.on_peer_change(peer, now), now, ready)
                 self._schedule(p)
+            if not keys:
+                del self._news[peer]
+        self._news_at = now if self._news else None
 
     def tick(self, now: int) -> Ready:
         ready = Ready()
@@ -289,7 +321,9 @@ class Driver:
                 ready.send.append((NODE_KEY, hb))
         for peer in self.liveness.newly_stale(set(self._peers), now):
             log.info("node %d silent for %d ms", peer, self.liveness.stale_after_ms)
-            self._peer_changed(peer, now, ready)
+            self._peer_changed(peer, now)
+        if self._news:
+            self._tell_news(now, ready)
         interval = self.quorum.rebalance_interval_ms
         if interval is not None and self._rebalance_at is not None and now >= self._rebalance_at:
             more = self._rebalance(now, ready)
@@ -355,6 +389,7 @@ class Driver:
             self._next_partition_deadline(),
             self._heartbeat_at,
             self._rebalance_at,
+            self._news_at,
             self.liveness.next_stale_ms(set(self._peers)),
         ]
         present = [t for t in times if t is not None]

@@ -9,7 +9,13 @@ from collections.abc import Callable
 
 import pytest
 from quorumlog.replica.driver import Driver, Limits, NodeHeartbeat, Ready
-from quorumlog.replica.driver.driver import REBALANCE_BATCH, REBALANCE_STEP_MS, TICK_PARTITIONS
+from quorumlog.replica.driver.driver import (
+    PEER_NEWS_PARTITIONS,
+    REBALANCE_BATCH,
+    REBALANCE_STEP_MS,
+    TICK_PARTITIONS,
+)
+from quorumlog.replica.driver.liveness import NODE_KEY
 from quorumlog.replica.driver.ready import PartitionKey
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import (
@@ -440,3 +446,43 @@ def test_a_tick_steps_at_most_tick_partitions_and_leaves_the_rest_due() -> None:
         stood.append({k for k, msg in d.tick(now).send if not isinstance(msg, NodeHeartbeat)})
     assert [len(s) for s in stood] == [TICK_PARTITIONS, TICK_PARTITIONS, 100, 0]
     assert set().union(*stood) == set(keys)
+
+
+def test_a_peer_change_reaches_its_partitions_a_tick_at_a_time_and_each_once() -> None:
+    """A node of thousands of partitions tells them of a peer's change
+    PEER_NEWS_PARTITIONS per tick (one step telling all held its loop for a third of a
+    second); a restart noticed by the heartbeat that also ends the peer's silence is one
+    change, and a change that comes while an earlier one is being told replaces it."""
+    told: list[tuple[int, int]] = []
+
+    class Counting(RaftReplica):
+        def on_peer_change(self, peer: int, now_ms: int) -> object:
+            told.append((id(self), peer))
+            return super().on_peer_change(peer, now_ms)
+
+    d = Driver(1, "c", QUIET, Limits(1 << 20, 5000), random.Random(1), Counting)
+    n = 2 * PEER_NEWS_PARTITIONS + 100
+    for i in range(n):
+        d.open(("t", i), [2, 3, 1], MemLog(), None, 0)
+
+    def heartbeat(src: int, incarnation: int, now: int) -> None:
+        d.raft(
+            NODE_KEY, NodeHeartbeat(cluster_id="c", src=src, dst=1, incarnation=incarnation), now
+        )
+
+    silent_at = 100 + QUIET.fetch_timeout_ms  # node 2 last heard at 100
+    heartbeat(2, 5, 100)
+    heartbeat(3, 7, silent_at - 50)
+    per_tick = []
+    for now in range(silent_at, silent_at + 50, 10):
+        if now == silent_at + 10:
+            heartbeat(2, 6, now)  # node 2 restarted: it is back, under a new incarnation
+        mark = len(told)
+        d.tick(now)
+        per_tick.append(len(told) - mark)
+        if now < silent_at + 30:
+            assert d.next_deadline_ms() == now  # more to tell: due at once
+    assert per_tick == [PEER_NEWS_PARTITIONS, PEER_NEWS_PARTITIONS, PEER_NEWS_PARTITIONS, 100, 0]
+    assert {peer for _, peer in told} == {2}
+    latest = told[PEER_NEWS_PARTITIONS:]
+    assert len({core for core, _ in latest}) == len(latest) == n

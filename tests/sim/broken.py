@@ -152,6 +152,15 @@ def _driver(partition: type[PartitionDriver]) -> type[Driver]:
     return type(partition.__name__.lstrip("_"), (Driver,), {"partition_class": partition})
 
 
+class TellsNewsOneTickOnly(Driver):
+    """Hands a peer's change to the partitions one tick can tell, and drops the rest."""
+
+    def _tell_news(self, now: int, ready: Ready) -> None:
+        super()._tell_news(now, ready)
+        self._news.clear()
+        self._news_at = None
+
+
 AcksBeforeCommit = _driver(_AcksBeforeCommit)
 SendsBeforeFlush = _driver(_SendsBeforeFlush)
 ServesAboveHwm = _driver(_ServesAboveHwm)
@@ -162,6 +171,7 @@ BROKEN_DRIVERS = {
     "sends-before-flush": SendsBeforeFlush,
     "serves-above-hwm": ServesAboveHwm,
     "sends-before-persist": SendsBeforePersist,
+    "tells-news-one-tick-only": TellsNewsOneTickOnly,
 }
 
 

@@ -480,17 +480,20 @@ class Simulation:
             random.Random(self.rng.getrandbits(64)),
             self.factory,
         )
-        self.execute(
-            node,
-            node.driver.open(KEY, self.voter_ids, node.log, node.persisted, self.local(node)),
-        )
+        # A peer's change reaches one partition per tick, and the idle partitions are
+        # opened first: the main one hears it ticks later, as thousands of partitions do
+        # on a real node.
+        node.driver.news_partitions = 1
+        opened = Ready()  # carried out together, as a node does the steps of one turn
         for i in range(self.p.extra_partitions):
             key = ("idle", i)
             lg = node.extra_logs.setdefault(key, MemLog())
             persisted = node.extra_persisted.get(key)
-            self.execute(
-                node, node.driver.open(key, self.voter_ids, lg, persisted, self.local(node))
-            )
+            opened.merge(node.driver.open(key, self.voter_ids, lg, persisted, self.local(node)))
+        opened.merge(
+            node.driver.open(KEY, self.voter_ids, node.log, node.persisted, self.local(node))
+        )
+        self.execute(node, opened)
         for other in self.nodes.values():
             if not other.alive and other is not node:
                 self.refuse(node, other)

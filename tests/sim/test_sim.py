@@ -21,6 +21,7 @@ from .broken import (
     SendsBeforeFlush,
     SendsBeforePersist,
     ServesAboveHwm,
+    TellsNewsOneTickOnly,
     TwoVotesPerEpoch,
     VotesWhileCatchingUp,
     VotesWithUnknownFloor,
@@ -101,6 +102,9 @@ def test_simulator_catches_a_broken_rule(factory: ReplicaFactory, invariant: tup
         (SendsBeforeFlush, ("majority-holds",)),
         (ServesAboveHwm, ("consumer-above-hwm",)),
         (SendsBeforePersist, ("persist-before-send",)),
+        # A peer's change told to the partitions one tick reaches, the rest dropped: a
+        # quiesced follower keeps trusting a leader whose node went silent.
+        (TellsNewsOneTickOnly, ("quiet-silent-leader",)),
     ],
 )
 def test_simulator_catches_a_broken_driver(driver: DriverClass, invariant: tuple[str, ...]) -> None:
