@@ -26,17 +26,25 @@ class NodeHeartbeat:
 class PeerLiveness:
     """When each peer was last heard from (any frame, monotonic ms; from when a first
     partition shared with it opened), its incarnation, and which peers are stale (silent
-    for ``stale_after_ms``). ``seen`` is the mapping the cores read
-    (``RaftReplica.peer_seen``)."""
+    for ``stale_after_ms`` at two ticks in a row). ``seen`` is the mapping the cores read
+    (``RaftReplica.peer_seen``).
+
+    The first tick that finds a peer silent only suspects it: a node whose loop was busy
+    (thousands of partitions) may hold that peer's frames unread in its socket, and its
+    tick may come before its reads do. The next tick comes after the node has read some
+    of what waits (at least a frame from each connection): a peer still unheard then is
+    silent, not this node behind."""
 
     stale_after_ms: int
     seen: dict[int, int] = field(default_factory=dict)
     incarnations: dict[int, int] = field(default_factory=dict)
     stale: set[int] = field(default_factory=set)
+    suspect: set[int] = field(default_factory=set)
 
     def heard(self, peer: int, now: int) -> bool:
         """Record a frame from ``peer``; True if it was stale (it is back)."""
         self.seen[peer] = now
+        self.suspect.discard(peer)
         if peer in self.stale:
             self.stale.discard(peer)
             return True
@@ -49,12 +57,19 @@ class PeerLiveness:
         return old is not None and old != incarnation
 
     def newly_stale(self, peers: set[int], now: int) -> list[int]:
-        """Peers silent for ``stale_after_ms`` that were not stale yet (now they are)."""
+        """Peers not stale yet that were silent for ``stale_after_ms`` at the last tick
+        and still are (now they are stale); those silent for the first time become
+        suspects. Called once per tick."""
         found = []
         for peer in sorted(peers - self.stale):
-            if now - self.seen.get(peer, now) >= self.stale_after_ms:
+            if now - self.seen.get(peer, now) < self.stale_after_ms:
+                continue
+            if peer in self.suspect:
+                self.suspect.discard(peer)
                 self.stale.add(peer)
                 found.append(peer)
+            else:
+                self.suspect.add(peer)
         return found
 
     def next_stale_ms(self, peers: set[int]) -> int | None:

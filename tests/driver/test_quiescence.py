@@ -470,9 +470,10 @@ def test_a_peer_change_reaches_its_partitions_a_tick_at_a_time_and_each_once() -
             NODE_KEY, NodeHeartbeat(cluster_id="c", src=src, dst=1, incarnation=incarnation), now
         )
 
-    silent_at = 100 + QUIET.fetch_timeout_ms  # node 2 last heard at 100
     heartbeat(2, 5, 100)
-    heartbeat(3, 7, silent_at - 50)
+    heartbeat(3, 7, 100 + QUIET.fetch_timeout_ms - 50)
+    d.tick(100 + QUIET.fetch_timeout_ms)  # node 2 (last heard at 100) is suspect
+    silent_at = 110 + QUIET.fetch_timeout_ms  # ... and silent
     per_tick = []
     for now in range(silent_at, silent_at + 50, 10):
         if now == silent_at + 10:
@@ -486,3 +487,30 @@ def test_a_peer_change_reaches_its_partitions_a_tick_at_a_time_and_each_once() -
     assert {peer for _, peer in told} == {2}
     latest = told[PEER_NEWS_PARTITIONS:]
     assert len({core for core, _ in latest}) == len(latest) == n
+
+
+def test_a_silent_peer_is_declared_by_the_second_tick_that_finds_it_silent() -> None:
+    """A tick may come before the node reads frames that waited in its socket while its
+    loop was busy: the first tick that finds a peer silent only suspects it, and what
+    the node reads before the next tick clears it. A peer still unheard then is stale,
+    and its partitions are told."""
+    d = Driver(1, "c", QUIET, Limits(1 << 20, 5000), random.Random(1))
+    d.open(KEY, [1, 2, 3], MemLog(), None, 0)
+
+    def heartbeat(src: int, now: int) -> None:
+        d.raft(NODE_KEY, NodeHeartbeat(cluster_id="c", src=src, dst=1, incarnation=src), now)
+
+    timeout = QUIET.fetch_timeout_ms
+    heartbeat(2, 0)
+    heartbeat(3, 0)
+    d.tick(timeout)
+    assert d.liveness.stale == set() and d.liveness.suspect == {2, 3}
+    heartbeat(2, timeout + 5)  # read after the tick: it was waiting in the socket
+    heartbeat(3, timeout + 5)
+    d.tick(timeout + 10)
+    assert d.liveness.stale == set() and d.liveness.suspect == set()
+    heartbeat(3, 2 * timeout)
+    d.tick(2 * timeout + 5)  # node 2: silent since timeout + 5
+    assert d.liveness.suspect == {2} and d.liveness.stale == set()
+    d.tick(2 * timeout + 15)
+    assert d.liveness.stale == {2} and d.liveness.suspect == set()
