@@ -136,13 +136,31 @@ def _answer(node: int, parts: list[tuple[int, int, bool]], topic: str = "t") -> 
 
 @pytest.mark.cluster
 def test_a_poll_of_some_partitions_views_only_those(tmp_path: Path) -> None:
-    """The failover's polls ask for the partitions still waiting, not the topic."""
+    """The failover's polls ask for the partitions still waiting, not the topic; so do
+    the polls waiting for all led after a create, once the nodes know the topic, and a
+    poll of the whole topic confirms the end."""
     with LocalCluster(3, tmp_path) as c:
-        c.create_topic(perf_partitions.TOPIC, 4)
+        c.client.create_topic(perf_partitions.TOPIC, 4)  # elections begin a timeout later
         viewer = perf_partitions.ClusterView(c, perf_partitions.TOPIC)
+        asked: list[tuple[list[int] | None, list[int]]] = []
+        poll = viewer.poll
+
+        def recorded(nodes: Any, partitions: list[int] | None = None) -> perf_partitions.View:
+            view = poll(nodes, partitions)
+            asked.append((partitions, sorted(view.leaders)))
+            return view
+
+        viewer.poll = recorded  # type: ignore[method-assign]
         try:
             led, whole = perf_partitions._wait_all_led(c, viewer, 4, time.monotonic(), 30, "led")
             assert led is not None and sorted(whole.leaders) == [0, 1, 2, 3]
+            assert asked[-1] == (None, [0, 1, 2, 3])  # the confirmation
+            some_polls = [i for i, (parts, _) in enumerate(asked) if parts is not None]
+            assert some_polls, asked
+            for i in some_polls:  # only what the poll before did not see led
+                before, seen = asked[i - 1]
+                assert asked[i][0] == [p for p in (before or range(4)) if p not in seen]
+            viewer.poll = poll  # type: ignore[method-assign]
             some = viewer.poll([1, 2, 3], [3, 1])
             assert sorted(some.leaders) == [1, 3] and some.answered == [1, 2, 3]
         finally:
