@@ -73,8 +73,8 @@ class Driver:
     due: a quiesced partition has none. The node-level heartbeats (``NodeHeartbeat``, to
     every peer every ``QuorumConfig.heartbeat_ms``, under ``NODE_KEY``) keep
     ``PeerLiveness``, which the cores read for their quiesced replicas; a peer silent for
-    a fetch timeout, restarted, or heard again after that is handed to every core
-    (``RaftReplica.on_peer_change``), ``news_partitions`` of them per tick."""
+    a fetch timeout (at two ticks in a row), restarted, or heard again after that is
+    handed to every core (``RaftReplica.on_peer_change``), ``news_partitions`` per tick."""
 
     partition_class = PartitionDriver  # the simulator's teeth tests break it on purpose
 
