@@ -231,6 +231,8 @@ class Driver:
         ready = Ready()
         for key, msg in items:
             self._raft(key, msg, now, ready)
+        if self._news:
+            self._tell_news(now, ready)  # a change this step noticed, at once (in part)
         return ready
 
     def _raft(
@@ -257,10 +259,11 @@ class Driver:
             self._peer_changed(peer, now)  # back after being stale
 
     def _peer_changed(self, peer: int, now: int) -> None:
-        """Queue ``peer``'s change for every partition it is a replica of; ``tick`` hands
-        it out ``news_partitions`` at a time. A later change of the same peer before
-        they all heard replaces it (each partition is told once, of the latest: a
-        restart noticed by a heartbeat that also ends a silence is one change)."""
+        """Queue ``peer``'s change for every partition it is a replica of; each step that
+        finds changes queued (``raft_many``, ``tick``) hands out ``news_partitions`` of
+        them. A later change of the same peer before they all heard replaces it (each
+        partition is told once, of the latest: a restart noticed by a heartbeat that
+        also ends a silence is one change)."""
         self._news[peer] = deque(
             key
             for key, p in self.partitions.items()
