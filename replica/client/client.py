@@ -243,8 +243,13 @@ class Client:
     # ---- plumbing -------------------------------------------------------------------
     def clone(self) -> Client:
         """A client with this one's settings and connections of its own (a Client is used
-        by one thread at a time)."""
-        return Client(
+        by one thread at a time) that shares what this one knows of the cluster: its
+        nodes and partition leaders, one mapping each (an entry is replaced whole, never
+        changed in place). What one learns, the others route by: a Producer's sender that
+        has not sent yet knows the leaders the others learnt, where it asked one node at
+        random, which could be a hung one (an attempt timeout lost for a partition whose
+        leader runs)."""
+        twin = Client(
             [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self._bootstrap],
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
@@ -253,6 +258,9 @@ class Client:
             retry_backoff_max_ms=self.retry_backoff_max_ms,
             security=self.security,
         )
+        twin._nodes = self._nodes
+        twin._leaders = self._leaders
+        return twin
 
     def close(self) -> None:
         for conn in list(self._conns.values()):

@@ -14,8 +14,10 @@ import pytest
 from quorumlog.replica.client import Client
 from quorumlog.replica.client.producer import Producer, RecordMetadata
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.storage.records import encode_batch
 
 from tests.support.cluster import read_all
+from tests.support.spies import record_metadata
 from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -79,6 +81,25 @@ def test_a_hung_leader_holds_up_only_its_own_partitions(cluster: LocalCluster) -
             c.resume(hung)
         producer.flush(60)
     assert held.result().partition == 0 and done[0] > done[free]
+
+
+def test_a_sender_routes_by_the_leaders_another_learnt(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sender threads' clients (``Client.clone``) share what their parent knows of the
+    cluster: a sender that has not sent yet asks no node for metadata. It used to ask one
+    node at random, and when that was a hung leader's node, a partition led elsewhere
+    waited an attempt timeout (the test above, one run in five)."""
+    c = cluster
+    c.create_topic("aclone", 2)
+    batch = encode_batch([b"x"])
+    with Client(c.bootstrap) as client:
+        client.produce("aclone", 1, batch)  # learns the topic
+        answered = record_metadata(monkeypatch)
+        with client.clone() as twin:
+            assert twin.produce("aclone", 1, batch).partition == 1
+            twin.produce("aclone", 0, batch)
+        assert answered == []
 
 
 def test_send_blocks_then_raises_when_the_buffer_is_full(cluster: LocalCluster) -> None:
