@@ -42,8 +42,8 @@ REBALANCE_GIVE_UP_MS = 10_000
 # Partitions one tick steps at most; the rest stay due for the next tick. A node's tick
 # (its heartbeats go out in it) never stalls on thousands of timers falling due at once.
 TICK_PARTITIONS = 500
-# Partitions a change of a peer's node (silent, restarted, heard again) reaches per tick;
-# the rest are told at the next ticks. With thousands of partitions on that node, telling
+# Partitions a change of a peer's node (silent, restarted, heard again) reaches per driver
+# step (the step that notices it, then each tick). With thousands of partitions, telling
 # them all in one step held the node's loop for 250-330 ms and made a Ready of up to
 # 10,000 messages, so its heartbeats went out late and its peers in turn found it silent
 # (an election storm after a node restarted, `quorumlog perf partitions`).
@@ -74,7 +74,7 @@ class Driver:
     every peer every ``QuorumConfig.heartbeat_ms``, under ``NODE_KEY``) keep
     ``PeerLiveness``, which the cores read for their quiesced replicas; a peer silent for
     a fetch timeout (at two ticks in a row), restarted, or heard again after that is
-    handed to every core (``RaftReplica.on_peer_change``), ``news_partitions`` per tick."""
+    handed to every core (``RaftReplica.on_peer_change``), ``news_partitions`` per step."""
 
     partition_class = PartitionDriver  # the simulator's teeth tests break it on purpose
 
@@ -112,7 +112,7 @@ class Driver:
         # Peer changes still to hand to partitions: peer -> partitions not told yet.
         self._news: dict[int, deque[PartitionKey]] = {}
         self._news_at: int | None = None  # when the oldest untold change came
-        self.news_partitions = PEER_NEWS_PARTITIONS  # the simulator tells fewer per tick
+        self.news_partitions = PEER_NEWS_PARTITIONS  # the simulator tells fewer per step
 
     def __iter__(self) -> Iterator[PartitionDriver]:
         return iter(list(self.partitions.values()))

@@ -153,7 +153,8 @@ def _driver(partition: type[PartitionDriver]) -> type[Driver]:
 
 
 class TellsNewsOneTickOnly(Driver):
-    """Hands a peer's change to the partitions one tick can tell, and drops the rest."""
+    """Hands a peer's change to the partitions its first telling step can tell (the step
+    that notices it, or a tick), and drops the rest."""
 
     def _tell_news(self, now: int, ready: Ready) -> None:
         super()._tell_news(now, ready)

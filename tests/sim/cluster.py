@@ -480,7 +480,7 @@ class Simulation:
             random.Random(self.rng.getrandbits(64)),
             self.factory,
         )
-        # A peer's change reaches one partition per tick, and the idle partitions are
+        # A peer's change reaches one partition per step, and the idle partitions are
         # opened first: the main one hears it ticks later, as thousands of partitions do
         # on a real node.
         node.driver.news_partitions = 1
