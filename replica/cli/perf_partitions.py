@@ -224,7 +224,7 @@ def _wait_all_led(
                 pending = [p for p in range(partitions) if p not in view.leaders]
             elif pending is not None:
                 pending = [p for p in pending if p not in view.leaders]
-            led = partitions - (partitions if pending is None else len(pending))
+            led = 0 if pending is None else partitions - len(pending)
             progress.update(led, f"{led}/{partitions} partitions led")
             if pending == []:
                 whole = viewer.poll(nodes)

@@ -111,7 +111,7 @@ class Driver:
         self.stuck_timers = 0  # ticks that left their partition's timer due (must stay 0)
         # Peer changes still to hand to partitions: peer -> partitions not told yet.
         self._news: dict[int, deque[PartitionKey]] = {}
-        self._news_at: int | None = None  # when the oldest untold change came
+        self._news_at: int | None = None  # while news is left: due (the last step's time)
         self.news_partitions = PEER_NEWS_PARTITIONS  # the simulator tells fewer per step
 
     def __iter__(self) -> Iterator[PartitionDriver]:
