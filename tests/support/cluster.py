@@ -44,6 +44,26 @@ def cluster(
         yield c
 
 
+#: Lines of each node's log a failed test's report shows.
+FAILURE_LOG_LINES = 60
+
+
+def cluster_log_sections(funcargs: dict[str, Any]) -> list[tuple[str, str]]:
+    """The last lines of every node log of the clusters a test used, as report sections:
+    CI keeps only a test's report, and a fault test's failure is read from the nodes."""
+    sections: list[tuple[str, str]] = []
+    seen: set[int] = set()
+    for value in funcargs.values():
+        if not isinstance(value, LocalCluster) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        for node in sorted(value.procs):
+            sections.append(
+                (f"node {node} log ({value.log_path(node)})", value.tail(node, FAILURE_LOG_LINES))
+            )
+    return sections
+
+
 def node_request(
     cluster: LocalCluster,
     node: int,
