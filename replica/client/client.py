@@ -509,7 +509,7 @@ class Client:
             now = time.monotonic()
             if answers and first_answer_at is None:
                 first_answer_at = now
-            if security_error is not None or now >= deadline:
+            if now >= deadline:
                 break
             # Suspected nodes (an attempt to them just timed out) get no grace: the others
             # say who leads now. They are still asked, to learn when they answer again.
@@ -528,8 +528,11 @@ class Client:
             if conn is not None:
                 conn.abort()
             errors.append(f"{addr[0]}:{addr[1]}: no answer in time")
-        if security_error is not None:
-            raise security_error  # the same settings fail on every node: say so
+        if security_error is not None and not answers:
+            # The same settings fail on every node: say so. (One node's refusal while
+            # others answer, e.g. a connection it closed mid-handshake, is not fatal:
+            # requests to that node meet it again and say so then.)
+            raise security_error
         if not answers:
             raise BootstrapUnreachableError(
                 "no quorumlog node reachable at bootstrap "
