@@ -29,6 +29,7 @@ from .errors import (
     TlsError,
     TopicExistsError,
     UnknownLeaderEpochError,
+    UnknownProducerIdError,
     UnknownTopicError,
 )
 from .security import ClientSecurity
@@ -60,6 +61,7 @@ __all__ = [
     "TopicExistsError",
     "TopicMetadata",
     "UnknownLeaderEpochError",
+    "UnknownProducerIdError",
     "UnknownTopicError",
     "parse_bootstrap",
 ]

@@ -97,6 +97,12 @@ class OutOfOrderSequenceError(QuorumLogError, code=ErrorCode.OUT_OF_ORDER_SEQUEN
     new epoch, whose sequences start again at 0."""
 
 
+class UnknownProducerIdError(QuorumLogError, code=ErrorCode.UNKNOWN_PRODUCER_ID):
+    """The partition holds none of the idempotent producer's batches (retention deleted
+    them) and the batch did not start at sequence 0: it was not appended. The producer
+    moves to a new epoch of its id (sequences start again at 0) and sends it again."""
+
+
 class InvalidProducerEpochError(QuorumLogError, code=ErrorCode.INVALID_PRODUCER_EPOCH):
     """A newer epoch of this producer id has written to the partition: this producer
     is fenced (a zombie) and must not write with the old epoch."""

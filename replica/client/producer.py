@@ -43,7 +43,7 @@ from ..storage.producers import last_sequence
 from ..storage.records import Producer as ProducerFields
 from ..storage.records import encode_arrow, encode_batch
 from .client import PIPELINE, Client, ProduceResult
-from .errors import InvalidProducerEpochError, RecordTooLargeError
+from .errors import InvalidProducerEpochError, RecordTooLargeError, UnknownProducerIdError
 
 __all__ = ["Producer", "RecordMetadata"]
 
@@ -434,13 +434,15 @@ class Producer:
 
     # ------------------------------------------------------------------ idempotence
     def _append_many(
-        self, client: Client, entries: list[tuple[str, int, Encoder, int]]
+        self, client: Client, entries: list[tuple[str, int, Encoder, int]], renewed: bool = False
     ) -> list[ProduceResult | Exception]:
         """Entries of (topic, partition, ``encode``, record count), one per partition
         (each with nothing else in flight), appended together under this producer's
         identity and each partition's next sequence numbers; each one's ProduceResult
         or error, in order (a batch that cannot be encoded, or a producer that gets no
-        identity, fails without being sent)."""
+        identity, fails without being sent). A batch refused as UNKNOWN_PRODUCER_ID (its
+        partition no longer holds this producer's batches) was not appended: it is sent
+        once more under the next epoch, from sequence 0."""
         results: list[ProduceResult | Exception | None] = [None] * len(entries)
         identity: tuple[int, int] | None = None
         if self.idempotent:
@@ -464,8 +466,13 @@ class Producer:
                 results[i] = exc
                 continue
             sent.append(i)
+        unknown: list[int] = []
         for i, result in zip(sent, client.produce_many(items, acks=self.acks), strict=True):
             results[i] = result
+            if isinstance(result, UnknownProducerIdError) and not renewed:
+                self._renew = True
+                unknown.append(i)
+                continue
             if identity is None or isinstance(
                 result, (RecordTooLargeError, InvalidProducerEpochError)
             ):
@@ -476,6 +483,10 @@ class Producer:
             topic, partition, _, count = entries[i]
             next_seq = (last_sequence(firsts[i], count) + 1) % _SEQUENCES
             self._sequences[(topic, partition)] = (identity, next_seq)
+        if unknown:
+            again = self._append_many(client, [entries[i] for i in unknown], renewed=True)
+            for i, result in zip(unknown, again, strict=True):
+                results[i] = result
         out = [r for r in results if r is not None]
         assert len(out) == len(entries)
         return out

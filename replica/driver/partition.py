@@ -30,6 +30,7 @@ from ..storage.producers import (
     InvalidProducerEpoch,
     OutOfOrderSequence,
     ProducerStateError,
+    UnknownProducerId,
 )
 from .errors import error_response
 from .ready import PartitionKey, Ready
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 _PRODUCER_ERRORS: dict[type[ProducerStateError], ErrorCode] = {
     OutOfOrderSequence: ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
+    UnknownProducerId: ErrorCode.UNKNOWN_PRODUCER_ID,
 }
 
 

@@ -417,7 +417,7 @@ class Log:
         walking every batch header the first time it is needed. A damaged header on the
         way raises ``CorruptDataError`` (the state past it is unknown), as a read does."""
         if self._producers is None:
-            table = ProducerStateTable()
+            table = ProducerStateTable(complete=self.start_offset == 0)
             for seg in self._segments:
                 position, expected = 0, seg.base_offset
                 while position < seg.size:

@@ -10,8 +10,15 @@ appended. Pure: the logs (``storage.Log``, the simulator's in-memory log) feed i
 Rules for a batch of producer ``pid``, epoch ``e``, sequences ``first..last``, checked
 by the leader before it appends (Kafka's ``ProducerAppendInfo.checkSequence``):
 
-* ``pid`` unknown (never written here, or its batches are gone): accepted whatever its
-  sequence, as Kafka does once a producer's state has expired;
+* ``pid`` unknown: accepted at sequence 0 (a new producer, or a new epoch). At any
+  other sequence the batches before it are not here: appending it would leave a gap
+  that a client reads as "the earlier batch was written" (librdkafka acknowledges an
+  unanswered batch when a later one succeeds). So it is refused: ``OutOfOrderSequence``
+  when the table was built from the partition's first offset (``complete``: the earlier
+  batches were never appended here, e.g. lost with a deposed leader's tail, and the
+  producer resends them first), else ``UnknownProducerId`` (retention may have deleted
+  them; the producer moves to a new epoch, as Kafka's clients do on that error). Kafka
+  accepts such a batch since KIP-360; refusing it is what keeps a log gapless;
 * ``e`` below the producer's epoch: ``InvalidProducerEpoch`` (a fenced zombie);
 * ``e`` equal and ``first..last`` one of the kept batches: ``DuplicateSequence``, which
   names that batch's offsets; the leader answers the retry with them, as success;
@@ -38,6 +45,7 @@ __all__ = [
     "ProducerBatch",
     "ProducerStateError",
     "ProducerStateTable",
+    "UnknownProducerId",
     "last_sequence",
 ]
 
@@ -82,6 +90,11 @@ class OutOfOrderSequence(ProducerStateError):
     """A gap (or a step back) in a producer's sequence numbers."""
 
 
+class UnknownProducerId(ProducerStateError):
+    """A producer this partition holds nothing of sent a sequence other than 0, and the
+    log no longer starts at offset 0: its earlier batches may have been deleted."""
+
+
 class InvalidProducerEpoch(ProducerStateError):
     """A batch of an epoch the producer has already moved past (a fenced producer)."""
 
@@ -95,8 +108,13 @@ class _Producer:
 class ProducerStateTable:
     """Producer id -> its latest epoch and last batches, as the log holds them."""
 
-    def __init__(self, batches: Iterable[tuple[int, ProducerBatch]] = ()) -> None:
+    def __init__(
+        self, batches: Iterable[tuple[int, ProducerBatch]] = (), *, complete: bool = True
+    ) -> None:
+        """``complete``: ``batches`` are every producer batch since the partition's first
+        offset (no retention has deleted any), so a producer it lacks never wrote here."""
         self._producers: dict[int, _Producer] = {}
+        self.complete = complete
         for producer_id, batch in batches:
             self.apply(producer_id, batch)
 
@@ -111,7 +129,17 @@ class ProducerStateTable:
         """Raise the ``ProducerStateError`` the batch meets, if any (see the module)."""
         entry = self._producers.get(producer_id)
         if entry is None:
-            return
+            if first == 0:
+                return
+            if self.complete:
+                raise OutOfOrderSequence(
+                    f"producer {producer_id} epoch {producer_epoch} sent sequence {first}, "
+                    "but holds no batch in this partition: its earlier batches come first"
+                )
+            raise UnknownProducerId(
+                f"producer {producer_id} epoch {producer_epoch} sent sequence {first}, but "
+                "this partition holds none of its batches (retention may have deleted them)"
+            )
         if producer_epoch < entry.epoch:
             raise InvalidProducerEpoch(
                 f"producer {producer_id} epoch {producer_epoch} is fenced: "

@@ -16,6 +16,7 @@ from quorumlog.replica.storage.records import Producer as ProducerFields
 from quorumlog.replica.storage.records import encode_batch, iter_batches
 
 from tests.support.cluster import leader_fault, read_all
+from tests.support.waits import wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -94,3 +95,37 @@ def test_every_record_is_written_once_across_stalls_and_leader_kills(
     twice = [v for v, n in Counter(logged).items() if n > 1]
     assert not twice, f"{len(twice)} records written twice, e.g. {twice[:3]}"
     assert set(logged) == set(sent) and len(sent) == total
+
+
+def test_a_producer_whose_batches_retention_deleted_moves_to_its_next_epoch(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Retention deleted every batch of a producer and the node rebuilt its producer
+    state from what is left (a restart): the producer's next batch, past sequence 0, is
+    refused as UNKNOWN_PRODUCER_ID rather than appended past a gap, and the producer sends
+    it again under its next epoch, from sequence 0."""
+    args = ["--segment-bytes", "4096", "--retention-bytes", "8192"]
+    with LocalCluster(1, tmp_path_factory.mktemp("expire"), node_args=args) as c:
+        c.create_topic("expire", 1)
+        with Client(c.bootstrap) as client:
+            producer = Producer(client, linger_ms=0)
+            for value in (b"a", b"b"):
+                producer.send("expire", value, partition=0)
+                producer.flush()
+            pid = producer.producer_id
+            # Other writers fill segments until retention deletes the producer's batches.
+            for _ in range(40):
+                client.produce("expire", 0, encode_batch([bytes(500)] * 2))
+            wait_until(
+                lambda: client.list_offsets("expire", 0, "earliest").offset > 2,
+                15,
+                "retention to delete the producer's batches",
+            )
+            c.restart(1, graceful=True)
+            c.wait_ready()
+            c.wait_for_leader("expire", 0, 30)
+            producer.send("expire", b"c", partition=0)
+            producer.flush()
+            end = client.list_offsets("expire", 0, "latest").offset
+            (last,) = iter_batches(client.fetch("expire", 0, end - 1).records)
+            assert last.producer == ProducerFields(pid, 1, 0)

@@ -190,6 +190,21 @@ class ForgetsProducers(MemLog):
     table_class = _ForgetfulProducerState
 
 
+class _TrustingProducerState(ProducerStateTable):
+    """Kafka's rule since KIP-360: a producer it holds nothing of is accepted at any
+    sequence, so a batch can go in ahead of the one before it, lost with a deposed
+    leader's tail."""
+
+    def check(self, producer_id: int, producer_epoch: int, first: int, last: int) -> None:
+        if self.last_batch(producer_id) is None:
+            return
+        super().check(producer_id, producer_epoch, first, last)
+
+
+class TrustsUnknownProducers(MemLog):
+    table_class = _TrustingProducerState
+
+
 class KeepsDueTimer(RaftReplica):
     """Reports a follower timer that its tick never acts on (half a fetch timeout after
     the leader was last heard): once due, it stays due."""

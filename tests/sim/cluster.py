@@ -21,7 +21,10 @@ Invariants, checked after every event:
   after timeouts and failovers, to whichever node leads then;
 * ``idempotent-refused``: the current leader (of the highest epoch yet) never refuses an
   idempotent producer's retry or next batch as out of order (a stale one may: it lacks
-  what its successor committed, and the producer retries elsewhere);
+  what its successor committed, and the producer retries elsewhere); of a pipelining
+  producer, the batch behind an unacknowledged one may be (the leader lacks that one);
+* ``producer-gap``: a pipelining producer's batch is never committed before the batch
+  ahead of it (a client takes the earlier batch as written when a later one is);
 * ``consumer-above-hwm``: a consumer fetch never returns a record at or above the
   answering node's high watermark, nor one the committed history does not hold there;
 * ``consumer-fenced``: a consumer fetch naming a leader epoch is served records only by
@@ -197,17 +200,31 @@ class SimParams:
         )
 
 
-@dataclass
-class SimProducer:
-    """An idempotent producer, one batch in flight: it resends that batch (same id,
-    epoch, sequence) after an error or a silence until one answer acknowledges it."""
+@dataclass(eq=False)
+class SimBatch:
+    """One batch of an idempotent producer, until an answer acknowledges it."""
 
-    producer_id: int
-    next_sequence: int = 0
-    pending: list[int] | None = None  # the record ids of the batch in flight
-    token: int | None = None
+    sequence: int
+    ids: list[int]
+    token: int | None = None  # its latest send, None once answered with an error
     sent_at: int = 0
     sends: int = 0
+
+
+@dataclass
+class SimProducer:
+    """An idempotent producer: it resends each unacknowledged batch (same id, epoch,
+    sequence) after an error or a silence until one answer acknowledges it. ``window``:
+    its batches in flight at once; a pipelining one (window 2, as librdkafka keeps up to
+    5), each batch sent to whichever node it picks, also starts over now and then as a
+    new producer id (the first batches of an id are where a new leader knows nothing of
+    it)."""
+
+    producer_id: int
+    window: int = 1
+    next_sequence: int = 0  # of the next new batch
+    batches: list[SimBatch] = field(default_factory=list)  # in sequence order
+    acked_batches: int = 0
 
 
 @dataclass
@@ -291,7 +308,9 @@ class Simulation:
         self.dup = self.p.dup
         self.committed: list[tuple[int, int]] = []
         self.committed_ids: set[int] = set()
-        self.producers = [SimProducer(1000 + i) for i in range(2)]
+        self.producers = [SimProducer(1000), SimProducer(2000, window=2)]
+        # A pipelined batch's first record id -> the record ids of the batch before it.
+        self.follows: dict[int, list[int]] = {}
         # Acknowledged records above the committed history known so far: checked when
         # it grows past them.
         self.acked: dict[int, tuple[int, int]] = {}
@@ -645,39 +664,60 @@ class Simulation:
         self.submit(node, self.produce_request(client_batch(ids)), ("produce", ids))
 
     def idempotent_send(self, producer: SimProducer) -> None:
-        """Send the next batch, or resend the pending one after an error or a silence."""
-        if producer.token is not None and self.now - producer.sent_at < RETRY_AFTER_MS:
-            return
+        """Resend each batch answered with an error or left unanswered too long, then
+        send a new one while the window has room."""
+        if not producer.batches and producer.window > 1 and producer.acked_batches >= 3:
+            producer.producer_id += 1  # start over as a new producer id
+            producer.next_sequence = producer.acked_batches = 0
+        for batch in producer.batches:
+            if batch.token is None or self.now - batch.sent_at >= RETRY_AFTER_MS:
+                self.send_batch(producer, batch)
+        if len(producer.batches) < producer.window:
+            batch = SimBatch(producer.next_sequence, self.new_ids())
+            if producer.batches:
+                self.follows[batch.ids[0]] = producer.batches[-1].ids
+            producer.next_sequence += len(batch.ids)
+            producer.batches.append(batch)
+            self.send_batch(producer, batch)
+
+    def send_batch(self, producer: SimProducer, batch: SimBatch) -> None:
         node = self.pick_producer_target()
         if node is None:
             return
-        if producer.pending is None:
-            producer.pending = self.new_ids()
-        elif producer.sends:
+        if batch.sends:
             self.stats["idempotent_retries"] = self.stats.get("idempotent_retries", 0) + 1
-        fields = (producer.producer_id, 0, producer.next_sequence)
-        records = client_batch(producer.pending, fields)
-        producer.token, producer.sent_at = self.next_token, self.now
-        producer.sends += 1
-        what = (producer, producer.next_sequence, producer.pending)
-        self.submit(node, self.produce_request(records), ("idempotent", what))
+        records = client_batch(batch.ids, (producer.producer_id, 0, batch.sequence))
+        batch.token, batch.sent_at = self.next_token, self.now
+        batch.sends += 1
+        self.submit(node, self.produce_request(records), ("idempotent", (producer, batch)))
 
     def idempotent_answered(self, node: SimNode, resp: m.ProduceResponse, what: Any) -> None:
-        producer, sequence, ids = what
+        producer, batch = what
         current = node.core is not None and node.core.epoch == max(self.epoch_leaders, default=-1)
-        if resp.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and current and not self.unclean:
+        head = bool(producer.batches) and producer.batches[0] is batch
+        # A batch behind an unacknowledged one may be refused: the leader may lack that one.
+        if (
+            resp.error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            and head
+            and current
+            and not self.unclean
+        ):
             raise Violation(
                 "idempotent-refused",
-                f"producer {producer.producer_id} sequence {sequence}: {resp.error_message}",
+                f"producer {producer.producer_id} sequence {batch.sequence}: {resp.error_message}",
             )
         if resp.error == 0:
-            self.acknowledged(resp, ids)
-        if sequence != producer.next_sequence:
+            self.acknowledged(resp, batch.ids)
+        if batch not in producer.batches:
             return  # an answer to an earlier send of a batch acknowledged since
         if resp.error == 0:
-            producer.next_sequence += len(ids)
-            producer.pending, producer.sends = None, 0
-        producer.token = None  # resent at the next round, or the next batch goes
+            # The batches before it are acknowledged with it, as librdkafka takes them
+            # (a log holds a producer's batches without gaps: ``producer-gap``).
+            done = producer.batches.index(batch) + 1
+            del producer.batches[:done]
+            producer.acked_batches += done
+        else:
+            batch.token = None  # resent at the next round
 
     def consume(self) -> None:
         """A consumer fetches from any node: at the epoch it knows (now and then a stale
@@ -944,6 +984,13 @@ class Simulation:
                         raise Violation(
                             "duplicate-record",
                             f"record {rec[1]} committed at offset {off} and before it",
+                        )
+                    before = self.follows.get(rec[1], ())
+                    if any(uid not in self.committed_ids for uid in before):
+                        raise Violation(
+                            "producer-gap",
+                            f"record {rec[1]} committed at offset {off} before the "
+                            f"producer's previous batch {before}",
                         )
                     self.committed.append(rec)
                     self.committed_ids.add(rec[1])

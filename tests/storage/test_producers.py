@@ -28,6 +28,7 @@ from quorumlog.replica.storage.producers import (
     OutOfOrderSequence,
     ProducerBatch,
     ProducerStateTable,
+    UnknownProducerId,
     last_sequence,
 )
 
@@ -42,8 +43,14 @@ def batch(first: int, count: int = 2, *, epoch: int = 0, pid: int = PID) -> byte
 # ---------------------------------------------------------------------- the table
 
 
-def test_an_unknown_producer_is_accepted_at_any_sequence() -> None:
-    ProducerStateTable().check(PID, 3, 41, 42)  # its state may have expired
+def test_an_unknown_producer_starts_at_sequence_zero_and_is_refused_past_a_gap() -> None:
+    ProducerStateTable().check(PID, 3, 0, 4)  # a new producer, or a new epoch
+    # Its batch 0-40 is not here (lost with a deposed leader's tail): 41 must wait for it.
+    with pytest.raises(OutOfOrderSequence, match="earlier batches come first"):
+        ProducerStateTable().check(PID, 3, 41, 42)
+    # Retention may have deleted its batches: not a gap, but it cannot be told from one.
+    with pytest.raises(UnknownProducerId, match="retention"):
+        ProducerStateTable(complete=False).check(PID, 3, 41, 42)
 
 
 def test_a_retried_batch_is_a_duplicate_naming_its_offsets() -> None:
@@ -99,9 +106,10 @@ def test_producer_fields_survive_restamping_and_are_checked(tmp_path: Path) -> N
     header = parse_header(raw)
     assert header.producer == Producer(PID, 2, 5)
     with Log(str(tmp_path)) as log:
+        log.append_as_leader(batch(0, 5, epoch=2), 4)  # sequences 0-4 first
         log.append_as_leader(raw, 4)
-        stored = next(iter_batches(log.read(0, 1 << 20)))
-    assert (stored.producer, stored.leader_epoch, stored.base_offset) == (header.producer, 4, 0)
+        stored = list(iter_batches(log.read(0, 1 << 20)))[-1]
+    assert (stored.producer, stored.leader_epoch, stored.base_offset) == (header.producer, 4, 5)
     assert parse_header(encode_batch([b"x"])).producer is None
     with pytest.raises(ValueError):
         encode_batch([b"x"], producer=Producer(PID, -1, 0))
@@ -168,6 +176,34 @@ def test_truncation_forgets_the_batches_it_removes(tmp_path: Path) -> None:
         log.truncate_to(2)  # the second batch was never committed
         info = log.append_as_leader(batch(2), 2)  # its retry goes in again
         assert info.first_offset == 2
+
+
+def test_a_batch_past_a_truncated_one_is_refused_until_the_truncated_one_is_back(
+    tmp_path: Path,
+) -> None:
+    """A leader appended batch 0 and was deposed; its successor never had it. The
+    producer's next batch (sent before batch 0's retry) must not go in first: a client
+    would take batch 0 as written when batch 2 is acknowledged."""
+    with Log(str(tmp_path)) as log:
+        log.append_as_leader(batch(0), 1)
+        log.producer_state()
+        log.truncate_to(0)
+        with pytest.raises(OutOfOrderSequence):
+            log.append_as_leader(batch(2), 2)
+        assert log.append_as_leader(batch(0), 2).first_offset == 0  # the retry
+        assert log.append_as_leader(batch(2), 2).first_offset == 2
+
+
+def test_after_retention_an_unknown_producer_past_zero_is_unknown(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=600, retention_bytes=600)
+    with Log(str(tmp_path), config) as log:
+        for i in range(0, 40, 2):
+            log.append_as_leader(batch(i), 1)
+        assert log.apply_retention() > 0 and log.start_offset > 0
+    with Log(str(tmp_path), config) as log:  # rebuilt from what retention left
+        with pytest.raises(UnknownProducerId):
+            log.append_as_leader(batch(7, pid=PID + 1), 2)
+        log.append_as_leader(batch(0, epoch=1, pid=PID + 1), 2)  # its next epoch goes in
 
 
 def test_a_log_in_the_old_format_is_refused_untouched(tmp_path: Path) -> None:
