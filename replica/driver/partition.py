@@ -42,6 +42,8 @@ _PRODUCER_ERRORS: dict[type[ProducerStateError], ErrorCode] = {
     InvalidProducerEpoch: ErrorCode.INVALID_PRODUCER_EPOCH,
     UnknownProducerId: ErrorCode.UNKNOWN_PRODUCER_ID,
 }
+#: Refusals that say "the batches before this one are not in the log".
+_GAPS = (OutOfOrderSequence, UnknownProducerId)
 
 
 class ServedLog(ReplicaLog, Protocol):
@@ -278,8 +280,14 @@ class PartitionDriver:
             first, last = exc.original.first_offset, exc.original.last_offset
             epoch, written_in, out = self.core.epoch, self.log.epoch_at(first), Output()
         except ProducerStateError as exc:
-            code = _PRODUCER_ERRORS[type(exc)]
-            ready.answers.append((token, _produce_error(code, str(exc))))
+            code, text = _PRODUCER_ERRORS[type(exc)], str(exc)
+            if isinstance(exc, _GAPS) and not self._epoch_committed():
+                # The batches it lacks may sit in an earlier leader's uncommitted tail,
+                # which a later leader could still commit: a client that took the gap as
+                # final (librdkafka renumbers under a new epoch) would write them twice.
+                code = ErrorCode.NOT_ENOUGH_REPLICAS
+                text = f"{text}; not final until this leader's epoch commits (retry)"
+            ready.answers.append((token, _produce_error(code, text)))
             return
         except CorruptDataError as exc:
             # The producer state could not be read past damage: resign, repair, and let
@@ -299,6 +307,12 @@ class PartitionDriver:
         else:
             ready.answers.append((token, self._produced(first, last, written_in)))
         self.run(out, now, ready)
+
+    def _epoch_committed(self) -> bool:
+        """An entry of this leader's own epoch is committed: no earlier leader's
+        uncommitted entries can be committed any more, so what its log lacks is final."""
+        start = self.core.epoch_start_offset
+        return start is not None and self.core.high_watermark > start
 
     def _produced(self, first: int, last: int, epoch: int) -> m.ProduceResponse:
         return m.ProduceResponse(

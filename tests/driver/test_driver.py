@@ -263,3 +263,26 @@ def test_a_fetch_held_for_data_that_a_repair_cut_is_dropped_not_sent() -> None:
     assert all(m.fetch_offset < stale_end for m in sent)
     nodes.advance(3000)
     assert nodes.logs[follower].end_offset == nodes.logs[leader].end_offset
+
+
+def test_a_gap_in_a_producers_sequence_is_final_only_once_the_leaders_epoch_commits() -> None:
+    """A leader lacking a producer's earlier batch refuses the next one, but calls it
+    out of order (final: the client renumbers under a new epoch) only once an entry of
+    its own epoch is committed; before, an earlier leader's uncommitted tail holding that
+    batch could still be committed, and the answer is a retriable NOT_ENOUGH_REPLICAS."""
+    nodes = Nodes(3)
+    leader = nodes.leader()  # an empty log: its leader-change record waits for records
+    gap = m.ProduceRequest(
+        topic="t",
+        partition=0,
+        acks=m.ACKS_QUORUM,
+        timeout_ms=0,
+        records=client_batch([41], (9, 0, 3)),  # producer 9 at sequence 3, 0-2 not here
+    )
+    early = nodes.request(leader, gap)
+    assert getattr(nodes.answers[early], "error", None) == ErrorCode.NOT_ENOUGH_REPLICAS
+    first = nodes.request(leader, produce([7]))  # the epoch's first records commit it
+    nodes.advance(300)
+    assert getattr(nodes.answers[first], "error", None) == 0
+    late = nodes.request(leader, gap)
+    assert getattr(nodes.answers[late], "error", None) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
