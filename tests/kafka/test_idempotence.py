@@ -86,6 +86,11 @@ def test_a_retried_produce_is_written_once_and_gaps_and_old_epochs_are_refused(
     assert _produce(port, "kidem", batch(0, 1, epoch + 1))["error_code"] == 0
     fenced = _produce(port, "kidem", batch(5, 1))
     assert fenced["error_code"] == KafkaError.INVALID_PRODUCER_EPOCH
+    # A producer id the partition holds nothing of starts at sequence 0: its batch 3-4
+    # would go in ahead of the 0-2 it lacks (Kafka accepts it, since KIP-360).
+    other = _init_producer_id(port)["producer_id"]
+    ahead = encode_batch([b"w3", b"w4"], producer_id=other, producer_epoch=0, base_sequence=3)
+    assert _produce(port, "kidem", ahead)["error_code"] == KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
 
     logged = [v for _, _, v in read_all(c.client, "kidem", 0)]
     assert logged == [b"v0", b"v1", b"v2", b"v3", b"v4", b"v0"]
