@@ -134,7 +134,7 @@ class ProducerStateTable:
             if self.complete:
                 raise OutOfOrderSequence(
                     f"producer {producer_id} epoch {producer_epoch} sent sequence {first}, "
-                    "but holds no batch in this partition: its earlier batches come first"
+                    "but this partition holds none of its batches: its earlier ones come first"
                 )
             raise UnknownProducerId(
                 f"producer {producer_id} epoch {producer_epoch} sent sequence {first}, but "

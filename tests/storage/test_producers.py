@@ -46,7 +46,7 @@ def batch(first: int, count: int = 2, *, epoch: int = 0, pid: int = PID) -> byte
 def test_an_unknown_producer_starts_at_sequence_zero_and_is_refused_past_a_gap() -> None:
     ProducerStateTable().check(PID, 3, 0, 4)  # a new producer, or a new epoch
     # Its batch 0-40 is not here (lost with a deposed leader's tail): 41 must wait for it.
-    with pytest.raises(OutOfOrderSequence, match="earlier batches come first"):
+    with pytest.raises(OutOfOrderSequence, match="earlier ones come first"):
         ProducerStateTable().check(PID, 3, 41, 42)
     # Retention may have deleted its batches: not a gap, but it cannot be told from one.
     with pytest.raises(UnknownProducerId, match="retention"):
