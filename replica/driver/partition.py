@@ -310,7 +310,9 @@ class PartitionDriver:
 
     def _epoch_committed(self) -> bool:
         """An entry of this leader's own epoch is committed: no earlier leader's
-        uncommitted entries can be committed any more, so what its log lacks is final."""
+        uncommitted entries can be committed any more, so what its log lacks is final.
+        Stricter than ``RaftReplica.leader_committed``, which counts the leader of an
+        empty log as committed: a minority may still hold an uncommitted tail then."""
         start = self.core.epoch_start_offset
         return start is not None and self.core.high_watermark > start
 
