@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
 
-from ..storage.records import HEADER_FIELD, RECORD_SCHEMA
+from ..storage.records import HEADER_FIELD, RECORD_SCHEMA, null_array
 from .records import (
     BATCH_HEADER_SIZE,
     COMPRESSION_NONE,
@@ -174,7 +174,7 @@ def _columns(batch: KafkaRecordBatch, records: pa.RecordBatch, offset_deltas: In
 
 def _headers_column(headers: list[list[Header]]) -> pa.Array:
     if not any(headers):
-        return pa.nulls(len(headers), _HEADERS_TYPE)
+        return null_array(len(headers), _HEADERS_TYPE)
     return pa.array([hs or None for hs in headers], _HEADERS_TYPE)
 
 
@@ -213,7 +213,7 @@ def _decode_fast(data: bytes, count: int, base_ts: int) -> tuple[pa.RecordBatch,
         ts_deltas, offset_deltas, keys_array, values_array = runs
         timestamps = ts_deltas + base_ts
         ts_array = pa.Array.from_buffers(_TIMESTAMP, count, [None, pa.py_buffer(timestamps)])
-        columns = [keys_array, values_array, ts_array, _nulls(count, _HEADERS_TYPE)]
+        columns = [keys_array, values_array, ts_array, null_array(count, _HEADERS_TYPE)]
         return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA), offset_deltas
     # Every position's two bytes as one little-endian uint16 (an unaligned view, no copy):
     # one gather and a table lookup read a varint of one or two bytes.
@@ -388,7 +388,7 @@ def _binary_runs(count: int, runs: list[tuple[int, int, bytes]]) -> pa.Array:
     """A binary array from runs of (records, size of each or -1 for null, their bytes)."""
     sizes = {size for _, size, _ in runs}
     if sizes == {-1}:
-        return _nulls(count, pa.binary())
+        return null_array(count, pa.binary())
     data = pa.py_buffer(b"".join(part for _, _, part in runs))
     validity = None
     if len(sizes) == 1:
@@ -410,10 +410,6 @@ def _binary_runs(count: int, runs: list[tuple[int, int, bytes]]) -> pa.Array:
 # (Arrays are not shared: a slice of a longer array would be written whole to storage.)
 _CACHED_ROWS = 1 << 14  # 64 KiB of offsets per cached size
 _UNIFORM: dict[int, pa.Buffer] = {}
-
-
-def _nulls(count: int, type_: pa.DataType) -> pa.Array:
-    return pa.nulls(count, type_)
 
 
 def _uniform_offsets(count: int, size: int) -> pa.Buffer:
@@ -456,7 +452,7 @@ def _decode_short(
     pos = pos + _HEADERLESS[arr[pos]]
     if not np.array_equal(pos, ends):
         return None
-    return ts_deltas, offset_deltas, fields[0], fields[1], pa.nulls(len(pos), _HEADERS_TYPE)
+    return ts_deltas, offset_deltas, fields[0], fields[1], null_array(len(pos), _HEADERS_TYPE)
 
 
 def _decode_general(
@@ -488,7 +484,7 @@ def _decode_general(
             return None
     header_counts = arr[pos]
     if header_counts.max() == 0:
-        headers = pa.nulls(len(pos), _HEADERS_TYPE)
+        headers = null_array(len(pos), _HEADERS_TYPE)
         pos = pos + 1
     else:
         got_headers = _headers(data, pos, ends, header_counts)
@@ -616,7 +612,7 @@ def _headers(
             return None
         column[i] = got[-1] or None
     if not any(column):
-        return pa.nulls(len(pos), _HEADERS_TYPE), after
+        return null_array(len(pos), _HEADERS_TYPE), after
     return pa.array(column, _HEADERS_TYPE), after
 
 
@@ -625,7 +621,7 @@ def _binary(buffer: pa.Buffer, starts: Ints, sizes: Ints, valid: npt.NDArray[np.
     entries null)."""
     n = len(starts)
     if not valid.any():
-        return pa.nulls(n, pa.binary())
+        return null_array(n, pa.binary())
     # Elements alternate between a field and the bytes up to the next field; taking the
     # even elements copies the fields out in C++.
     bounds = np.empty(2 * n + 1, np.int32)

@@ -64,6 +64,7 @@ __all__ = [
     "encode_batch",
     "encode_control_batch",
     "iter_batches",
+    "null_array",
     "parse_header",
     "restamp_header",
     "rewrite_header",
@@ -331,6 +332,21 @@ def _max_timestamp(column: pa.Array | pa.ChunkedArray) -> int:
     return -1 if value is None else int(value)
 
 
+def null_array(rows: int, type_: pa.DataType) -> pa.Array:
+    """``rows`` nulls of ``type_`` in the fewest bytes. ``pa.nulls`` gives a list column a
+    child of ``rows`` null entries, written whole: for the headers column of records that
+    have none, 8 bytes a record of offsets on the wire and on every replica's disk (a 100 B
+    record is 128 B with them, 120 without). A list here has an empty child instead."""
+    if pa.types.is_list(type_):
+        validity = pa.py_buffer(bytes((rows + 7) // 8))
+        offsets = pa.py_buffer(bytes(4 * (rows + 1)))
+        child = pa.array([], type_.value_type)
+        return pa.Array.from_buffers(
+            type_, rows, [validity, offsets], null_count=rows, children=[child]
+        )
+    return pa.nulls(rows, type_)
+
+
 def encode_arrow(
     data: pa.Table | pa.RecordBatch,
     *,
@@ -367,7 +383,7 @@ def encode_arrow(
                 now = pa.scalar(time.time_ns() // 1_000_000, pa.timestamp("ms"))
                 columns.append(pa.repeat(now, rows))
             else:
-                columns.append(pa.nulls(rows, field.type))
+                columns.append(null_array(rows, field.type))
         table = pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
     return _frame(
         _ipc_payload(table, compression),

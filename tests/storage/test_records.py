@@ -17,6 +17,7 @@ from quorumlog.replica.storage import (
     encode_batch,
     encode_control_batch,
     iter_batches,
+    null_array,
     parse_header,
     restamp_header,
     rewrite_header,
@@ -59,6 +60,22 @@ def test_encode_arrow_fills_missing_columns_and_casts() -> None:
         encode_arrow(pa.table({"nope": [1]}))
     with pytest.raises(ValueError, match="at least one"):
         encode_batch([])
+
+
+def test_records_without_headers_carry_no_bytes_for_them() -> None:
+    # 100 B values: value and its offset, the null key's offset, the timestamp and the
+    # null headers' offset are 120 B a record. pa.nulls would give the headers list a
+    # child of n null entries, two more offsets each: 128 B on the wire and every disk.
+    n = 1000
+    buf = encode_batch([b"v" * 100] * n)
+    assert len(buf) <= n * 120 + 2048
+    headers = batches_to_table(buf).column("headers").chunk(0)
+    assert headers.null_count == n and len(headers.values) == 0
+    for type_ in (RECORD_SCHEMA.field("headers").type, pa.binary(), pa.timestamp("ms")):
+        for rows in (1, 7, 8, 1000):
+            got = null_array(rows, type_)
+            got.validate(full=True)
+            assert got.type == type_ and got.equals(pa.nulls(rows, type_))
 
 
 def test_encode_arrow_takes_a_batch_already_in_shape_as_it_is() -> None:
