@@ -27,11 +27,24 @@ from .broken import (
     VotesWhileCatchingUp,
     VotesWithUnknownFloor,
 )
-from .cluster import DriverClass, ReplicaFactory, run_seed
-from .run import run_many
+from .cluster import DriverClass, ReplicaFactory, SimResult, run_seed
+from .run import each_seed, run_many
 
 CI_SEEDS = 2000
 TEETH_SEEDS = 1000
+
+
+def first_violation(name: str, skip: tuple[str, ...] = (), **options: Any) -> SimResult:
+    """The first of seeds 0..TEETH_SEEDS-1 (in order, over every core) whose run with
+    ``options`` violates an invariant not in ``skip``; the test fails if none does."""
+    runs = each_seed(range(TEETH_SEEDS), **options)
+    try:
+        for result in runs:
+            if result.violation is not None and result.violation.invariant not in skip:
+                return result
+    finally:
+        runs.close()
+    pytest.fail(f"{name} survived {TEETH_SEEDS} seeds")
 
 
 @pytest.mark.slow
@@ -85,13 +98,9 @@ def test_a_seed_replays_identically() -> None:
     ],
 )
 def test_simulator_catches_a_broken_rule(factory: ReplicaFactory, invariant: tuple[str]) -> None:
-    for seed in range(TEETH_SEEDS):
-        result = run_seed(seed, factory)
-        if result.violation is not None:
-            assert result.violation.invariant in invariant, result.report()
-            assert "replay: make sim SEED=" in result.report()
-            return
-    pytest.fail(f"{factory.__name__} survived {TEETH_SEEDS} seeds")
+    result = first_violation(factory.__name__, factory=factory)
+    assert result.violation is not None and result.violation.invariant in invariant, result.report()
+    assert "replay: make sim SEED=" in result.report()
 
 
 @pytest.mark.parametrize(
@@ -112,38 +121,27 @@ def test_simulator_catches_a_broken_driver(driver: DriverClass, invariant: tuple
     """The simulator runs the nodes' driver: one broken on purpose (acknowledging before
     the quorum holds the records, sending a follower fetch before its log is durable,
     serving a consumer above the HWM, sending before the vote is durable) is caught."""
-    for seed in range(TEETH_SEEDS):
-        result = run_seed(seed, driver_class=driver)
-        if result.violation is not None:
-            assert result.violation.invariant in invariant, result.report()
-            return
-    pytest.fail(f"{driver.__name__} survived {TEETH_SEEDS} seeds")
+    result = first_violation(driver.__name__, driver_class=driver)
+    assert result.violation is not None and result.violation.invariant in invariant, result.report()
 
 
 def test_simulator_catches_a_log_that_appends_a_retried_batch_again() -> None:
     """Idempotent producers retry through timeouts and failovers: with producer state
     that forgets what it saw, a retry is committed a second time."""
-    for seed in range(TEETH_SEEDS):
-        result = run_seed(seed, log_factory=ForgetsProducers)
-        if result.violation is None or result.violation.invariant == "producer-gap":
-            continue  # forgetting also lets a pipelined batch in past a gap: look further
-        assert result.violation.invariant == "duplicate-record", result.report()
-        return
-    pytest.fail(f"ForgetsProducers committed no retry twice in {TEETH_SEEDS} seeds")
+    # Forgetting also lets a pipelined batch in past a gap: look further.
+    result = first_violation("ForgetsProducers", ("producer-gap",), log_factory=ForgetsProducers)
+    assert result.violation is not None and result.violation.invariant == "duplicate-record", (
+        result.report()
+    )
 
 
 def test_simulator_catches_a_log_that_appends_past_a_producers_gap() -> None:
     """A pipelining producer's next batch reaches a new leader that lacks the one before
     it (lost with the deposed leader's tail): a log that accepts a producer it knows
     nothing of at any sequence commits it ahead of its predecessor."""
-    for seed in range(TEETH_SEEDS):
-        result = run_seed(seed, log_factory=TrustsUnknownProducers)
-        if result.violation is not None:
-            assert result.violation.invariant in ("producer-gap", "idempotent-refused"), (
-                result.report()
-            )
-            return
-    pytest.fail(f"TrustsUnknownProducers survived {TEETH_SEEDS} seeds")
+    result = first_violation("TrustsUnknownProducers", log_factory=TrustsUnknownProducers)
+    assert result.violation is not None
+    assert result.violation.invariant in ("producer-gap", "idempotent-refused"), result.report()
 
 
 def test_unclean_election_truncation_is_visible_to_readers() -> None:
@@ -152,8 +150,7 @@ def test_unclean_election_truncation_is_visible_to_readers() -> None:
     those runs really truncated committed data."""
     truncated = 0
     runs = 0
-    for seed in range(200):
-        result = run_seed(seed, RaftReplica, unclean=True, disk_loss=False)
+    for result in each_seed(range(200), unclean=True, disk_loss=False):
         assert result.violation is None, result.report()
         if any("unclean" in f for f in result.faults):
             runs += 1
@@ -167,8 +164,7 @@ def test_damaged_replicas_are_repaired_without_losing_acknowledged_records() -> 
     that would serve it): the replica repairs from the leader, every invariant holds
     (no acknowledged record lost, no damaged batch served), and repairs really ran."""
     repaired = 0
-    for seed in range(40):
-        result = run_seed(seed, RaftReplica, corruption=0.2)
+    for result in each_seed(range(40), corruption=0.2):
         assert result.violation is None, result.report()
         repaired += result.stats.get("repairs", 0) > 0
     assert repaired >= 10
@@ -185,18 +181,15 @@ def test_simulator_catches_votes_from_a_replica_that_lost_data(
     """A replica that lost data (corruption: until past its old log end; a replaced disk:
     before it knows its floor) must not vote; a core that does lets a leader win without
     an acknowledged record, and the data invariants see it."""
-    for seed in range(TEETH_SEEDS):
-        result = run_seed(seed, broken, **faults)
-        if result.violation is not None:
-            assert result.violation.invariant in (
-                "majority-holds",
-                "acked-lost",
-                "log-matching",
-                "truncated-below-hwm",
-                "idempotent-refused",  # a producer's acknowledged batch is gone
-            ), result.report()
-            return
-    pytest.fail(f"{broken.__name__} survived {TEETH_SEEDS} seeds")
+    result = first_violation(broken.__name__, factory=broken, **faults)
+    assert result.violation is not None
+    assert result.violation.invariant in (
+        "majority-holds",
+        "acked-lost",
+        "log-matching",
+        "truncated-below-hwm",
+        "idempotent-refused",  # a producer's acknowledged batch is gone
+    ), result.report()
 
 
 def test_a_lost_disk_rejoins_under_its_id_without_losing_acknowledged_records() -> None:
@@ -204,8 +197,7 @@ def test_a_lost_disk_rejoins_under_its_id_without_losing_acknowledged_records() 
     (its peers remember its old directory) to catch up with an unknown floor: every
     invariant holds, and replacements really ran."""
     replaced = 0
-    for seed in range(40):
-        result = run_seed(seed, RaftReplica, disk_loss=True)
+    for result in each_seed(range(40), disk_loss=True):
         assert result.violation is None, result.report()
         replaced += result.stats.get("replaced_directories", 0) > 0
     assert replaced >= 10
