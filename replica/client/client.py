@@ -56,6 +56,9 @@ T = TypeVar("T")
 # Requests a produce_many has in flight on one connection: what a node reads ahead of its
 # answers.
 PIPELINE = defaults.CONNECTION_MAX_IN_FLIGHT
+# Bytes of records one ProduceMany frame of produce_many carries at most (more make another
+# frame): what one Produce may carry, so a node that takes the largest batch takes these.
+PRODUCE_MANY_BYTES = defaults.MAX_MESSAGE_BYTES
 
 _REFRESH_ERRORS = (
     NotLeaderError,
@@ -916,12 +919,14 @@ class Client:
         timeout_ms: int | None = None,
     ) -> list[ProduceResult | Exception]:
         """Append encoded batches to several partitions at once, ``items`` of (topic,
-        partition, records): one Produce request each, every leader's requests sent on its
+        partition, records): one ProduceMany request per leader and topic (as Kafka's
+        ProduceRequest; more past PRODUCE_MANY_BYTES), every leader's sent on its
         connection (up to PIPELINE each) before any answer is read, so batches for many
-        partitions wait one round trip, not one each. An item whose first attempt fails
-        (an error answer, a leader change, a lost connection) is then sent alone by
-        ``produce``, with its retries and errors. Returns, in the order
-        of ``items``, each one's ProduceResult or the error ``produce`` raised for it.
+        partitions wait one round trip and cost the node one frame, not one each. An item
+        whose first attempt fails (an error answer, of the item or of its whole frame, a
+        leader change, a lost connection) is then sent alone by ``produce``, with its
+        retries and errors. Returns, in the order of ``items``, each one's ProduceResult or
+        the error ``produce`` raised for it.
         Give each partition at most one item: the requests of a pipeline are appended in
         order, but an item that is retried alone goes after the others. The call returns
         when every item has: a node that does not answer holds it up for an attempt
@@ -930,7 +935,8 @@ class Client:
         t = timeout_ms if timeout_ms is not None else self.request_timeout_ms
         deadline = time.monotonic() + t / 1000
         results: list[ProduceResult | Exception | None] = [None] * len(items)
-        groups: dict[tuple[str, int], list[int]] = {}  # by leader
+        per_node: dict[tuple[str, int], list[list[int]]] = {}  # each leader's frames' items
+        filling: dict[tuple[tuple[str, int], str], tuple[list[int], int]] = {}  # and bytes
         for i, (topic, partition, records) in enumerate(items):
             try:
                 pm = self.partition_metadata(topic, partition, timeout_s=self._attempt_s(deadline))
@@ -942,42 +948,53 @@ class Client:
                 continue  # left to produce()
             addr = self._nodes.get(pm.leader_id) if pm.leader_id >= 0 else None
             if addr is not None and not self._suspected(addr):
-                groups.setdefault(addr, []).append(i)
-        for turn in range(0, max(map(len, groups.values()), default=0), PIPELINE):
-            part = {addr: indices[turn : turn + PIPELINE] for addr, indices in groups.items()}
-            part = {addr: indices for addr, indices in part.items() if indices}
+                chunk, size = filling.get((addr, topic), ([], PRODUCE_MANY_BYTES))
+                if size + len(records) > PRODUCE_MANY_BYTES:  # one topic a frame
+                    chunk, size = [], 0
+                    per_node.setdefault(addr, []).append(chunk)
+                chunk.append(i)
+                filling[(addr, topic)] = (chunk, size + len(records))
+        for turn in range(0, max(map(len, per_node.values()), default=0), PIPELINE):
+            part = {addr: chunks[turn : turn + PIPELINE] for addr, chunks in per_node.items()}
+            part = {addr: chunks for addr, chunks in part.items() if chunks}
             attempt_s = self._attempt_s(deadline)
             server_ms = max(1, _server_wait_ms(attempt_s))
             batches = {
                 addr: [
-                    m.ProduceRequest(
-                        topic=items[i][0],
-                        partition=items[i][1],
+                    m.ProduceManyRequest(
+                        topic=items[chunk[0]][0],
+                        partitions=[items[i][1] for i in chunk],
+                        sizes=[len(items[i][2]) for i in chunk],
                         acks=acks,
                         timeout_ms=server_ms,
-                        records=items[i][2],
+                        records=b"".join(items[i][2] for i in chunk),
                     )
-                    for i in indices
+                    for chunk in chunks
                 ]
-                for addr, indices in part.items()
+                for addr, chunks in part.items()
             }
-            answers = self._pipelined(batches, ApiKey.PRODUCE, m.ProduceResponse, attempt_s)
-            for addr, indices in part.items():
-                for i, resp in zip(indices, answers[addr], strict=True):
-                    if not isinstance(resp, m.ProduceResponse):
-                        continue
-                    if resp.error == ErrorCode.NONE:
-                        results[i] = ProduceResult(
-                            items[i][0],
-                            items[i][1],
-                            resp.base_offset,
-                            resp.last_offset,
-                            resp.leader_epoch,
-                        )
-                    elif resp.error == ErrorCode.NOT_LEADER:
-                        cached = self._leaders.get((items[i][0], items[i][1]))
-                        if cached is not None:
-                            self._moved(cached, resp)  # its retry goes to the leader named
+            answers = self._pipelined(
+                batches, ApiKey.PRODUCE_MANY, m.ProduceManyResponse, attempt_s
+            )
+            for addr, chunks in part.items():
+                for chunk, many in zip(chunks, answers[addr], strict=True):
+                    if not isinstance(many, m.ProduceManyResponse) or len(many.answers) != len(
+                        chunk
+                    ):
+                        continue  # an error of the whole frame: each item goes again alone
+                    for i, resp in zip(chunk, many.answers, strict=True):
+                        if resp.error == ErrorCode.NONE:
+                            results[i] = ProduceResult(
+                                items[i][0],
+                                items[i][1],
+                                resp.base_offset,
+                                resp.last_offset,
+                                resp.leader_epoch,
+                            )
+                        elif resp.error == ErrorCode.NOT_LEADER:
+                            cached = self._leaders.get((items[i][0], items[i][1]))
+                            if cached is not None:
+                                self._moved(cached, resp)  # its retry goes to the leader named
         for i, (topic, partition, records) in enumerate(items):
             if results[i] is None:
                 left_ms = max(1, int((deadline - time.monotonic()) * 1000))

@@ -12,7 +12,7 @@ from ..constants import UNKNOWN, or_unknown
 from ..driver import Driver, error_response
 from ..protocol import ApiKey, ErrorCode, Frame, decode_body
 from ..protocol import messages as m
-from ..protocol.codec import positional
+from ..protocol.codec import DecodeError, positional
 from ..storage.errors import CorruptRecordError
 from ..storage.records import iter_batches
 from .config import NodeConfig
@@ -62,6 +62,7 @@ class Api:
             ApiKey.DELETE_TOPIC: controller.delete_topic,
             ApiKey.LIST_TOPICS: self.list_topics,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.PRODUCE_MANY: self.produce_many,
         }
 
     async def handle(self, frame: Frame) -> tuple[int, Any] | None:
@@ -111,6 +112,16 @@ class Api:
         if too_large is not None:
             return error_response(type(req), ErrorCode.MESSAGE_TOO_LARGE, too_large)
         return await self.partition_request(req)
+
+    async def produce_many(self, req: m.ProduceManyRequest) -> Any:
+        """Each item as its own Produce (its checks, its answer), all handed to the driver
+        in this turn of the loop, in the request's order; answered when the last is."""
+        try:
+            items = req.requests()
+        except DecodeError as exc:
+            return error_response(type(req), ErrorCode.INVALID_REQUEST, str(exc))
+        answers = await asyncio.gather(*(self.produce(item) for item in items))
+        return m.ProduceManyResponse(error=0, error_message="", answers=list(answers))
 
     def _oversized_batch(self, topic: str, records: bytes) -> str | None:
         """Why a produce's records hold a batch over the topic's max.message.bytes, or None.

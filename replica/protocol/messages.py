@@ -52,6 +52,7 @@ class ApiKey(IntEnum):
     DESCRIBE_QUORUM = 55
     LIST_TOPICS = 100
     FORCE_LEADER = 101
+    PRODUCE_MANY = 102  # batches for many partitions of one topic, in one frame
     ERROR = 127
 
 
@@ -306,29 +307,66 @@ class RaftBatch:
         """(topic, partition, kind, body, records) per item; DecodeError if the lists
         disagree or the sizes do not add up to the payload exactly."""
         n = len(self.topics)
-        if not (
-            len(self.partitions) == len(self.kinds) == len(self.bodies) == len(self.sizes) == n
-        ):
+        if not len(self.partitions) == len(self.kinds) == len(self.bodies) == n:
             raise DecodeError("raft batch lists differ in length")
-        if any(type(s) is not int or s < 0 for s in self.sizes) or sum(self.sizes) != len(
-            self.records
-        ):
-            raise DecodeError("raft batch sizes do not add up to its payload")
-        view = memoryview(self.records)
-        out: list[tuple[str, int, str, object, bytes | memoryview]] = []
-        at = 0
-        for i in range(n):
-            out.append(
-                (
-                    self.topics[i],
-                    self.partitions[i],
-                    self.kinds[i],
-                    self.bodies[i],
-                    view[at : at + self.sizes[i]],
-                )
+        parts = split_payload(self.records, self.sizes, n, "raft batch")
+        return [
+            (self.topics[i], self.partitions[i], self.kinds[i], self.bodies[i], parts[i])
+            for i in range(n)
+        ]
+
+
+def split_payload(records: bytes, sizes: list[int], n: int, what: str) -> list[memoryview]:
+    """The ``n`` back-to-back parts of a frame's payload, ``sizes[i]`` bytes each (views);
+    DecodeError unless there are ``n`` sizes that add up to the payload exactly."""
+    if len(sizes) != n:
+        raise DecodeError(f"{what}: {len(sizes)} sizes for {n} items")
+    if any(type(s) is not int or s < 0 for s in sizes) or sum(sizes) != len(records):
+        raise DecodeError(f"{what}: sizes do not add up to its payload")
+    view = memoryview(records)
+    out: list[memoryview] = []
+    at = 0
+    for size in sizes:
+        out.append(view[at : at + size])
+        at += size
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceManyRequest:
+    """Batches for several partitions of one topic in one frame, as a Kafka producer sends
+    a broker every partition it has ready in one ProduceRequest: partition
+    ``partitions[i]``'s records are the next ``sizes[i]`` bytes of ``records`` (the frame's
+    payload). Each is appended and answered as its own ProduceRequest would be. One topic
+    a frame, so that a principal is authorized for a frame's topic as for a Produce."""
+
+    topic: str
+    partitions: list[int]
+    sizes: list[int]
+    acks: int
+    timeout_ms: int
+    records: bytes = b""
+
+    def requests(self) -> list[ProduceRequest]:
+        """The ProduceRequest of each item; DecodeError if the sizes do not add up."""
+        parts = split_payload(self.records, self.sizes, len(self.partitions), "produce-many")
+        return [
+            ProduceRequest(
+                topic=self.topic,
+                partition=partition,
+                acks=self.acks,
+                timeout_ms=self.timeout_ms,
+                records=bytes(part),
             )
-            at += self.sizes[i]
-        return out
+            for partition, part in zip(self.partitions, parts, strict=True)
+        ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceManyResponse(Response):
+    """``answers[i]`` answers the request's item i (empty with an error of the whole)."""
+
+    answers: list[ProduceResponse] = field(default_factory=list)
 
 
 RAFT_KEYS = frozenset({ApiKey.RAFT, ApiKey.RAFT_BATCH})
@@ -379,6 +417,7 @@ REQUESTS: dict[ApiKey, tuple[type, type]] = {
     ApiKey.LIST_TOPICS: (ListTopicsRequest, ListTopicsResponse),
     ApiKey.FORCE_LEADER: (ForceLeaderRequest, ForceLeaderResponse),
     ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),
+    ApiKey.PRODUCE_MANY: (ProduceManyRequest, ProduceManyResponse),
 }
 
 API_VERSION = 0

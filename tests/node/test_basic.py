@@ -4,6 +4,7 @@ ListOffsets and OffsetsForLeaderEpoch, on one shared 3-node cluster."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from quorumlog.replica.client import Client
@@ -14,6 +15,7 @@ from quorumlog.replica.client.errors import (
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.protocol import ApiKey, ErrorCode
 from quorumlog.replica.protocol import messages as m
+from quorumlog.replica.storage import encode_batch
 
 from tests.support.cluster import find_leader, local_view, node_request, read_all
 from tests.support.messages import consumer_fetch
@@ -258,3 +260,40 @@ def test_followers_learn_the_high_watermark_without_waiting_a_long_poll(
         lags.append(time.monotonic() - t0)
     print(f"\nfollower HWM lag after an acks=quorum produce: {[round(x * 1000) for x in lags]} ms")
     assert statistics.median(lags) < 0.15, lags
+
+
+def test_produce_many_answers_each_partition_as_its_own_produce(cluster: LocalCluster) -> None:
+    """A ProduceMany frame (one topic, batches for many partitions) is answered item by
+    item, each as its batch's own Produce would be; sizes that do not add up to the
+    payload are an INVALID_REQUEST of the whole frame."""
+    pm = cluster.client.partition_metadata(TOPIC, 0, refresh=True)
+    leader, _ = find_leader(cluster, TOPIC, 0, pm.replicas)
+    follower = next(r for r in pm.replicas if r != leader)
+    good = encode_batch([b"many-a", b"many-b"])
+    corrupt = bytearray(encode_batch([b"many-corrupt"]))
+    corrupt[-9] ^= 0xFF  # in the payload: its CRC no longer matches
+
+    def produce_many(node: int, items: list[tuple[int, bytes]], pad: bytes = b"") -> Any:
+        req = m.ProduceManyRequest(
+            topic=TOPIC,
+            partitions=[p for p, _ in items],
+            sizes=[len(r) for _, r in items],
+            acks=m.ACKS_QUORUM,
+            timeout_ms=10_000,
+            records=b"".join(r for _, r in items) + pad,
+        )
+        return node_request(cluster, node, ApiKey.PRODUCE_MANY, req, m.ProduceManyResponse, 15)
+
+    resp = produce_many(leader, [(0, good), (99, good), (0, bytes(corrupt))])
+    assert resp.error == ErrorCode.NONE
+    ok, unknown, bad = resp.answers
+    assert ok.error == ErrorCode.NONE and ok.last_offset == ok.base_offset + 1
+    assert unknown.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert bad.error == ErrorCode.CORRUPT_MESSAGE
+    (moved,) = produce_many(follower, [(0, good)]).answers
+    assert moved.error == ErrorCode.NOT_LEADER and moved.leader_id == leader
+    whole = produce_many(leader, [(0, good)], pad=b"extra")
+    assert whole.error == ErrorCode.INVALID_REQUEST and not whole.answers
+    assert "sizes do not add up" in whole.error_message
+    values = [v for _, _, v in read_all(cluster.client, TOPIC, 0, ok.base_offset)]
+    assert values == [b"many-a", b"many-b"], "the good batch once; nothing of the others"

@@ -13,6 +13,7 @@ from quorumlog.replica.client import (
     AuthorizationError,
     Client,
     ClientSecurity,
+    ProduceResult,
     QuorumLogError,
     TlsError,
 )
@@ -268,7 +269,14 @@ def test_producer_may_only_produce_to_granted_topics(secure_cluster: LocalCluste
         with pytest.raises(AuthorizationError, match="CREATE_TOPIC"):
             c.create_topic("newtopic", 1)
         c.produce("granted", 0, encode_batch([b"yes"]))
+        # Batches for many partitions in one frame (ProduceMany): authorized for the
+        # frame's topic as a Produce is.
+        denied, granted = c.produce_many(
+            [("other", 0, encode_batch([b"no"])), ("granted", 0, encode_batch([b"yes"]))]
+        )
+        assert isinstance(denied, AuthorizationError) and isinstance(granted, ProduceResult)
     wait_for_log(secure_cluster, "denied PRODUCE to principal 'ingest'")
+    wait_for_log(secure_cluster, "denied PRODUCE_MANY to principal 'ingest'")
 
 
 def test_consumer_may_only_read_granted_topics(secure_cluster: LocalCluster) -> None:
