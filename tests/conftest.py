@@ -1,6 +1,8 @@
 """Fixtures every test folder may use, from their one home (tests/support): one real
 local SparkSession per test session, one 3-node cluster per test module. A failed
-test's report carries the tail of each node log of the clusters it used."""
+test's report carries the tail of each node log of the clusters it used. A session that
+will run the simulator's CI seed sweep starts it in the background at once
+(tests/sim/background.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.sim import background as sim_sweep
 from tests.support.cluster import cluster, cluster_log_sections
 from tests.support.spark import spark
 
@@ -22,3 +25,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     funcargs: dict[str, Any] = getattr(item, "funcargs", {})
     if report.failed and call.when == "call":
         report.sections.extend(cluster_log_sections(funcargs))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.nodeid == sim_sweep.SWEEP_TEST for item in session.items):
+        sim_sweep.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    sim_sweep.stop()

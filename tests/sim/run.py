@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import logging
 import multiprocessing
 import os
@@ -15,6 +16,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from .cluster import SimResult, run_seed
@@ -81,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--seed", type=int, help="replay one seed and print its summary")
     parser.add_argument("--first", type=int, default=0, help="first seed of --seeds")
     parser.add_argument("--verbose", action="store_true", help="log the cores (DEBUG)")
+    parser.add_argument(
+        "--report",
+        type=Path,
+        help="also write the violations' reports and the summed stats "
+        "to this JSON file (for the test that collects a sweep run in the background)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.CRITICAL)
     started = time.monotonic()
@@ -95,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {f}")
         return 0
     failures, totals = run_many(args.first, args.seeds)
+    if args.report is not None:
+        reports = [result.report() for result in failures]
+        args.report.write_text(json.dumps({"failures": reports, "stats": dict(totals)}))
     for result in failures:
         print(result.report())
         print()
