@@ -1,8 +1,8 @@
 """Fixtures every test folder may use, from their one home (tests/support): one real
 local SparkSession per test session, one 3-node cluster per test module. A failed
 test's report carries the tail of each node log of the clusters it used. A session that
-will run the simulator's CI seed sweep starts it in the background at once
-(tests/sim/background.py)."""
+will run the simulator's CI seed sweep runs it in the background, from the first test
+past the chaos campaigns (tests/sim/background.py)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if any(item.nodeid == sim_sweep.SWEEP_TEST for item in session.items):
-        sim_sweep.start()
+    sim_sweep.plan(item.nodeid for item in session.items)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    sim_sweep.before_test(item.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
