@@ -22,40 +22,6 @@ from typing import Any
 from .cluster import SimResult, run_seed
 
 
-def _run_range(seeds: range) -> tuple[list[SimResult], Counter[str]]:
-    failures = []
-    totals: Counter[str] = Counter()
-    for seed in seeds:
-        result = run_seed(seed)
-        totals.update({k: v for k, v in result.stats.items() if isinstance(v, int)})
-        if result.violation is not None:
-            failures.append(result)
-    return failures, totals
-
-
-def run_many(
-    first: int, count: int, workers: int | None = None
-) -> tuple[list[SimResult], Counter[str]]:
-    """Seeds first..first+count-1, over ``workers`` processes (one per core): the
-    failures in seed order and the summed stats."""
-    workers = workers or os.cpu_count() or 1
-    chunk = 50
-    ranges = [range(s, min(s + chunk, first + count)) for s in range(first, first + count, chunk)]
-    failures: list[SimResult] = []
-    totals: Counter[str] = Counter()
-    if workers == 1 or len(ranges) == 1:
-        parts = map(_run_range, ranges)
-        for f, t in parts:
-            failures += f
-            totals += t
-        return failures, totals
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        for f, t in pool.imap(_run_range, ranges):
-            failures += f
-            totals += t
-    return failures, totals
-
-
 def _run_with(options: dict[str, Any], seed: int) -> SimResult:
     return run_seed(seed, **options)
 
@@ -74,6 +40,20 @@ def each_seed(
         return
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         yield from pool.imap(run, seeds)
+
+
+def run_many(
+    first: int, count: int, workers: int | None = None
+) -> tuple[list[SimResult], Counter[str]]:
+    """Seeds first..first+count-1, over ``workers`` processes (one per core): the
+    failures in seed order and the summed stats."""
+    failures: list[SimResult] = []
+    totals: Counter[str] = Counter()
+    for result in each_seed(range(first, first + count), workers):
+        totals.update({k: v for k, v in result.stats.items() if isinstance(v, int)})
+        if result.violation is not None:
+            failures.append(result)
+    return failures, totals
 
 
 def main(argv: list[str] | None = None) -> int:
