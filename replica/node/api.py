@@ -114,8 +114,9 @@ class Api:
         return await self.partition_request(req)
 
     async def produce_many(self, req: m.ProduceManyRequest) -> Any:
-        """Each item as its own Produce (its checks, its answer), all handed to the driver
-        in this turn of the loop, in the request's order; answered when the last is."""
+        """Each item as its own Produce (its checks, its answer); their tasks start together
+        at the loop's next turn, in the request's order, and the frame is answered when
+        the last item is."""
         try:
             items = req.requests()
         except DecodeError as exc:
