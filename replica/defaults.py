@@ -91,6 +91,12 @@ SCRUB_BYTES_PER_SECOND = 4 << 20
 # recently used idle ones are closed first), and never more than a quarter of the soft
 # RLIMIT_NOFILE, so 10,000 idle partitions cost no descriptor each (ulimit -n may be 1024).
 MAX_OPEN_SEGMENT_FILES = 512
+# The newest batches a leader appended stay in memory (``storage.tail``) for the fetches
+# that follow at once (its followers', consumers' at the tail): at most this much a log,
+# and this much for the whole process (the least recently appended logs' go first); 0
+# keeps none.
+TAIL_LOG_BYTES = 8 << 20
+TAIL_CACHE_BYTES = 64 << 20
 # One flush job makes every dirty log durable with a single syncfs(2) of the data
 # filesystem once at least this many logs are dirty (fewer: one fdatasync per file, which
 # is cheaper for a handful); 0 never uses syncfs. See ``quorumlog perf storage --flush``.

@@ -54,6 +54,7 @@ from .records import (
     validate_payload,
 )
 from .segment import Segment
+from .tail import Tail, TailBudget, shared_tail_budget
 from .types import CATCH_UP_UNKNOWN, AppendInfo, EpochEndOffset
 
 __all__ = [
@@ -217,11 +218,14 @@ class Log:
         *,
         repair: bool = False,
         files: FdCache | None = None,
+        tail: TailBudget | None = None,
     ) -> None:
         self.directory = directory
         self.config = config or LogConfig()
         # Segment descriptors come from the node-wide cache: no descriptor per idle log.
         self._files = files if files is not None else shared_cache()
+        # The newest batches appended as leader, served from memory (``storage.tail``).
+        self._tail = Tail(tail if tail is not None else shared_tail_budget())
         # Locks of many logs are taken in this order by a group flush.
         self.flush_order = next(_FLUSH_ORDER)
         self._repair = repair
@@ -336,6 +340,7 @@ class Log:
             raise ValueError(f"append with epoch {epoch} below the latest epoch {latest}")
         view = memoryview(records)
         planned: list[_Planned] = []
+        kept: list[tuple[int, bytes]] = []  # (base offset, the batch as written)
         next_offset = self._end_offset
         for header in iter_batches(view, verify_crc=True):
             if header.is_control and not allow_control:
@@ -344,21 +349,28 @@ class Log:
                 )
             if self.config.validate_records:
                 validate_arrow(view, header)
-            payload = view[header.position + HEADER_SIZE : header.end]
-            planned.append(
-                _Planned(
-                    header,
-                    next_offset,
-                    epoch,
-                    [restamp_header(header, next_offset, epoch), payload],
-                )
+            # One copy of the batch, restamped: written, then kept in the tail.
+            data = (
+                restamp_header(header, next_offset, epoch)
+                + view[header.position + HEADER_SIZE : header.end]
             )
+            planned.append(_Planned(header, next_offset, epoch, [data]))
+            kept.append((next_offset, data))
             next_offset += header.record_count
         if not planned:
             raise ValueError("append_as_leader needs at least one batch")
-        if any(item.header.producer is not None for item in planned):
-            return self._append_idempotent(planned)
-        return self._write(planned)
+        end = self._end_offset
+        try:
+            if any(item.header.producer is not None for item in planned):
+                info = self._append_idempotent(planned)
+            else:
+                info = self._write(planned)
+        except BaseException:
+            if self._end_offset != end:  # written in part: the tail no longer ends there
+                self._tail.clear()
+            raise
+        self._tail.extend(kept)
+        return info
 
     def _append_idempotent(self, planned: list[_Planned]) -> AppendInfo:
         """An idempotent producer's batch: checked against the producer state first (a
@@ -382,6 +394,7 @@ class Log:
         view = memoryview(batches)
         if not view:
             return None
+        self._tail.clear()  # a follower serves no fetches: it keeps no tail
         planned: list[_Planned] = []
         expected = self._end_offset
         latest = self._cache.latest_epoch
@@ -517,9 +530,11 @@ class Log:
     # -- reads -----------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
-        """Whole batches starting with the one holding ``offset``, from one segment: up
-        to ``max_bytes`` but at least one batch, and no batch starting at or past
-        ``max_offset``. One pread (one kernel-to-user copy) for the result. Raises
+        """Whole batches starting with the one holding ``offset``: up to ``max_bytes``
+        but at least one batch, and no batch starting at or past ``max_offset``. From
+        the tail in memory when it holds ``offset`` (batches this log appended as
+        leader, checked then); else from one segment, with one pread (one kernel-to-user
+        copy) for the result, every batch read CRC-checked. Raises
         OffsetOutOfRangeError outside [start_offset, end_offset]."""
         self._check_open()
         if not self.start_offset <= offset <= self._end_offset:
@@ -528,6 +543,9 @@ class Log:
             )
         if offset == self._end_offset or (max_offset is not None and offset >= max_offset):
             return b""
+        kept = self._tail.read(offset, max_bytes, max_offset)
+        if kept is not None:
+            return kept
         seg = self._segments[bisect.bisect_right(self._bases, offset) - 1]
         try:
             first = seg.locate(offset)
@@ -588,6 +606,7 @@ class Log:
     def _truncate_locked(self, offset: int) -> None:
         if offset >= self._end_offset:
             return
+        self._tail.clear()
         self._producers = None  # rebuilt from what is left when next needed
         if offset < self.start_offset:
             self._truncate_fully(offset)
@@ -912,6 +931,7 @@ class Log:
         """Flush, write every index and a clean-shutdown marker, close files."""
         if self._closed:
             return
+        self._tail.clear()
         self.flush()
         with self._flush_lock:
             if self._unmade:  # never written: nothing on disk to close

@@ -24,6 +24,7 @@ from quorumlog.replica.storage import (
     encode_batch,
     iter_batches,
 )
+from quorumlog.replica.storage.tail import TailBudget
 
 from .helpers import crash
 
@@ -119,16 +120,22 @@ op = st.one_of(
 )
 
 
+# Reads served by the file alone (budget 0), by a tail that keeps dropping its oldest
+# batches (a budget of a few batches), and by the default tail.
+@pytest.mark.parametrize("tail_limit", [0, 2500, None], ids=["no-tail", "tiny-tail", "tail"])
 @settings(
     max_examples=35,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(ops=st.lists(op, min_size=1, max_size=25), max_bytes=st.sampled_from([1, 2500, 1 << 20]))
-def test_random_operations_match_model(ops: list[tuple[str, float, bool]], max_bytes: int) -> None:
+def test_random_operations_match_model(
+    tail_limit: int | None, ops: list[tuple[str, float, bool]], max_bytes: int
+) -> None:
     directory = tempfile.mkdtemp(prefix="qlprop")
+    tail = None if tail_limit is None else TailBudget(tail_limit)
     try:
-        log = Log(directory, CONFIG)
+        log = Log(directory, CONFIG, tail=tail)
         model = Model()
         for name, arg, bump in ops:
             model.epoch += bump
@@ -169,11 +176,11 @@ def test_random_operations_match_model(ops: list[tuple[str, float, bool]], max_b
                 assert log.flush() == log.end_offset
             elif name == "reopen":
                 log.close()
-                log = Log(directory, CONFIG)
+                log = Log(directory, CONFIG, tail=tail)
             else:
                 durable, before = log.durable_end_offset, log.end_offset
                 crash(log, keep_unflushed=int(arg))
-                log = Log(directory, CONFIG)
+                log = Log(directory, CONFIG, tail=tail)
                 assert durable <= log.end_offset <= before
                 model.truncate(log.end_offset)
             check(log, model, max_bytes)
