@@ -455,8 +455,12 @@ def encode_control_batch(
 #: compared once, not decoded per batch. Bounded: past this many, a new one is decoded.
 _SCHEMA_VERDICTS: dict[bytes, bool] = {}
 _SCHEMA_VERDICTS_MAX = 64
-#: An Arrow stream's end: the continuation marker and a zero metadata length.
-_END_OF_STREAM = pa.py_buffer(b"\xff\xff\xff\xff\x00\x00\x00\x00")
+#: The metadata of schema messages found equal to RECORD_SCHEMA and without a body: a
+#: payload opening with one is past its schema after 8 + len(metadata) bytes.
+_SCHEMA_PREFIXES: set[bytes] = set()
+#: An Arrow message's continuation marker; a stream's end: it and a zero metadata length.
+_CONTINUATION = b"\xff\xff\xff\xff"
+_END_OF_STREAM = _CONTINUATION + b"\x00\x00\x00\x00"
 
 
 def _schema_matches(message: pa.ipc.Message) -> bool:
@@ -466,6 +470,8 @@ def _schema_matches(message: pa.ipc.Message) -> bool:
         verdict = pa.ipc.read_schema(message).equals(RECORD_SCHEMA)
         if len(_SCHEMA_VERDICTS) < _SCHEMA_VERDICTS_MAX:
             _SCHEMA_VERDICTS[meta] = verdict
+            if verdict and (message.body is None or message.body.size == 0):
+                _SCHEMA_PREFIXES.add(meta)
     return verdict
 
 
@@ -475,26 +481,37 @@ def _read_payload(
     """Decode one batch's Arrow payload (zero-copy) and check schema and row count; with
     ``full``, also every buffer of every column (offsets in bounds, UTF-8 keys of
     headers: what a reader would otherwise trip over). The stream is read message by
-    message: a schema, then record batches, then its end."""
-    where = f"batch at position {header.position}"
-    payload = pbuf.slice(header.position + HEADER_SIZE, header.payload_length)
+    message: a schema, then record batches, then its end. A schema message whose bytes
+    were found equal to RECORD_SCHEMA's before is skipped by comparing them."""
+    length = header.payload_length
+    payload = pbuf.slice(header.position + HEADER_SIZE, length)
+    view = memoryview(payload).cast("B")  # pyarrow exports signed bytes
     stream = pa.BufferReader(payload)
     batches: list[pa.RecordBatch] = []
     try:
-        first = pa.ipc.read_message(stream)
-        if first.type != "schema":
-            raise CorruptRecordError(f"{where}: its Arrow stream starts with a {first.type}")
-        if not _schema_matches(first):
-            raise CorruptRecordError(
-                f"{where} has schema {pa.ipc.read_schema(first)}, expected {RECORD_SCHEMA}"
-            )
+        known = _known_schema_prefix(view)
+        if known:
+            stream.seek(known)
+        else:
+            first = pa.ipc.read_message(stream)
+            if first.type != "schema":
+                raise CorruptRecordError(
+                    f"{_where(header)}: its Arrow stream starts with a {first.type}"
+                )
+            if not _schema_matches(first):
+                schema = pa.ipc.read_schema(first)
+                raise CorruptRecordError(
+                    f"{_where(header)} has schema {schema}, expected {RECORD_SCHEMA}"
+                )
         while True:
             at = stream.tell()
-            if header.payload_length - at < 8 or payload[at : at + 8] == _END_OF_STREAM:
+            if length - at < 8 or view[at : at + 8] == _END_OF_STREAM:
                 break  # as a stream reader: what follows the end marker is not read
             message = pa.ipc.read_message(stream)
             if message.type != "record batch":
-                raise CorruptRecordError(f"{where}: its Arrow stream holds a {message.type}")
+                raise CorruptRecordError(
+                    f"{_where(header)}: its Arrow stream holds a {message.type}"
+                )
             batch = pa.ipc.read_record_batch(message, RECORD_SCHEMA)
             if full:
                 batch.validate(full=True)
@@ -502,11 +519,31 @@ def _read_payload(
     except CorruptRecordError:
         raise
     except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
-        raise CorruptRecordError(f"{where} has an unreadable Arrow payload: {exc}") from exc
+        raise CorruptRecordError(
+            f"{_where(header)} has an unreadable Arrow payload: {exc}"
+        ) from exc
     rows = sum(b.num_rows for b in batches)
     if rows != header.record_count:
-        raise CorruptRecordError(f"{where} holds {rows} rows, header says {header.record_count}")
+        raise CorruptRecordError(
+            f"{_where(header)} holds {rows} rows, header says {header.record_count}"
+        )
     return batches
+
+
+def _where(header: BatchHeader) -> str:
+    return f"batch at position {header.position}"
+
+
+def _known_schema_prefix(view: memoryview) -> int:
+    """Length of the schema message that opens ``view`` when its bytes are those of a
+    schema message found equal to RECORD_SCHEMA before (continuation marker, metadata
+    length, metadata; a schema message has no body); else 0 (read it as a message)."""
+    if len(view) < 8 or view[:4] != _CONTINUATION:
+        return 0
+    end = 8 + int.from_bytes(view[4:8], "little", signed=True)
+    if not 8 < end <= len(view) or bytes(view[8:end]) not in _SCHEMA_PREFIXES:
+        return 0
+    return end
 
 
 def validate_arrow(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:

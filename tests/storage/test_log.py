@@ -25,7 +25,7 @@ from quorumlog.replica.storage import (
     encode_control_batch,
     iter_batches,
 )
-from quorumlog.replica.storage.records import _frame
+from quorumlog.replica.storage.records import _frame, _known_schema_prefix
 
 from .helpers import client_batch, crash, follower_batch, read_all_values, summary, values_for
 
@@ -128,6 +128,25 @@ def test_leader_refuses_arrow_payloads_a_reader_would_trip_over(tmp_path: Path) 
     assert log.end_offset == 3
 
 
+def test_a_known_schema_is_compared_byte_for_byte(tmp_path: Path) -> None:
+    """Once a schema message is known to be RECORD_SCHEMA's, the leader skips decoding
+    it when a payload opens with the same bytes; other bytes are decoded as before (a
+    renamed column of the same length is refused)."""
+    log = Log(str(tmp_path))
+    good = encode_arrow(pa.table({"value": pa.array([b"aaaaa", b"bbbbb", b"ccccc"])}))
+    log.append_as_leader(good, 1)
+    schema_length = len(RECORD_SCHEMA.serialize())
+    assert _known_schema_prefix(memoryview(arrow_of(good))) == schema_length
+    renamed = bytearray(arrow_of(good))
+    at = renamed.index(b"value")
+    renamed[at : at + 5] = b"valuf"
+    assert _known_schema_prefix(memoryview(renamed)) == 0
+    with pytest.raises(CorruptRecordError, match="has schema"):
+        log.append_as_leader(reframed(bytes(renamed), 3), 1)
+    log.append_as_leader(good, 1)
+    assert log.end_offset == 6
+
+
 def test_follower_append_validates_offsets(tmp_path: Path) -> None:
     log = Log(str(tmp_path), SMALL)
     assert log.append_as_follower(b"") is None
@@ -157,7 +176,8 @@ def test_read_bounds(tmp_path: Path) -> None:
     assert log.read(log.end_offset, 100) == b""
     with pytest.raises(OffsetOutOfRangeError):
         log.read(log.end_offset + 1, 100)
-    # Reads stay within one segment; following segments are read by the next call.
+    # From the file, a read stays within one segment (from the tail it need not); the
+    # batches after it are read by the next call.
     everything = b""
     offset = 0
     while offset < log.end_offset:
