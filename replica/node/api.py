@@ -34,6 +34,7 @@ METADATA_SLICE = 2500
 MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 Submit = Callable[[tuple[str, int], Any], Awaitable[Any]]
+SubmitMany = Callable[[list[tuple[tuple[str, int], Any]]], Awaitable[list[Any]]]
 Handler = Callable[[Any], Awaitable[Any]]
 
 
@@ -44,11 +45,13 @@ class Api:
         driver: Driver,
         controller: MetadataController,
         submit: Submit,
+        submit_many: SubmitMany,
     ) -> None:
         self.config = config
         self.driver = driver
         self.controller = controller
         self.submit = submit
+        self.submit_many = submit_many
         self.handlers: dict[ApiKey, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -91,10 +94,9 @@ class Api:
     async def partition_request(self, req: Any) -> Any:
         """Fetch, ListOffsets, OffsetsForLeaderEpoch: served by the driver; the metadata
         log is internal."""
-        if req.topic == METADATA_TOPIC:
-            return error_response(
-                type(req), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic} is internal"
-            )
+        refused = _metadata_refused(req)
+        if refused is not None:
+            return refused
         return await self.submit((req.topic, req.partition), req)
 
     async def quorum_request(self, req: Any) -> Any:
@@ -102,6 +104,13 @@ class Api:
         return await self.submit((req.topic, req.partition), req)
 
     async def produce(self, req: m.ProduceRequest) -> Any:
+        refused = self._refused_produce(req)
+        if refused is not None:
+            return refused
+        return await self.submit((req.topic, req.partition), req)
+
+    def _refused_produce(self, req: m.ProduceRequest) -> Any | None:
+        """The answer to a produce refused before it reaches the driver, or None."""
         if not req.records:
             return error_response(type(req), ErrorCode.INVALID_REQUEST, "produce without records")
         if req.topic in INTERNAL_TOPICS:
@@ -111,18 +120,24 @@ class Api:
         too_large = self._oversized_batch(req.topic, req.records)
         if too_large is not None:
             return error_response(type(req), ErrorCode.MESSAGE_TOO_LARGE, too_large)
-        return await self.partition_request(req)
+        return _metadata_refused(req)
 
     async def produce_many(self, req: m.ProduceManyRequest) -> Any:
-        """Each item as its own Produce (its checks, its answer); their tasks start together
-        at the loop's next turn, in the request's order, and the frame is answered when
-        the last item is."""
+        """Each item as its own Produce (its checks, its answer), all handed to the driver
+        in this turn of the loop, in the request's order (no task each); the frame is
+        answered when the last item is."""
         try:
             items = req.requests()
         except DecodeError as exc:
             return error_response(type(req), ErrorCode.INVALID_REQUEST, str(exc))
-        answers = await asyncio.gather(*(self.produce(item) for item in items))
-        return m.ProduceManyResponse(error=0, error_message="", answers=list(answers))
+        answers: list[Any] = [self._refused_produce(item) for item in items]
+        submitted = [i for i, answer in enumerate(answers) if answer is None]
+        results = await self.submit_many(
+            [((items[i].topic, items[i].partition), items[i]) for i in submitted]
+        )
+        for i, result in zip(submitted, results, strict=True):
+            answers[i] = result
+        return m.ProduceManyResponse(error=0, error_message="", answers=answers)
 
     def _oversized_batch(self, topic: str, records: bytes) -> str | None:
         """Why a produce's records hold a batch over the topic's max.message.bytes, or None.
@@ -243,3 +258,12 @@ class Api:
             p.log.start_offset,
             core.is_leader,  # is_local_leader
         )
+
+
+def _metadata_refused(req: Any) -> Any | None:
+    """The metadata log is internal: no client request reaches its partition this way."""
+    if req.topic == METADATA_TOPIC:
+        return error_response(
+            type(req), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic} is internal"
+        )
+    return None

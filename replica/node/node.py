@@ -220,7 +220,7 @@ class Node:
             self.execute,
             self.clock.now,
         )
-        self.api = Api(config, self.driver, self.controller, self.submit)
+        self.api = Api(config, self.driver, self.controller, self.submit, self.submit_many)
         self.peers: dict[int, PeerLink] = {}
         self._batch_room = min(BATCH_FRAME_BYTES, max_batch_bytes(config.max_frame_bytes) // 2)
         self._batch_alone = min(BATCH_ALONE_BYTES, self._batch_room)
@@ -288,14 +288,32 @@ class Node:
     async def submit(self, key: PartitionKey, req: Any) -> Any:
         """Hand a client request to the driver and wait for its answer (the driver
         answers every request: at once, at the HWM, or at its deadline)."""
+        token, fut = self._request(key, req)
+        try:
+            return await fut
+        finally:
+            self._answers.pop(token, None)
+
+    async def submit_many(self, requests: list[tuple[PartitionKey, Any]]) -> list[Any]:
+        """``submit`` each, all in this turn of the loop, without a task each; their
+        answers in the same order."""
+        pending = [self._request(key, req) for key, req in requests]
+        try:
+            return list(await asyncio.gather(*(fut for _, fut in pending)))
+        finally:
+            for token, _ in pending:
+                self._answers.pop(token, None)
+
+    def _request(self, key: PartitionKey, req: Any) -> tuple[int, asyncio.Future[Any]]:
         token = next(self._tokens)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._answers[token] = fut
         try:
             self.execute_soon(self.driver.request(token, key, req, self.clock.now()))
-            return await fut
-        finally:
-            self._answers.pop(token, None)
+        except BaseException:
+            del self._answers[token]
+            raise
+        return token, fut
 
     def _start_flush(self, key: PartitionKey) -> None:
         """Join the node's next flush job (one job, one worker thread and, with several
