@@ -92,9 +92,10 @@ SCRUB_BYTES_PER_SECOND = 4 << 20
 # RLIMIT_NOFILE, so 10,000 idle partitions cost no descriptor each (ulimit -n may be 1024).
 MAX_OPEN_SEGMENT_FILES = 512
 # The newest batches a leader appended stay in memory (``storage.tail``) for the fetches
-# that follow at once (its followers', consumers' at the tail): at most this much a log,
-# and this much for the whole process (the least recently appended logs' go first); 0
-# keeps none.
+# that follow at once (its followers', consumers' at the tail): at most this many and this
+# much a log, and this much for the whole process (the least recently appended logs' go
+# first); 0 keeps none.
+TAIL_LOG_BATCHES = 8
 TAIL_LOG_BYTES = 8 << 20
 TAIL_CACHE_BYTES = 64 << 20
 # One flush job makes every dirty log durable with a single syncfs(2) of the data

@@ -11,8 +11,9 @@ a gap. An append that is not kept (a follower's, or a batch larger than one tail
 hold) and every truncation clear it, so no byte is ever served that the log does not
 hold at that offset.
 
-Memory is bounded twice: one tail holds at most ``TAIL_LOG_BYTES`` (its oldest batches
-go first), and the tails of a process share a ``TailBudget`` (``TAIL_CACHE_BYTES``):
+Memory is bounded twice: one tail holds at most ``TAIL_LOG_BATCHES`` batches and
+``TAIL_LOG_BYTES`` (its oldest batches go first: followers fetch within milliseconds of
+an append, so a few batches are enough), and the tails of a process share a ``TailBudget`` (``TAIL_CACHE_BYTES``):
 past it, the least recently appended tails are dropped whole (thousands of idle
 partitions keep nothing for long). The budget's lock guards every change to a tail;
 reads run on the log's owner thread, as its appends do.
@@ -131,12 +132,12 @@ class Tail:
         return b"".join(data for _, data in entries[index:last])
 
     def _trim_locked(self, keep: int | None = None) -> None:
-        """Drop the oldest batches until at most ``keep`` bytes (this tail's limit) are
-        held."""
+        """Drop the oldest batches until at most ``keep`` bytes (this tail's limit) and
+        ``TAIL_LOG_BATCHES`` batches are held."""
         keep = self._limit if keep is None else keep
-        dropped = 0
-        count = 0
         entries = self._entries
+        count = max(0, len(entries) - defaults.TAIL_LOG_BATCHES)
+        dropped = sum(len(data) for _, data in entries[:count])
         while count < len(entries) and self._bytes - dropped > keep:
             dropped += len(entries[count][1])
             count += 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from quorumlog.replica.defaults import TAIL_LOG_BATCHES
 from quorumlog.replica.storage import Log, LogConfig, iter_batches
 from quorumlog.replica.storage import log as log_module
 from quorumlog.replica.storage.segment import Segment
@@ -133,6 +134,8 @@ def test_a_tail_keeps_its_newest_batches_up_to_its_limit() -> None:
     assert tail.read(9, 1000, None) is None  # below it: the file's business
     tail.extend([(30, b"d" * 301)])  # over the limit: not kept, nor what came before
     assert (tail.start, tail.nbytes, budget.used) == (None, 0, 0)
+    tail.extend([(40 + i, b"e") for i in range(TAIL_LOG_BATCHES + 2)])  # and a few batches
+    assert (tail.start, tail.nbytes, budget.used) == (42, TAIL_LOG_BATCHES, TAIL_LOG_BATCHES)
 
 
 def test_the_budget_drops_the_least_recently_appended_tails(tmp_path: Path) -> None:
