@@ -38,6 +38,7 @@ from .perfutil import (
     cpu_seconds,
     emit,
     median,
+    minor_faults,
     peak_rss_mb,
     run_producers,
 )
@@ -580,6 +581,7 @@ class _Bench:
         spread = View(leaders={p: view.leaders[p] for p in parts if p in view.leaders})
         payload = encode_batch([b"v" * VALUE_SIZE] * self.args.batch)
         cpu0 = {i: cpu_seconds(self.cluster.procs[i].pid) for i in nodes}
+        faults0 = {i: minor_faults(self.cluster.procs[i].pid) for i in nodes}
         load = run_producers(
             ProduceJob(
                 self.cluster.bootstrap,
@@ -597,6 +599,10 @@ class _Bench:
             round((cpu_seconds(self.cluster.procs[i].pid) - cpu0[i]) / load.seconds * 100, 1)
             for i in nodes
         ]
+        faults = [
+            round((minor_faults(self.cluster.procs[i].pid) - faults0[i]) / load.seconds)
+            for i in nodes
+        ]
         rate = load.records / load.seconds if load.seconds > 0 else 0.0
         self.figures.update(
             produce_rec_per_s=round(rate),
@@ -610,6 +616,7 @@ class _Bench:
             produce_in_flight=min(self.args.in_flight, len(parts)),
             produce_leaders_per_node=spread.leaders_per_node(nodes),
             produce_cpu_pct=cpu,
+            produce_page_faults_per_s=faults,
         )
         self.say(
             f"produce: {self.args.producers} producers ({load.mode}), "
@@ -617,7 +624,7 @@ class _Bench:
             f"{VALUE_SIZE} B batches, acks=quorum, over {len(parts)} partition(s) (leaders per "
             f"node {self.figures['produce_leaders_per_node']}): {rate:,.0f} records/s "
             f"({load.records:,} in {load.seconds:.2f}s; node CPU {_pct(cpu)}, producers' CPU "
-            f"{load.client_cpu_pct:.1f}%)",
+            f"{load.client_cpu_pct:.1f}%; page faults per node and second {faults})",
         )
         if load.mode == "threads" and load.client_cpu_pct >= GIL_BOUND_PCT:
             self.say(

@@ -68,12 +68,22 @@ def peak_rss_mb(pid: int) -> float:
 
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) a live process has used so far, from /proc/<pid>/stat."""
+    fields = _stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def minor_faults(pid: int) -> int:
+    """Page faults a live process has taken so far without I/O (minflt: a fresh page
+    mapped and zeroed, most often), from /proc/<pid>/stat."""
+    return int(_stat_fields(pid)[7])
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat from field 3 (state) on: the command name before it may hold
+    spaces. Field n of man 5 proc is at index n - 3 (minflt 10, utime 14, stime 15)."""
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()
-    # Fields after the command name (which may hold spaces): state is field 3, utime 14,
-    # stime 15 (man 5 proc).
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def percentile(values: list[float], p: float) -> float:
