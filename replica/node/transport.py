@@ -7,6 +7,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -63,6 +64,96 @@ YIELD_EVERY_FRAMES = 64
 
 # An oversized frame whose meta is at most this long is read past and answered.
 MAX_SKIPPED_META_BYTES = 64 << 10
+# A connection's reader stops reading from its socket past this many unread bytes.
+READ_LIMIT = 1 << 20
+
+
+class FrameReader(asyncio.StreamReader):
+    """A StreamReader for frames that keeps what the socket gives as it comes (one
+    bytes object per read) instead of copying it into one growing buffer, and hands out
+    ``readexactly(n)`` as one slice or join of those: every byte is copied once after
+    the socket's own read, not three times (into the buffer, into a slice of it, into
+    bytes), and not at all when one read holds exactly the bytes asked for. Only the
+    methods a connection uses are its own (``readexactly``, ``read``, ``at_eof``);
+    everything else reads the base class's empty buffer."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self._chunks: deque[bytes] = deque()
+        self._size = 0  # unread bytes in _chunks
+        self._head = 0  # bytes of _chunks[0] already read
+
+    def feed_data(self, data: bytes) -> None:
+        assert not self._eof, "feed_data after feed_eof"
+        if not data:
+            return
+        self._chunks.append(bytes(data))  # (a bytes object already: no copy)
+        self._size += len(data)
+        self._wakeup_waiter()
+        if self._transport is not None and not self._paused and self._size > 2 * self._limit:
+            try:
+                self._transport.pause_reading()
+            except NotImplementedError:
+                self._transport = None
+            else:
+                self._paused = True
+
+    def _maybe_resume_transport(self) -> None:
+        if self._paused and self._size <= self._limit:
+            self._paused = False
+            self._transport.resume_reading()
+
+    def at_eof(self) -> bool:
+        return self._eof and not self._size
+
+    async def readexactly(self, n: int) -> bytes:
+        if n < 0:
+            raise ValueError("readexactly size can not be less than zero")
+        if self._exception is not None:
+            raise self._exception
+        if n == 0:
+            return b""
+        while self._size < n:
+            if self._eof:
+                raise asyncio.IncompleteReadError(self._take(self._size), n)
+            await self._wait_for_data("readexactly")
+        data = self._take(n)
+        self._maybe_resume_transport()
+        return data
+
+    async def read(self, n: int = -1) -> bytes:
+        if self._exception is not None:
+            raise self._exception
+        if n < 0:
+            raise ValueError("a FrameReader reads at most n bytes")
+        if n == 0:
+            return b""
+        if not self._size and not self._eof:
+            await self._wait_for_data("read")
+        data = self._take(min(n, self._size))
+        self._maybe_resume_transport()
+        return data
+
+    def _take(self, n: int) -> bytes:
+        """The next ``n`` unread bytes (at most ``_size``)."""
+        chunks = self._chunks
+        parts: list[bytes] = []
+        left = n
+        while left:
+            first = chunks[0]
+            head = self._head
+            room = len(first) - head
+            if room <= left:
+                parts.append(first if head == 0 else first[head:])
+                chunks.popleft()
+                self._head = 0
+                left -= room
+            else:
+                parts.append(first[head : head + left])
+                self._head = head + left
+                left = 0
+        self._size -= n
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 class OversizedFrame(FrameError):
@@ -168,9 +259,14 @@ class Server:
         self._budget = LogBudget()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, limit=1 << 20, ssl=self._ssl
-        )
+        loop = asyncio.get_running_loop()
+
+        def connection() -> asyncio.StreamReaderProtocol:
+            # asyncio.start_server's, with a FrameReader.
+            reader = FrameReader(READ_LIMIT, loop)
+            return asyncio.StreamReaderProtocol(reader, self._serve, loop=loop)
+
+        self._server = await loop.create_server(connection, self.host, self.port, ssl=self._ssl)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
 

@@ -27,7 +27,7 @@ def test_a_metadata_answer_lets_the_loop_run_between_slices(tmp_path: Path) -> N
     driver = Driver(1, "c", QuorumConfig(), Limits(1 << 20, 5000), random.Random(1))
     # The topic handlers are the controller's, unused here.
     controller = SimpleNamespace(create_topic=None, delete_topic=None)
-    api = Api(node_config(tmp_path), driver, controller, None)  # type: ignore[arg-type]
+    api = Api(node_config(tmp_path), driver, controller, None, None)  # type: ignore[arg-type]
     n = SLICES * METADATA_SLICE
     assignments = [[1, 2, 3]] * n
 
