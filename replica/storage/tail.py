@@ -87,15 +87,18 @@ class Tail:
         """Keep batches just appended at the log's end (they continue what is held). A
         batch over this tail's limit is not kept, and then nothing before it is."""
         budget = self._budget
+        sizes = [len(data) for _, data in batches]
         with budget.lock:
-            if any(len(data) > self._limit for _, data in batches):
+            if max(sizes) > self._limit:
                 self._drop_locked()
                 return
-            self._entries.extend(batches)
-            added = sum(len(data) for _, data in batches)
+            entries = self._entries
+            entries.extend(batches)
+            added = sum(sizes)
             self._bytes += added
             budget._charge(self, added)
-            self._trim_locked()
+            if len(entries) > defaults.TAIL_LOG_BATCHES or self._bytes > self._limit:
+                self._trim_locked()
             # Still over with no other tail to drop: this one gives up its oldest.
             if budget.used > budget.limit:
                 self._trim_locked(self._bytes - (budget.used - budget.limit))
@@ -136,14 +139,17 @@ class Tail:
         ``TAIL_LOG_BATCHES`` batches are held."""
         keep = self._limit if keep is None else keep
         entries = self._entries
-        count = max(0, len(entries) - defaults.TAIL_LOG_BATCHES)
-        dropped = sum(len(data) for _, data in entries[:count])
-        while count < len(entries) and self._bytes - dropped > keep:
-            dropped += len(entries[count][1])
+        held = self._bytes
+        count = 0
+        while count < len(entries) and (
+            len(entries) - count > defaults.TAIL_LOG_BATCHES or held > keep
+        ):
+            held -= len(entries[count][1])
             count += 1
         if count:
             del entries[:count]
-            self._bytes -= dropped
+            dropped = self._bytes - held
+            self._bytes = held
             self._budget._release(self, dropped)
 
     def _drop_locked(self) -> None:
