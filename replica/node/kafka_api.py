@@ -71,7 +71,7 @@ from .kafka_groups import KafkaGroups
 from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
 from .problems import LogBudget
 from .security import AuthConfig, Principal
-from .transport import AUTH_TIMEOUT_S
+from .transport import AUTH_TIMEOUT_S, start_server
 
 log = logging.getLogger(__name__)
 
@@ -618,9 +618,7 @@ class KafkaServer:
         return self.host, self.port
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, ssl=self.ssl_context
-        )
+        self._server = await start_server(self._serve, self.host, self.port, self.ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:

@@ -68,6 +68,21 @@ MAX_SKIPPED_META_BYTES = 64 << 10
 READ_LIMIT = 1 << 20
 
 
+async def start_server(
+    serve: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    host: str,
+    port: int,
+    ssl_context: ssl.SSLContext | None,
+) -> asyncio.Server:
+    """``asyncio.start_server``, each connection read through a ``FrameReader``."""
+    loop = asyncio.get_running_loop()
+
+    def connection() -> asyncio.StreamReaderProtocol:
+        return asyncio.StreamReaderProtocol(FrameReader(READ_LIMIT, loop), serve, loop=loop)
+
+    return await loop.create_server(connection, host, port, ssl=ssl_context)
+
+
 class FrameReader(asyncio.StreamReader):
     """A StreamReader for frames that keeps what the socket gives as it comes (one
     bytes object per read) instead of copying it into one growing buffer, and hands out
@@ -259,14 +274,7 @@ class Server:
         self._budget = LogBudget()
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-
-        def connection() -> asyncio.StreamReaderProtocol:
-            # asyncio.start_server's, with a FrameReader.
-            reader = FrameReader(READ_LIMIT, loop)
-            return asyncio.StreamReaderProtocol(reader, self._serve, loop=loop)
-
-        self._server = await loop.create_server(connection, self.host, self.port, ssl=self._ssl)
+        self._server = await start_server(self._serve, self.host, self.port, self._ssl)
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
 
