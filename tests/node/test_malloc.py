@@ -15,8 +15,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 SMALL_LOAD = [
     *("-m", "quorumlog.replica.cli.main", "perf", "partitions", "--partitions", "16"),
-    *("--idle-seconds", "0.5", "--settle-seconds", "0.5", "--skip-failover"),
-    *("--produce-seconds", "3", "--in-flight", "16"),
+    *("--idle-seconds", "0.2", "--settle-seconds", "0.2", "--skip-failover"),
+    *("--produce-seconds", "1.5", "--in-flight", "16"),
 ]
 
 
