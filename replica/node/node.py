@@ -81,7 +81,7 @@ GC_THRESHOLDS = (50_000, 20, 100)
 # batches). Past glibc's threshold (128 kB, raised as such blocks are freed) each is a
 # fresh mmap, and memory trimmed off the heap's top comes back as fresh pages: the
 # first touch of every page is a fault and a zeroing. With 64 partitions under load
-# that was 22,000 page faults a second over three nodes, and with these 150.
+# that was 13,000-22,000 page faults a second over three nodes, and with these 150-500.
 MALLOC_MMAP_THRESHOLD = 16 << 20  # above the largest frame (BATCH_FRAME_BYTES)
 MALLOC_TRIM_THRESHOLD = 128 << 20  # the heap keeps up to this much free at its top
 # mallopt(3)'s parameter numbers, and the variables with which glibc lets a user set

@@ -84,8 +84,8 @@ class Tail:
         return entries[0][0] if entries else None
 
     def extend(self, batches: list[tuple[int, bytes]]) -> None:
-        """Keep batches just appended at the log's end (they continue what is held). A
-        batch over this tail's limit is not kept, and then nothing before it is."""
+        """Keep batches just appended at the log's end (they continue what is held). An
+        append holding a batch over this tail's limit is not kept, nor what was held."""
         budget = self._budget
         sizes = [len(data) for _, data in batches]
         with budget.lock:
