@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..constants import UNKNOWN, or_unknown
 from ..driver import Driver, Ready
@@ -33,6 +34,16 @@ METADATA_KEY = (METADATA_TOPIC, 0)
 Submit = Callable[[tuple[str, int], Any], Awaitable[Any]]
 
 
+class _Ask(NamedTuple):
+    """What a create asks for, the replication factor resolved; ``internal``: the node
+    itself asks (for one of ``INTERNAL_TOPICS``, whose names clients may not create)."""
+
+    partitions: int
+    replication_factor: int
+    max_message_bytes: int
+    internal: bool
+
+
 class MetadataController:
     def __init__(
         self,
@@ -52,7 +63,10 @@ class MetadataController:
         self.execute = execute
         self.now_ms = now_ms
         self.state = MetadataState()
-        self._pending_topics: set[str] = set()
+        #: Creates being committed: each one's ask (partitions, replication factor, limit,
+        #: whether the node itself asked) and its answer to come, which a retry of the
+        #: same ask waits for.
+        self._pending_topics: dict[str, tuple[_Ask, asyncio.Future[m.CreateTopicResponse]]] = {}
 
     # ------------------------------------------------------------------ applying
     def start(self) -> None:
@@ -142,29 +156,48 @@ class MetadataController:
         self, req: m.CreateTopicRequest, *, internal: bool = False
     ) -> m.CreateTopicResponse:
         """``internal``: the node itself creates one of ``INTERNAL_TOPICS`` (their names
-        are reserved to clients)."""
+        are reserved to clients). A create asking what one still being committed asks (a
+        client's retry after its first attempt timed out) gets that create's answer, not
+        TOPIC_ALREADY_EXISTS for a topic no Metadata answer shows yet."""
+        pending = self._pending_topics.get(req.name)
+        if pending is not None and pending[0] == self._ask(req, internal) and self.is_leader():
+            return await asyncio.shield(pending[1])
         problem = self.create_problem(req, internal=internal)
         if problem is not None:
             return m.CreateTopicResponse(error=int(problem[0]), error_message=problem[1])
         nodes = sorted(self.config.voters)
-        rf = req.replication_factor or min(3, len(nodes))
-        self._pending_topics.add(req.name)
+        ask = self._ask(req, internal)
+        answer: asyncio.Future[m.CreateTopicResponse] = asyncio.get_running_loop().create_future()
+        self._pending_topics[req.name] = (ask, answer)
+        resp = m.CreateTopicResponse(
+            error=int(ErrorCode.REQUEST_TIMED_OUT), error_message="metadata record not committed"
+        )
         try:
-            replicas = assign_replicas(req.name, req.partitions, rf, nodes)
+            replicas = assign_replicas(req.name, req.partitions, ask.replication_factor, nodes)
             record: dict[str, Any] = {"op": "create_topic", "name": req.name, "replicas": replicas}
             if req.max_message_bytes:
                 record["max_message_bytes"] = req.max_message_bytes
             err = await self.commit(record)
+            if err is not None:
+                resp = m.CreateTopicResponse(
+                    error=int(err), error_message="metadata record not committed"
+                )
+            else:
+                log.info(
+                    "created topic %s: %d partition(s), replicas %s",
+                    req.name,
+                    req.partitions,
+                    replicas,
+                )
+                resp = m.CreateTopicResponse(error=0, error_message="")
+            return resp
         finally:
-            self._pending_topics.discard(req.name)
-        if err is not None:
-            return m.CreateTopicResponse(
-                error=int(err), error_message="metadata record not committed"
-            )
-        log.info(
-            "created topic %s: %d partition(s), replicas %s", req.name, req.partitions, replicas
-        )
-        return m.CreateTopicResponse(error=0, error_message="")
+            del self._pending_topics[req.name]
+            answer.set_result(resp)  # also when cancelled: a waiting retry gets an answer
+
+    def _ask(self, req: m.CreateTopicRequest, internal: bool = False) -> _Ask:
+        rf = req.replication_factor or min(3, len(self.config.voters))
+        return _Ask(req.partitions, rf, req.max_message_bytes, internal)
 
     def create_problem(
         self, req: m.CreateTopicRequest, *, internal: bool = False
@@ -182,7 +215,7 @@ class MetadataController:
                 f"partitions must be 1..10000, got {req.partitions}",
             )
         n = len(self.config.voters)
-        rf = req.replication_factor or min(3, n)
+        rf = self._ask(req).replication_factor
         if not 1 <= rf <= n:
             return (
                 ErrorCode.INVALID_REPLICATION_FACTOR,

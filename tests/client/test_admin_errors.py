@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
+
 import pytest
 from quorumlog.replica.client import Client
 from quorumlog.replica.client.errors import (
@@ -120,3 +124,44 @@ def test_create_and_delete_survive_a_retry_after_a_timed_out_attempt(
             assert sorted(cluster.client.wait_for_leaders(f"slow{i}").partitions) == [0, 1]
         for i in range(5):
             client.delete_topic(f"slow{i}")
+
+
+def test_a_create_retried_while_its_first_attempt_is_being_committed_succeeds(
+    tmp_path: Path,
+) -> None:
+    """The controller's followers stopped: its metadata record cannot commit, the client's
+    attempts time out and are retried while the first create is still pending. A retry
+    asking the same waits for that create's answer (before, it was refused with
+    TOPIC_ALREADY_EXISTS for a topic no node showed, and the call failed); the call
+    succeeds once the followers are back. A different ask is still refused."""
+    with LocalCluster(3, tmp_path) as c:
+        c.client.refresh_nodes()
+        controller = c.client._controller_id  # the metadata leader
+        followers = [n for n in c.procs if n != controller]
+        outcome: list[BaseException | None] = []
+        with Client(
+            c.bootstrap, attempt_timeout_ms=300, retry_backoff_ms=50, request_timeout_ms=30000
+        ) as client:
+
+            def create() -> None:
+                try:
+                    client.create_topic("pending", 2)
+                    outcome.append(None)
+                except BaseException as exc:  # the test's verdict, below
+                    outcome.append(exc)
+
+            for n in followers:
+                c.pause(n)
+            thread = threading.Thread(target=create)
+            try:
+                thread.start()
+                time.sleep(1.0)  # ~3 attempts, each timed out or waiting on the first
+                assert not outcome, outcome  # nothing answered while nothing can commit
+                with pytest.raises(TopicExistsError):
+                    c.client.create_topic("pending", 3)  # another ask: refused at once
+            finally:
+                for n in followers:
+                    c.resume(n)
+            thread.join(30)
+            assert outcome == [None]
+            assert sorted(client.wait_for_leaders("pending").partitions) == [0, 1]
