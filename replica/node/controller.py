@@ -44,6 +44,10 @@ class _Ask(NamedTuple):
     internal: bool
 
 
+def _not_committed(code: ErrorCode) -> m.CreateTopicResponse:
+    return m.CreateTopicResponse(error=int(code), error_message="metadata record not committed")
+
+
 class MetadataController:
     def __init__(
         self,
@@ -169,20 +173,14 @@ class MetadataController:
         ask = self._ask(req, internal)
         answer: asyncio.Future[m.CreateTopicResponse] = asyncio.get_running_loop().create_future()
         self._pending_topics[req.name] = (ask, answer)
-        resp = m.CreateTopicResponse(
-            error=int(ErrorCode.REQUEST_TIMED_OUT), error_message="metadata record not committed"
-        )
+        resp = _not_committed(ErrorCode.REQUEST_TIMED_OUT)  # if the commit raises
         try:
             replicas = assign_replicas(req.name, req.partitions, ask.replication_factor, nodes)
             record: dict[str, Any] = {"op": "create_topic", "name": req.name, "replicas": replicas}
             if req.max_message_bytes:
                 record["max_message_bytes"] = req.max_message_bytes
             err = await self.commit(record)
-            if err is not None:
-                resp = m.CreateTopicResponse(
-                    error=int(err), error_message="metadata record not committed"
-                )
-            else:
+            if err is None:
                 log.info(
                     "created topic %s: %d partition(s), replicas %s",
                     req.name,
@@ -190,6 +188,8 @@ class MetadataController:
                     replicas,
                 )
                 resp = m.CreateTopicResponse(error=0, error_message="")
+            else:
+                resp = _not_committed(err)
             return resp
         finally:
             del self._pending_topics[req.name]
