@@ -163,14 +163,14 @@ class MetadataController:
         are reserved to clients). A create asking what one still being committed asks (a
         client's retry after its first attempt timed out) gets that create's answer, not
         TOPIC_ALREADY_EXISTS for a topic no Metadata answer shows yet."""
+        ask = self._ask(req, internal)
         pending = self._pending_topics.get(req.name)
-        if pending is not None and pending[0] == self._ask(req, internal) and self.is_leader():
+        if pending is not None and pending[0] == ask and self.is_leader():
             return await asyncio.shield(pending[1])
         problem = self.create_problem(req, internal=internal)
         if problem is not None:
             return m.CreateTopicResponse(error=int(problem[0]), error_message=problem[1])
         nodes = sorted(self.config.voters)
-        ask = self._ask(req, internal)
         answer: asyncio.Future[m.CreateTopicResponse] = asyncio.get_running_loop().create_future()
         self._pending_topics[req.name] = (ask, answer)
         resp = _not_committed(ErrorCode.REQUEST_TIMED_OUT)  # if the commit raises
