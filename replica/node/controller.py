@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from ..constants import UNKNOWN, or_unknown
 from ..driver import Driver, Ready
@@ -44,8 +44,22 @@ class _Ask(NamedTuple):
     internal: bool
 
 
-def _not_committed(code: ErrorCode) -> m.CreateTopicResponse:
-    return m.CreateTopicResponse(error=int(code), error_message="metadata record not committed")
+#: What a topic change is refused with: an error code and its text.
+Problem = tuple[ErrorCode, str]
+NOT_LEADER: Problem = (ErrorCode.NOT_LEADER, "not the metadata leader")
+NOT_COMMITTED: Problem = (ErrorCode.REQUEST_TIMED_OUT, "metadata record not committed")
+#: How often a change waiting for the log to settle looks whether this node still leads.
+SETTLE_POLL_S = 0.05
+
+_R = TypeVar("_R", m.CreateTopicResponse, m.DeleteTopicResponse)
+
+
+def _answer(cls: type[_R], problem: Problem) -> _R:
+    return cls(error=int(problem[0]), error_message=problem[1])
+
+
+def _exists(name: str) -> Problem:
+    return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
 
 
 class MetadataController:
@@ -71,6 +85,10 @@ class MetadataController:
         #: whether the node itself asked) and its answer to come, which a retry of the
         #: same ask waits for.
         self._pending_topics: dict[str, tuple[_Ask, asyncio.Future[m.CreateTopicResponse]]] = {}
+        #: One topic change decided and committed at a time, each against a settled log.
+        self._changing = asyncio.Lock()
+        #: Set by ``apply``: a change waiting for the log to settle looks again.
+        self._applied = asyncio.Event()
 
     # ------------------------------------------------------------------ applying
     def start(self) -> None:
@@ -115,6 +133,7 @@ class MetadataController:
             self.datadir.save_metadata_applied(state.applied_offset)
         self.partitions.reconcile(state)
         self.maybe_end_catch_up_pending()
+        self._applied.set()
 
     def maybe_end_catch_up_pending(self) -> None:
         p = self.driver.get(METADATA_KEY)
@@ -137,11 +156,42 @@ class MetadataController:
         p = self.driver.get(METADATA_KEY)
         return p is not None and p.core.is_leader
 
+    def settled(self) -> bool:
+        """The metadata leader, with every record of its log committed and applied: the
+        topics it knows are the cluster's, and no record it does not know of can still
+        commit (one an earlier leader wrote that this leader's epoch will commit, or an
+        attempt of its own whose answer timed out). Only a settled leader decides a topic
+        change: before, a new leader took a committed topic for unknown, and a create
+        could write a second record for a name, whose replicas would replace the first's."""
+        p = self.driver.get(METADATA_KEY)
+        return p is not None and p.core.is_leader and self.state.applied_offset >= p.log.end_offset
+
+    async def _settle(self) -> Problem | None:
+        """Wait, within a commit's timeout, until ``settled``; else what to answer (a
+        retriable code). Called holding ``_changing``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.produce_timeout_ms / 1000
+        while not self.settled():
+            left = deadline - loop.time()
+            if not self.is_leader():
+                return NOT_LEADER
+            if left <= 0:
+                return (
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    "metadata records of the leader not committed yet",
+                )
+            self._applied.clear()
+            try:  # a leadership lost without an apply is seen within a poll
+                await asyncio.wait_for(self._applied.wait(), min(left, SETTLE_POLL_S))
+            except TimeoutError:
+                pass
+        return None
+
     def leader_id(self) -> int:
         p = self.driver.get(METADATA_KEY)
         return UNKNOWN if p is None else or_unknown(p.core.leader_id)
 
-    async def commit(self, record: dict[str, Any]) -> ErrorCode | None:
+    async def commit(self, record: dict[str, Any]) -> Problem | None:
         req = m.ProduceRequest(
             topic=METADATA_TOPIC,
             partition=0,
@@ -151,7 +201,7 @@ class MetadataController:
         )
         resp = await self.submit(METADATA_KEY, req)
         if resp.error:
-            return ErrorCode(resp.error)
+            return ErrorCode(resp.error), NOT_COMMITTED[1]
         # Apply on this node before answering, so a Metadata request that follows sees it.
         self.apply()
         return None
@@ -169,31 +219,37 @@ class MetadataController:
             return await asyncio.shield(pending[1])
         problem = self.create_problem(req, internal=internal)
         if problem is not None:
-            return m.CreateTopicResponse(error=int(problem[0]), error_message=problem[1])
-        nodes = sorted(self.config.voters)
+            return _answer(m.CreateTopicResponse, problem)
         answer: asyncio.Future[m.CreateTopicResponse] = asyncio.get_running_loop().create_future()
         self._pending_topics[req.name] = (ask, answer)
-        resp = _not_committed(ErrorCode.REQUEST_TIMED_OUT)  # if the commit raises
+        resp = _answer(m.CreateTopicResponse, NOT_COMMITTED)  # if the commit raises
         try:
-            replicas = assign_replicas(req.name, req.partitions, ask.replication_factor, nodes)
-            record: dict[str, Any] = {"op": "create_topic", "name": req.name, "replicas": replicas}
-            if req.max_message_bytes:
-                record["max_message_bytes"] = req.max_message_bytes
-            err = await self.commit(record)
-            if err is None:
-                log.info(
-                    "created topic %s: %d partition(s), replicas %s",
-                    req.name,
-                    req.partitions,
-                    replicas,
-                )
-                resp = m.CreateTopicResponse(error=0, error_message="")
-            else:
-                resp = _not_committed(err)
+            async with self._changing:
+                resp = await self._create(req, ask)
             return resp
         finally:
             del self._pending_topics[req.name]
             answer.set_result(resp)  # also when cancelled: a waiting retry gets an answer
+
+    async def _create(self, req: m.CreateTopicRequest, ask: _Ask) -> m.CreateTopicResponse:
+        """Decided on the settled log, holding ``_changing``."""
+        problem = await self._settle()
+        if problem is None and req.name in self.state.topics:  # its record committed first
+            problem = _exists(req.name)
+        if problem is not None:
+            return _answer(m.CreateTopicResponse, problem)
+        nodes = sorted(self.config.voters)
+        replicas = assign_replicas(req.name, req.partitions, ask.replication_factor, nodes)
+        record: dict[str, Any] = {"op": "create_topic", "name": req.name, "replicas": replicas}
+        if req.max_message_bytes:
+            record["max_message_bytes"] = req.max_message_bytes
+        problem = await self.commit(record)
+        if problem is not None:
+            return _answer(m.CreateTopicResponse, problem)
+        log.info(
+            "created topic %s: %d partition(s), replicas %s", req.name, req.partitions, replicas
+        )
+        return m.CreateTopicResponse(error=0, error_message="")
 
     def _ask(self, req: m.CreateTopicRequest, internal: bool = False) -> _Ask:
         rf = req.replication_factor or min(3, len(self.config.voters))
@@ -201,9 +257,9 @@ class MetadataController:
 
     def create_problem(
         self, req: m.CreateTopicRequest, *, internal: bool = False
-    ) -> tuple[ErrorCode, str] | None:
+    ) -> Problem | None:
         if not self.is_leader():
-            return ErrorCode.NOT_LEADER, "not the metadata leader"
+            return NOT_LEADER
         problem = (
             None if internal and req.name in INTERNAL_TOPICS else validate_topic_name(req.name)
         )
@@ -228,28 +284,26 @@ class MetadataController:
             if problem:
                 return ErrorCode.INVALID_REQUEST, problem
         if req.name in self.state.topics or req.name in self._pending_topics:
-            return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {req.name!r} already exists"
+            return _exists(req.name)
         return None
 
     async def delete_topic(self, req: m.DeleteTopicRequest) -> m.DeleteTopicResponse:
         if not self.is_leader():
-            return m.DeleteTopicResponse(
-                error=int(ErrorCode.NOT_LEADER), error_message="not the metadata leader"
-            )
-        if req.name not in self.state.topics:
-            return m.DeleteTopicResponse(
-                error=int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                error_message=f"unknown topic {req.name!r}",
-            )
-        if req.name in INTERNAL_TOPICS:
-            return m.DeleteTopicResponse(
-                error=int(ErrorCode.INVALID_TOPIC),
-                error_message=f"topic {req.name!r} is internal and cannot be deleted",
-            )
-        err = await self.commit({"op": "delete_topic", "name": req.name})
-        if err is not None:
-            return m.DeleteTopicResponse(
-                error=int(err), error_message="metadata record not committed"
-            )
+            return _answer(m.DeleteTopicResponse, NOT_LEADER)
+        async with self._changing:
+            problem = await self._settle()
+            if problem is None:
+                problem = self._delete_problem(req.name)
+            if problem is None:
+                problem = await self.commit({"op": "delete_topic", "name": req.name})
+        if problem is not None:
+            return _answer(m.DeleteTopicResponse, problem)
         log.info("deleted topic %s", req.name)
         return m.DeleteTopicResponse(error=0, error_message="")
+
+    def _delete_problem(self, name: str) -> Problem | None:
+        if name not in self.state.topics:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+        if name in INTERNAL_TOPICS:
+            return ErrorCode.INVALID_TOPIC, f"topic {name!r} is internal and cannot be deleted"
+        return None

@@ -15,8 +15,11 @@ from quorumlog.replica.client.errors import (
     UnknownTopicError,
 )
 from quorumlog.replica.node.cluster import LocalCluster, free_ports
-from quorumlog.replica.protocol import ErrorCode
+from quorumlog.replica.node.metadata import METADATA_TOPIC
+from quorumlog.replica.protocol import ApiKey, ErrorCode
+from quorumlog.replica.protocol import messages as m
 
+from tests.support.cluster import node_request
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
@@ -165,3 +168,66 @@ def test_a_create_retried_while_its_first_attempt_is_being_committed_succeeds(
             thread.join(30)
             assert outcome == [None]
             assert sorted(client.wait_for_leaders("pending").partitions) == [0, 1]
+
+
+def test_a_new_metadata_leader_decides_a_create_on_the_records_it_inherits(
+    tmp_path: Path,
+) -> None:
+    """The metadata leader writes a create it cannot commit (its followers stopped), is
+    killed and restarted, and leads again after an unclean election: its log holds that
+    record, which its new epoch will commit, but no topic applied from it (as a leader
+    of an ordinary election may inherit records of an earlier epoch). A create of the
+    same name with another ask is decided once that record is committed: refused, the
+    topic keeping the first ask's two partitions. Before, the leader decided on the
+    topics it had applied, found none and wrote a second record, and once both
+    committed the second's replicas replaced the first's: three partitions."""
+    with LocalCluster(3, tmp_path) as c:
+        c.client.create_topic("before", 1)  # the leader's epoch is committed
+        controller = c.client._controller_id  # the metadata leader
+        followers = [n for n in c.procs if n != controller]
+        outcome: list[BaseException | None] = []
+        with Client(
+            c.bootstrap, attempt_timeout_ms=300, retry_backoff_ms=50, request_timeout_ms=30000
+        ) as second:
+
+            def create_again() -> None:
+                try:
+                    second.create_topic("twice", 3)
+                    outcome.append(None)
+                except BaseException as exc:  # the test's verdict, below
+                    outcome.append(exc)
+
+            for n in followers:
+                c.pause(n)
+            thread = threading.Thread(target=create_again)
+            try:
+                # Asking the leader only: the create reaches it at once, not after a
+                # stopped node's attempt timed out.
+                leader = f"{c.host}:{c.ports[controller]}"
+                with Client(leader, attempt_timeout_ms=300, request_timeout_ms=1000) as first:
+                    with pytest.raises(QuorumLogError):
+                        first.create_topic("twice", 2)
+                quorum = node_request(
+                    c,
+                    controller,
+                    ApiKey.DESCRIBE_QUORUM,
+                    m.DescribeQuorumRequest(topic=METADATA_TOPIC, partition=0),
+                    m.DescribeQuorumResponse,
+                )
+                (own,) = [v for v in quorum.voters if v.replica_id == controller]
+                assert own.end_offset > quorum.high_watermark  # written, never committed
+                c.restart(controller)  # kill -9: the create's handler is gone, its record kept
+                wait_until(
+                    lambda: c.client.force_leader(METADATA_TOPIC, 0, controller, confirm=True),
+                    30,
+                    "an unclean election of the restarted metadata leader",
+                )
+                thread.start()
+                time.sleep(1.0)  # ~3 attempts, each waiting for the inherited record
+                assert not outcome, outcome  # nothing decided while it cannot commit
+            finally:
+                for n in followers:
+                    c.resume(n)
+            thread.join(30)
+        assert len(outcome) == 1 and isinstance(outcome[0], TopicExistsError), outcome
+        assert sorted(c.client.wait_for_leaders("twice").partitions) == [0, 1]
