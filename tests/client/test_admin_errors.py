@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,21 @@ def test_create_and_delete_survive_a_retry_after_a_timed_out_attempt(
             client.delete_topic(f"slow{i}")
 
 
+def _in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException | None]]:
+    """A thread (not started) that makes ``call``, and the list its outcome goes to: None,
+    or what it raised (the test's verdict)."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    return threading.Thread(target=run), outcome
+
+
 def test_a_create_retried_while_its_first_attempt_is_being_committed_succeeds(
     tmp_path: Path,
 ) -> None:
@@ -141,21 +157,12 @@ def test_a_create_retried_while_its_first_attempt_is_being_committed_succeeds(
         c.client.refresh_nodes()
         controller = c.client._controller_id  # the metadata leader
         followers = [n for n in c.procs if n != controller]
-        outcome: list[BaseException | None] = []
         with Client(
             c.bootstrap, attempt_timeout_ms=300, retry_backoff_ms=50, request_timeout_ms=30000
         ) as client:
-
-            def create() -> None:
-                try:
-                    client.create_topic("pending", 2)
-                    outcome.append(None)
-                except BaseException as exc:  # the test's verdict, below
-                    outcome.append(exc)
-
+            thread, outcome = _in_thread(lambda: client.create_topic("pending", 2))
             for n in followers:
                 c.pause(n)
-            thread = threading.Thread(target=create)
             try:
                 thread.start()
                 time.sleep(1.0)  # ~3 attempts, each timed out or waiting on the first
@@ -185,21 +192,12 @@ def test_a_new_metadata_leader_decides_a_create_on_the_records_it_inherits(
         c.client.create_topic("before", 1)  # the leader's epoch is committed
         controller = c.client._controller_id  # the metadata leader
         followers = [n for n in c.procs if n != controller]
-        outcome: list[BaseException | None] = []
         with Client(
             c.bootstrap, attempt_timeout_ms=300, retry_backoff_ms=50, request_timeout_ms=30000
         ) as second:
-
-            def create_again() -> None:
-                try:
-                    second.create_topic("twice", 3)
-                    outcome.append(None)
-                except BaseException as exc:  # the test's verdict, below
-                    outcome.append(exc)
-
+            thread, outcome = _in_thread(lambda: second.create_topic("twice", 3))
             for n in followers:
                 c.pause(n)
-            thread = threading.Thread(target=create_again)
             try:
                 # Asking the leader only: the create reaches it at once, not after a
                 # stopped node's attempt timed out.
