@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 
 CoreFactory = Callable[..., RaftReplica]
 
-# New partitions opened in one burst stand this far apart (ms): 10,000 of them over 3 s.
-NEW_PARTITION_SPREAD_MS = 0.3
+# New partitions stand at least this far apart (us): 10,000 opened at once over 3 s.
+NEW_PARTITION_SPREAD_US = 300
 # A new partition's other replicas hold their timers this many election timeouts past
 # its slot while the preferred replica's node is heard: nodes busy electing thousands
 # must not start rival elections for partitions whose preferred replica has yet to
@@ -102,8 +102,7 @@ class Driver:
         self._rebalancing: set[int] = set()  # peers taking their preferred partitions back
         # Hand-overs in flight: partition -> (the epoch handed over, when).
         self._handing: dict[PartitionKey, tuple[int, int]] = {}
-        self._burst_count = 0  # new partitions opened in the current burst
-        self._burst_ends = 0
+        self._last_slot_us = -(1 << 62)  # the slot of the newest partition opened (us)
         # (deadline, seq, key): lazily invalidated; _due holds each key's live deadline.
         self._heap: list[tuple[int, int, PartitionKey]] = []
         self._due: dict[PartitionKey, int] = {}
@@ -136,21 +135,23 @@ class Driver:
         hold their timers NEW_PARTITION_HOLD_TIMEOUTS election timeouts longer (until a
         message of the partition, or the preferred replica's node going silent), so
         leadership follows the assignment. Slots of partitions opened together are
-        NEW_PARTITION_SPREAD_MS apart: a topic of 10,000 partitions elects over seconds,
-        not in one storm."""
+        NEW_PARTITION_SPREAD_US apart at least: a topic of 10,000 partitions elects over
+        seconds, not in one storm. A slot is an election timeout after the open, or the
+        spread after the slot before it if that is later: opens slower than the spread are
+        spread by themselves (a node opening 10,000 replicas takes seconds), and their
+        slots do not add the spread on top."""
         core = self.core_factory(
             self.quorum, self.node_id, voters, self.cluster_id, log_, persisted, self.rng, now
         )
         hold = 0
         if persisted is None:
             # New partitions opened together (one topic of thousands) stand one after
-            # another, NEW_PARTITION_SPREAD_MS apart, not all in one election timeout.
-            if now >= self._burst_ends:
-                self._burst_count = 0
-            start = now + self.quorum.election_timeout_ms
-            slot = start + int(self._burst_count * NEW_PARTITION_SPREAD_MS)
-            self._burst_count += 1
-            self._burst_ends = slot + self.quorum.election_timeout_ms
+            # another, NEW_PARTITION_SPREAD_US apart, not all in one election timeout.
+            self._last_slot_us = max(
+                (now + self.quorum.election_timeout_ms) * 1000,
+                self._last_slot_us + NEW_PARTITION_SPREAD_US,
+            )
+            slot = self._last_slot_us // 1000
             if voters and voters[0] == self.node_id:
                 core.stand_first(slot)
             elif voters:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from quorumlog.replica.driver import Driver, Limits, Ready
+from quorumlog.replica.driver.driver import NEW_PARTITION_SPREAD_US
 from quorumlog.replica.protocol import ErrorCode
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import ElectionState, FetchRequest, Message, QuorumConfig, VoteRequest
@@ -286,3 +287,32 @@ def test_a_gap_in_a_producers_sequence_is_final_only_once_the_leaders_epoch_comm
     assert getattr(nodes.answers[first], "error", None) == 0
     late = nodes.request(leader, gap)
     assert getattr(nodes.answers[late], "error", None) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def _stand_times(opens: list[int]) -> list[int | None]:
+    """Open one new partition at each time of ``opens`` on node 1, its preferred replica:
+    when each stands as a candidate."""
+    d = Driver(1, "c", CONFIG, Limits(1 << 20, 5000), random.Random(1))
+    for p, now in enumerate(opens):
+        d.open(("t", p), [1, 2, 3], MemLog(), None, now)
+    return [d.partitions[("t", p)].core.next_deadline_ms() for p in range(len(opens))]
+
+
+def test_new_partitions_opened_at_once_stand_the_spread_apart() -> None:
+    timeout = CONFIG.election_timeout_ms
+    stands = _stand_times([0] * 1000)
+    assert stands == [timeout + i * NEW_PARTITION_SPREAD_US // 1000 for i in range(1000)]
+
+
+def test_new_partitions_opened_slower_than_the_spread_stand_an_election_timeout_after() -> None:
+    """A node opening thousands of replicas takes longer than the spread per open: each
+    stands an election timeout after its open, the spread not added on top (it was: a
+    topic of 10,000 partitions whose opens took 3 s was led 3 s later than it needed)."""
+    timeout = CONFIG.election_timeout_ms
+    opens = list(range(1000))  # one a millisecond
+    assert _stand_times(opens) == [t + timeout for t in opens]
+    # Opens faster than the spread after a slow stretch: spread from the last slot.
+    opens = [0, 1, 2] + [2] * 10
+    assert _stand_times(opens) == [timeout, timeout + 1, timeout + 2] + [
+        ((timeout + 2) * 1000 + j * NEW_PARTITION_SPREAD_US) // 1000 for j in range(1, 11)
+    ]
