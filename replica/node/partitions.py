@@ -112,10 +112,10 @@ class PartitionManager:
         """Open one replica; its first driver step goes into ``ready`` when given (many
         opened at once are executed together: one journal write), else is executed."""
         d = self.datadir.path / f"{topic}-{partition}"
-        fresh = not d.exists()
         # repair=True: damage recovery finds mid-log is cut, with the catch-up mark, and
         # re-fetched from the leader (see RaftReplica.on_corruption), not fatal.
         lg = WallClockLog(str(d), self.log_config, repair=True)
+        fresh = not lg.existed
         if fresh and self.datadir.catch_up_pending:
             # This node's directory replaced a lost one that may have held this replica.
             lg.mark_catch_up(CATCH_UP_UNKNOWN)

@@ -242,7 +242,9 @@ class Log:
         # A new log makes its directory with its first write (``_make_directory``):
         # thousands of partitions nobody has produced to cost no directory or file.
         parent = os.path.dirname(os.path.abspath(directory))
-        self._unmade = not os.path.isdir(directory) and os.path.isdir(parent)
+        #: The directory was there when the log was opened (a replica this node held).
+        self.existed = os.path.isdir(directory)
+        self._unmade = not self.existed and os.path.isdir(parent)
         self._parent_dirty = False  # the directory's own entry is not durable yet
         if not self._unmade:
             os.makedirs(directory, exist_ok=True)
@@ -251,8 +253,11 @@ class Log:
         syncfs.watch(self.device, home)  # before any write (see storage.syncfs)
         self._recovery_point_path = os.path.join(directory, RECOVERY_POINT_FILE)
         self._catch_up_path = os.path.join(directory, CATCH_UP_FILE)
-        self._recovery_point = _read_offset_file(self._recovery_point_path, 0)
-        self._catch_up_offset = _read_offset_file(self._catch_up_path, UNKNOWN)
+        if self._unmade:  # no directory: none of its files to read
+            self._recovery_point, self._catch_up_offset = 0, UNKNOWN
+        else:
+            self._recovery_point = _read_offset_file(self._recovery_point_path, 0)
+            self._catch_up_offset = _read_offset_file(self._catch_up_path, UNKNOWN)
         # Scrub cursor: (segment base offset, position, expected offset at position).
         self._scrub_at = (-1, 0, 0)
         self.scrub_passes = 0
