@@ -165,7 +165,9 @@ class RaftReplica:
         self._voted_id = state.voted_id
         self._role = Role.UNATTACHED
         self._state: RoleState = UnattachedState(None)
-        # Not persisted yet: a fresh replica, or one raised to its log's epoch.
+        # Not persisted yet: a replica raised to its log's epoch. A fresh one persists
+        # nothing: epoch 0 and no vote is what no persisted state stands for (a node
+        # opening 10,000 new replicas wrote and fdatasync'd 10,000 such states).
         self._startup = Output()
 
         log_epoch = log.last_epoch()
@@ -182,8 +184,6 @@ class RaftReplica:
             self._become_follower(self._epoch, self._leader_id, now_ms, self._startup)
         else:
             self._become_unattached(now_ms, self._startup)
-        if persisted is None and self._startup.persist is None:
-            self._startup.persist = self.election_state
         logger.info(
             "replica %s starts %s in epoch %s (leader %s, voted %s)",
             node_id,

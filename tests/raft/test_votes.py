@@ -209,6 +209,14 @@ def test_restart_after_voting_for_itself_comes_back_candidate_same_epoch() -> No
     assert {(m.dst, m.candidate_epoch) for m in out.messages} == {(2, 6), (3, 6)}  # type: ignore[union-attr]
 
 
+def test_a_fresh_replica_persists_nothing() -> None:
+    """Epoch 0 and no vote is what no persisted state stands for: a node opening
+    thousands of new replicas writes none of them."""
+    r = make_replica(1)
+    assert r.epoch == 0 and r.voted_id is None and r.leader_id is None
+    assert r.startup_output().persist is None
+
+
 def test_restart_raises_a_stale_epoch_to_the_logs_last_epoch() -> None:
     r = make_replica(1, log=leader_log((1, 2), (5, 2)), persisted=ElectionState(3, 2, 2))
     assert r.epoch == 5 and r.role is Role.UNATTACHED and r.voted_id is None

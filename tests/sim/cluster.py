@@ -14,7 +14,8 @@ Invariants, checked after every event:
   highest HWM any node has reported;
 * ``log-matching``: every node's log below its HWM equals the committed history;
 * ``persist-before-send``: after every step a node's durable election state is the one
-  it runs (and may have sent messages in);
+  it runs (and may have sent messages in); none stands for a fresh replica's (epoch 0,
+  no leader, no vote);
 * ``acked-lost``: an acknowledged produce is committed at the offsets it was acked at;
 * ``duplicate-record``: no record is committed twice, though idempotent producers
   retry every batch (same producer id, epoch and sequence) until it is acknowledged,
@@ -85,6 +86,8 @@ from .memlog import MemLog, client_batch, decode_batches
 CLUSTER_ID = "sim-cluster"
 KEY = ("sim", 0)
 LIMITS = Limits(max_fetch_bytes=256, produce_timeout_ms=3000)
+# The election state a fresh replica runs, for which nothing is persisted.
+FRESH = ElectionState(0)
 
 # Event kinds (ints keep the heap cheap).
 (
@@ -897,7 +900,7 @@ class Simulation:
             node = self.rng.choice(voters)
             assert node.core is not None
             # The operator tool asks every replica for its epoch and goes well above.
-            top = max(n.persisted.epoch for n in self.nodes.values() if n.persisted)
+            top = max((n.persisted.epoch for n in self.nodes.values() if n.persisted), default=0)
             self.fault(f"operator forces node {node.id} to lead epoch > {top} (unclean)")
             self.unclean = True
             self.unclean_snapshot = list(self.committed)
@@ -950,7 +953,8 @@ class Simulation:
         node.max_epoch = core.epoch
         if node.driver is not None and node.driver.stuck_timers:
             raise Violation("timers-advance", f"node {node.id}: a timer stayed due after its tick")
-        if node.persisted != core.election_state:
+        # No durable state stands for epoch 0 without a vote: a fresh replica's.
+        if (node.persisted or FRESH) != core.election_state:
             raise Violation(
                 "persist-before-send",
                 f"node {node.id} persisted {node.persisted} but runs {core.election_state}",
