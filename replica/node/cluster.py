@@ -321,7 +321,13 @@ class LocalCluster:
         """SIGTERM: graceful shutdown (EndQuorumEpoch for the partitions it leads)."""
         proc = self.procs[node]
         proc.terminate()
-        proc.wait(timeout=timeout_s)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"node {node} still running {timeout_s:.0f}s after SIGTERM; "
+                f"see {self.log_path(node)}:\n{self.tail(node)}"
+            ) from None
 
     def pause(self, node: int) -> None:
         os.kill(self.procs[node].pid, signal.SIGSTOP)

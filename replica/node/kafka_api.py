@@ -71,7 +71,7 @@ from .kafka_groups import KafkaGroups
 from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
 from .problems import LogBudget
 from .security import AuthConfig, Principal
-from .transport import AUTH_TIMEOUT_S, start_server
+from .transport import AUTH_TIMEOUT_S, cancel_answers, start_server
 
 log = logging.getLogger(__name__)
 
@@ -671,12 +671,7 @@ class KafkaServer:
             pass
         finally:
             # The client is gone (or the node stops): nobody waits for the answers.
-            responder.cancel()
-            while not pending.empty():
-                queued = pending.get_nowait()
-                if queued is not None:
-                    queued.cancel()
-            await asyncio.gather(responder, return_exceptions=True)
+            await cancel_answers(pending, responder)
             writer.close()
             self._conns.discard(task)
 

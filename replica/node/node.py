@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import faulthandler
 import gc
 import importlib.abc
 import itertools
@@ -101,6 +102,11 @@ _MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABL
 LOOP_LAG_ALLOWANCE_MS = 100
 # A stall this long (not counted by the driver's clock) is logged.
 STALL_WARNING_MS = 1000
+# A graceful stop takes well under a second. One still running after this long (a flush
+# stuck in the kernel, a task that ignores its cancellation) is cut short: every thread's
+# stack goes to stderr and the process exits with status 1, which loses nothing a kill -9
+# would not (nothing is acknowledged before it is durable).
+STOP_DEADLINE_S = 10.0
 
 
 def now_ms() -> int:
@@ -568,6 +574,7 @@ class Node:
             await self.kafka.close()
         for link in self.peers.values():
             await link.close()
+        await self.flusher.wait_idle()  # no log is closed under its running fsync
         self.partitions.close_all()
         self.datadir.unlock()
         log.info("node %d stopped", self.node_id)
@@ -636,6 +643,9 @@ def run_node(config: NodeConfig) -> int:
         await node.start()
         await stop.wait()
         log.info("node %d shutting down gracefully", config.node_id)
+        # Armed until the process ends: it covers asyncio.run's own clean-up (cancelling
+        # what is left, joining the executor's threads) too.
+        faulthandler.dump_traceback_later(STOP_DEADLINE_S, exit=True)
         await node.stop(graceful=True)
 
     asyncio.run(main())

@@ -231,6 +231,18 @@ def _auth_frame(correlation_id: int, response: AuthenticateResponse) -> list[byt
     return encode_frame(int(ApiKey.AUTHENTICATE), API_VERSION, correlation_id, "", body)
 
 
+async def cancel_answers(pending: asyncio.Queue[Any], responder: asyncio.Task[None]) -> None:
+    """End a connection's answering: cancel its responder (and the request it awaits) and
+    every request still queued for it (a task, a (correlation id, task) pair or None)."""
+    responder.cancel()
+    while not pending.empty():
+        item = pending.get_nowait()
+        task = item[1] if isinstance(item, tuple) else item
+        if task is not None:
+            task.cancel()
+    await asyncio.gather(responder, return_exceptions=True)
+
+
 async def _denied(code: ErrorCode, message: str) -> tuple[int, Any]:
     return int(ApiKey.ERROR), ErrorResponse(error=int(code), error_message=message)
 
@@ -327,6 +339,7 @@ class Server:
         frames = 0
         raft_busy_s = 0.0  # time applying raft frames since this connection last yielded
         stated_directory: str | None = None  # the directory id the peer node stated
+        stopping = False
         try:
             while True:
                 try:
@@ -419,15 +432,21 @@ class Server:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:
-            pass
+            # The node stops (``close``): nobody answers what is in flight any more (its
+            # ticks end), so cancel it rather than wait for it.
+            stopping = True
         except Exception:
             self._budget.log(logging.ERROR, "connection from %s failed", peer, exc_info=True)
         finally:
-            try:
-                await asyncio.wait_for(pending.put(None), 5)
-                await asyncio.wait_for(responder, 30)
-            except (TimeoutError, asyncio.CancelledError):
-                responder.cancel()
+            if stopping:
+                await cancel_answers(pending, responder)
+            else:
+                # The client closed its side: what it asked is still answered.
+                try:
+                    await asyncio.wait_for(pending.put(None), 5)
+                    await asyncio.wait_for(responder, 30)
+                except (TimeoutError, asyncio.CancelledError):
+                    await cancel_answers(pending, responder)
             problems.close()
             writer.close()
             self._conns.discard(task)
