@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from quorumlog.replica.client import Client, RequestTimeoutError
+from quorumlog.replica.client.errors import LeaderNotAvailableError
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.storage.records import encode_batch
 
@@ -143,3 +144,29 @@ def test_produce_without_a_quorum_fails_at_its_deadline_saying_it_may_have_appen
     assert 3.0 <= took < 3.0 + 1.5 + 1.0, took  # the deadline, plus at most one attempt
     assert "PRODUCE on hung/0" in str(info.value)
     c.wait_for_leader(TOPIC, 0)
+
+
+def test_a_call_waiting_for_a_new_leader_asks_again_every_few_hundred_ms() -> None:
+    """After its attempts so far (a timed-out one costs 1.5 s), a call that finds no leader
+    it can use (LEADER_NOT_AVAILABLE: an election running, or its leader suspected) backs
+    off at the second step, 0.16-0.24 s, not the exponential's 0.8-1.2 s: it answers
+    within ~0.25 s of the election instead of up to 1.2 s later. No node is contacted."""
+    client = Client("127.0.0.1:1")
+    for attempt in range(10):
+        assert client.backoff_s(attempt, waiting_for_leader=True) <= 0.24
+    assert client.backoff_s(4) >= 0.8  # other failures still back off exponentially
+    started = time.monotonic()
+    elected_at = started + 1.9  # between the exponential's 4th retry (<=1.8 s) and 5th (>=2 s)
+    asked: list[float] = []
+
+    def attempt(deadline: float) -> str:
+        asked.append(time.monotonic() - started)
+        if time.monotonic() < elected_at:
+            raise LeaderNotAvailableError("an election is running")
+        return "led"
+
+    assert client._retrying("a lookup", 10_000, attempt, (LeaderNotAvailableError,)) == "led"
+    late = time.monotonic() - elected_at
+    print(f"\nanswered {late * 1000:.0f} ms after the election; asked at {asked}")
+    assert late < 0.3
+    assert len(asked) >= 9  # every ~0.2 s for 1.9 s
