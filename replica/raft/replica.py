@@ -899,7 +899,7 @@ class RaftReplica:
                 self._become_prospective(
                     now_ms,
                     out,
-                    retries=0,
+                    retries=st.stand_retries if st.leader_unreachable else 0,
                     last_contact_ms=st.last_contact_ms,
                     stand_order=st.stand_order if st.leader_unreachable else (),
                 )
@@ -924,6 +924,19 @@ class RaftReplica:
             self._become_follower(
                 self._epoch, self._leader_id, now_ms, out, last_contact_ms=st.last_contact_ms
             )
+            if st.stand_order:
+                # It stood because the leader's node refuses connections, and a voter
+                # that had not learnt so yet (it still heard that leader) refused. Keep
+                # the hint and stand again after an election back-off, not a whole fetch
+                # timeout: the survivor ranked first still stands first, and the one
+                # ranked behind (a fetch timeout later) does not win in its place.
+                # The leader's next answer clears the hint, as before.
+                follower = self._state
+                assert isinstance(follower, FollowerState)
+                follower.leader_unreachable = True
+                follower.stand_order = st.stand_order
+                follower.stand_retries = st.retries + 1
+                follower.fetch_timeout_at = now_ms + self._election_backoff(st.retries + 1)
         else:
             st.retries += 1
             st.retry_at = now_ms + self._election_backoff(st.retries)

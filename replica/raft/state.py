@@ -101,6 +101,8 @@ class FollowerState:
     # driver's, the same on every node). A pre-vote from one ranked behind this replica
     # is refused while this one can win itself (``RaftReplica._stands_ahead_of``).
     stand_order: tuple[int, ...] = ()
+    # With leader_unreachable: the pre-votes it already lost on that hint (its back-off).
+    stand_retries: int = 0
     # Quiesced by the leader: no fetches, no fetch timeout; the leader's node heartbeat
     # stands for it until a WakeRequest or the driver's ``on_peer_stale``.
     quiet: bool = False

@@ -99,3 +99,31 @@ def test_a_survivor_ranked_first_with_a_shorter_log_does_not_hold_back_the_longe
     _crash_and_stand_together(c, leader, (first, second))
     c.advance(CONFIG.fetch_timeout_ms)
     assert c.leader() == second and c.cores[second].epoch == epoch + 1
+
+
+def test_the_first_ranked_survivor_refused_by_one_not_yet_told_stands_again_soon() -> None:
+    # The survivors learn that the leader's node refuses connections at different moments
+    # (each from its own link). The one ranked first stands at once; the other, still
+    # hearing that leader, refuses it. The first keeps its hint and stands again after an
+    # election back-off, and wins before the one ranked behind stands (a fetch timeout
+    # after its own hint): the dead node's partitions go where the ranking sends them.
+    c = Cluster()
+    leader = c.elect()
+    epoch = c.cores[leader].epoch
+    order = tuple(n for n in c.voters if n != leader)
+    first, second = order
+    c.crash(leader)
+    c.queue = [m for m in c.queue if m.src != leader]
+    c.deferred = [m for m in c.deferred if m.src != leader]
+    c.apply(first, c.cores[first].on_peer_unreachable(leader, c.now, order))
+    c.advance(CONFIG.election_timeout_ms // 4 + 50)  # it stood (within T/4): refused
+    refused = [
+        m
+        for src, m in c.sent
+        if src == second and isinstance(m, VoteResponse) and m.pre_vote and m.dst == first
+    ]
+    assert refused and not refused[-1].vote_granted
+    assert c.leader() is None
+    c.apply(second, c.cores[second].on_peer_unreachable(leader, c.now, order))
+    c.advance(CONFIG.fetch_timeout_ms // 2)  # the second's own stand is later than this
+    assert c.leader() == first and c.cores[first].epoch == epoch + 1
