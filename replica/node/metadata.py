@@ -62,14 +62,24 @@ def validate_topic_name(name: str) -> str | None:
 def assign_replicas(
     name: str, partitions: int, replication_factor: int, nodes: list[int]
 ) -> list[list[int]]:
-    """Round-robin from a per-topic start so that the preferred (first) replicas, and so
-    the leaders, spread across nodes."""
+    """Kafka's rack-unaware assignment. The first (preferred) replicas go round-robin from
+    a per-topic start, so leaders spread across nodes. The followers follow the first at a
+    shift that grows by one each time the first replicas have gone round the nodes once:
+    the partitions a node prefers have each other node as first follower equally often,
+    so when it dies the partitions it led go to the survivors evenly (the first follower
+    stands first, ``Driver.peer_unreachable``), not all to the node after it."""
     ids = sorted(nodes)
-    start = zlib.crc32(name.encode()) % len(ids)
-    return [
-        [ids[(start + p + i) % len(ids)] for i in range(replication_factor)]
-        for p in range(partitions)
-    ]
+    n = len(ids)
+    start = zlib.crc32(name.encode()) % n
+    out = []
+    for p in range(partitions):
+        first = (start + p) % n
+        shift = p // n
+        followers = [
+            ids[(first + 1 + (shift + j) % (n - 1)) % n] for j in range(replication_factor - 1)
+        ]
+        out.append([ids[first], *followers])
+    return out
 
 
 def encode_record(record: dict[str, Any]) -> bytes:
