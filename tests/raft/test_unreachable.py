@@ -8,14 +8,19 @@ from quorumlog.replica.raft import Role, VoteResponse
 from tests.raft.harness import CONFIG, Cluster
 
 
+def _crash(c: Cluster, leader: int) -> None:
+    """The leader's node dies; its connections die with it: nothing it sent is still on
+    the way."""
+    c.crash(leader)
+    c.queue = [m for m in c.queue if m.src != leader]
+    c.deferred = [m for m in c.deferred if m.src != leader]
+
+
 def test_followers_told_the_leader_refuses_connections_elect_at_once() -> None:
     c = Cluster()
     leader = c.elect()
     epoch = c.cores[leader].epoch
-    c.crash(leader)
-    # Its connections died with it: nothing it sent is still on the way.
-    c.queue = [m for m in c.queue if m.src != leader]
-    c.deferred = [m for m in c.deferred if m.src != leader]
+    _crash(c, leader)
     for node in (n for n in c.cores if n != leader):
         c.apply(node, c.cores[node].on_peer_unreachable(leader, c.now))
     c.advance(CONFIG.election_timeout_ms)  # well before the fetch timeout
@@ -51,9 +56,7 @@ def test_the_hint_is_ignored_for_a_node_that_is_not_the_leader() -> None:
 def _crash_and_stand_together(c: Cluster, leader: int, order: tuple[int, ...]) -> None:
     """The leader's node dies; both survivors learn it, with the driver's order, and both
     stand before either hears from the other: their pre-votes cross."""
-    c.crash(leader)
-    c.queue = [m for m in c.queue if m.src != leader]
-    c.deferred = [m for m in c.deferred if m.src != leader]
+    _crash(c, leader)
     for node in order:
         c.apply(node, c.cores[node].on_peer_unreachable(leader, c.now, order))
     # Past the stand of every rank (a fetch timeout per rank, plus up to T/4), nothing
@@ -112,9 +115,7 @@ def test_the_first_ranked_survivor_refused_by_one_not_yet_told_stands_again_soon
     epoch = c.cores[leader].epoch
     order = tuple(n for n in c.voters if n != leader)
     first, second = order
-    c.crash(leader)
-    c.queue = [m for m in c.queue if m.src != leader]
-    c.deferred = [m for m in c.deferred if m.src != leader]
+    _crash(c, leader)
     c.apply(first, c.cores[first].on_peer_unreachable(leader, c.now, order))
     c.advance(CONFIG.election_timeout_ms // 4 + 50)  # it stood (within T/4): refused
     refused = [
