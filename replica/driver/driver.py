@@ -243,7 +243,7 @@ class Driver:
             return
         if isinstance(msg, NodeHeartbeat):
             if msg.cluster_id == self.cluster_id and msg.src in self._peers:
-                if self.liveness.restarted(msg.src, msg.incarnation):
+                if self.liveness.restarted(msg.src, msg.incarnation, now):
                     # What its old incarnation's heartbeats vouched for is gone.
                     self._peer_changed(msg.src, now)
                 self._heard(msg.src, now)
@@ -481,12 +481,17 @@ class Driver:
         gone): followers of that leader stand without waiting for their fetch timeout,
         ranked by the assignment's order without ``peer`` (the first stands first, and
         the others defer to it), so the survivors do not split a vote and take over the
-        dead node's leaderships evenly, as assignments spread them."""
+        dead node's leaderships evenly, as assignments spread them. A survivor does not
+        wait for those ranked ahead of it that this node does not know to be settled
+        (``PeerLiveness.settled``: restarted less than a fetch timeout ago, silent, or
+        refusing connections): they may never stand."""
+        self.liveness.refused.add(peer)
+        unsettled = frozenset(q for q in self._peers if not self.liveness.settled(q, now))
         ready = Ready()
         for p in self:
             if not p.closed and p.core.leader_id == peer:
                 survivors = tuple(v for v in p.assignment if v != peer)
-                p.run(p.core.on_peer_unreachable(peer, now, survivors), now, ready)
+                p.run(p.core.on_peer_unreachable(peer, now, survivors, unsettled), now, ready)
                 self._schedule(p)
         return ready
 

@@ -25,8 +25,9 @@ class NodeHeartbeat:
 @dataclass(slots=True)
 class PeerLiveness:
     """When each peer was last heard from (any frame, monotonic ms; from when a first
-    partition shared with it opened), its incarnation, and which peers are stale (silent
-    for ``stale_after_ms`` at two ticks in a row). ``seen`` is the mapping the cores read
+    partition shared with it opened), its incarnation and when that was first heard,
+    which peers are stale (silent for ``stale_after_ms`` at two ticks in a row), and
+    which refused a connection since last heard. ``seen`` is the mapping the cores read
     (``RaftReplica.peer_seen``).
 
     The first tick that finds a peer silent only suspects it: a node whose loop was busy
@@ -38,23 +39,43 @@ class PeerLiveness:
     stale_after_ms: int
     seen: dict[int, int] = field(default_factory=dict)
     incarnations: dict[int, int] = field(default_factory=dict)
+    since: dict[int, int] = field(default_factory=dict)  # its incarnation first heard
     stale: set[int] = field(default_factory=set)
     suspect: set[int] = field(default_factory=set)
+    refused: set[int] = field(default_factory=set)
 
     def heard(self, peer: int, now: int) -> bool:
         """Record a frame from ``peer``; True if it was stale (it is back)."""
         self.seen[peer] = now
         self.suspect.discard(peer)
+        self.refused.discard(peer)
         if peer in self.stale:
             self.stale.discard(peer)
             return True
         return False
 
-    def restarted(self, peer: int, incarnation: int) -> bool:
+    def restarted(self, peer: int, incarnation: int, now: int) -> bool:
         """Record ``peer``'s incarnation; True if it differs from a known one."""
         old = self.incarnations.get(peer)
-        self.incarnations[peer] = incarnation
+        if old != incarnation:
+            self.incarnations[peer] = incarnation
+            self.since[peer] = now
         return old is not None and old != incarnation
+
+    def settled(self, peer: int, now: int) -> bool:
+        """``peer``'s process runs and has for ``stale_after_ms`` at least: its current
+        incarnation was first heard that long ago, and it is neither silent (stale or
+        suspect) nor refusing connections. A process younger than that may not follow its
+        partitions' leaders yet (a replica that led when its node stopped learns the new
+        leader only at its election timeout), so it may never take a hint about them."""
+        since = self.since.get(peer)
+        return (
+            since is not None
+            and now - since >= self.stale_after_ms
+            and peer not in self.stale
+            and peer not in self.suspect
+            and peer not in self.refused
+        )
 
     def newly_stale(self, peers: set[int], now: int) -> list[int]:
         """Peers not stale yet that were silent for ``stale_after_ms`` at the last tick

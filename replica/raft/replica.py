@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -363,14 +364,23 @@ class RaftReplica:
         self._repair(offset, now_ms, out)
         return out
 
-    def on_peer_unreachable(self, peer: int, now_ms: int, order: Sequence[int] = ()) -> Output:
+    def on_peer_unreachable(
+        self,
+        peer: int,
+        now_ms: int,
+        order: Sequence[int] = (),
+        unsettled: AbstractSet[int] = frozenset(),
+    ) -> Output:
         """The driver learnt that ``peer``'s node refuses connections: its process is gone
         (a slow or cut-off node times out instead). A follower of that leader stops
         shielding it from others' pre-votes and stands (pre-vote first) instead of after
         its fetch timeout: after a short random delay, plus a fetch timeout per rank in
         ``order`` (the surviving voters as the driver ranks them, the same on every
         node): the first stands at once, the next only if that one has not won by then
-        (its node may be gone too). Until it stands it refuses the pre-vote of a voter
+        (its node may be gone too). A voter ranked ahead that is in ``unsettled`` (its
+        node restarted a moment ago, is silent or refuses connections: it may not follow
+        this leader, so it may never take the hint) does not count in the rank; the order
+        itself is unchanged. Until it stands it refuses the pre-vote of a voter
         ranked behind it whose log is no longer than its own (``_stands_ahead_of``): two
         survivors never split the vote, even when a loaded node's stand comes late. A
         hint only: a vote and the HWM need what they always need, voters that still hear
@@ -385,7 +395,12 @@ class RaftReplica:
             logger.info("replica %s: leader %s refuses connections", self.node_id, peer)
             st.leader_unreachable = True
             st.stand_order = tuple(order)
-            rank = st.stand_order.index(self.node_id) if self.node_id in st.stand_order else 0
+            ahead = (
+                st.stand_order[: st.stand_order.index(self.node_id)]
+                if self.node_id in st.stand_order
+                else ()
+            )
+            rank = sum(1 for v in ahead if v not in unsettled)
             jitter = self._rng.randrange(self.config.election_timeout_ms // 4 + 1)
             delay = rank * self.config.fetch_timeout_ms + jitter
             st.fetch_timeout_at = min(st.fetch_timeout_at, now_ms + delay)

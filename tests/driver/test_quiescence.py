@@ -434,6 +434,43 @@ def test_the_survivors_of_a_dead_leader_stand_in_assignment_order_without_splitt
         assert c.core(first, k).is_leader and c.core(first, k).epoch == 2, k
 
 
+def test_a_survivor_does_not_wait_for_a_node_restarted_a_moment_ago() -> None:
+    """The leader dies as the node that led before it comes back, before its
+    announcement reached that node. The restarted node, ranked first among the
+    survivors, is resigned in its old epoch (what it sent while its links were coming up
+    was lost) and does not follow the new leader, so it
+    takes no hint and does not stand. The other survivor's node heard its new
+    incarnation less than a fetch timeout ago (``PeerLiveness.settled``) and does not
+    wait a fetch timeout for it: a leader within half an election timeout (without the
+    rule, none before the fetch timeout)."""
+    nodes, first = quiet_cluster()
+    nodes.down.add(first)
+    for i in nodes.voters:
+        if i != first:
+            nodes.run(i, nodes.drivers[i].peer_unreachable(first, nodes.now))
+    nodes.advance(QUIET.fetch_timeout_ms)
+    live = cores(nodes)
+    (second,) = [i for i in nodes.voters if i != first and live[i].is_leader]  # type: ignore[attr-defined]
+    (other,) = [i for i in nodes.voters if i not in (first, second)]
+    order = [v for v in nodes.voters if v != second]
+    assert order.index(first) < order.index(other)  # the restarted node is ranked ahead
+    epoch = live[second].epoch  # type: ignore[attr-defined]
+    new = nodes.new_driver(first)
+    new.incarnation = nodes.drivers[first].incarnation + 1
+    nodes.drivers[first] = new
+    nodes.down = {second}
+    nodes.run(
+        first, new.open(KEY, nodes.voters, nodes.logs[first], nodes.persisted[first], nodes.now)
+    )
+    nodes.queue = [msg for msg in nodes.queue if msg.src != first]  # no link up yet
+    nodes.advance(10)  # then its heartbeat reaches the other survivor
+    assert new.partitions[KEY].core.leader_id != second
+    nodes.run(other, nodes.drivers[other].peer_unreachable(second, nodes.now))
+    nodes.advance(QUIET.election_timeout_ms // 2)
+    now_led = cores(nodes)
+    assert now_led[other].is_leader and now_led[other].epoch == epoch + 1  # type: ignore[attr-defined]
+
+
 def test_a_tick_steps_at_most_tick_partitions_and_leaves_the_rest_due() -> None:
     """Thousands of timers falling due together are stepped TICK_PARTITIONS per tick, so
     one tick (which sends the node's heartbeats) never stalls the node."""

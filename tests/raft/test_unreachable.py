@@ -128,3 +128,43 @@ def test_the_first_ranked_survivor_refused_by_one_not_yet_told_stands_again_soon
     c.apply(second, c.cores[second].on_peer_unreachable(leader, c.now, order))
     c.advance(CONFIG.fetch_timeout_ms // 2)  # the second's own stand is later than this
     assert c.leader() == first and c.cores[first].epoch == epoch + 1
+
+
+def test_a_survivor_does_not_wait_for_one_ranked_ahead_that_may_never_stand() -> None:
+    # The survivor ranked first restarted a moment ago: it does not follow the leader yet
+    # (it has not heard from it), so it never takes the hint. The driver names it
+    # unsettled; the survivor ranked behind stands at once, not a fetch timeout later.
+    c = Cluster()
+    leader = c.elect()
+    epoch = c.cores[leader].epoch
+    order = tuple(n for n in c.voters if n != leader)
+    first, second = order
+    c.crash(first)
+    c.start(first)  # back from what it persisted, nothing heard from the leader since
+    _crash(c, leader)
+    c.apply(
+        second,
+        c.cores[second].on_peer_unreachable(leader, c.now, order, frozenset({first})),
+    )
+    c.advance(CONFIG.election_timeout_ms // 4 + 50)
+    assert c.leader() == second and c.cores[second].epoch == epoch + 1
+
+
+def test_an_unsettled_survivor_ranked_ahead_still_wins_when_it_stands() -> None:
+    # The one ranked ahead was named unsettled by the other's node but does follow the
+    # leader and takes the hint: both stand at once, the one ahead refuses the other's
+    # pre-vote, and it wins in one epoch (the order is unchanged; only the wait is).
+    c = Cluster()
+    leader = c.elect()
+    epoch = c.cores[leader].epoch
+    order = tuple(n for n in c.voters if n != leader)
+    first, second = order
+    _crash(c, leader)
+    c.apply(first, c.cores[first].on_peer_unreachable(leader, c.now, order))
+    c.apply(
+        second,
+        c.cores[second].on_peer_unreachable(leader, c.now, order, frozenset({first})),
+    )
+    c.advance(CONFIG.fetch_timeout_ms // 2)
+    assert c.leader() == first and c.cores[first].epoch == epoch + 1
+    assert all(c.cores[n].epoch == epoch + 1 for n in order)
