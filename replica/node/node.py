@@ -499,6 +499,7 @@ class Node:
             self.config.data_dir, self.datadir.check(), self._on_directory_replaced
         )
         self.server.directories = self.directories
+        self.server.on_node = self._peer_connected
         await self.server.start()
         if self.kafka is not None:
             await self.kafka.start()
@@ -531,6 +532,13 @@ class Node:
             self.config.cluster_id,
             len(self.config.voters),
         )
+
+    def _peer_connected(self, peer: int) -> None:
+        """A peer's node connected to this one: it may have just restarted, and our link
+        to it may be waiting out a back-off (``PeerLink.heard_from``)."""
+        link = self.peers.get(peer)
+        if link is not None:
+            link.heard_from()
 
     def _peer_refused(self, peer: int) -> None:
         self.execute(self.driver.peer_unreachable(peer, self.clock.now()))

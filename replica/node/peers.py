@@ -70,6 +70,9 @@ class PeerLink:
         self._queue: asyncio.Queue[list[bytes | memoryview] | None] = asyncio.Queue(4096)
         self._task: asyncio.Task[None] | None = None
         self.connected = False
+        # Set by ``heard_from``: cuts a reconnect back-off short (see there).
+        self._poked = asyncio.Event()
+        self._pokeable = False  # the last attempt found no process listening
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -78,6 +81,23 @@ class PeerLink:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    def heard_from(self) -> None:
+        """The peer's node connected to this one (its own link): if this link is waiting
+        to reconnect after finding no process listening there, it tries now. The peer
+        restarted; without this, what this node sends it (a vote, an announcement) is
+        dropped for up to a back-off (0.75 s), just when a failover right after the
+        restart needs it. A link failing for another reason (TLS, auth) keeps its
+        back-off."""
+        if not self.connected and self._pokeable:
+            self._poked.set()
+
+    async def _pause(self, backoff: float) -> None:
+        self._poked.clear()
+        try:
+            await asyncio.wait_for(self._poked.wait(), backoff * (0.5 + self._rng.random()))
+        except TimeoutError:
+            pass
 
     def send(
         self, body: Any, payload: bytes | memoryview = b"", api_key: ApiKey = ApiKey.RAFT
@@ -102,6 +122,7 @@ class PeerLink:
                     server_hostname=self._server_hostname if self._ssl is not None else None,
                 )
             except OSError as exc:
+                self._pokeable = not isinstance(exc, ssl.SSLError)
                 if isinstance(exc, ConnectionRefusedError) and not self._refused_told:
                     self._refused_told = True
                     if self._on_refused is not None:
@@ -115,7 +136,8 @@ class PeerLink:
                         self.port,
                         exc,
                     )
-                await asyncio.sleep(backoff * (0.5 + self._rng.random()))
+                await self._pause(backoff)
+                self._pokeable = False
                 backoff = min(backoff * 2, 0.5)
                 continue
             if self._credentials is not None:
@@ -139,7 +161,7 @@ class PeerLink:
                             exc,
                         )
                     writer.close()
-                    await asyncio.sleep(backoff * (0.5 + self._rng.random()))
+                    await self._pause(backoff)
                     backoff = min(backoff * 2, 0.5)
                     continue
             self._warned = False

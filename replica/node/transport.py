@@ -280,6 +280,8 @@ class Server:
         self._auth = auth
         self._node_auth = node_auth if auth is None else None
         self.directories = directories  # set by the node once its data dir is checked
+        # Called with a node's id when a connection authenticates as that node.
+        self.on_node: Callable[[int], None] | None = None
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
         self.stats = WireStats()
@@ -319,6 +321,10 @@ class Server:
             self._budget.log(logging.ERROR, "authentication of %s failed", peer, exc_info=True)
         return None
 
+    def _authenticated(self, principal: Principal) -> None:
+        if principal.kind == "node" and principal.node_id is not None and self.on_node is not None:
+            self.on_node(principal.node_id)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -331,6 +337,7 @@ class Server:
                 await self._close(writer)
                 self._conns.discard(task)
                 return
+            self._authenticated(principal)
         problems = ConnectionProblems(peer, self.stats, self._budget)
         pending: asyncio.Queue[tuple[int, asyncio.Task[tuple[int, Any] | None]] | None] = (
             asyncio.Queue(MAX_IN_FLIGHT)
@@ -367,6 +374,7 @@ class Server:
                         )
                         if principal is None:
                             break
+                        self._authenticated(principal)
                         continue
                     handled, stated_directory, reply = self._directory_step(
                         frame, principal, stated_directory

@@ -1,0 +1,70 @@
+"""A node's link to a peer whose process is gone backs off between connection attempts
+(up to 0.75 s); when that peer's node connects to this one (it restarted), the link
+tries at once, so what this node sends it next (a vote in a failover right after the
+restart) is not dropped for a back-off. Real sockets on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+
+from quorumlog.replica.node.peers import PeerLink
+
+
+class LongestPauses(random.Random):
+    """Every back-off at its longest; ``paused`` is set as each one begins."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.paused = asyncio.Event()
+
+    def random(self) -> float:
+        self.paused.set()
+        return 0.999
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _reconnect_after_restart(poke: bool) -> float:
+    """Seconds from the peer listening again (a back-off having just begun) until the
+    link connects."""
+    port = _free_port()
+    rng = LongestPauses()
+    refused: list[int] = []
+    link = PeerLink(2, "127.0.0.1", port, "node-1", rng, on_refused=refused.append)
+    link.start()
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.sleep(1.2)  # refused a few times: the back-off is at its cap
+        assert refused == [2] and not link.connected
+        rng.paused.clear()
+        await asyncio.wait_for(rng.paused.wait(), 2)  # a back-off (~0.75 s) begins
+        accepted = asyncio.Event()
+
+        def accept(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
+            accepted.set()
+
+        server = await asyncio.start_server(accept, "127.0.0.1", port)
+        t0 = loop.time()
+        if poke:
+            link.heard_from()  # what Node does when the peer's node connects to it
+        await asyncio.wait_for(accepted.wait(), 5)
+        elapsed = loop.time() - t0
+        server.close()
+        return elapsed
+    finally:
+        await link.close()
+
+
+def test_a_link_backing_off_from_a_dead_peer_reconnects_when_the_peer_connects() -> None:
+    assert asyncio.run(_reconnect_after_restart(poke=True)) < 0.2
+
+
+def test_without_word_of_the_peer_the_link_waits_out_its_back_off() -> None:
+    # The baseline the first test improves on (and proof the set-up makes it wait).
+    assert asyncio.run(_reconnect_after_restart(poke=False)) > 0.5
