@@ -29,6 +29,12 @@ from .transport import AUTH_TIMEOUT_S, read_frame, write_buffers
 
 log = logging.getLogger(__name__)
 
+# A connection attempt to a peer is given up after this long (as Kafka's
+# socket.connection.setup.timeout.ms, shorter: peers share a network). A peer host that
+# drops packets (powered off, cut off) would otherwise hold an attempt for the kernel's
+# SYN retries, about two minutes, and a healed network would wait for their next one.
+CONNECT_TIMEOUT_S = 3.0
+
 
 class PeerLink:
     """One-way frames to one peer over a long-lived connection. Messages sent while the
@@ -70,9 +76,10 @@ class PeerLink:
         self._queue: asyncio.Queue[list[bytes | memoryview] | None] = asyncio.Queue(4096)
         self._task: asyncio.Task[None] | None = None
         self.connected = False
-        # Set by ``heard_from``: cuts a reconnect back-off short (see there).
+        self.connect_timeout_s = CONNECT_TIMEOUT_S
+        # Set by ``heard_from``: cuts a connection attempt or a back-off short (see there).
         self._poked = asyncio.Event()
-        self._pokeable = False  # the last attempt found no process listening
+        self._pokeable = False  # connecting, or backing off from a peer not there
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -84,11 +91,12 @@ class PeerLink:
 
     def heard_from(self) -> None:
         """The peer's node connected to this one (its own link): if this link is waiting
-        to reconnect after finding no process listening there, it tries now. The peer
-        restarted; without this, what this node sends it (a vote, an announcement) is
-        dropped for up to a back-off (0.75 s), just when a failover right after the
-        restart needs it. A link failing for another reason (TLS, auth) keeps its
-        back-off."""
+        to reconnect after finding no process listening there, or its attempt hangs (the
+        peer's host dropped packets), it tries again now. The peer restarted, or the
+        network came back; without this, what this node sends it (a vote, an
+        announcement) is dropped for up to a back-off (0.75 s) or the kernel's next SYN,
+        just when a failover right after the restart needs it. A link failing for
+        another reason (TLS, auth) keeps its back-off."""
         if not self.connected and self._pokeable:
             self._poked.set()
 
@@ -98,6 +106,38 @@ class PeerLink:
             await asyncio.wait_for(self._poked.wait(), backoff * (0.5 + self._rng.random()))
         except TimeoutError:
             pass
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """One connection attempt: raises OSError (TimeoutError after
+        ``connect_timeout_s``) if it fails; None if the peer's node connected to this one
+        while it hung (``heard_from``: try again at once)."""
+        self._poked.clear()
+        self._pokeable = True
+        attempt = asyncio.ensure_future(
+            asyncio.wait_for(
+                asyncio.open_connection(
+                    self.host,
+                    self.port,
+                    ssl=self._ssl,
+                    server_hostname=self._server_hostname if self._ssl is not None else None,
+                ),
+                self.connect_timeout_s,
+            )
+        )
+        poke = asyncio.ensure_future(self._poked.wait())
+        try:
+            await asyncio.wait((attempt, poke), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            attempt.cancel()
+            raise
+        finally:
+            self._pokeable = False
+            poke.cancel()
+        if attempt.done():
+            return attempt.result()
+        attempt.cancel()
+        (late,) = await asyncio.gather(attempt, return_exceptions=True)
+        return late if isinstance(late, tuple) else None  # connected as it was given up
 
     def send(
         self, body: Any, payload: bytes | memoryview = b"", api_key: ApiKey = ApiKey.RAFT
@@ -115,18 +155,22 @@ class PeerLink:
         backoff = 0.05
         while True:
             try:
-                reader, writer = await asyncio.open_connection(
-                    self.host,
-                    self.port,
-                    ssl=self._ssl,
-                    server_hostname=self._server_hostname if self._ssl is not None else None,
-                )
+                connection = await self._connect()
             except OSError as exc:
                 self._pokeable = not isinstance(exc, ssl.SSLError)
                 if isinstance(exc, ConnectionRefusedError) and not self._refused_told:
                     self._refused_told = True
                     if self._on_refused is not None:
                         self._on_refused(self.node_id)
+                if isinstance(exc, TimeoutError) and not self._warned:
+                    self._warned = True
+                    log.warning(
+                        "connecting to node %d at %s:%d timed out after %.1f s",
+                        self.node_id,
+                        self.host,
+                        self.port,
+                        self.connect_timeout_s,
+                    )
                 if isinstance(exc, ssl.SSLError) and not self._warned:
                     self._warned = True
                     log.warning(
@@ -140,6 +184,9 @@ class PeerLink:
                 self._pokeable = False
                 backoff = min(backoff * 2, 0.5)
                 continue
+            if connection is None:
+                continue  # the peer is back while the attempt hung
+            reader, writer = connection
             if self._credentials is not None:
                 try:
                     await asyncio.wait_for(

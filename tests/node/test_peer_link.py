@@ -1,7 +1,9 @@
 """A node's link to a peer whose process is gone backs off between connection attempts
-(up to 0.75 s); when that peer's node connects to this one (it restarted), the link
-tries at once, so what this node sends it next (a vote in a failover right after the
-restart) is not dropped for a back-off. Real sockets on loopback."""
+(up to 0.75 s), and gives up an attempt that hangs (a host dropping packets) after
+``connect_timeout_s``; when that peer's node connects to this one (it restarted, or the
+network came back), the link tries at once, so what this node sends it next (a vote in
+a failover right after the restart) is not dropped for a back-off or a SYN retry. Real
+sockets on loopback."""
 
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ class LongestPauses(random.Random):
     def __init__(self) -> None:
         super().__init__(0)
         self.paused = asyncio.Event()
+        self.pauses = 0
 
     def random(self) -> float:
         self.paused.set()
+        self.pauses += 1
         return 0.999
 
 
@@ -68,3 +72,65 @@ def test_a_link_backing_off_from_a_dead_peer_reconnects_when_the_peer_connects()
 def test_without_word_of_the_peer_the_link_waits_out_its_back_off() -> None:
     # The baseline the first test improves on (and proof the set-up makes it wait).
     assert asyncio.run(_reconnect_after_restart(poke=False)) > 0.5
+
+
+class Blackhole:
+    """A port whose SYNs go unanswered, as a host that drops packets: a listener with a
+    full accept queue (the kernel drops further SYNs and the client retries them at 1 s,
+    then 3 s, ...)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(0)
+        self.port = int(self.listener.getsockname()[1])
+        self.filler = socket.create_connection(("127.0.0.1", self.port), timeout=1)
+
+    def close(self) -> None:
+        self.filler.close()
+        self.listener.close()
+
+
+def test_a_connection_attempt_that_hangs_is_given_up() -> None:
+    async def run() -> int:
+        hole = Blackhole()
+        rng = LongestPauses()
+        link = PeerLink(2, "127.0.0.1", hole.port, "node-1", rng)
+        link.connect_timeout_s = 0.3
+        link.start()
+        try:
+            await asyncio.sleep(1.0)
+            assert not link.connected
+            return rng.pauses
+        finally:
+            await link.close()
+            hole.close()
+
+    # Given up at 0.3 s, then a back-off: without the timeout, still in the first SYN.
+    assert asyncio.run(run()) >= 1
+
+
+def test_a_hung_attempt_is_dropped_for_a_new_one_when_the_peer_connects() -> None:
+    async def run() -> float:
+        hole = Blackhole()
+        link = PeerLink(2, "127.0.0.1", hole.port, "node-1", LongestPauses())
+        link.start()
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.sleep(0.3)  # the attempt hangs; the kernel retries its SYN at 1 s
+            hole.close()
+            accepted = asyncio.Event()
+
+            def accept(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
+                accepted.set()
+
+            server = await asyncio.start_server(accept, "127.0.0.1", hole.port)
+            t0 = loop.time()
+            link.heard_from()  # the peer is back and connected to this node
+            await asyncio.wait_for(accepted.wait(), 5)
+            server.close()
+            return loop.time() - t0
+        finally:
+            await link.close()
+
+    assert asyncio.run(run()) < 0.2
