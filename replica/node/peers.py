@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 # drops packets (powered off, cut off) would otherwise hold an attempt for the kernel's
 # SYN retries, about two minutes, and a healed network would wait for their next one.
 CONNECT_TIMEOUT_S = 3.0
+# A connection this old is dropped for a new one when the peer's node connects to this
+# one (``PeerLink.heard_from``); a younger one is kept, so two nodes whose links each
+# answer the other's new connection stop after one round.
+RENEW_AFTER_S = 1.0
 
 
 class PeerLink:
@@ -80,6 +84,8 @@ class PeerLink:
         # Set by ``heard_from``: cuts a connection attempt or a back-off short (see there).
         self._poked = asyncio.Event()
         self._pokeable = False  # connecting, or backing off from a peer not there
+        self._transport: asyncio.BaseTransport | None = None  # of the connection in use
+        self._connected_at = 0.0  # the loop's time
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
@@ -96,9 +102,21 @@ class PeerLink:
         network came back; without this, what this node sends it (a vote, an
         announcement) is dropped for up to a back-off (0.75 s) or the kernel's next SYN,
         just when a failover right after the restart needs it. A link failing for
-        another reason (TLS, auth) keeps its back-off."""
-        if not self.connected and self._pokeable:
-            self._poked.set()
+        another reason (TLS, auth) keeps its back-off.
+
+        A link connected for ``RENEW_AFTER_S`` or more is dropped for a new connection:
+        a peer whose host went away without closing its connections (power lost) and
+        came back has no process behind the old one, which would swallow this node's
+        frames until TCP's retransmissions, minutes apart by then, met a reset. If the
+        old connection was fine, a new one costs the frames queued on it (raft resends)."""
+        if not self.connected:
+            if self._pokeable:
+                self._poked.set()
+        elif self._transport is not None and (
+            asyncio.get_running_loop().time() - self._connected_at >= RENEW_AFTER_S
+        ):
+            log.info("node %d connected to this one: renewing the link to it", self.node_id)
+            self._transport.abort()
 
     async def _pause(self, backoff: float) -> None:
         self._poked.clear()
@@ -215,6 +233,8 @@ class PeerLink:
             self._refused_told = False
             backoff = 0.05
             self.connected = True
+            self._transport = writer.transport
+            self._connected_at = asyncio.get_running_loop().time()
             drain_reader = asyncio.create_task(self._discard(reader))
             # A closed connection is noticed at once, not at the next send: the reconnect
             # then tells whether the peer's process is gone.
@@ -235,6 +255,7 @@ class PeerLink:
                 pass
             finally:
                 self.connected = False
+                self._transport = None
                 drain_reader.cancel()
                 while not self._queue.empty():
                     self._queue.get_nowait()

@@ -11,7 +11,7 @@ import asyncio
 import random
 import socket
 
-from quorumlog.replica.node.peers import PeerLink
+from quorumlog.replica.node.peers import RENEW_AFTER_S, PeerLink
 
 
 class LongestPauses(random.Random):
@@ -134,3 +134,48 @@ def test_a_hung_attempt_is_dropped_for_a_new_one_when_the_peer_connects() -> Non
             await link.close()
 
     assert asyncio.run(run()) < 0.2
+
+
+async def _connections_after_word(wait_s: float) -> tuple[int, bool]:
+    """A peer listening; the link connects; ``wait_s`` later the peer's node connects
+    to this one (``heard_from``). Connections the peer accepted within 0.3 s after, and
+    whether the first was closed."""
+    accepted: list[asyncio.StreamReader] = []
+    arrived = asyncio.Event()
+
+    def accept(r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
+        accepted.append(r)
+        arrived.set()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    link = PeerLink(2, "127.0.0.1", port, "node-1", random.Random(0))
+    link.start()
+    try:
+        await asyncio.wait_for(arrived.wait(), 5)
+        await asyncio.sleep(wait_s)
+        link.heard_from()
+        await asyncio.sleep(0.3)
+        first_closed = accepted[0].at_eof() or await _eof_within(accepted[0], 0.1)
+        return len(accepted), first_closed
+    finally:
+        await link.close()
+        server.close()
+
+
+async def _eof_within(reader: asyncio.StreamReader, seconds: float) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), seconds) == b""
+    except TimeoutError:
+        return False
+
+
+def test_a_link_connected_a_while_is_renewed_when_the_peer_connects() -> None:
+    # The peer's host may have come back without closing its old connections: the old
+    # one may lead nowhere; a new one reaches the new process.
+    assert asyncio.run(_connections_after_word(RENEW_AFTER_S + 0.1)) == (2, True)
+
+
+def test_a_link_connected_a_moment_ago_is_kept_when_the_peer_connects() -> None:
+    # Two nodes answering each other's new connections stop after one round.
+    assert asyncio.run(_connections_after_word(0.1)) == (1, False)
