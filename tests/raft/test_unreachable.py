@@ -16,6 +16,13 @@ def _crash(c: Cluster, leader: int) -> None:
     c.deferred = [m for m in c.deferred if m.src != leader]
 
 
+def _elected() -> tuple[Cluster, int, int, tuple[int, ...]]:
+    """A cluster with a leader: (cluster, leader, its epoch, the survivors' order)."""
+    c = Cluster()
+    leader = c.elect()
+    return c, leader, c.cores[leader].epoch, tuple(n for n in c.voters if n != leader)
+
+
 def test_followers_told_the_leader_refuses_connections_elect_at_once() -> None:
     c = Cluster()
     leader = c.elect()
@@ -70,10 +77,7 @@ def _crash_and_stand_together(c: Cluster, leader: int, order: tuple[int, ...]) -
 def test_crossing_pre_votes_of_two_survivors_elect_the_first_ranked_in_one_epoch() -> None:
     # A loaded node stands late, so a survivor ranked behind may pre-vote while the one
     # ahead stands too. The one ahead refuses it: one election, not a split vote.
-    c = Cluster()
-    leader = c.elect()
-    epoch = c.cores[leader].epoch
-    order = tuple(n for n in c.voters if n != leader)
+    c, leader, epoch, order = _elected()
     _crash_and_stand_together(c, leader, order)
     c.pump()
     first, second = order
@@ -92,14 +96,12 @@ def test_crossing_pre_votes_of_two_survivors_elect_the_first_ranked_in_one_epoch
 def test_a_survivor_ranked_first_with_a_shorter_log_does_not_hold_back_the_longer() -> None:
     # Only the longer log can win (the shorter one's pre-vote is refused for its log), so
     # the first-ranked survivor defers only when its own log is at least as long.
-    c = Cluster()
-    leader = c.elect()
-    epoch = c.cores[leader].epoch
-    first, second = (n for n in c.voters if n != leader)
+    c, leader, epoch, order = _elected()
+    first, second = order
     c.produce([1, 2, 3])
     c.advance(200, drop=lambda m: first in (m.src, m.dst))
     assert c.logs[second].end_offset > c.logs[first].end_offset
-    _crash_and_stand_together(c, leader, (first, second))
+    _crash_and_stand_together(c, leader, order)
     c.advance(CONFIG.fetch_timeout_ms)
     assert c.leader() == second and c.cores[second].epoch == epoch + 1
 
@@ -110,10 +112,7 @@ def test_the_first_ranked_survivor_refused_by_one_not_yet_told_stands_again_soon
     # hearing that leader, refuses it. The first keeps its hint and stands again after an
     # election back-off, and wins before the one ranked behind stands (a fetch timeout
     # after its own hint): the dead node's partitions go where the ranking sends them.
-    c = Cluster()
-    leader = c.elect()
-    epoch = c.cores[leader].epoch
-    order = tuple(n for n in c.voters if n != leader)
+    c, leader, epoch, order = _elected()
     first, second = order
     _crash(c, leader)
     c.apply(first, c.cores[first].on_peer_unreachable(leader, c.now, order))
@@ -134,10 +133,7 @@ def test_a_survivor_does_not_wait_for_one_ranked_ahead_that_may_never_stand() ->
     # The survivor ranked first restarted a moment ago: it does not follow the leader yet
     # (it has not heard from it), so it never takes the hint. The driver names it
     # unsettled; the survivor ranked behind stands at once, not a fetch timeout later.
-    c = Cluster()
-    leader = c.elect()
-    epoch = c.cores[leader].epoch
-    order = tuple(n for n in c.voters if n != leader)
+    c, leader, epoch, order = _elected()
     first, second = order
     c.crash(first)
     c.start(first)  # back from what it persisted, nothing heard from the leader since
@@ -154,10 +150,7 @@ def test_an_unsettled_survivor_ranked_ahead_still_wins_when_it_stands() -> None:
     # The one ranked ahead was named unsettled by the other's node but does follow the
     # leader and takes the hint: both stand at once, the one ahead refuses the other's
     # pre-vote, and it wins in one epoch (the order is unchanged; only the wait is).
-    c = Cluster()
-    leader = c.elect()
-    epoch = c.cores[leader].epoch
-    order = tuple(n for n in c.voters if n != leader)
+    c, leader, epoch, order = _elected()
     first, second = order
     _crash(c, leader)
     c.apply(first, c.cores[first].on_peer_unreachable(leader, c.now, order))
