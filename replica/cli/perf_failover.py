@@ -12,7 +12,10 @@ from ..node.cluster import LocalCluster
 from .perfutil import Progress, emit, median
 
 
-def _trial(cluster: LocalCluster, topic: str, graceful: bool, payload: bytes) -> float:
+def trial(cluster: LocalCluster, topic: str, graceful: bool, payload: bytes) -> float:
+    """Seconds from the signal to the leader of ``topic``/0 until a produce is
+    acknowledged; the node is then restarted and the cluster waited for (the next trial
+    comes as soon as it is back)."""
     client = cluster.client
     leader = cluster.wait_for_leader(topic, 0)
     client.produce(topic, 0, payload)
@@ -47,9 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         cluster.create_topic("failover", 1)
         progress = Progress(args.trials * 2, "failover")
         for i in range(args.trials):
-            kill.append(_trial(cluster, "failover", False, payload))
+            kill.append(trial(cluster, "failover", False, payload))
             progress.update(2 * i + 1)
-            term.append(_trial(cluster, "failover", True, payload))
+            term.append(trial(cluster, "failover", True, payload))
             progress.update(2 * i + 2)
         progress.close()
     figures = {

@@ -438,11 +438,11 @@ def test_a_survivor_does_not_wait_for_a_node_restarted_a_moment_ago() -> None:
     """The leader dies as the node that led before it comes back, before its
     announcement reached that node. The restarted node, ranked first among the
     survivors, is resigned in its old epoch (what it sent while its links were coming up
-    was lost) and does not follow the new leader, so it
-    takes no hint and does not stand. The other survivor's node heard its new
-    incarnation less than a fetch timeout ago (``PeerLiveness.settled``) and does not
-    wait a fetch timeout for it: a leader within half an election timeout (without the
-    rule, none before the fetch timeout)."""
+    was lost) and does not follow the new leader, so it takes no hint and does not
+    stand. The other survivor's node heard its new incarnation less than a fetch
+    timeout ago (``PeerLiveness.settled``) and does not wait a fetch timeout for it: a
+    leader within half an election timeout (without the rule, none before the fetch
+    timeout)."""
     nodes, first = quiet_cluster()
     nodes.down.add(first)
     for i in nodes.voters:
