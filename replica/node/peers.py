@@ -118,12 +118,16 @@ class PeerLink:
             log.info("node %d connected to this one: renewing the link to it", self.node_id)
             self._transport.abort()
 
-    async def _pause(self, backoff: float) -> None:
+    async def _pause(self, backoff: float, *, pokeable: bool) -> None:
+        """A jittered back-off; cut short by ``heard_from`` if ``pokeable``."""
         self._poked.clear()
+        self._pokeable = pokeable
         try:
             await asyncio.wait_for(self._poked.wait(), backoff * (0.5 + self._rng.random()))
         except TimeoutError:
             pass
+        finally:
+            self._pokeable = False
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         """One connection attempt: raises OSError (TimeoutError after
@@ -175,7 +179,6 @@ class PeerLink:
             try:
                 connection = await self._connect()
             except OSError as exc:
-                self._pokeable = not isinstance(exc, ssl.SSLError)
                 if isinstance(exc, ConnectionRefusedError) and not self._refused_told:
                     self._refused_told = True
                     if self._on_refused is not None:
@@ -198,8 +201,7 @@ class PeerLink:
                         self.port,
                         exc,
                     )
-                await self._pause(backoff)
-                self._pokeable = False
+                await self._pause(backoff, pokeable=not isinstance(exc, ssl.SSLError))
                 backoff = min(backoff * 2, 0.5)
                 continue
             if connection is None:
@@ -226,7 +228,7 @@ class PeerLink:
                             exc,
                         )
                     writer.close()
-                    await self._pause(backoff)
+                    await self._pause(backoff, pokeable=False)
                     backoff = min(backoff * 2, 0.5)
                     continue
             self._warned = False
