@@ -35,8 +35,9 @@ Invariants, checked after every event:
   (consumers fetch through the driver, which reports damage it reads to the core);
 * ``quiet-silent-leader``: a quiesced follower resumes (fetches, and may stand) within a
   fetch timeout of its leader's node going down or out of its reach;
-* ``lone-leader``: a leader cut off from a majority of the voters (their nodes down or out
-  of its reach, either way) stops leading within two check-quorum periods, or a fetch
+* ``lone-leader``: a leader that hears from less than a majority of the voters (their
+  nodes down, or their messages to it lost: a one-way cut the other way is not seen by
+  check-quorum) stops leading within two check-quorum periods, or a fetch
   timeout and one when its voters were quiesced (check-quorum sleeps only while the
   quiesced voters whose nodes it hears make a majority);
 * ``quiet-behind``: once faults stop, a quiesced follower is woken within a request
@@ -1039,13 +1040,14 @@ class Simulation:
             # has followed it (its operator chose it): not a lone leader.
             lone = core is not None and core.is_leader and not core.forced
             if lone:
+                # Heard from: check-quorum counts what a leader receives (KIP-595's
+                # fetches, the quiesced voters' heartbeats). A voter whose messages reach
+                # it while its answers are lost cannot be told apart from a follower, as
+                # in Kafka: such a voter, if it can be elected elsewhere, fences it.
                 reach = 1 + sum(
                     1
                     for v in self.voter_ids
-                    if v != node.id
-                    and self.nodes[v].alive
-                    and (node.id, v) not in self.blocked
-                    and (v, node.id) not in self.blocked
+                    if v != node.id and self.nodes[v].alive and (v, node.id) not in self.blocked
                 )
                 lone = reach < self.majority
             if not lone:
@@ -1054,8 +1056,8 @@ class Simulation:
             elif self.now - self.lone_since.setdefault(node.id, self.now) > bound:
                 raise Violation(
                     "lone-leader",
-                    f"node {node.id} leads epoch {core.epoch} cut off from a majority of "
-                    f"the voters since t={self.lone_since[node.id]}",
+                    f"node {node.id} leads epoch {core.epoch} heard from by less than a "
+                    f"majority of the voters since t={self.lone_since[node.id]}",
                 )
 
     def check_quiet(self) -> None:
