@@ -143,21 +143,34 @@ class _Cell:
 @dataclass(frozen=True, slots=True)
 class _Shared:
     """What the producers share: batches claimed, records acknowledged, CPU seconds
-    spent producing, producers done and when the last one ended (time.monotonic, one
-    clock for every process on Linux); ``multiprocessing`` values between processes."""
+    spent producing, producers done, when the first of them (or the parent) passed the
+    start barrier and when the last one ended (time.monotonic, one clock for every
+    process on Linux); ``multiprocessing`` values between processes."""
 
     claimed: Any
     records: Any
     cpu: Any
     done: Any
+    started: Any
     ended: Any
     lock: Any
 
+    def start(self) -> float:
+        """The clock's start, the same for every producer and the parent: the moment the
+        first of them passed the barrier (each may be woken a few ms apart, and a
+        producer's duration counted from its own waking could end before the parent's
+        start plus that duration)."""
+        with self.lock:
+            if not self.started.value:
+                self.started.value = time.monotonic()
+            return float(self.started.value)
+
 
 def _produce_loop(c: Client, idx: int, job: ProduceJob, shared: _Shared, clock: Any) -> None:
+    start = shared.start()
     cpu0 = clock()
     try:
-        _produce_batches(c, idx, job, shared.claimed, shared.records, shared.lock)
+        _produce_batches(c, idx, job, start, shared.claimed, shared.records, shared.lock)
     finally:
         with shared.lock:
             shared.cpu.value += clock() - cpu0
@@ -166,12 +179,12 @@ def _produce_loop(c: Client, idx: int, job: ProduceJob, shared: _Shared, clock: 
 
 
 def _produce_batches(
-    c: Client, idx: int, job: ProduceJob, claimed: Any, records: Any, lock: Any
+    c: Client, idx: int, job: ProduceJob, start: float, claimed: Any, records: Any, lock: Any
 ) -> None:
     """Producer ``idx``: acks=quorum batches to the job's partitions in turn from the
-    ``idx``-th, ``job.in_flight`` partitions at a time, until the job's duration or batch
-    budget is spent. The first failure of any batch is raised."""
-    deadline = time.monotonic() + job.duration_s if job.duration_s else None
+    ``idx``-th, ``job.in_flight`` partitions at a time, until the job's duration (from
+    ``start``) or batch budget is spent. The first failure of any batch is raised."""
+    deadline = start + job.duration_s if job.duration_s else None
     parts = job.partitions
     width = max(1, min(job.in_flight, len(parts)))
     i = idx
@@ -256,7 +269,7 @@ def run_producers(
     progress = Progress(total, label, heartbeat_s=10)
     workers: list[Any]
     if mode == "threads":
-        shared = _Shared(_Cell(), _Cell(), _Cell(), _Cell(), _Cell(), threading.Lock())
+        shared = _Shared(_Cell(), _Cell(), _Cell(), _Cell(), _Cell(), _Cell(), threading.Lock())
         errors: list[BaseException] = []
         ready = threading.Barrier(producers + 1)
         workers = [
@@ -275,6 +288,7 @@ def run_producers(
             ctx.Value("q", 0, lock=False),
             ctx.Value("d", 0.0, lock=False),
             ctx.Value("q", 0, lock=False),
+            ctx.Value("d", 0.0, lock=False),
             ctx.Value("d", 0.0, lock=False),
             ctx.Lock(),
         )
@@ -295,7 +309,7 @@ def run_producers(
             ready.wait(start_timeout_s)
         except threading.BrokenBarrierError:
             pass  # a producer failed to connect: its error is raised below
-        start = time.monotonic()
+        start = shared.start()
         # Until every producer has finished producing (a process then still takes a while
         # to exit, which is not producing time).
         while shared.done.value < producers and any(w.is_alive() for w in workers):
