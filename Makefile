@@ -7,7 +7,7 @@ STRICT := replica/raft replica/driver replica/storage replica/protocol replica/k
 SEEDS ?= 1000
 PYTEST_ARGS ?=
 
-.PHONY: test lint typecheck unit demo sim chaos fuzz venv tools clean
+.PHONY: test lint typecheck unit demo sim chaos fuzz crash-sweep venv tools clean docs
 
 venv: $(STAMP) tools
 
@@ -47,6 +47,12 @@ test: lint typecheck tools
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m "not cluster and not spark" $(PYTEST_ARGS)
 
+# The documentation site (mkdocs.yml, docs/) into build/site, warnings as errors; the
+# generated reference pages are written first.
+docs: $(STAMP)
+	$(BIN)/python -m tests.docs.generate
+	$(BIN)/mkdocs build --strict --quiet
+
 demo: $(STAMP)
 	$(BIN)/python examples/pipeline.py
 
@@ -65,6 +71,11 @@ chaos: $(STAMP)
 fuzz: $(STAMP)
 	QUORUMLOG_FUZZ_FRAMES=$(or $(FUZZ_FRAMES),120000) QUORUMLOG_FUZZ_SECONDS=$(or $(FUZZ_SECONDS),60) \
 		$(BIN)/python -m pytest tests/node/test_fuzz.py -s $(PYTEST_ARGS)
+
+# The deep crash-state sweep: >= 100,000 states a power loss may leave, each recovered
+# and checked (`make test` runs a bounded one); JOBS workers over distinct seeds.
+crash-sweep: $(STAMP)
+	$(BIN)/python -m tests.storage.crash_explorer --states $(or $(STATES),100000) --jobs $(or $(JOBS),2)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

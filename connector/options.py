@@ -82,6 +82,86 @@ OPTION_NAMES = _by_lower_case(
     "attemptTimeoutMs",
     *SECURITY_OPTIONS,
 )
+# The options reference, generated into docs/reference/spark-options.md (tests/docs):
+# canonical name -> (default, what it does). Every name in OPTION_NAMES has an entry.
+OPTION_DOCS: dict[str, tuple[str, str]] = {
+    "bootstrap": ("(required)", "`host:port[,host:port...]` of any nodes of the cluster"),
+    "topic": ("one of `topic`, `topicPattern`", "a topic, or a comma-separated list of topics"),
+    "topicPattern": ("one of `topic`, `topicPattern`", "a regular expression of topic names"),
+    "startingOffsets": (
+        "stream `latest`, batch `earliest`",
+        "`earliest`, `latest` or offsets JSON with epochs",
+    ),
+    "endingOffsets": ("`latest`", "batch only: `latest` or offsets JSON"),
+    "startingTimestamp": (
+        "none",
+        "ms since the epoch: every partition starts at its first record with timestamp >= it; "
+        "wins over `startingOffsetsByTimestamp` and `startingOffsets`",
+    ),
+    "startingOffsetsByTimestamp": (
+        "none",
+        '`{"events": {"0": 1700000000000}}`: the same per listed partition (others: '
+        "`startingOffsets`); wins over `startingOffsets`",
+    ),
+    "endingTimestamp": (
+        "none",
+        "batch only: end before the first record with timestamp >= it; a timestamp past "
+        "every record resolves to `latest`",
+    ),
+    "endingOffsetsByTimestamp": ("none", "batch only: the same per listed partition"),
+    "includeHeaders": (
+        "`false`",
+        "`true`: the `headers` column carries the records' headers; `false`: it is NULL "
+        "(the column stays in the schema)",
+    ),
+    "maxOffsetsPerTrigger": ("none", "cap per micro-batch, split across partitions by data"),
+    "minOffsetsPerTrigger": (
+        "none",
+        "a micro-batch waits until this many offsets are available, or `maxTriggerDelay` "
+        "passed (not under `Trigger.AvailableNow`)",
+    ),
+    "maxTriggerDelay": (
+        "`15m`",
+        "the longest wait for `minOffsetsPerTrigger` (`500ms`, `30s`, `15m`, `1h`; a number is ms)",
+    ),
+    "minPartitions": (
+        "none",
+        "split large offset ranges so a batch has at least about this many Spark tasks",
+    ),
+    "maxRecordsPerPartition": ("none", "split ranges so no Spark task reads more offsets"),
+    "onTruncation": (
+        "`fail`",
+        "`fail` raises `LogTruncationException`; `resume` re-reads from the divergence offset",
+    ),
+    "failOnDataLoss": (
+        "`true`",
+        "offsets below the log start (retention): fail, or skip to the log start with a warning",
+    ),
+    "fetchMaxBytes": ("8 MiB", "bytes per fetch request (a whole batch is always returned)"),
+    "requestTimeoutMs": (
+        "30000",
+        "retries of a fetch, lookup or produce (NOT_LEADER, fenced epochs, restarts) stop "
+        "after this",
+    ),
+    "attemptTimeoutMs": (
+        "1500",
+        "one attempt, connecting included: a node silent this long is given up on and the "
+        "request retried on the current leader",
+    ),
+    "tlsCaFile": ("none", "CA file the nodes' certificates are verified against (turns TLS on)"),
+    "tlsCertFile": ("none", "client certificate for mutual TLS (with `tlsKeyFile`)"),
+    "tlsKeyFile": ("none", "the client certificate's private key"),
+    "principal": ("none", "SCRAM principal; needs one of the three secret options"),
+    "secretFile": ("none", "a file readable on the driver and every executor holding the secret"),
+    "secretEnv": (
+        "none",
+        "an environment variable set on the driver and executors (`spark.executorEnv.NAME`)",
+    ),
+    "secret": (
+        "none",
+        "the secret itself: it travels in query plans, so only where they are private",
+    ),
+}
 # Spark adds "path" when load(path) is used; it means nothing to this source.
 _IGNORED = {"path"}
 _KAFKA_HINTS = {

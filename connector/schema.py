@@ -88,6 +88,12 @@ def _timestamp(column: pa.Array) -> pa.Array:
     return pc.cast(column, _ARROW_TIMESTAMP)
 
 
+#: Fetched record batches of fewer rows than this on average are merged into one before
+#: Spark sees them: Spark's Arrow reader pays per batch, and a stream of single-record
+#: produce requests fetches as one batch per record.
+MERGE_BELOW_ROWS = 1024
+
+
 def to_spark_batches(
     payload: pa.Table, topic: str, partition: int, include_headers: bool = True
 ) -> Iterator[pa.RecordBatch]:
@@ -96,6 +102,9 @@ def to_spark_batches(
     includeHeaders, as Spark's Kafka source). Empty input yields nothing."""
     topic_scalar = pa.scalar(topic, pa.string())
     partition_scalar = pa.scalar(partition, pa.int32())
+    chunks = payload.column(0).num_chunks if payload.num_columns else 0
+    if chunks > 1 and payload.num_rows < MERGE_BELOW_ROWS * chunks:
+        payload = payload.combine_chunks()
     for batch in payload.to_batches():
         n = batch.num_rows
         if n == 0:

@@ -5,21 +5,24 @@ string), ``partition`` (int), ``headers`` (array<struct<key string, value binary
 ``topic`` (string; else option ``topic``) optional; other columns are an error. Each
 task produces its rows through the native client with acks=quorum, one record batch per
 topic-partition and Arrow batch (``Producer.send_batch``); a produce that fails fails
-the task with the client's error. Rows without a partition go by the key's CRC32 (as
-``Producer.send``) or, without a key, to one partition per Arrow batch, rotating.
+the task with the client's error. Rows without a partition go where ``Producer.send``
+puts their key (its default partitioner, ``murmur2_random``: the Java client's, so a key
+lands where Kafka clients put it) or, without a key, to one partition per Arrow batch,
+rotating.
 
-Delivery: at least once. A retried task or micro-batch produces its rows again (no
-idempotent producer yet), so a stream restarted after a failure may append duplicates.
+Delivery: at least once. A task's produce retries are idempotent (written once), but a
+retried task or micro-batch produces its rows again under a new producer id, so a stream
+restarted after a failure may append duplicates.
 """
 
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (
@@ -30,6 +33,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from ..replica.client import Client
+from ..replica.client.partitioner import DEFAULT_PARTITIONER, UNKEYED, key_partitions
 from ..replica.client.producer import Producer
 from ..replica.client.security import ClientSecurity
 from .options import QuorumLogOptionError, parse_sink_options
@@ -154,14 +158,12 @@ def _by_partition(table: pa.Table, n: int, turn: int) -> Iterator[tuple[int, pa.
             yield int(p), table.filter(pc.equal(column, p))
         return
     if "key" in table.column_names:
-        keys = table.column("key").cast(pa.binary()).to_pylist()
-        chosen = [
-            zlib.crc32(k) % n if k is not None else turn % n for k in keys
-        ]  # as Producer.send
+        keys = table.column("key").cast(pa.binary()).combine_chunks()
+        lanes = key_partitions(DEFAULT_PARTITIONER, keys, n)  # where Producer.send puts them
+        column = pa.array(np.where(lanes == UNKEYED, turn % n, lanes), pa.int32())
         if "partition" in table.column_names:  # some rows set it
-            given = table.column("partition").to_pylist()
-            chosen = [g if g is not None else c for g, c in zip(given, chosen, strict=True)]
-        column = pa.array(chosen, pa.int32())
+            given = table.column("partition").combine_chunks().cast(pa.int32())
+            column = pc.coalesce(given, column)
         for p in pc.unique(column).to_pylist():
             yield int(p), table.filter(pc.equal(column, p))
         return

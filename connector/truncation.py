@@ -22,7 +22,7 @@ a one-line JSON blob after ``MARKER`` that ``from_spark_error`` turns back into 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
@@ -55,6 +55,40 @@ def check_position(
     if answer_epoch != position.epoch:
         return Divergence(max(log_start_offset, 0), UNKNOWN_EPOCH, False)
     return None
+
+
+class EpochRun(NamedTuple):
+    """Rows of one partition a reader holds (a Delta table) in one leader epoch, without a
+    row of another epoch between: the first and last offset."""
+
+    epoch: int
+    first_offset: int
+    last_offset: int
+
+
+def first_offset_not_in_log(
+    runs: Sequence[EpochRun], end_offset_for_epoch: Callable[[int], tuple[int, int]]
+) -> int | None:
+    """Where held rows (a table's, of one partition) stop being the log's: the offset past
+    the last held row whose (offset, epoch) the log has, so that every held row from there
+    on is to be replaced by the log's records from there on; None when the log has every
+    held row. ``end_offset_for_epoch(e)`` is the log's OffsetsForLeaderEpoch(e) answer: the
+    largest epoch <= e it knows and where that epoch ends.
+
+    A log that holds a record (offset, epoch) holds every record below it as it was (an
+    epoch's records come from that epoch's one leader, which had the records below them:
+    Raft's log matching), so the runs are checked from the newest down to the first the
+    log holds part of; each check is one question to the log."""
+    newer = False  # a newer run was found not in the log
+    for run in sorted(runs, key=lambda r: r.first_offset, reverse=True):
+        answer_epoch, end_offset = end_offset_for_epoch(run.epoch)
+        if answer_epoch == run.epoch and end_offset > run.first_offset:
+            if end_offset <= run.last_offset:
+                return end_offset  # the log ends this epoch inside the run
+            # the whole run is the log's; what follows it in the log replaces the rest
+            return run.last_offset + 1 if newer else None
+        newer = True
+    return min((r.first_offset for r in runs), default=None)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,20 @@ KRAFT_RETRY_BACKOFF_MS = 100  # [retry.backoff.ms]
 KRAFT_RETRY_BACKOFF_MAX_MS = 1000  # [retry.backoff.max.ms] (KIP-595: one second)
 KRAFT_REQUEST_TIMEOUT_MS = 1000  # [quorum.request.timeout.ms]
 KRAFT_FETCH_MAX_WAIT_MS = 500  # [fetch.max.wait.ms]
+# A replica whose log refused a write (disk full or failing) tries again this often.
+DISK_RETRY_MS = 500
+# Bytes per second a node's leaders send to observers (replicas a reassignment is adding,
+# catching up) over all partitions: the copy of a moving partition must leave room for
+# producers (Kafka's leader.replication.throttled.rate; there, off by default). 0: none.
+# It paces a new replica's backlog only: what producers append meanwhile is sent as well
+# (driver.partition.Throttle), so a move ends at any setting. ``quorumlog perf reassign``
+# on two cores shared by four nodes: producers kept 0.27 of their rate at 100 MiB/s.
+CATCH_UP_BYTES_PER_S = 16 << 20
+# A node keeps this much disk in a reserve file, released when the data disk fills so
+# that election state stays writable (node/diskspace.py); appends resume once twice the
+# reserve plus the margin is free again.
+DISK_RESERVE_BYTES = 4 << 20
+DISK_RESUME_MARGIN_BYTES = 8 << 20
 KRAFT_FETCH_MAX_BYTES = 1 << 20  # [fetch.max.bytes]
 
 # ---- storage ------------------------------------------------------------------------------

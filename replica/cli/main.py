@@ -15,12 +15,10 @@ from .. import defaults
 log = logging.getLogger("quorumlog")
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(level: str, log_format: str = "text", node_id: int | None = None) -> None:
+    from .logformat import setup_logging
+
+    setup_logging(level, log_format, node_id)
 
 
 def _add_bootstrap(p: argparse.ArgumentParser) -> None:
@@ -97,7 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..node.config import NodeConfig
     from ..node.node import run_node
 
-    _setup_logging(args.log_level)
+    _setup_logging(args.log_level, args.log_format, args.node_id)
     config = NodeConfig.from_args(args)
     return run_node(config)
 
@@ -121,7 +119,13 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     from ..node.cluster import LocalCluster
 
     _setup_logging("WARNING")
-    cluster = LocalCluster(args.nodes, args.data_dir, log_level=args.log_level, kafka=args.kafka)
+    cluster = LocalCluster(
+        args.nodes,
+        args.data_dir,
+        log_level=args.log_level,
+        kafka=args.kafka,
+        metrics=args.metrics,
+    )
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -135,6 +139,9 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         print(f"bootstrap: {cluster.bootstrap}")
         if args.kafka:
             print(f"Kafka clients' bootstrap.servers: {cluster.kafka_bootstrap}")
+        if args.metrics:
+            endpoints = ",".join(f"{cluster.host}:{p}" for p in cluster.metrics_ports.values())
+            print(f"metrics endpoints (quorumlog top -b ...): {endpoints}")
         print(f"cluster secret (node-to-node authentication): {cluster.cluster_secret_file}")
         print("Ctrl-C stops every node.")
         sys.stdout.flush()
@@ -152,14 +159,30 @@ def cmd_topic(args: argparse.Namespace) -> int:
 
     with _client(args) as c:
         if args.action == "create":
+            partitions = args.partitions or 1
             c.create_topic(
                 args.name,
-                args.partitions,
+                partitions,
                 args.replication_factor,
                 max_message_bytes=args.max_message_bytes,
+                configs=_topic_configs(args.config),
             )
             c.wait_for_leaders(args.name)
-            print(f"created topic {args.name} with {args.partitions} partition(s)")
+            print(f"created topic {args.name} with {partitions} partition(s)")
+        elif args.action == "alter":
+            configs: dict[str, str | None] = dict(_topic_configs(args.config))
+            configs.update(dict.fromkeys(args.delete_config))
+            if args.partitions or configs:
+                c.alter_topic(args.name, partitions=args.partitions, configs=configs)
+            if args.replication_factor is not None:
+                from .reassign import alter_replication_factor
+
+                if not alter_replication_factor(c, args.name, args.replication_factor, 1800.0):
+                    return 1
+            c.wait_for_leaders(args.name)
+            t = c.metadata([args.name])[args.name]
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(t.configs.items())) or "none"
+            print(f"altered topic {args.name}: {len(t.partitions)} partition(s), configs {shown}")
         elif args.action == "delete":
             c.delete_topic(args.name)
             print(f"deleted topic {args.name}")
@@ -167,6 +190,19 @@ def cmd_topic(args: argparse.Namespace) -> int:
             for t in c.list_topics():
                 print(t)
     return 0
+
+
+def _topic_configs(pairs: list[str]) -> dict[str, str]:
+    """``--config k=v`` arguments as a dict (a malformed one exits with a usage error)."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(
+                f"--config takes NAME=VALUE (e.g. retention.ms=86400000), got {pair!r}"
+            )
+        out[name.strip()] = value.strip()
+    return out
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -280,6 +316,10 @@ def cmd_describe(args: argparse.Namespace) -> int:
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         for r in [header, *rows]:
             print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        for name, t in meta.items():
+            if t.configs:
+                shown = ", ".join(f"{k}={v}" for k, v in sorted(t.configs.items()))
+                print(f"{name} configs: {shown}")
     return 0
 
 
@@ -305,14 +345,36 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="run one node")
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="TOML file of flags: each key a flag's name without its dashes (node-id = 1); "
+        "a flag on the command line wins; an unknown key is an error",
+    )
     p.add_argument("--node-id", type=int, required=True)
     p.add_argument("--listen", required=True, help="HOST:PORT to listen on")
     p.add_argument(
-        "--voters", required=True, help="id@host:port,... of every voter (this node included)"
+        "--voters",
+        help="id@host:port,... of every voter (this node included): how a new cluster starts",
+    )
+    p.add_argument(
+        "--join",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="join a running cluster through any of its nodes instead of --voters: the node "
+        "registers itself and follows the metadata quorum as an observer (`quorumlog cluster "
+        "add-voter` makes it a voter)",
     )
     p.add_argument("--data-dir", required=True)
-    p.add_argument("--cluster-id", required=True)
+    p.add_argument("--cluster-id", help="required with --voters; with --join, checked if given")
     p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text lines, or one JSON object a line (time, level, logger, node, topic and "
+        "partition of a line about one, message); both name the node id",
+    )
     # The node's integer knobs: (flag, shipped default, what it is).
     for flag, default, what in (
         (
@@ -341,6 +403,12 @@ def build_parser() -> argparse.ArgumentParser:
             defaults.SCRUB_BYTES_PER_SECOND,
             "background CRC check of sealed segments, bytes per second for the node "
             "(0 = off); damage found is repaired from the leader",
+        ),
+        (
+            "--catch-up-bytes-per-second",
+            defaults.CATCH_UP_BYTES_PER_S,
+            "the replication throttle: bytes per second this node's leaders send replicas "
+            "a reassignment is adding, over all partitions (0 = unthrottled)",
         ),
     ):
         shown = "unlimited" if default is None else "%(default)s"
@@ -383,6 +451,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.OFFSETS_TOPIC_NUM_PARTITIONS,
         help="offsets.topic.num.partitions: partitions of __consumer_offsets, where Kafka "
         "consumer groups commit, when this node creates it (default %(default)s)",
+    )
+    p.add_argument(
+        "--metrics-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (off by default; a "
+        "non-loopback HOST needs the node's TLS, and is then served over https)",
+    )
+    p.add_argument(
+        "--metrics-per-partition",
+        action="store_true",
+        help="also serve per-partition series (high watermark, log end, follower lag); "
+        "per-topic and per-node aggregates are always served",
     )
     g = p.add_argument_group("security (TLS and SCRAM authentication)")
     g.add_argument("--tls-cert", default=None, help="this node's certificate (PEM)")
@@ -433,7 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.set_defaults(func=cmd_auth_add_principal)
 
-    p = sub.add_parser("cluster", help="embedded cluster on loopback")
+    p = sub.add_parser(
+        "cluster", help="embedded cluster on loopback; change a running cluster's nodes"
+    )
     csub = p.add_subparsers(dest="action", required=True)
     up = csub.add_parser("up", help="start N nodes, print the bootstrap, stop them on Ctrl-C")
     up.add_argument("--nodes", type=int, default=3)
@@ -442,6 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--kafka", action="store_true", help="every node also serves Kafka clients (plaintext)"
     )
+    up.add_argument(
+        "--metrics", action="store_true", help="every node also serves Prometheus metrics"
+    )
     up.set_defaults(func=cmd_cluster_up)
     ns = csub.add_parser(
         "new-secret",
@@ -449,13 +535,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ns.add_argument("file")
     ns.set_defaults(func=cmd_cluster_new_secret)
+    from .reassign import add_cluster_parsers
 
-    p = sub.add_parser("topic", help="create, list or delete topics")
-    p.add_argument("action", choices=["create", "list", "delete"])
+    add_cluster_parsers(csub, _add_bootstrap)
+
+    p = sub.add_parser("topic", help="create, alter, list or delete topics")
+    p.add_argument("action", choices=["create", "alter", "list", "delete"])
     p.add_argument("name", nargs="?")
     _add_bootstrap(p)
-    p.add_argument("--partitions", "-p", type=int, default=1)
-    p.add_argument("--replication-factor", "-r", type=int, default=None)
+    p.add_argument(
+        "--partitions",
+        "-p",
+        type=int,
+        default=None,
+        help="create: how many (default 1); alter: grow to this many (never fewer)",
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a topic config in Kafka's names (retention.ms, retention.bytes, segment.bytes, "
+        "max.message.bytes); repeatable",
+    )
+    p.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="alter: drop a config the topic set (the nodes' value applies again); repeatable",
+    )
+    p.add_argument(
+        "--replication-factor",
+        "-r",
+        type=int,
+        default=None,
+        help="create: replicas per partition (default min(3, nodes)); alter: move every "
+        "partition to this many, online",
+    )
     p.add_argument(
         "--max-message-bytes",
         type=int,
@@ -501,7 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", default=None)
     p.set_defaults(func=cmd_describe)
 
-    p = sub.add_parser("partition", help="operator actions on one partition")
+    p = sub.add_parser("partition", help="operator actions on partitions")
     psub = p.add_subparsers(dest="action", required=True)
     fl = psub.add_parser(
         "force-leader", help="UNCLEAN leader election (may lose committed records)"
@@ -512,6 +629,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bootstrap(fl)
     fl.add_argument("--i-understand-data-loss", action="store_true")
     fl.set_defaults(func=cmd_force_leader)
+    from .reassign import add_parser as add_reassign
+
+    add_reassign(psub, _add_bootstrap)
+
+    from .top import add_parser as add_top
+
+    add_top(sub)
 
     p = sub.add_parser("perf", help="benchmarks: " + ", ".join(PERF))
     p.add_argument("which", choices=sorted(PERF))
@@ -526,6 +650,9 @@ PERF = {
     "delta": "replica.cli.perf_delta",
     "kafka": "replica.cli.perf_kafka",
     "partitions": "replica.cli.perf_partitions",
+    "latency": "replica.cli.perf_latency",
+    "producer": "replica.cli.perf_producer",
+    "reassign": "replica.cli.perf_reassign",
 }
 
 
@@ -537,14 +664,31 @@ def run_perf(which: str, argv: list[str]) -> int:
     return rc
 
 
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[name]
+            return found
+    raise KeyError(name)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # perf commands own their flags: hand everything after the benchmark name to it.
     if len(argv) >= 2 and argv[0] == "perf" and argv[1] in PERF:
         return run_perf(argv[1], argv[2:])
     parser = build_parser()
+    if argv and argv[0] == "serve":
+        from .config_file import apply_config_file, config_path
+
+        path = config_path(argv[1:])
+        if path is not None:
+            try:
+                apply_config_file(_subparser(parser, "serve"), path)
+            except ValueError as exc:
+                parser.error(str(exc))
     args = parser.parse_args(argv)
-    if args.command == "topic" and args.action in ("create", "delete") and not args.name:
+    if args.command == "topic" and args.action in ("create", "alter", "delete") and not args.name:
         parser.error(f"topic {args.action} needs a topic name")
     try:
         rc: int = args.func(args)

@@ -11,6 +11,12 @@ which on a small machine shared with the nodes bounds the figure before the node
 gets every Nth record: the smallest batches). Besides records/s, it prints the nodes' CPU
 per million records of each phase: the server's cost, whatever the client.
 
+``--compression lz4|zstd`` has the producer compress with that codec (librdkafka's
+``compression.type``) into a topic of the same ``compression.type``, so the nodes store
+its batches compressed (Arrow IPC buffer compression); ``disk_bytes_per_record`` is the
+topic's segment bytes per record per replica. ``--payload json`` makes the values
+JSON-like events (compressible as real ones are) instead of one repeated byte.
+
 The consumer runs with ``fetch.queue.backoff.ms`` = 10 (librdkafka's default is 1000):
 librdkafka stops fetching a partition for that long once its prefetch queue holds
 ``queued.min.messages``, and a consumer faster than its application loop then idles in
@@ -60,6 +66,19 @@ def main(argv: list[str] | None = None) -> int:
         "partitions in turn",
     )
     ap.add_argument(
+        "--compression",
+        choices=("none", "lz4", "zstd"),
+        default="none",
+        help="the producer's compression.type and the topic's (how its batches are stored)",
+    )
+    ap.add_argument(
+        "--payload",
+        choices=("fixed", "json"),
+        default="fixed",
+        help="fixed: value-size copies of one byte; json: JSON-like events of about "
+        "value-size bytes",
+    )
+    ap.add_argument(
         "--producer-config",
         action="append",
         default=[],
@@ -84,8 +103,14 @@ def main(argv: list[str] | None = None) -> int:
         ) from None
     topic = "perf-kafka"
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
+    if args.compression != "none":
+        producer_config = {"compression.type": args.compression, **producer_config}
     with LocalCluster(args.nodes, data_dir, log_level="WARNING", kafka=True) as cluster:
-        cluster.create_topic(topic, args.partitions)
+        if args.compression == "none":
+            cluster.create_topic(topic, args.partitions)
+        else:
+            configs = {"compression.type": args.compression}
+            cluster.client.create_topic(topic, args.partitions, configs=configs)
         for p in range(args.partitions):
             cluster.wait_for_leader(topic, p, 60)
         pids = [proc.pid for proc in cluster.procs.values()]
@@ -99,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         consumed_default, consume_default_s = _consume(
             confluent_kafka, boot, topic, args, default_consumer, group="perf-defaults"
         )
+        disk_bytes = sum(
+            f.stat().st_size
+            for node in cluster.procs
+            for f in cluster.node_dir(node).glob(f"{topic}-*/*.log")
+        )
     figures: dict[str, Any] = {
         "bench": "kafka",
         "nodes": args.nodes,
@@ -106,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
         "records": args.records,
         "value_size": args.value_size,
         "producer_api": args.producer_api,
+        "compression": args.compression,
+        "payload": args.payload,
+        "disk_bytes_per_record": round(disk_bytes / len(pids) / produced, 1),
         "produce_rec_per_s": round(produced / produce_s),
         "consume_rec_per_s": round(consumed / consume_s),
         "consume_default_backoff_rec_per_s": round(consumed_default / consume_default_s),
@@ -123,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.value_size} B values, {args.nodes} replicas, fsync on)",
             f"librdkafka producer   {figures['produce_rec_per_s']:,} records/s (acks=all, "
             f"{args.producer_api} API), nodes' CPU {figures['node_cpu_s_per_m_produced']} s per million",
+            f"on disk               {figures['disk_bytes_per_record']} bytes per record "
+            f"per replica (compression {args.compression}, {args.payload} payload)",
             f"librdkafka consumer   {figures['consume_rec_per_s']:,} records/s, "
             f"nodes' CPU {figures['node_cpu_s_per_m_consumed']} s per million "
             f"({_settings(consumer_config)})",
@@ -155,7 +190,7 @@ def _produce(
     if args.producer_api == "batch":
         settings["delivery.report.only.error"] = True
     producer = ck.Producer({**settings, **config})
-    value = b"v" * args.value_size
+    values = _values(args.payload, args.value_size)
     state = {"acked": 0, "failed": 0, "queued": 0}
 
     def delivered(err: Any, msg: Any) -> None:
@@ -165,13 +200,16 @@ def _produce(
     start = time.monotonic()
     if args.producer_api == "batch":
         full = ck.KafkaError._QUEUE_FULL
-        _produce_batches(producer, topic, value, args.records, delivered, full, state, progress)
+        _produce_batches(producer, topic, values, args.records, delivered, full, state, progress)
     else:
         for i in range(args.records):
             while True:
                 try:
                     producer.produce(
-                        topic, value, partition=i % args.partitions, on_delivery=delivered
+                        topic,
+                        values[i % len(values)],
+                        partition=i % args.partitions,
+                        on_delivery=delivered,
                     )
                     break
                 except BufferError:  # its queue is full: let deliveries drain it
@@ -191,10 +229,29 @@ def _produce(
     return state["acked"], elapsed
 
 
+#: Distinct values a run cycles through (made before the clock starts).
+VALUE_POOL = 1_000
+
+
+def _values(payload: str, size: int) -> list[bytes]:
+    """The values a run produces, in turn: one repeated byte, or JSON-like events of
+    about ``size`` bytes (ids, names and numbers varying as in real events)."""
+    if payload == "fixed":
+        return [b"v" * size]
+    out = []
+    for i in range(VALUE_POOL):
+        event = (
+            f'{{"id":{1_000_000 + i},"user":"user-{i % 97}","event":"page_view",'
+            f'"page":"/products/{i % 31}","ts":{1_700_000_000_000 + i * 7},"ok":true}}'
+        )
+        out.append(event.encode().ljust(size, b" ")[: max(size, len(event))])
+    return out
+
+
 def _produce_batches(
     producer: Any,
     topic: str,
-    value: bytes,
+    values: list[bytes],
     records: int,
     delivered: Any,
     queue_full: int,
@@ -205,7 +262,11 @@ def _produce_batches(
     queue refused (marked ``_error`` QUEUE_FULL) goes again once deliveries drained it."""
     deadline = time.monotonic() + 300
     while state["queued"] < records:
-        chunk = [{"value": value} for _ in range(min(PRODUCE_CHUNK, records - state["queued"]))]
+        first = state["queued"]
+        chunk: list[dict[str, Any]] = [
+            {"value": values[(first + i) % len(values)]}
+            for i in range(min(PRODUCE_CHUNK, records - first))
+        ]
         state["queued"] += producer.produce_batch(topic, chunk, on_delivery=delivered)
         refused = [m["_error"] for m in chunk if "_error" in m]
         other = [err for err in refused if err.code() != queue_full]

@@ -9,7 +9,9 @@ many-producer small-batch produce figure.
 Leadership is read the cheapest exact way: one Metadata request for the topic to each
 node, sent to all of them before any answer is read. A partition's epoch is the highest
 any node reports; it counts as led when a node says it leads it itself
-(``is_local_leader``) in that epoch. No request reaches the nodes during the idle window.
+(``is_local_leader``) in that epoch. No request reaches the nodes during the idle window,
+but for the metrics scrapes of ``--metrics-listen`` (the cost of serving them is then in
+the idle CPU).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import resource
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -309,6 +312,14 @@ def main(argv: list[str] | None = None) -> int:
         default=64,
         help="produce round-robin over the first min(N, this) partitions (default 64)",
     )
+    ap.add_argument(
+        "--metrics-listen",
+        action="store_true",
+        help="every node serves its Prometheus metrics (serve --metrics-listen), scraped "
+        "every --scrape-seconds during the idle window: the idle CPU then includes serving "
+        "them; metrics_scrape_ms is a scrape's median latency",
+    )
+    ap.add_argument("--scrape-seconds", type=float, default=5.0)
     ap.add_argument("--skip-failover", action="store_true")
     ap.add_argument("--skip-produce", action="store_true")
     ap.add_argument("--data-dir", default=None)
@@ -336,7 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     rc = 0
     try:
-        with LocalCluster(args.nodes, args.data_dir, log_level="WARNING") as cluster:
+        with LocalCluster(
+            args.nodes, args.data_dir, log_level="WARNING", metrics=args.metrics_listen
+        ) as cluster:
             viewer = ClusterView(cluster, TOPIC)
             try:
                 _Bench(args, cluster, viewer, figures).run()
@@ -420,7 +433,8 @@ class _Bench:
         before = self.viewer.poll(nodes)
         cpu0 = {i: cpu_seconds(self.cluster.procs[i].pid) for i in nodes}
         t0 = time.monotonic()
-        _sleep_checking(self.cluster, self.args.idle_seconds, "idle")
+        scrapes = MetricsScrapes(self.cluster, self.args.scrape_seconds)
+        _sleep_checking(self.cluster, self.args.idle_seconds, "idle", scrapes.maybe)
         cpu1 = {i: cpu_seconds(self.cluster.procs[i].pid) for i in nodes}
         wall = time.monotonic() - t0
         after = self.viewer.poll(nodes)
@@ -441,6 +455,7 @@ class _Bench:
             idle_epoch_max=max(after.epochs.values(), default=0),
             leaders_per_node=after.leaders_per_node(nodes),
             peak_rss_mb=[round(peak_rss_mb(self.cluster.procs[i].pid), 1) for i in nodes],
+            **scrapes.figures(),
         )
         self.say(
             f"idle {wall:.1f}s: CPU per node {_pct(cpu)}; {len(changed)} partition(s) changed "
@@ -448,7 +463,14 @@ class _Bench:
             f"{len(handed)} of them handed to their preferred replica, of {len(off_before)} "
             "led off it when the window began); "
             f"leaders per node {self.figures['leaders_per_node']}; peak RSS per node (MB) "
-            f"{self.figures['peak_rss_mb']}",
+            f"{self.figures['peak_rss_mb']}"
+            + (
+                f"; {scrapes.count} metrics scrapes, median {self.figures['metrics_scrape_ms']} "
+                f"ms, max {self.figures['metrics_scrape_ms_max']} ms (the node's scan of its "
+                f"replicas: median {self.figures['metrics_scan_ms']} ms)"
+                if scrapes.count
+                else ""
+            ),
         )
         if all_led is None:
             self.say("failover and produce skipped: not every partition was led")
@@ -642,8 +664,62 @@ def _median_ms(call: Callable[[], object], samples: int) -> float:
     return round(median(times) * 1000, 2)
 
 
-def _sleep_checking(cluster: LocalCluster, seconds: float, label: str) -> None:
-    """Sleep, checking every second that no node died (no request reaches the nodes)."""
+SCAN_METRIC = b"quorumlog_metrics_scan_seconds"
+
+
+class MetricsScrapes:
+    """Every node's metrics endpoint scraped every ``every_s`` seconds (with ``maybe``,
+    from the idle window's loop), as a Prometheus server would; each scrape timed."""
+
+    def __init__(self, cluster: LocalCluster, every_s: float) -> None:
+        self.urls = list(cluster.metrics_urls.values())
+        self.every_s = every_s
+        self.next_at = time.monotonic()
+        self.seconds: list[float] = []
+        # Each scrape's scan of the replicas as the node timed it (its
+        # quorumlog_metrics_scan_seconds): the work a scrape costs the node, apart from
+        # the turns of its event loop the scrape waits for on a busy machine.
+        self.scan_seconds: list[float] = []
+        self.series = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.seconds)
+
+    def maybe(self) -> None:
+        if not self.urls or time.monotonic() < self.next_at:
+            return
+        self.next_at += self.every_s
+        for url in self.urls:
+            start = time.monotonic()
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                body = resp.read()
+            self.seconds.append(time.monotonic() - start)
+            lines = body.splitlines()
+            self.series = sum(1 for x in lines if x and not x.startswith(b"#"))
+            self.scan_seconds.extend(
+                float(x.split()[-1]) for x in lines if x.startswith(SCAN_METRIC + b" ")
+            )
+
+    def figures(self) -> dict[str, Any]:
+        if not self.seconds:
+            return {}
+        return {
+            "metrics_scrapes": len(self.seconds),
+            "metrics_scrape_ms": round(median(self.seconds) * 1000, 1),
+            "metrics_scrape_ms_max": round(max(self.seconds) * 1000, 1),
+            "metrics_scan_ms": (
+                round(median(self.scan_seconds) * 1000, 1) if self.scan_seconds else None
+            ),
+            "metrics_series": self.series,
+        }
+
+
+def _sleep_checking(
+    cluster: LocalCluster, seconds: float, label: str, every_s: Callable[[], None] | None = None
+) -> None:
+    """Sleep, checking every second that no node died (no request reaches the nodes);
+    ``every_s`` is called at each check."""
     if seconds <= 0:
         return
     progress = Progress(seconds, label, heartbeat_s=30)
@@ -652,6 +728,8 @@ def _sleep_checking(cluster: LocalCluster, seconds: float, label: str) -> None:
     try:
         while (left := seconds - (time.monotonic() - start)) > 0:
             _check_alive(cluster, nodes)
+            if every_s is not None:
+                every_s()
             progress.update(seconds - left, f"of {seconds:.0f}s")
             time.sleep(min(1.0, left))
         progress.update(seconds)

@@ -25,13 +25,19 @@ CEILING_NAME = "quorumlog_perf_ceiling"
 
 
 def produce(
-    cluster: LocalCluster, topic: str, args: argparse.Namespace, partitions: int | None = None
+    cluster: LocalCluster,
+    topic: str,
+    args: argparse.Namespace,
+    partitions: int | None = None,
+    compression: str = "none",
 ) -> int:
     """``args.records`` records of ``args.value_size`` bytes spread over the topic's
-    partitions, in batches of ``args.batch_records``, one producing thread per partition."""
+    partitions, in batches of ``args.batch_records``, one producing thread per partition;
+    ``compression`` the batches' codec (``none``, ``lz4``, ``zstd``)."""
     from ..storage.records import encode_batch
 
-    payload = encode_batch([b"v" * args.value_size] * args.batch_records)
+    codec = None if compression == "none" else compression
+    payload = encode_batch([b"v" * args.value_size] * args.batch_records, compression=codec)
     partitions = args.partitions if partitions is None else partitions
     per_partition = max(1, args.records // args.batch_records // partitions)
     errors: list[BaseException] = []
@@ -157,21 +163,31 @@ def main(argv: list[str] | None = None) -> int:
         default=8,
         help="also read a 1-partition topic (a fifth of --records) with this minPartitions",
     )
+    ap.add_argument(
+        "--compression",
+        choices=("none", "lz4", "zstd"),
+        default="none",
+        help="the topics' compression.type: batches stored (and read) compressed so",
+    )
     ap.add_argument("--json", action="store_true", help="print only the final JSON line")
     args = ap.parse_args(argv)
 
     from ...connector import register
 
+    configs = {} if args.compression == "none" else {"compression.type": args.compression}
+
     topic = "perf"
     with LocalCluster(args.nodes, args.data_dir, log_level="WARNING") as cluster:
-        cluster.create_topic(topic, args.partitions)
+        cluster.client.create_topic(topic, args.partitions, configs=configs)
+        cluster.client.wait_for_leaders(topic)
         t0 = time.monotonic()
-        records = produce(cluster, topic, args)
+        records = produce(cluster, topic, args, compression=args.compression)
         produce_s = time.monotonic() - t0
         split_topic = "perf-one"
         split_records = 0
         if args.min_partitions > 1:
-            cluster.create_topic(split_topic, 1)
+            cluster.client.create_topic(split_topic, 1, configs=configs)
+            cluster.client.wait_for_leaders(split_topic)
             split_records = produce(
                 cluster,
                 split_topic,
@@ -246,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "value_size": args.value_size,
         "partitions": args.partitions,
         "master": args.master,
+        "compression": args.compression,
         "produce_records_per_s": round(records / produce_s),
         "ceiling_rows_per_s": round(rate["ceiling"]),
         "batch_rows_per_s": round(rate["batch"]),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, TypeVar
@@ -92,12 +92,22 @@ class PartitionMetadata:
     log_start_offset: int
     # The topic's max.message.bytes as the answering node enforces it; 0 if not told.
     max_message_bytes: int = 0
+    # The Arrow IPC codec the topic's batches are stored with ("lz4", "zstd"; None:
+    # uncompressed), from its compression.type: what a Producer encodes with.
+    compression: str | None = None
+
+
+#: compression.type values whose batches a producer compresses (with that Arrow codec).
+_STORED_CODECS = frozenset({"lz4", "zstd"})
 
 
 @dataclass(frozen=True, slots=True)
 class TopicMetadata:
     name: str
     partitions: dict[int, PartitionMetadata] = field(default_factory=dict)
+    # The configs the topic sets (Kafka's names: retention.ms, ...); the nodes' values
+    # apply to the rest.
+    configs: dict[str, str] = field(default_factory=dict)
 
 
 class ProduceResult(NamedTuple):
@@ -241,6 +251,7 @@ class Client:
         self._leaders: dict[tuple[str, int], PartitionMetadata] = {}
         self._controller_id = m.UNKNOWN
         self.cluster_id = ""
+        self._retired: set[int] = set()
         self._pool: ThreadPoolExecutor | None = None
 
     # ---- plumbing -------------------------------------------------------------------
@@ -474,6 +485,7 @@ class Client:
         self.cluster_id = resp.cluster_id
         for n in resp.nodes:
             self._nodes[n.node_id] = (n.host, n.port)
+        self._retired = {n.node_id for n in resp.nodes if n.retired}
         if resp.controller_id >= 0:
             self._controller_id = resp.controller_id
         return resp
@@ -561,11 +573,17 @@ class Client:
         """Nodes' Metadata answers merged into the cache (see ``metadata``)."""
         best: dict[tuple[str, int], tuple[tuple[int, int, int], m.PartitionInfo, int]] = {}
         names: set[str] = set()
+        # A topic's configs as the metadata leader knows them, else as any node does.
+        configs: dict[str, tuple[bool, dict[str, str]]] = {}
         for resp in answers:
             for t in resp.topics:
                 if t.error != ErrorCode.NONE:
                     continue
                 names.add(t.name)
+                from_leader = resp.node_id == resp.controller_id
+                if t.name not in configs or (from_leader and not configs[t.name][0]):
+                    told = {c.name: c.value for c in t.configs if c.value is not None}
+                    configs[t.name] = (from_leader, told)
                 for p in t.partitions:
                     rank = (
                         1 if p.is_local_leader else 0,
@@ -575,8 +593,11 @@ class Client:
                     key = (t.name, p.partition)
                     if key not in best or rank > best[key][0]:
                         best[key] = (rank, p, t.max_message_bytes)
-        out: dict[str, TopicMetadata] = {n: TopicMetadata(n) for n in sorted(names)}
+        out: dict[str, TopicMetadata] = {
+            n: TopicMetadata(n, configs=configs[n][1]) for n in sorted(names)
+        }
         for (topic, part), (_, p, limit) in best.items():
+            codec = configs[topic][1].get("compression.type")
             pm = PartitionMetadata(
                 topic,
                 part,
@@ -586,6 +607,7 @@ class Client:
                 p.high_watermark,
                 p.log_start_offset,
                 limit,
+                codec if codec in _STORED_CODECS else None,
             )
             out[topic].partitions[part] = pm
             self._leaders[(topic, part)] = pm
@@ -594,6 +616,17 @@ class Client:
             if missing:
                 raise UnknownTopicError(f"unknown topic(s): {', '.join(missing)}")
         return out
+
+    @property
+    def node_ids(self) -> list[int]:
+        """The ids of the cluster's nodes, as the Metadata answers so far named them."""
+        return sorted(self._nodes)
+
+    @property
+    def retired_node_ids(self) -> list[int]:
+        """Those of ``node_ids`` decommissioned (``retire_node``): they take no new
+        replicas."""
+        return sorted(self._retired)
 
     def refresh_nodes(self, *, timeout_s: float | None = None) -> None:
         """Learn the nodes and the metadata controller from every reachable node, with a
@@ -655,9 +688,12 @@ class Client:
         replication_factor: int | None = None,
         *,
         max_message_bytes: int | None = None,
+        configs: Mapping[str, str] | None = None,
     ) -> None:
         """``max_message_bytes``: the topic's limit on one record batch (Kafka's
-        max.message.bytes); None: each node's ``serve --max-message-bytes`` applies."""
+        max.message.bytes); None: each node's ``serve --max-message-bytes`` applies.
+        ``configs``: what else the topic sets, in Kafka's names (retention.ms,
+        retention.bytes, segment.bytes, max.message.bytes)."""
         if max_message_bytes is not None and max_message_bytes <= 0:
             raise ValueError(f"max_message_bytes must be > 0, got {max_message_bytes}")
         attempts: list[float] = []
@@ -669,6 +705,7 @@ class Client:
                     partitions=partitions,
                     replication_factor=replication_factor or 0,
                     max_message_bytes=max_message_bytes or 0,
+                    configs=[m.TopicConfig(name=k, value=v) for k, v in (configs or {}).items()],
                 ),
                 m.CreateTopicResponse,
                 controller=True,
@@ -679,6 +716,75 @@ class Client:
             # That is this call's success if the topic is the one asked for.
             if len(attempts) < 2 or len(self.metadata([name])[name].partitions) != partitions:
                 raise
+
+    def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        configs: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """Grow ``name`` to ``partitions`` (never fewer) and set its ``configs`` (Kafka's
+        names; a None value deletes one, so the nodes' value applies again)."""
+        self._admin(
+            ApiKey.ALTER_TOPIC,
+            m.AlterTopicRequest(
+                name=name,
+                partitions=partitions or 0,
+                configs=[m.TopicConfig(name=k, value=v) for k, v in (configs or {}).items()],
+            ),
+            m.AlterTopicResponse,
+            controller=True,
+        )
+
+    def reassign(
+        self, topic: str, moves: Mapping[int, Sequence[int]], *, cancel: bool = False
+    ) -> None:
+        """Move each partition ``p`` of ``topic`` in ``moves`` to the replicas
+        ``moves[p]`` (the first becomes its preferred leader), online: new replicas catch
+        up, join the voters one at a time, and the leaving ones go (see
+        ``reassignment``). ``cancel``: move those partitions back to the replicas they
+        had before their latest move instead (the values are ignored)."""
+        self._admin(
+            ApiKey.REASSIGN,
+            m.ReassignRequest(
+                topic=topic,
+                moves=[
+                    m.PartitionMove(partition=p, replicas=list(r)) for p, r in sorted(moves.items())
+                ],
+                cancel=cancel,
+            ),
+            m.ReassignResponse,
+            controller=True,
+        )
+
+    def change_voter(self, node_id: int, *, add: bool) -> list[int]:
+        """Add ``node_id`` to the metadata quorum's voters (``add``) or remove it; returns
+        the voter set the quorum moves to (one voter at a time, online)."""
+        resp = self._admin(
+            ApiKey.CHANGE_VOTER,
+            m.ChangeVoterRequest(node_id=node_id, add=add),
+            m.ChangeVoterResponse,
+            controller=True,
+        )
+        return list(resp.voters)
+
+    def register_node(self, req: m.RegisterNodeRequest) -> m.RegisterNodeResponse:
+        """Register a node (``serve --join`` does, as that node's principal): the cluster
+        it joins. DuplicateNodeError while a live node holds its id with another data
+        directory."""
+        return self._admin(ApiKey.REGISTER_NODE, req, m.RegisterNodeResponse, controller=True)
+
+    def retire_node(self, node_id: int, *, retired: bool = True) -> None:
+        """Decommission ``node_id``: it is given no new replicas (its replicas stay until
+        moved, as ``quorumlog cluster decommission`` does); ``retired=False`` takes it
+        back (``cluster recommission``)."""
+        self._admin(
+            ApiKey.RETIRE_NODE,
+            m.RetireNodeRequest(node_id=node_id, retired=retired),
+            m.RetireNodeResponse,
+            controller=True,
+        )
 
     def delete_topic(self, name: str) -> None:
         attempts: list[float] = []
@@ -717,6 +823,19 @@ class Client:
             attempt += 1
 
     # ---- leader-routed requests -----------------------------------------------------
+    def stored_compression(self, topic: str, partition: int) -> str | None:
+        """The Arrow codec ``topic`` stores batches with (its compression.type: "lz4",
+        "zstd"; None: uncompressed), from the metadata cache, filled first if cold (a
+        producer about to send learns the leader so anyway). None if it cannot be
+        learnt: the produce that follows reports why."""
+        pm = self._leaders.get((topic, partition))
+        if pm is None:
+            try:
+                pm = self.partition_metadata(topic, partition)
+            except QuorumLogError:
+                return None
+        return pm.compression
+
     def partition_metadata(
         self, topic: str, partition: int, *, refresh: bool = False, timeout_s: float | None = None
     ) -> PartitionMetadata:

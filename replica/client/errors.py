@@ -81,8 +81,17 @@ class RequestTimeoutError(QuorumLogError, code=ErrorCode.REQUEST_TIMED_OUT):
     """A call did not finish within its request timeout, retries included."""
 
 
-class InvalidRequestError(QuorumLogError, code=ErrorCode.INVALID_REQUEST):
-    """The node refused the request as malformed or not allowed in this state."""
+class InvalidRequestError(
+    QuorumLogError,
+    code=ErrorCode.INVALID_REQUEST,
+    also=(ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_PARTITIONS),
+):
+    """The node refused the request as malformed or not allowed in this state (a topic
+    config or partition count it cannot take among them)."""
+
+
+class DuplicateNodeError(QuorumLogError, code=ErrorCode.DUPLICATE_BROKER_REGISTRATION):
+    """A node tried to register an id that a live node with another data directory holds."""
 
 
 class RecordTooLargeError(QuorumLogError, code=ErrorCode.MESSAGE_TOO_LARGE):

@@ -1,15 +1,27 @@
 """Producer: asynchronous and pipelined, idempotent by default (as Kafka's Java client).
 
-``send`` adds a record to its partition's batch and returns at once with a
-``concurrent.futures.Future`` of its ``RecordMetadata`` (and calls ``on_delivery(error,
-metadata)`` once it is known); ``flush`` waits for everything sent so far. Batches close
-at ``max_batch_bytes`` / ``max_batch_records`` or after ``linger_ms``, and sender threads
-(``max_in_flight``, each with its own connections) append them with acks=quorum by
-default: a sender takes every ready batch of one node's partitions and sends them in one
-round trip (``Client.produce_many``), as Kafka's sender makes one request per broker, so
-batches of many partitions are in flight together; a partition's go one after another,
-in order. ``send`` blocks while ``buffer_bytes`` of records wait
-(back-pressure), at most ``max_block_ms``.
+``send`` appends one record to its partition's open batch (plain lists) and returns at
+once a ``RecordFuture`` of its ``RecordMetadata``; ``on_delivery(error, metadata)`` is
+called once it is known. ``send_many`` takes Python lists of values (and keys) whole,
+``send_batch`` a pyarrow Table for one partition. ``flush`` waits for everything sent so
+far. Per record, ``send`` does only what must be per record: it takes the producer's lock,
+appends, counts bytes and rows against the limits, and wakes a sender only when a batch
+opens or fills. A batch is ready when full (``max_batch_bytes`` / ``max_batch_records``)
+or when ``linger_ms`` have passed since its first record and its partition has nothing in
+flight (until then it goes on filling, as Kafka's accumulator). Sender threads
+(``max_in_flight``, each with its own connections) build each batch's Arrow record batch
+once and append them with acks=quorum by default: a sender takes every ready batch of one
+node's partitions and sends them in one round trip (``Client.produce_many``), as Kafka's
+sender makes one request per broker; a partition's batches go one after another, in
+order. A batch's answer settles all its records at once: a record's offset is the batch's
+base offset plus its index. ``send`` blocks while ``buffer_bytes`` of records wait
+(back-pressure), at most ``max_block_ms``, then raises TimeoutError.
+
+Partitions: a record without a partition goes where its key hashes to, by ``partitioner``
+(``partitioner.py``: ``murmur2_random``, the Java client's and the default, or
+``consistent_random``, librdkafka's); keyed records wait in their topic's pending buffer
+and are hashed a column at a time. A record without a key goes to the topic's sticky
+partition, which moves on when its batch closes (KIP-480).
 
 Idempotence: the producer takes an id and epoch from the cluster (InitProducerId) and
 numbers each partition's records; a resent batch carries the same numbers, and the leader
@@ -28,66 +40,67 @@ RecordTooLargeError (its future, and ``flush``), the rest of its batch is sent.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
-import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from operator import itemgetter
+from typing import Any
+
+import pyarrow as pa
 
 from .. import defaults
 from ..protocol.messages import ACKS_LEADER, ACKS_QUORUM
 from ..storage.producers import last_sequence
+from ..storage.records import RECORD_SCHEMA, encode_arrow, null_array
 from ..storage.records import Producer as ProducerFields
-from ..storage.records import encode_arrow, encode_batch
-from .client import PIPELINE, Client, ProduceResult
+from .accumulator import _STICKY, Accumulator
+from .batches import (
+    Headers,
+    ManyFuture,
+    OnDelivery,
+    RecordFuture,
+    RecordMetadata,
+    _Batch,
+    _Outcome,
+    _Pending,
+)
+from .client import Client, ProduceResult
 from .errors import InvalidProducerEpochError, RecordTooLargeError, UnknownProducerIdError
+from .partitioner import DEFAULT_PARTITIONER, PARTITIONERS
 
-__all__ = ["Producer", "RecordMetadata"]
+__all__ = ["ManyFuture", "Producer", "RecordFuture", "RecordMetadata"]
 
 log = logging.getLogger(__name__)
 
-Headers = list[tuple[str, bytes]]
-Row = tuple[bytes | None, bytes | None, int, Headers]
-OnDelivery = Callable[[BaseException | None, "RecordMetadata | None"], None]
 Encoder = Callable[[ProducerFields | None], bytes]
 _SEQUENCES = 1 << 31
 #: A sender thread with nothing to send for this long ends (a new one starts on demand).
 SENDER_IDLE_S = 1.0
 
-
-class RecordMetadata(NamedTuple):
-    """Where an acknowledged record is: its partition, offset and the leader epoch that
-    appended it."""
-
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
+_time_ns = time.time_ns
+_monotonic = time.monotonic
+_new = object.__new__
 
 
-@dataclass
-class _Batch:
-    """Records of one partition, open (filling) or closed (waiting for a sender)."""
+class Producer(Accumulator):
+    # Slots: attribute loads of send's hot path without a dict lookup (an instance with
+    # over 30 attributes loses CPython's shared-keys fast path).
+    __slots__ = (
+        "acks",
+        "idempotent",
+        "_hash_empty",
+        "_results",
+        "_errors",
+        "_stopping",
+        "_identity",
+        "_renew",
+        "_sequences",
+        "_identity_lock",
+    )
 
-    topic: str
-    partition: int
-    rows: list[Row] = field(default_factory=list)
-    futures: list[Future[RecordMetadata]] = field(default_factory=list)
-    callbacks: list[OnDelivery | None] = field(default_factory=list)
-    size: int = 0
-    opened: float = 0.0
-    table: Any = None  # send_batch: an Arrow table, as is, with one future
-    table_future: Future[ProduceResult] | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.partition
-
-
-class Producer:
     def __init__(
         self,
         client: Client,
@@ -100,11 +113,16 @@ class Producer:
         max_in_flight: int = defaults.PRODUCER_MAX_IN_FLIGHT,
         buffer_bytes: int = defaults.PRODUCER_BUFFER_BYTES,
         max_block_ms: int = defaults.PRODUCER_MAX_BLOCK_MS,
+        partitioner: str = DEFAULT_PARTITIONER,
     ) -> None:
         if acks not in ("quorum", "leader"):
             raise ValueError(f"acks must be 'quorum' or 'leader', got {acks!r}")
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        if partitioner not in PARTITIONERS:
+            raise ValueError(f"partitioner must be one of {PARTITIONERS}, got {partitioner!r}")
+        if max_batch_records < 1 or max_batch_bytes < 1:
+            raise ValueError("max_batch_records and max_batch_bytes must be >= 1")
         self.client = client
         self.acks = ACKS_QUORUM if acks == "quorum" else ACKS_LEADER
         self.linger_s = linger_ms / 1000
@@ -114,8 +132,14 @@ class Producer:
         self.max_in_flight = max_in_flight
         self.buffer_bytes = buffer_bytes
         self.max_block_s = max_block_ms / 1000
-        self._cond = threading.Condition()
-        self._open: dict[tuple[str, int], _Batch] = {}
+        self.partitioner = partitioner
+        # consistent_random partitions an empty key as no key (librdkafka); murmur2 hashes it.
+        self._hash_empty = partitioner == "murmur2_random"
+        self._last_row = max_batch_records - 1
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._open: dict[str, dict[int, _Batch]] = {}  # topic -> partition -> filling
+        self._pending: dict[str, _Pending] = {}  # topic -> records waiting for a partition
         self._closed: deque[_Batch] = deque()  # in the order they closed
         self._busy: set[tuple[str, int]] = set()  # partitions with a batch in flight
         self._buffered = 0
@@ -123,9 +147,11 @@ class Producer:
         self._results: list[ProduceResult] = []
         self._errors: list[BaseException] = []
         self._senders: list[threading.Thread] = []
+        self._timed_waiters = 0  # senders asleep until a linger ends
         self._stopping = False
         self._partitions: dict[str, int] = {}
         self._sticky: dict[str, int] = {}
+        self._random = random.Random()
         # Idempotence: (producer id, epoch), and per partition (identity, next sequence).
         self._identity: tuple[int, int] | None = None
         self._renew = False  # a batch failed: its sequence numbers are in doubt
@@ -147,61 +173,166 @@ class Producer:
         timestamp_ms: int | None = None,
         headers: Headers | None = None,
         on_delivery: OnDelivery | None = None,
-    ) -> Future[RecordMetadata]:
+    ) -> RecordFuture:
         """Queue one record; the future resolves once it is acknowledged (or failed), and
         ``on_delivery`` is called then, from a sender thread."""
-        n = self._partition_count(topic) if partition is None else 0
-        ts = timestamp_ms if timestamp_ms is not None else int(time.time() * 1000)
-        size = (len(value) if value else 0) + (len(key) if key else 0) + 24
-        future: Future[RecordMetadata] = Future()
-        with self._cond:
-            if partition is None:
-                # By key, or without one the topic's current partition (sticky, as Kafka's).
-                partition = (
-                    zlib.crc32(key) % n if key is not None else self._sticky.get(topic, 0) % n
-                )
-            self._wait_for_room(size)
-            batch = self._open.get((topic, partition))
+        # Timestamps are kept in ns until the batch is built (one division for them all).
+        stamp = _time_ns() if timestamp_ms is None else timestamp_ms * 1_000_000
+        # The common cases inline (every line here is paid per record): a value to a named
+        # partition, and a keyed record (to the topic's pending ones, hashed later).
+        size = 24 if value is None else len(value) + 24  # RECORD_OVERHEAD
+        if headers is not None or key is not None or partition is None:
+            if (
+                headers is not None
+                or partition is not None
+                or key is None
+                or not (key or self._hash_empty)
+            ):
+                return self._send_other(topic, value, key, partition, stamp, headers, on_delivery)
+            size += len(key)
+            if topic not in self._partitions:
+                self._partition_count(topic)
+        lock = self._lock
+        lock.acquire()  # not ``with``: half the cost
+        try:
+            buffered = self._buffered + size
+            if buffered > self.buffer_bytes and self._buffered:
+                self._wait_for_room(size)
+                buffered = self._buffered + size
+            if partition is None or (self._pending and topic in self._pending):
+                # keyed, or after keyed ones of the topic (they keep their order)
+                self._buffered = buffered
+                target = _STICKY if partition is None else partition
+                return self._to_pending(topic, value, key, stamp, None, on_delivery, size, target)
+            by_partition = self._open.get(topic)
+            batch = None if by_partition is None else by_partition.get(partition)
             if batch is None:
-                batch = self._open[(topic, partition)] = _Batch(
-                    topic, partition, opened=time.monotonic()
-                )
-            batch.rows.append((value, key, ts, headers or []))
-            batch.futures.append(future)
-            batch.callbacks.append(on_delivery)
+                batch = self._new_batch(topic, partition, _monotonic())
+            values = batch.values
+            index = batch.base + len(values)
+            batch.stamps.append(stamp)
+            values.append(value)
+            if on_delivery is not None:
+                batch.callbacks.append((index, on_delivery))
+            self._buffered = buffered
             batch.size += size
-            self._buffered += size
-            if batch.size >= self.max_batch_bytes or len(batch.rows) >= self.max_batch_records:
+            if batch.size >= self.max_batch_bytes or index >= self._last_row:
                 self._close(batch)
-            self._start_senders()
-            self._cond.notify_all()
+        finally:
+            lock.release()
+        future: RecordFuture = _new(RecordFuture)
+        future._target = batch
+        future._index = index
         return future
+
+    def _send_other(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        stamp: int,
+        headers: Headers | None,
+        on_delivery: OnDelivery | None,
+    ) -> RecordFuture:
+        """``send`` of a record with headers, with a key and a partition, or with neither
+        (to the sticky partition), or with a key the partitioner does not hash."""
+        size = 24 if value is None else len(value) + 24  # RECORD_OVERHEAD
+        if key is not None:
+            size += len(key)
+        n = 0
+        if partition is None:
+            n = self._partitions.get(topic) or self._partition_count(topic)
+        with self._lock:
+            if self._buffered + size > self.buffer_bytes and self._buffered:
+                self._wait_for_room(size)
+            self._buffered += size
+            if partition is None and key is not None and (key or self._hash_empty):
+                return self._to_pending(topic, value, key, stamp, headers, on_delivery, size, -1)
+            if self._pending and topic in self._pending:  # keep the order of keyed ones
+                target = _STICKY if partition is None else partition
+                return self._to_pending(
+                    topic, value, key, stamp, headers, on_delivery, size, target
+                )
+            if partition is None:
+                partition = self._sticky.get(topic)
+                if partition is None:
+                    partition = self._move_sticky(topic, n)
+            batch = self._open.get(topic, {}).get(partition)
+            if batch is None:
+                batch = self._new_batch(topic, partition, _monotonic())
+            index = batch.append(value, key, stamp, headers)
+            if on_delivery is not None:
+                batch.callbacks.append((index, on_delivery))
+            batch.size += size
+            if batch.size >= self.max_batch_bytes or index >= self._last_row:
+                self._close(batch)
+        future: RecordFuture = _new(RecordFuture)
+        future._target = batch
+        future._index = index
+        return future
+
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        partition: int | None = None,
+    ) -> ManyFuture:
+        """Queue many records at once: ``values`` (and ``keys``, as long) as Python lists,
+        partitioned as ``send`` would each (to ``partition``, by key, or sticky), batched
+        without a Python call per record. The future's ``result()`` lists every record's
+        RecordMetadata in order."""
+        rows = len(values)
+        if keys is not None and len(keys) != rows:
+            raise ValueError(f"send_many: {len(keys)} keys for {rows} values")
+        stamp = pa.scalar(_time_ns() // 1_000_000, RECORD_SCHEMA.field("timestamp").type)
+        chunk = pa.RecordBatch.from_arrays(
+            [
+                null_array(rows, pa.binary()) if keys is None else pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+                pa.repeat(stamp, rows),
+                null_array(rows, RECORD_SCHEMA.field("headers").type),
+            ],
+            schema=RECORD_SCHEMA,
+        )
+        lanes = None
+        if partition is None:
+            n = self._partitions.get(topic) or self._partition_count(topic)
+            lanes = self._lanes(chunk, n, keys if keys is not None else ())
+        return self._send_rows(topic, chunk, lanes, partition, keys is not None)
 
     def send_batch(self, topic: str, partition: int, batch: Any) -> Future[ProduceResult]:
         """Queue a pyarrow Table/RecordBatch (key, value[, timestamp, headers]) as one
         record batch, as is; the future resolves to its ProduceResult."""
         future: Future[ProduceResult] = Future()
         size = batch.nbytes
-        with self._cond:
+        with self._lock:
             self._wait_for_room(size)
-            pending = self._open.get((topic, partition))
+            if topic in self._pending:
+                self._route(topic)  # what was sent before it goes first
+            pending = self._open.get(topic, {}).get(partition)
             if pending is not None:
-                self._close(pending)  # what was sent before it goes first
+                self._close(pending)
             self._buffered += size
-            closed = _Batch(topic, partition, size=size, table=batch, table_future=future)
+            closed = _Batch(topic, partition, _monotonic())
+            closed.size, closed.table, closed.table_future = size, batch, future
             self._closed.append(closed)
             self._unfinished += 1
             self._start_senders()
-            self._cond.notify_all()
+            self._cond.notify()
         return future
 
     def flush(self, timeout_s: float | None = None) -> list[ProduceResult]:
         """Send everything queued and wait for the answers; return (and forget) the
         results since the last flush. Raises the first failure since then."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._cond:
-            for batch in list(self._open.values()):
-                self._close(batch)
+        with self._lock:
+            for topic in list(self._pending):
+                self._route(topic)
+            for by_partition in list(self._open.values()):
+                for batch in list(by_partition.values()):
+                    self._close(batch, wake=False)
             self._cond.notify_all()
             while self._unfinished:
                 left = None if deadline is None else deadline - time.monotonic()
@@ -219,7 +350,7 @@ class Producer:
         try:
             self.flush(timeout_s)
         finally:
-            with self._cond:
+            with self._lock:
                 self._stopping = True
                 self._cond.notify_all()
             for t in list(self._senders):
@@ -230,66 +361,6 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # ------------------------------------------------------------------ batching
-    def _partition_count(self, topic: str) -> int:
-        n = self._partitions.get(topic)
-        if n is None:  # the caller's thread and client (senders have clients of their own)
-            n = len(self.client.metadata([topic])[topic].partitions)
-            self._partitions[topic] = n
-        return n
-
-    def _wait_for_room(self, size: int) -> None:
-        deadline = time.monotonic() + self.max_block_s
-        while self._buffered and self._buffered + size > self.buffer_bytes:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(
-                    f"producer buffer full ({self._buffered} of {self.buffer_bytes} bytes) "
-                    f"for {self.max_block_s:.1f} s: the cluster is not keeping up"
-                )
-            self._cond.wait(left)
-
-    def _close(self, batch: _Batch) -> None:
-        del self._open[batch.key]
-        n = self._partitions.get(batch.topic)
-        if n and self._sticky.get(batch.topic, 0) % n == batch.partition:
-            self._sticky[batch.topic] = self._sticky.get(batch.topic, 0) + 1  # the next one
-        self._closed.append(batch)
-        self._unfinished += 1
-
-    def _next_batches(self, client: Client) -> list[_Batch]:
-        """The closed batches whose partitions have nothing in flight, the first of each
-        partition, that ``client`` knows one leader for (up to PIPELINE, under the lock):
-        one node's, as Kafka's sender makes one request per broker, so a node that hangs
-        holds up only the sender of its own partitions. Open batches past their linger
-        close here."""
-        now = time.monotonic()
-        for batch in list(self._open.values()):
-            if now - batch.opened >= self.linger_s:
-                self._close(batch)
-        taken: list[_Batch] = []
-        kept: deque[_Batch] = deque()
-        leader: int | None = None
-        for batch in self._closed:
-            if batch.key in self._busy or len(taken) >= PIPELINE:
-                kept.append(batch)
-                continue
-            node = client.cached_leader(batch.topic, batch.partition)
-            if taken and (node is None or node != leader):
-                kept.append(batch)
-                continue
-            leader = node
-            self._busy.add(batch.key)
-            taken.append(batch)
-        self._closed = kept
-        return taken
-
-    def _linger_wait(self) -> float | None:
-        if not self._open:
-            return None
-        first = min(b.opened for b in self._open.values())
-        return max(0.0, first + self.linger_s - time.monotonic())
 
     # ------------------------------------------------------------------ senders
     def _start_senders(self) -> None:
@@ -309,19 +380,28 @@ class Producer:
         me = threading.current_thread()
         try:
             while True:
-                with self._cond:
+                with self._lock:
                     batches = self._next_batches(client)
-                    idle_since = time.monotonic()
+                    idle_since = _monotonic()
                     while not batches:
                         linger = self._linger_wait()
-                        idle = linger is None and time.monotonic() - idle_since >= SENDER_IDLE_S
+                        idle = linger is None and _monotonic() - idle_since >= SENDER_IDLE_S
                         if self._stopping or idle:
                             self._senders.remove(me)
                             return
-                        self._cond.wait(SENDER_IDLE_S if linger is None else linger)
+                        if linger is None:
+                            self._cond.wait(SENDER_IDLE_S)
+                        else:
+                            self._timed_waiters += 1
+                            try:
+                                self._cond.wait(linger)
+                            finally:
+                                self._timed_waiters -= 1
                         batches = self._next_batches(client)
+                    if not self._timed_waiters and (self._pending or self._any_open()):
+                        self._cond.notify()  # another sender keeps time while this one sends
                 self._deliver(client, batches)
-                with self._cond:
+                with self._lock:
                     for batch in batches:
                         self._busy.discard(batch.key)
                         self._buffered -= batch.size
@@ -336,43 +416,24 @@ class Producer:
         results = self._append_many(
             client,
             [
-                (b.topic, b.partition, self._encoder(b), len(b.rows) or b.table.num_rows)
+                (b.topic, b.partition, _encoder(b, compression=_stored_codec(client, b)), b.rows)
                 for b in batches
             ],
         )
         for batch, result in zip(batches, results, strict=True):
             if batch.table is not None:
-                assert batch.table_future is not None
+                future = batch.table_future
                 if isinstance(result, Exception):
                     self._failed(result)
-                    batch.table_future.set_exception(result)
+                    future.set_exception(result)
                 else:
                     self._succeeded(result)
-                    batch.table_future.set_result(result)
-            else:
-                self._rows_done(client, batch, 0, len(batch.rows), result)
-
-    @staticmethod
-    def _encoder(batch: _Batch, start: int = 0, end: int | None = None) -> Encoder:
-        """``encode(producer fields or None)`` -> the record batch of ``batch`` (its rows
-        from ``start`` to ``end``, or its Arrow table as is)."""
-        table = batch.table
-        if table is not None:
-            return lambda fields: encode_arrow(table, producer=fields)
-        rows = batch.rows[start:end]
-        values, keys, timestamps, headers = (list(c) for c in zip(*rows, strict=True))
-
-        def encode(fields: ProducerFields | None) -> bytes:
-            return encode_batch(
-                values, keys=keys, timestamps=timestamps, headers=headers, producer=fields
-            )
-
-        return encode
-
-    def _deliver_rows(self, client: Client, batch: _Batch, start: int, end: int) -> None:
-        encode = self._encoder(batch, start, end)
-        result = self._append_many(client, [(batch.topic, batch.partition, encode, end - start)])[0]
-        self._rows_done(client, batch, start, end, result)
+                    future.set_result(result)
+                batch.settle([_Outcome(0, batch.rows, None, None)])
+                continue
+            outcome: list[_Outcome] = []
+            self._rows_done(client, batch, 0, batch.rows, result, outcome)
+            self._settle(batch, outcome)
 
     def _rows_done(
         self,
@@ -381,55 +442,43 @@ class Producer:
         start: int,
         end: int,
         result: ProduceResult | Exception,
+        outcome: list[_Outcome],
     ) -> None:
-        """Rows ``start``..``end`` of ``batch`` were sent: settle their futures, or send
-        them again in halves if they were too large together."""
+        """Rows ``start``..``end`` of ``batch`` were sent: note their outcome, or send them
+        again in halves if they were too large together."""
         if isinstance(result, RecordTooLargeError) and end - start > 1:
-            half = start + (end - start) // 2
-            self._deliver_rows(client, batch, start, half)
-            self._deliver_rows(client, batch, half, end)
+            for lo, hi in ((start, start + (end - start) // 2), (start + (end - start) // 2, end)):
+                encode = _encoder(batch, lo, hi, compression=_stored_codec(client, batch))
+                again = self._append_many(client, [(batch.topic, batch.partition, encode, hi - lo)])
+                self._rows_done(client, batch, lo, hi, again[0], outcome)
         elif isinstance(result, Exception):
-            self._settle(batch, start, end, result, None)
+            self._failed(result)
+            outcome.append(_Outcome(start, end, None, result))
         else:
-            self._settle(batch, start, end, None, result)
-
-    def _settle(
-        self,
-        batch: _Batch,
-        start: int,
-        end: int,
-        error: BaseException | None,
-        result: ProduceResult | None,
-    ) -> None:
-        if error is not None:
-            self._failed(error)
-        else:
-            assert result is not None
             self._succeeded(result)
-        for i in range(start, end):
-            meta = None
-            if result is not None:
-                offset = result.base_offset + i - start
-                meta = RecordMetadata(batch.topic, batch.partition, offset, result.leader_epoch)
-                batch.futures[i].set_result(meta)
-            else:
-                assert error is not None
-                batch.futures[i].set_exception(error)
-            callback = batch.callbacks[i]
-            if callback is not None:
-                try:
-                    callback(error, meta)
-                except Exception:
-                    # The application's failure: logged, as Kafka's producer does; the
-                    # sender goes on (had it ended, its partitions would wait for ever).
-                    log.exception("on_delivery callback for %s/%d failed", *batch.key)
+            outcome.append(_Outcome(start, end, result, None))
+
+    def _settle(self, batch: _Batch, outcome: list[_Outcome]) -> None:
+        callbacks = batch.callbacks
+        batch.callbacks = []
+        batch.settle(outcome)
+        if len(callbacks) > 1:
+            callbacks.sort(key=itemgetter(0))
+        for index, callback in callbacks:
+            meta, error = batch.metadata(index)
+            try:
+                callback(error, meta)
+            except Exception:
+                # The application's failure: logged, as Kafka's producer does; the
+                # sender goes on (had it ended, its partitions would wait for ever).
+                log.exception("on_delivery callback for %s/%d failed", *batch.key)
 
     def _succeeded(self, result: ProduceResult) -> None:
-        with self._cond:
+        with self._lock:
             self._results.append(result)
 
     def _failed(self, error: BaseException) -> None:
-        with self._cond:
+        with self._lock:
             self._errors.append(error)
 
     # ------------------------------------------------------------------ idempotence
@@ -497,3 +546,29 @@ class Producer:
                 self._identity = client.init_producer_id(*(self._identity or (-1, -1)))
                 self._renew = False
             return self._identity
+
+
+def _stored_codec(client: Client, batch: _Batch) -> str | None:
+    """How ``batch``'s topic stores batches (its compression.type): the producer
+    compresses them so."""
+    return client.stored_compression(batch.topic, batch.partition)
+
+
+def _encoder(
+    batch: _Batch, start: int = 0, end: int | None = None, *, compression: str | None = None
+) -> Encoder:
+    """``encode(producer fields or None)`` -> the record batch of ``batch`` (its rows from
+    ``start`` to ``end``, or its Arrow table as is), its Arrow IPC buffers compressed with
+    ``compression`` (None, "lz4", "zstd"). The Arrow record batch is built on the first
+    call, in a sender."""
+    table = batch.table
+    if table is not None:
+        return lambda fields: encode_arrow(table, producer=fields, compression=compression)
+
+    def encode(fields: ProducerFields | None) -> bytes:
+        records = batch.build()
+        if start or end is not None:
+            records = records.slice(start, (records.num_rows if end is None else end) - start)
+        return encode_arrow(records, producer=fields, compression=compression)
+
+    return encode

@@ -8,13 +8,14 @@ import random
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 
+from ..logcontext import about
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..raft import UNCLEAN_EPOCH_GAP, ElectionState, Message, QuorumConfig, RaftReplica
 from . import queries
 from .errors import error_response
 from .liveness import NODE_KEY, NodeHeartbeat, PeerLiveness
-from .partition import Limits, PartitionDriver, ServedLog
+from .partition import Limits, PartitionDriver, ServedLog, Throttle
 from .ready import PartitionKey, Ready
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,12 @@ TICK_PARTITIONS = 500
 # 10,000 messages, so its heartbeats went out late and its peers in turn found it silent
 # (an election storm after a node restarted, `quorumlog perf partitions`).
 PEER_NEWS_PARTITIONS = 500
+# While a reassignment is under way on a partition this node leads, its leader looks this
+# often whether it may take the next voter step (a new replica caught up, the previous
+# change committed).
+REASSIGN_STEP_MS = 100
+# With every target reached, how often it looks whether one moved off its target again.
+REASSIGN_IDLE_MS = 1000
 
 # The client requests a partition serves, by type; each is answered through Ready.answers.
 Request = (
@@ -94,6 +101,8 @@ class Driver:
         self.rng = rng
         self.core_factory = core_factory
         self.partitions: dict[PartitionKey, PartitionDriver] = {}
+        rate = limits.catch_up_bytes_per_s
+        self.throttle = Throttle(rate) if rate > 0 else None  # shared by its partitions
         self.incarnation = rng.getrandbits(62)
         self.liveness = PeerLiveness(quorum.fetch_timeout_ms)
         self._peers: Counter[int] = Counter()  # peer -> partitions shared with it
@@ -112,6 +121,10 @@ class Driver:
         self._news: dict[int, deque[PartitionKey]] = {}
         self._news_at: int | None = None  # while news is left: due (the last step's time)
         self.news_partitions = PEER_NEWS_PARTITIONS  # the simulator tells fewer per step
+        # Partitions a reassignment gave a target (kept once reached: see _reassign), and
+        # when next to look at them.
+        self._targeted: set[PartitionKey] = set()
+        self._reassign_at: int | None = None
 
     def __iter__(self) -> Iterator[PartitionDriver]:
         return iter(list(self.partitions.values()))
@@ -140,9 +153,10 @@ class Driver:
         spread after the slot before it if that is later: opens slower than the spread are
         spread by themselves (a node opening 10,000 replicas takes seconds), and their
         slots do not add the spread on top."""
-        core = self.core_factory(
-            self.quorum, self.node_id, voters, self.cluster_id, log_, persisted, self.rng, now
-        )
+        with about(key):
+            core = self.core_factory(
+                self.quorum, self.node_id, voters, self.cluster_id, log_, persisted, self.rng, now
+            )
         hold = 0
         if persisted is None:
             # New partitions opened together (one topic of thousands) stand one after
@@ -158,22 +172,21 @@ class Driver:
                 hold = slot + NEW_PARTITION_HOLD_TIMEOUTS * self.quorum.election_timeout_ms
         core.peer_seen = self.liveness.seen
         p = self.partition_class(key, core, log_, self.limits, hold)
+        p.throttle = self.throttle
         p.assignment = list(voters)
         old = self.partitions.get(key)
         if old is not None:
             self._forget_peers(old)
         self.partitions[key] = p
-        for v in core.voters:
-            if v != self.node_id:
-                self._peers[v] += 1
-                self.liveness.seen.setdefault(v, now)
+        self._sync_peers(p, now)
         if self._heartbeat_at is None:
             self._heartbeat_at = now
         interval = self.quorum.rebalance_interval_ms
         if self._rebalance_at is None and interval is not None:
             self._rebalance_at = now + interval
         ready = Ready()
-        p.run(core.startup_output(), now, ready)
+        with about(key):
+            p.run(core.startup_output(), now, ready)
         self._schedule(p)
         return ready
 
@@ -187,11 +200,64 @@ class Driver:
         return ready
 
     def _forget_peers(self, p: PartitionDriver) -> None:
-        for v in p.core.voters:
+        for v in p.counted_voters:
             if v != self.node_id:
                 self._peers[v] -= 1
                 if self._peers[v] <= 0:
                     del self._peers[v]
+        p.counted_voters = ()
+
+    def _sync_peers(self, p: PartitionDriver, now: int) -> None:
+        """Count ``p``'s voters as this node's peers (heartbeats, liveness), again when a
+        voter-set change in its log replaced them."""
+        voters = p.core.voters
+        if voters is p.counted_voters:
+            return
+        self._forget_peers(p)
+        for v in voters:
+            if v != self.node_id:
+                self._peers[v] += 1
+                self.liveness.seen.setdefault(v, now)
+        p.counted_voters = voters
+
+    # ------------------------------------------------------------------ reassignment
+    def set_target(self, key: PartitionKey, target: Iterable[int], now: int) -> None:
+        """A reassignment moves partition ``key`` to the voters ``target`` (a
+        cancellation's target is its voters before the move). While this node leads it,
+        it steps the voter set there one voter at a time (``PartitionDriver.next_voters``);
+        the first of ``target`` becomes its preferred leader. New target replicas must
+        host it (as observers) to catch up."""
+        p = self.get(key)
+        if p is None:
+            return
+        p.target = tuple(sorted(set(target)))
+        p.assignment = list(dict.fromkeys(target))
+        self._targeted.add(key)
+        if self._reassign_at is None or (p.moving and self._reassign_at > now):
+            self._reassign_at = now
+
+    def _reassign(self, now: int, ready: Ready) -> None:
+        """One voter step on each moving partition this node leads that may take one.
+        Partitions keep their target once there: a truncation (an uncommitted change
+        lost with a leader) or a new leadership may move them off it again."""
+        moving = False
+        for key in list(self._targeted):
+            p = self.get(key)
+            if p is None:
+                self._targeted.discard(key)
+                continue
+            if not p.moving:
+                continue
+            moving = True
+            if p.core.is_leader:
+                with about(key):
+                    p.step_voters(now, ready)
+                self._sync_peers(p, now)
+                self._schedule(p)
+        if not self._targeted:
+            self._reassign_at = None
+        else:
+            self._reassign_at = now + (REASSIGN_STEP_MS if moving else REASSIGN_IDLE_MS)
 
     # ------------------------------------------------------------------ timers
     def _schedule(self, p: PartitionDriver) -> None:
@@ -252,7 +318,9 @@ class Driver:
             self._heard(msg.src, now)
         p = self.get(key)
         if p is not None:
-            p.on_raft(msg, now, ready)
+            with about(key):
+                p.on_raft(msg, now, ready)
+            self._sync_peers(p, now)
             self._schedule(p)
 
     def _heard(self, peer: int, now: int) -> None:
@@ -284,7 +352,8 @@ class Driver:
                 if p.preferred == peer and p.ticks_from_ms > now:
                     p.ticks_from_ms = now  # the preferred replica may never stand: elect
                 if peer in p.core.voters:
-                    p.run(p.core.on_peer_change(peer, now), now, ready)
+                    with about(p.key):
+                        p.run(p.core.on_peer_change(peer, now), now, ready)
                 self._schedule(p)
             if not keys:
                 del self._news[peer]
@@ -311,7 +380,8 @@ class Driver:
                 self._set_due(key, now + 1)
                 continue
             ticked[key] += 1
-            p.tick(now, ready)
+            with about(key):
+                p.tick(now, ready)
             self._schedule(p)
         if self._heartbeat_at is not None and now >= self._heartbeat_at:
             self._heartbeat_at = now + self.quorum.heartbeat_ms
@@ -328,6 +398,8 @@ class Driver:
             self._peer_changed(peer, now)
         if self._news:
             self._tell_news(now, ready)
+        if self._reassign_at is not None and now >= self._reassign_at:
+            self._reassign(now, ready)
         interval = self.quorum.rebalance_interval_ms
         if interval is not None and self._rebalance_at is not None and now >= self._rebalance_at:
             more = self._rebalance(now, ready)
@@ -357,10 +429,12 @@ class Driver:
                 continue
             assert p.preferred is not None
             epoch = p.core.epoch
-            out = p.core.hand_over(p.preferred, now)
+            with about(p.key):
+                out = p.core.hand_over(p.preferred, now)
             if p.core.is_leader:
                 continue  # not handed over (the preferred replica is not caught up)
-            p.run(out, now, ready)
+            with about(p.key):
+                p.run(out, now, ready)
             self._schedule(p)
             self._handing[p.key] = (epoch, now)
             if len(self._handing) >= REBALANCE_BATCH:
@@ -393,6 +467,7 @@ class Driver:
             self._next_partition_deadline(),
             self._heartbeat_at,
             self._rebalance_at,
+            self._reassign_at,
             self._news_at,
             self.liveness.next_stale_ms(set(self._peers)),
         ]
@@ -403,7 +478,8 @@ class Driver:
         ready = Ready()
         p = self.partitions.get(key)
         if p is not None:
-            p.flushed(now, ready)
+            with about(key):
+                p.flushed(now, ready)
             self._schedule(p)
         return ready
 
@@ -422,9 +498,11 @@ class Driver:
                 )
             )
         elif isinstance(req, m.ProduceRequest):
-            p.produce(token, req, now, ready)
+            with about(key):
+                p.produce(token, req, now, ready)
         elif isinstance(req, m.FetchRequest):
-            p.fetch(token, req, now, ready)
+            with about(key):
+                p.fetch(token, req, now, ready)
         elif isinstance(req, m.ListOffsetsRequest):
             queries.list_offsets(p, token, req, now, ready)
         elif isinstance(req, m.OffsetsForLeaderEpochRequest):
@@ -432,7 +510,8 @@ class Driver:
         elif isinstance(req, m.DescribeQuorumRequest):
             queries.describe(p, token, now, ready)
         else:
-            self._force_leader(token, p, req, now, ready)
+            with about(key):
+                self._force_leader(token, p, req, now, ready)
         if p is not None:
             self._schedule(p)
         return ready
@@ -462,7 +541,8 @@ class Driver:
         ready = Ready()
         p = self.get(key)
         if p is not None:
-            p.on_corruption(offset, now, ready)
+            with about(key):
+                p.on_corruption(offset, now, ready)
             self._schedule(p)
         return ready
 
@@ -472,7 +552,8 @@ class Driver:
         ready = Ready()
         for p in self:
             if not p.closed:
-                p.run(p.core.begin_catch_up(now), now, ready)
+                with about(p.key):
+                    p.run(p.core.begin_catch_up(now), now, ready)
                 self._schedule(p)
         return ready
 
@@ -491,7 +572,8 @@ class Driver:
         for p in self:
             if not p.closed and p.core.leader_id == peer:
                 survivors = tuple(v for v in p.assignment if v != peer)
-                p.run(p.core.on_peer_unreachable(peer, now, survivors, unsettled), now, ready)
+                with about(p.key):
+                    p.run(p.core.on_peer_unreachable(peer, now, survivors, unsettled), now, ready)
                 self._schedule(p)
         return ready
 
@@ -500,6 +582,7 @@ class Driver:
         ready = Ready()
         for p in self:
             if not p.closed and p.core.is_leader:
-                p.run(p.core.begin_shutdown(now), now, ready)
+                with about(p.key):
+                    p.run(p.core.begin_shutdown(now), now, ready)
                 self._schedule(p)
         return ready

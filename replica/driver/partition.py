@@ -24,7 +24,7 @@ from ..raft import (
     Role,
 )
 from ..raft.log import ReplicaLog
-from ..storage.errors import StorageError
+from ..storage.errors import DiskError, StorageError
 from ..storage.producers import (
     DuplicateSequence,
     InvalidProducerEpoch,
@@ -61,6 +61,32 @@ class Limits:
 
     max_fetch_bytes: int  # the most one consumer Fetch answer may carry (a frame's room)
     produce_timeout_ms: int  # acks=quorum wait when the request names none
+    # Bytes per second this node's leaders send observers (0: unthrottled).
+    catch_up_bytes_per_s: int = 0
+
+
+#: An observer's fetch asks for at least this much under the throttle.
+OBSERVER_FETCH_MIN_BYTES = 64 << 10
+
+
+class Throttle:
+    """Paces answers that carry records to observers at ``bytes_per_s`` over every
+    partition of a node: each such answer goes out once those before it have had their
+    time (``delay``). Time is the driver's ``now`` (ms). What it paces is an observer's
+    backlog only: the bytes producers appended to the partition since that observer's
+    previous answer travel free (``PartitionDriver._pace``), so a new replica keeps pace
+    with the writes and closes its gap at the throttle's rate, however fast they come
+    (a throttle below the write rate would otherwise never let a move end)."""
+
+    def __init__(self, bytes_per_s: int) -> None:
+        self.bytes_per_s = bytes_per_s
+        self.free_at = 0.0  # when the answers sent so far have had their time
+
+    def delay(self, nbytes: int, now: int) -> int:
+        """How long (ms) to hold an answer of ``nbytes`` before sending it."""
+        start = max(float(now), self.free_at)
+        self.free_at = start + nbytes * 1000 / self.bytes_per_s
+        return int(start - now)
 
 
 @dataclass(slots=True)
@@ -120,6 +146,9 @@ class PartitionDriver:
         self.ticks_from_ms = ticks_from_ms
         self.held: deque[_Held] = deque()
         self.flushing = False
+        # When the flush now running was asked for, and the log end it covers.
+        self.flush_asked: tuple[int, int] | None = None
+        self.slow_check_at = 0
         self.parked: list[_ParkedFetch] = []
         # The HWM last sent to each replica: an empty answer may be parked only if it
         # tells that replica nothing new.
@@ -127,8 +156,21 @@ class PartitionDriver:
         self.waiters: list[_Waiter] = []
         self.consumers: list[_ConsumerWait] = []
         self.closed = False
+        # The node's catch-up throttle (None: unthrottled), and the answers to observers
+        # it holds: (send at, answer).
+        self.throttle: Throttle | None = None
+        self.paced: dict[int, tuple[int, FetchResponse]] = {}  # replica -> (at, answer)
+        # Bytes producers appended here while this replica leads, and their count at each
+        # observer's last answer: what it appended since then is not paced.
+        self.appended_bytes = 0
+        self.pace_marks: dict[int, int] = {}
         self._role: tuple[Role | None, int | None, int] = (None, None, -1)
         self.assignment: list[int] = []  # the replicas in the assignment's order
+        # The voters a reassignment moves this partition to (None: none asked); its leader
+        # changes the voter set towards it one voter at a time (``Driver.set_target``).
+        self.target: tuple[int, ...] | None = None
+        # The voters this node's peer counts were last taken from (``Driver._sync_peers``).
+        self.counted_voters: tuple[int, ...] = ()
 
     @property
     def preferred(self) -> int | None:
@@ -138,6 +180,46 @@ class PartitionDriver:
     @property
     def name(self) -> str:
         return f"{self.key[0]}/{self.key[1]}"
+
+    @property
+    def moving(self) -> bool:
+        """A reassignment is asked for and the voter set is not its target yet."""
+        return self.target is not None and self.core.voters != self.target
+
+    def step_voters(self, now: int, ready: Ready) -> None:
+        """A leader's step towards ``target``: its epoch's record first if it was
+        deferred (a change waits for an entry of its epoch to commit), then the next
+        voter change it may make. A disk that cannot take the record moves leadership
+        away, as for a produce."""
+        try:
+            self.run(self.core.write_epoch_record(now), now, ready)
+            step = self.next_voters(now)
+            if step is not None:
+                self.run(self.core.change_voters(step, now), now, ready)
+        except DiskError as exc:
+            self.run(self.core.on_disk_fault(now, str(exc)), now, ready)
+
+    def next_voters(self, now: int) -> tuple[int, ...] | None:
+        """The next single-voter step towards ``target`` its leader may take now (None:
+        none): add a target replica that has caught up, else, once every one is added,
+        remove a voter not in the target (itself last: it leads until that commits)."""
+        core, target = self.core, self.target
+        if target is None or not core.is_leader or core.voter_change_pending:
+            return None
+        current = set(core.voters)
+        adding = sorted(set(target) - current)
+        for voter in adding:
+            step = tuple(sorted(current | {voter}))
+            if core.voter_change_problem(step, now) is None:
+                return step
+        if adding:
+            return None  # the rest are still catching up
+        removing = sorted(current - set(target), key=lambda v: (v == core.node_id, v))
+        for voter in removing:
+            step = tuple(sorted(current - {voter}))
+            if core.voter_change_problem(step, now) is None:
+                return step
+        return None
 
     # ------------------------------------------------------------------ the rules
     def run(self, out: Output, now: int, ready: Ready) -> None:
@@ -151,7 +233,7 @@ class PartitionDriver:
             self._drop_stale_held()
         if out.flush_log and lg.durable_end_offset < lg.end_offset:
             self.held.append(_Held(lg.end_offset, out.messages))  # flush before send
-            self._want_flush(ready)
+            self._want_flush(ready, now)
         elif self.held:
             self.held.append(_Held(self.held[-1].needs, out.messages))  # keep the order
         else:
@@ -159,7 +241,7 @@ class PartitionDriver:
         if self.core.is_leader and lg.durable_end_offset < lg.end_offset:
             # A leader's own appends count towards the HWM only once durable: group
             # commit them (one flush for everything appended meanwhile).
-            self._want_flush(ready)
+            self._want_flush(ready, now)
         if out.truncated_to is not None:
             ready.truncated.append((self.key, out.truncated_to, out.truncated_below_high_watermark))
             if out.truncated_below_high_watermark:
@@ -191,14 +273,16 @@ class PartitionDriver:
         end = self.log.end_offset
         self.held = deque(h for h in self.held if h.needs <= end)
 
-    def _want_flush(self, ready: Ready) -> None:
+    def _want_flush(self, ready: Ready, now: int) -> None:
         if not self.flushing:
             self.flushing = True
+            self.flush_asked = (now, self.log.end_offset)
             ready.flush.append(self.key)
 
     def flushed(self, now: int, ready: Ready) -> None:
         """The flush this driver asked for completed."""
         self.flushing = False
+        self.flush_asked = None
         if self.closed:
             return
         durable = self.log.durable_end_offset
@@ -206,7 +290,7 @@ class PartitionDriver:
             self._emit(self.held.popleft().messages, now, ready)
         self.run(self.core.on_log_flushed(now), now, ready)
         if self.held:
-            self._want_flush(ready)  # appended while that flush ran
+            self._want_flush(ready, now)  # appended while that flush ran
 
     def _observe_role(self, now: int, ready: Ready) -> None:
         core = self.core
@@ -228,6 +312,7 @@ class PartitionDriver:
 
     # ------------------------------------------------------------------ replica fetches
     def on_raft(self, msg: Message, now: int, ready: Ready) -> None:
+        msg = self._capped(msg)
         out = self.core.handle(msg, now)
         if self.ticks_from_ms and self.core.epoch > 0:
             self.ticks_from_ms = 0  # someone stood: the new partition's hold is over
@@ -241,7 +326,57 @@ class PartitionDriver:
                 # Long-poll: nothing new for this replica; hold the answer.
                 out.messages.remove(resp)
                 self.parked.append(_ParkedFetch(msg, now + msg.max_wait_ms))
+        if isinstance(msg, FetchRequest):
+            self._pace(out, msg, now)
         self.run(out, now, ready)
+
+    def _pace(self, out: Output, req: FetchRequest, now: int) -> None:
+        """An answer with records to an observer (a replica catching up to join) waits
+        its turn under the node's throttle, for the part of it that is backlog: the bytes
+        producers appended since that observer's previous answer are not counted, and an
+        answer of nothing else goes at once. A fetch the observer sent again while its
+        answer waited (its request timed out) takes that answer's turn: one answer per
+        observer waits at a time, and the throttle counts it once."""
+        if self.throttle is None or req.replica_id in self.core.voters:
+            if self.pace_marks:
+                self.pace_marks.pop(req.replica_id, None)  # a voter now, never paced
+            return
+        resp = _answer_to(out, req)
+        if resp is None or not resp.records:
+            return
+        waiting = self.paced.get(req.replica_id)
+        if waiting:
+            at = waiting[0]
+        else:
+            grown = self.appended_bytes - self.pace_marks.get(req.replica_id, self.appended_bytes)
+            self.pace_marks[req.replica_id] = self.appended_bytes
+            backlog = len(resp.records) - grown
+            at = now + self.throttle.delay(backlog, now) if backlog > 0 else now
+        if at > now:
+            out.messages.remove(resp)
+            self.paced[req.replica_id] = (at, resp)
+        else:
+            self.paced.pop(req.replica_id, None)
+
+    def _send_paced(self, now: int, ready: Ready) -> None:
+        for replica, (at, resp) in list(self.paced.items()):
+            if at <= now:
+                del self.paced[replica]
+                self._emit([resp], now, ready)
+
+    def _capped(self, msg: Message) -> Message:
+        """An observer's fetch asks for at most a tenth of a second of the throttle's
+        bytes (at least one batch is answered anyway), so no answer waits long."""
+        if (
+            self.throttle is None
+            or not isinstance(msg, FetchRequest)
+            or msg.replica_id in self.core.voters
+        ):
+            return msg
+        room = max(OBSERVER_FETCH_MIN_BYTES, self.throttle.bytes_per_s // 10)
+        if msg.max_bytes <= room:
+            return msg
+        return dataclasses.replace(msg, max_bytes=room)
 
     def _wake(self, now: int, ready: Ready, *, force: bool) -> None:
         if self.parked:
@@ -253,6 +388,7 @@ class PartitionDriver:
         parked, self.parked = self.parked, []
         for p in parked:
             out = self.core.handle(p.request, now)  # re-handling is idempotent
+            self._pace(out, p.request, now)
             resp = _answer_to(out, p.request)
             if resp is not None and resp.is_empty():
                 out.messages.remove(resp)
@@ -271,6 +407,7 @@ class PartitionDriver:
         try:
             info, epoch, out = self.core.append(req.records, now)
             first, last, written_in = info.first_offset, info.last_offset, epoch
+            self.appended_bytes += len(req.records)
         except NotLeaderError as exc:
             ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, str(exc), exc)))
             return
@@ -294,6 +431,13 @@ class PartitionDriver:
             # the client retry on the next leader (as a damaged read does).
             self.on_corruption(exc.offset, now, ready)
             text = f"damaged data at offset {exc.offset}"
+            ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, text)))
+            return
+        except DiskError as exc:
+            # Not the client's fault: hand leadership to a replica that can write, and
+            # send the client there (NOT_LEADER is retried by every client).
+            self.run(self.core.on_disk_fault(now, str(exc)), now, ready)
+            text = f"this replica cannot write its log ({exc}); leadership moves"
             ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, text)))
             return
         except (StorageError, ValueError) as exc:
@@ -427,8 +571,17 @@ class PartitionDriver:
         deadline = self.core.next_deadline_ms()
         if deadline is not None and deadline <= now and now >= self.ticks_from_ms:
             self.run(self.core.tick(now), now, ready)
+        slow = self._slow_flush_at()
+        if slow is not None and now >= slow and self.flush_asked is not None:
+            asked, target = self.flush_asked
+            # Looked at again a retry back-off later while it leads (a follower may
+            # reach the target meanwhile).
+            self.slow_check_at = now + self.core.config.retry_backoff_ms
+            self.run(self.core.on_slow_flush(now, target, now - asked), now, ready)
         if self.parked and min(p.deadline_ms for p in self.parked) <= now:
             self._wake_replicas(now, ready, force=False)
+        if self.paced:
+            self._send_paced(now, ready)
         if self.consumers and min(w.deadline_ms for w in self.consumers) <= now:
             self._wake_consumers(now, ready, force=False)
         if self.waiters and min(w.deadline_ms for w in self.waiters) <= now:
@@ -448,14 +601,25 @@ class PartitionDriver:
         core = self.core.next_deadline_ms()
         if core is not None:
             core = max(core, self.ticks_from_ms)
-        if not (self.parked or self.consumers or self.waiters):
+        slow = self._slow_flush_at()
+        if slow is not None:
+            core = slow if core is None else min(core, slow)
+        if not (self.parked or self.consumers or self.waiters or self.paced):
             return core  # the common case: nothing held, no list to build
         times = [p.deadline_ms for p in self.parked]
+        times += [at for at, _ in self.paced.values()]
         times += [w.deadline_ms for w in self.consumers]
         times += [w.deadline_ms for w in self.waiters]
         if core is not None:
             times.append(core)
         return min(times)
+
+    def _slow_flush_at(self) -> int | None:
+        """When a leader's running flush counts as slow (a fetch timeout after it was
+        asked for): see ``RaftReplica.on_slow_flush``."""
+        if self.flush_asked is None or not self.core.is_leader:
+            return None
+        return max(self.flush_asked[0] + self.core.config.fetch_timeout_ms, self.slow_check_at)
 
     def on_corruption(self, offset: int, now: int, ready: Ready) -> None:
         self.run(self.core.on_corruption(offset, now), now, ready)

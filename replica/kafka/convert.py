@@ -76,15 +76,21 @@ def from_kafka(batch: KafkaRecordBatch | KafkaColumns) -> ProducedRecords:
 
 
 def kafka_to_quorumlog(
-    batch: KafkaRecordBatch | KafkaColumns, *, leader_epoch: int = UNKNOWN
+    batch: KafkaRecordBatch | KafkaColumns,
+    *,
+    leader_epoch: int = UNKNOWN,
+    compression: str | None = None,
 ) -> bytes:
     """A Kafka batch as one quorumlog batch (what the leader appends), with its producer
-    fields, which the leader's producer state checks."""
+    fields, which the leader's producer state checks. ``compression``: None, "lz4" or
+    "zstd", the Arrow IPC buffer compression it is stored with."""
     produced = from_kafka(batch)
     producer = None
     if produced.producer_id >= 0:
         producer = Producer(produced.producer_id, produced.producer_epoch, produced.base_sequence)
-    return encode_arrow(produced.records, leader_epoch=leader_epoch, producer=producer)
+    return encode_arrow(
+        produced.records, leader_epoch=leader_epoch, producer=producer, compression=compression
+    )
 
 
 def table_to_kafka(

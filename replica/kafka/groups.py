@@ -23,8 +23,15 @@ States and transitions follow Kafka's ``GroupMetadata`` / ``GroupCoordinator``:
 
 JoinGroup v4+ with an empty member id is answered MEMBER_ID_REQUIRED with an id the
 member must join with (KIP-394); such pending ids expire after the session timeout.
-Static membership (``group.instance.id``, KIP-345) is not served: such members are
-treated as dynamic ones. A group that becomes empty is forgotten (its committed offsets
+Static membership (``group.instance.id``, KIP-345): a member that names an instance id
+joins without MEMBER_ID_REQUIRED, and keeps its place across restarts. When a new
+process of a known instance joins (an empty member id), it takes the old member's place
+under a new member id: in a Stable group with the same protocols it is answered at once
+with the current generation and gets the old member's assignment, so the others see no
+rebalance; the old member id is fenced (FENCED_INSTANCE_ID) from then on. A static member
+sends no LeaveGroup when it stops (its session timeout removes it if it does not come
+back in time), and LeaveGroup may name it by instance id. A group that becomes empty is
+forgotten (its committed offsets
 are kept elsewhere), so its next generation starts at 1 again; member ids are random, so
 an old member cannot pass for a new one.
 
@@ -42,15 +49,23 @@ from dataclasses import dataclass, field
 
 from .. import defaults
 from .errors import KafkaError
+from .wire import KafkaDecodeError, Reader
 
 __all__ = [
+    "CONSUMER_PROTOCOL_TYPE",
     "Answer",
+    "Group",
     "GroupConfig",
     "GroupCoordinator",
     "GroupState",
+    "Member",
     "JoinResult",
     "SyncResult",
+    "subscribed_topics",
 ]
+
+#: The protocol type of Kafka's consumers (ConsumerProtocol.PROTOCOL_TYPE).
+CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 @dataclass(frozen=True)
@@ -116,12 +131,22 @@ class Member:
     join_token: int | None = None  # its parked JoinGroup
     sync_token: int | None = None  # its parked SyncGroup
     assignment: bytes = b""
+    client_id: str = ""  # of its latest JoinGroup, for DescribeGroups
+    client_host: str = ""
+    group_instance_id: str | None = None  # a static member's (KIP-345)
 
     def supports(self, name: str) -> bool:
         return any(n == name for n, _ in self.protocols)
 
     def metadata(self, name: str) -> bytes:
         return next(md for n, md in self.protocols if n == name)
+
+    def subscribed_topics(self) -> set[str]:
+        """The topics its consumer-protocol metadata names, under any of its protocols."""
+        topics: set[str] = set()
+        for _, metadata in self.protocols:
+            topics |= subscribed_topics(metadata)
+        return topics
 
 
 @dataclass
@@ -138,9 +163,38 @@ class Group:
     # members still in ``awaiting_sync`` are removed.
     phase_deadline: int = 0
     awaiting_sync: set[str] = field(default_factory=set)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def member_protocol_type(self) -> str:
+        """The protocol type its members joined with ("" if it has none yet)."""
+        if self.protocol_type is not None:
+            return self.protocol_type
+        return next((m.protocol_type for m in self.members.values()), "")
+
+
+def subscribed_topics(metadata: bytes) -> set[str]:
+    """The topics of a consumer-protocol subscription (ConsumerProtocolSubscription: INT16
+    version, then an array of topic names, the same in every version); none if
+    ``metadata`` is not one."""
+    try:
+        r = Reader(metadata)
+        r.int16()
+        count = r.int32()
+        if count < 0 or count > len(metadata):
+            return set()
+        return {r.string() for _ in range(count)}
+    except KafkaDecodeError:
+        return set()
+
+
+def _forget_static(group: Group, member: Member) -> None:
+    """A removed member's instance id no longer names it."""
+    iid = member.group_instance_id
+    if iid is not None and group.static_members.get(iid) == member.member_id:
+        del group.static_members[iid]
 
 
 def _new_member_id(prefix: str) -> str:
@@ -178,8 +232,13 @@ class GroupCoordinator:
         now: int,
         *,
         require_known_member_id: bool = True,
+        client_id: str = "",
+        client_host: str = "",
+        group_instance_id: str | None = None,
     ) -> None:
-        """``require_known_member_id``: JoinGroup v4+ (KIP-394)."""
+        """``require_known_member_id``: JoinGroup v4+ (KIP-394). ``client_id`` and
+        ``client_host``: who sent it, as DescribeGroups shows a member.
+        ``group_instance_id``: a static member's (KIP-345, JoinGroup v5+)."""
         cfg = self.config
         protos = tuple(protocols)
 
@@ -202,10 +261,47 @@ class GroupCoordinator:
             if len(self.groups) >= cfg.max_groups:
                 return fail(KafkaError.GROUP_MAX_SIZE_REACHED)
             group = self.groups[group_id] = Group(group_id)
-        if not self._compatible(group, member_id, protocol_type, protos):
+        known = group.static_members.get(group_instance_id) if group_instance_id else None
+        if known is not None and member_id and member_id != known:
+            return fail(KafkaError.FENCED_INSTANCE_ID)
+        if not self._compatible(group, known or member_id, protocol_type, protos):
             self._forget_if_empty(group)
             return fail(KafkaError.INCONSISTENT_GROUP_PROTOCOL)
-        if not member_id:
+        if known is not None and not member_id:
+            member_id = self._replace_static(group, known, protocol_type)
+            back = group.members[member_id]
+            if group.state is GroupState.STABLE and back.protocols == protos:
+                # The instance is back as it was: its place, generation and assignment
+                # stand, and no one else notices.
+                back.session_timeout_ms = session_timeout_ms
+                back.rebalance_timeout_ms = rebalance_timeout_ms
+                back.client_id, back.client_host = client_id, client_host
+                back.session_deadline = now + session_timeout_ms
+                assert group.protocol_name is not None
+                everyone = tuple(
+                    (m.member_id, m.metadata(group.protocol_name)) for m in group.members.values()
+                )
+                result = JoinResult(
+                    KafkaError.NONE,
+                    member_id=member_id,
+                    generation_id=group.generation_id,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=group.leader or "",
+                    members=everyone if member_id == group.leader else (),
+                )
+                self._answers.append((token, result))
+                return
+        first_static = not member_id and group_instance_id is not None and known is None
+        if first_static:
+            # A static member's first join: no MEMBER_ID_REQUIRED round (Kafka's as well).
+            if len(group.members) + len(group.pending) >= cfg.max_size:
+                self._forget_if_empty(group)
+                return fail(KafkaError.GROUP_MAX_SIZE_REACHED)
+            member_id = self.new_member_id(protocol_type)
+            assert group_instance_id is not None
+            group.static_members[group_instance_id] = member_id
+        elif not member_id:
             if len(group.members) + len(group.pending) >= cfg.max_size:
                 self._forget_if_empty(group)
                 return fail(KafkaError.GROUP_MAX_SIZE_REACHED)
@@ -222,10 +318,12 @@ class GroupCoordinator:
             member = group.members[member_id] = Member(
                 member_id, protocol_type, protos, session_timeout_ms, rebalance_timeout_ms, 0
             )
+            member.group_instance_id = group_instance_id
         else:
             member.protocols = protos
             member.session_timeout_ms = session_timeout_ms
             member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.client_id, member.client_host = client_id, client_host
         if member.join_token is not None:  # a retried join: the earlier one is answered
             self._answers.append(
                 (member.join_token, JoinResult(KafkaError.REBALANCE_IN_PROGRESS, member_id))
@@ -235,6 +333,46 @@ class GroupCoordinator:
         if group.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, now)
         self._maybe_complete_join(group, now)
+
+    def _replace_static(self, group: Group, old_id: str, protocol_type: str) -> str:
+        """A known instance joins again: its member takes a new id, in the same place (its
+        assignment, leadership and whether it owes a SyncGroup kept); requests parked under
+        the old id are answered FENCED_INSTANCE_ID. Returns the new id."""
+        new_id = self.new_member_id(protocol_type)
+        old = group.members[old_id]
+        for token in (old.join_token, old.sync_token):
+            if token is not None:
+                fenced: JoinResult | SyncResult = (
+                    JoinResult(KafkaError.FENCED_INSTANCE_ID, old_id)
+                    if token == old.join_token
+                    else SyncResult(KafkaError.FENCED_INSTANCE_ID)
+                )
+                self._answers.append((token, fenced))
+        old.join_token = old.sync_token = None
+        old.member_id = new_id
+        group.members = {(new_id if mid == old_id else mid): m for mid, m in group.members.items()}
+        if group.leader == old_id:
+            group.leader = new_id
+        if old_id in group.awaiting_sync:
+            group.awaiting_sync.discard(old_id)
+            group.awaiting_sync.add(new_id)
+        assert old.group_instance_id is not None
+        group.static_members[old.group_instance_id] = new_id
+        return new_id
+
+    def fenced(self, group_id: str, member_id: str, group_instance_id: str | None) -> bool:
+        """Whether a request naming ``group_instance_id`` comes from a member id that
+        instance no longer has (a restarted static member's predecessor)."""
+        if not group_instance_id:
+            return False
+        group = self.groups.get(group_id)
+        known = group.static_members.get(group_instance_id) if group is not None else None
+        return known is not None and known != member_id
+
+    def member_of(self, group_id: str, group_instance_id: str) -> str | None:
+        """The member id a static instance has now (None: not in the group)."""
+        group = self.groups.get(group_id)
+        return group.static_members.get(group_instance_id) if group is not None else None
 
     def _compatible(
         self,
@@ -322,10 +460,13 @@ class GroupCoordinator:
         *,
         protocol_type: str | None = None,
         protocol_name: str | None = None,
+        group_instance_id: str | None = None,
     ) -> None:
         def answer(code: KafkaError) -> None:
             self._answers.append((token, SyncResult(code)))
 
+        if self.fenced(group_id, member_id, group_instance_id):
+            return answer(KafkaError.FENCED_INSTANCE_ID)
         group = self.groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
@@ -364,7 +505,16 @@ class GroupCoordinator:
         )
 
     # ------------------------------------------------------------------ Heartbeat, LeaveGroup
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now: int) -> KafkaError:
+    def heartbeat(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        now: int,
+        group_instance_id: str | None = None,
+    ) -> KafkaError:
+        if self.fenced(group_id, member_id, group_instance_id):
+            return KafkaError.FENCED_INSTANCE_ID
         group = self.groups.get(group_id)
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
@@ -377,10 +527,21 @@ class GroupCoordinator:
         member.session_deadline = now + member.session_timeout_ms
         return KafkaError.NONE
 
-    def leave(self, group_id: str, member_id: str, now: int) -> KafkaError:
+    def leave(
+        self, group_id: str, member_id: str, now: int, group_instance_id: str | None = None
+    ) -> KafkaError:
+        """``group_instance_id``: a static member may be named by it alone (LeaveGroup v3+,
+        an empty member id)."""
         group = self.groups.get(group_id)
         if group is None:
             return KafkaError.UNKNOWN_MEMBER_ID
+        if group_instance_id:
+            known = group.static_members.get(group_instance_id)
+            if known is None:
+                return KafkaError.UNKNOWN_MEMBER_ID
+            if member_id and member_id != known:
+                return KafkaError.FENCED_INSTANCE_ID
+            member_id = known
         if group.pending.pop(member_id, None) is not None:
             self._forget_if_empty(group)
             return KafkaError.NONE
@@ -392,6 +553,7 @@ class GroupCoordinator:
     def _remove_members(self, group: Group, member_ids: list[str], now: int) -> None:
         for mid in member_ids:
             m = group.members.pop(mid)
+            _forget_static(group, m)
             group.awaiting_sync.discard(mid)
             if m.join_token is not None:
                 self._answers.append((m.join_token, JoinResult(KafkaError.UNKNOWN_MEMBER_ID, mid)))
@@ -403,11 +565,18 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ OffsetCommit
     def commit_error(
-        self, group_id: str, generation_id: int, member_id: str, now: int
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        now: int,
+        group_instance_id: str | None = None,
     ) -> KafkaError:
         """Whether an OffsetCommit of this member and generation may be written (Kafka's
         order of checks). Generation -1 commits for an empty group: a consumer that
         assigns partitions itself and only keeps its offsets here."""
+        if self.fenced(group_id, member_id, group_instance_id):
+            return KafkaError.FENCED_INSTANCE_ID
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.EMPTY:
             if generation_id < 0:
@@ -440,7 +609,7 @@ class GroupCoordinator:
             if group.state is GroupState.PREPARING_REBALANCE and now >= group.phase_deadline:
                 late = [m.member_id for m in group.members.values() if m.join_token is None]
                 for mid in late:
-                    group.members.pop(mid)
+                    _forget_static(group, group.members.pop(mid))
                 self._complete_join(group, now)
             elif group.awaiting_sync and now >= group.phase_deadline:
                 self._remove_members(group, sorted(group.awaiting_sync), now)

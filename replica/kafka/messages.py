@@ -12,6 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+# Re-exported: every API's schema is reached through this module.
+from .admin_messages import ALTER_CONFIGS as ALTER_CONFIGS
+from .admin_messages import CREATE_PARTITIONS as CREATE_PARTITIONS
+from .admin_messages import DELETE_GROUPS as DELETE_GROUPS
+from .admin_messages import DESCRIBE_CLUSTER as DESCRIBE_CLUSTER
+from .admin_messages import DESCRIBE_GROUPS as DESCRIBE_GROUPS
+from .admin_messages import INCREMENTAL_ALTER_CONFIGS as INCREMENTAL_ALTER_CONFIGS
+from .admin_messages import LIST_GROUPS as LIST_GROUPS
+from .admin_messages import OFFSET_DELETE as OFFSET_DELETE
 from .schema import Api, F
 
 # fmt: off
@@ -548,7 +557,9 @@ ALL_APIS: tuple[Api, ...] = (
     PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR,
     JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, SASL_HANDSHAKE, API_VERSIONS,
     CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH,
-    DESCRIBE_CONFIGS, SASL_AUTHENTICATE,
+    DESCRIBE_CONFIGS, SASL_AUTHENTICATE, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS,
+    OFFSET_DELETE, DESCRIBE_CLUSTER, CREATE_PARTITIONS, ALTER_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
 )  # fmt: skip
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
 # (api key, min version, max version): what an ApiVersions response advertises.

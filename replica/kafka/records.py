@@ -27,11 +27,14 @@ Records are decoded into columns (lists per field). This is the reference codec:
 listener decodes and encodes with ``columnar`` (vectorised, straight to and from Arrow
 columns), which falls back to this one and is tested against it.
 
-Compression: none, gzip (the standard library) and snappy (pyarrow's codec; raw as
-librdkafka writes it or xerial-framed as the Java client does). lz4 and zstd raise
-:class:`UnsupportedCompression` (a listener answers UNSUPPORTED_COMPRESSION_TYPE): Kafka's
-lz4/zstd frames need not state their decompressed size, which pyarrow's one-shot codecs
-require.
+Compression: Kafka's four codecs. gzip through the standard library's zlib; snappy (raw
+as librdkafka writes it, or xerial-framed as the Java client does), lz4 (the LZ4 frame
+format, as Kafka writes it for magic 2) and zstd through ``cramjam`` (Rust bindings of
+the reference libraries). Every codec inflates into at most ``MAX_DECOMPRESSED`` bytes:
+lz4 and zstd frames need not state their decompressed size, so they inflate into a
+buffer of that size and a frame that does not fit is refused. Any other codec number
+raises :class:`UnsupportedCompression` (a listener answers UNSUPPORTED_COMPRESSION_TYPE,
+which clients do not retry).
 """
 
 from __future__ import annotations
@@ -42,9 +45,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+import cramjam
 import numpy as np
 import numpy.typing as npt
-import pyarrow as pa
 from crc32c import crc32c
 
 from .errors import KafkaError
@@ -56,8 +59,12 @@ __all__ = [
     "BATCH_HEADER_SIZE",
     "BatchFields",
     "COMPRESSION_GZIP",
+    "COMPRESSION_LZ4",
+    "COMPRESSION_NAMES",
     "COMPRESSION_NONE",
     "COMPRESSION_SNAPPY",
+    "COMPRESSION_ZSTD",
+    "MAX_DECOMPRESSED",
     "Header",
     "InvalidRecord",
     "KafkaRecordBatch",
@@ -79,7 +86,10 @@ _CRC_START = 21
 COMPRESSION_NONE = 0
 COMPRESSION_GZIP = 1
 COMPRESSION_SNAPPY = 2
-_COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+COMPRESSION_LZ4 = 3
+COMPRESSION_ZSTD = 4
+#: Kafka's codec numbers (the low three bits of a batch's attributes) and names.
+COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _COMPRESSION_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10
@@ -101,9 +111,10 @@ class UnsupportedCompression(KafkaDecodeError):
     error_code = KafkaError.UNSUPPORTED_COMPRESSION_TYPE
 
     def __init__(self, codec: int) -> None:
-        name = _COMPRESSION_NAMES.get(codec, f"unknown ({codec})")
+        name = COMPRESSION_NAMES.get(codec, f"unknown ({codec})")
         super().__init__(
-            f"record batch compression {name} is not supported (none, gzip, snappy are)"
+            f"record batch compression {name} is not supported "
+            "(none, gzip, snappy, lz4 and zstd are)"
         )
         self.codec = codec
 
@@ -188,26 +199,48 @@ def _decompress(codec: int, data: bytes) -> bytes:
         return out
     if codec == COMPRESSION_SNAPPY:
         return _snappy_decompress(data)
+    if codec == COMPRESSION_LZ4:
+        return _inflate_bounded(cramjam.lz4.decompress_into, "lz4", data)
+    if codec == COMPRESSION_ZSTD:
+        return _inflate_bounded(cramjam.zstd.decompress_into, "zstd", data)
     raise UnsupportedCompression(codec)
+
+
+def _inflate_bounded(
+    decompress_into: Callable[[bytes, memoryview], int], name: str, data: bytes
+) -> bytes:
+    # np.empty maps the pages without touching them: only what the frame inflates to
+    # is ever committed, and the codec stops where the buffer ends.
+    out = np.empty(MAX_DECOMPRESSED, np.uint8)
+    try:
+        n = decompress_into(data, out.data)
+    except (cramjam.DecompressionError, ValueError) as exc:
+        raise KafkaDecodeError(
+            f"corrupt {name} records, or records inflating past {MAX_DECOMPRESSED} bytes: {exc}"
+        ) from exc
+    return out[:n].tobytes()
 
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
 def _snappy_block(block: bytes) -> bytes:
-    # A raw snappy block starts with its uncompressed length as an unsigned varint;
-    # pyarrow's codec needs that length, and a hostile one is refused before inflating.
+    # A raw snappy block starts with its uncompressed length as an unsigned varint: a
+    # hostile one is refused before inflating, and the block inflates into exactly that.
     try:
         size, _ = _uvarint_slow(block, 0, 5)
     except IndexError as exc:
         raise KafkaDecodeError("empty snappy block") from exc
     if size > MAX_DECOMPRESSED:
         raise KafkaDecodeError(f"snappy block inflates to {size} bytes")
+    out = np.empty(size, np.uint8)
     try:
-        out: bytes = pa.Codec("snappy").decompress(block, decompressed_size=size, asbytes=True)
-    except (OSError, ValueError, pa.ArrowException) as exc:
+        n = cramjam.snappy.decompress_raw_into(block, out.data)
+    except (cramjam.DecompressionError, ValueError) as exc:
         raise KafkaDecodeError(f"corrupt snappy records: {exc}") from exc
-    return out
+    if n != size:
+        raise KafkaDecodeError(f"snappy block inflates to {n} bytes, its header says {size}")
+    return out.tobytes()
 
 
 def _snappy_decompress(data: bytes) -> bytes:
@@ -562,7 +595,11 @@ def encode_batch(
         compressor = zlib.compressobj(wbits=31)
         payload = compressor.compress(records) + compressor.flush()
     elif compression == COMPRESSION_SNAPPY:
-        payload = pa.Codec("snappy").compress(records, asbytes=True)
+        payload = bytes(cramjam.snappy.compress_raw(bytes(records)))
+    elif compression == COMPRESSION_LZ4:
+        payload = bytes(cramjam.lz4.compress(bytes(records)))
+    elif compression == COMPRESSION_ZSTD:
+        payload = bytes(cramjam.zstd.compress(bytes(records)))
     elif compression == COMPRESSION_NONE:
         payload = bytes(records)
     else:

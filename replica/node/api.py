@@ -18,6 +18,7 @@ from ..storage.records import iter_batches
 from .config import NodeConfig
 from .controller import MetadataController
 from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
+from .topic_changes import TopicChanges
 
 _PARTITION_INFO = positional(m.PartitionInfo)
 
@@ -44,6 +45,7 @@ class Api:
         config: NodeConfig,
         driver: Driver,
         controller: MetadataController,
+        changes: TopicChanges,
         submit: Submit,
         submit_many: SubmitMany,
     ) -> None:
@@ -63,6 +65,11 @@ class Api:
             ApiKey.FORCE_LEADER: self.quorum_request,
             ApiKey.CREATE_TOPIC: controller.create_topic,
             ApiKey.DELETE_TOPIC: controller.delete_topic,
+            ApiKey.ALTER_TOPIC: controller.alter_topic,
+            ApiKey.REASSIGN: controller.reassign,
+            ApiKey.CHANGE_VOTER: controller.change_voter,
+            ApiKey.REGISTER_NODE: changes.register_node,
+            ApiKey.RETIRE_NODE: controller.retire_node,
             ApiKey.LIST_TOPICS: self.list_topics,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.PRODUCE_MANY: self.produce_many,
@@ -201,11 +208,19 @@ class Api:
                     name=name,
                     partitions=parts,
                     max_message_bytes=self.controller.max_message_bytes(name),
+                    configs=[m.TopicConfig(name=k, value=v) for k, v in sorted(t.configs.items())],
                 )
             )
+        book, registered = self.controller.book, self.controller.state.nodes
         nodes = [
-            m.NodeInfo(node_id=i, host=h, port=p)
-            for i, (h, p) in sorted(self.config.voters.items())
+            m.NodeInfo(
+                node_id=i,
+                host=h,
+                port=p,
+                retired=i in book.retired,
+                directory=registered[i].directory if i in registered else "",
+            )
+            for i, (h, p) in sorted(book.native.items())
         ]
         return m.MetadataResponse(
             error=0,

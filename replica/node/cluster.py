@@ -19,6 +19,7 @@ from typing import Any
 from .. import defaults
 from ..client import Client, ClientSecurity
 from ..client.errors import QuorumLogError
+from ..protocol import messages as m
 from ..storage.types import OffsetAndEpoch
 
 log = logging.getLogger(__name__)
@@ -53,11 +54,15 @@ class LocalCluster:
         mutual_tls: bool = False,
         principals: dict[str, tuple[str, list[str]]] | None = None,
         kafka: bool = False,
+        node_env: dict[int, dict[str, str]] | None = None,
+        metrics: bool = False,
     ) -> None:
-        """``secure``: TLS on every listener with a throwaway CA, and SCRAM authentication
+        """``node_env``: extra environment variables of a node's process (by node id).
+        ``secure``: TLS on every listener with a throwaway CA, and SCRAM authentication
         with principals node-1..N, ``admin`` and ``principals`` (name -> (kind, topics));
         ``mutual_tls`` also requires client certificates. ``kafka``: every node also
-        serves Kafka clients (``kafka_bootstrap``)."""
+        serves Kafka clients (``kafka_bootstrap``). ``metrics``: every node serves its
+        Prometheus metrics (``metrics_urls``)."""
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
         self.n = nodes
@@ -70,12 +75,19 @@ class LocalCluster:
         self.cluster_id = cluster_id or uuid.uuid4().hex[:16]
         self.node_args = node_args or []
         self.log_level = log_level
+        self.node_env = node_env or {}
         self.start_timeout_s = start_timeout_s
         ids = range(1, nodes + 1)
-        ports = free_ports(2 * nodes if kafka else nodes, host)  # one call: all distinct
+        # One call: all distinct.
+        ports = free_ports(nodes * (1 + bool(kafka) + bool(metrics)), host)
         self.ports = dict(zip(ids, ports[:nodes], strict=True))
-        self.kafka_ports = dict(zip(ids, ports[nodes:], strict=True)) if kafka else {}
+        rest = ports[nodes:]
+        self.kafka_ports = dict(zip(ids, rest[:nodes], strict=True)) if kafka else {}
+        rest = rest[nodes:] if kafka else rest
+        self.metrics_ports = dict(zip(ids, rest[:nodes], strict=True)) if metrics else {}
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        # Nodes started with --join (``join``), each with the node it joins through.
+        self.joined: dict[int, int] = {}
         self._client: Client | None = None
         self.secure = secure or mutual_tls
         self.mutual_tls = mutual_tls
@@ -104,9 +116,24 @@ class LocalCluster:
     def _kafka_args(self, node: int) -> list[str]:
         if not self.kafka_ports:
             return []
-        voters = ",".join(f"{i}@{self.host}:{p}" for i, p in self.kafka_ports.items())
         listen = f"{self.host}:{self.kafka_ports[node]}"
+        if node in self.joined:  # learned when it joins
+            return ["--kafka-listen", listen]
+        voters = ",".join(
+            f"{i}@{self.host}:{p}" for i, p in self.kafka_ports.items() if i not in self.joined
+        )
         return ["--kafka-listen", listen, "--kafka-voters", voters]
+
+    @property
+    def metrics_urls(self) -> dict[int, str]:
+        """Each node's metrics endpoint (a cluster started with ``metrics=True``)."""
+        scheme = "https" if self.secure else "http"
+        return {n: f"{scheme}://{self.host}:{p}/metrics" for n, p in self.metrics_ports.items()}
+
+    def _metrics_args(self, node: int) -> list[str]:
+        if not self.metrics_ports:
+            return []
+        return ["--metrics-listen", f"{self.host}:{self.metrics_ports[node]}"]
 
     def node_dir(self, node: int) -> Path:
         return self.data_dir / f"node-{node}"
@@ -115,6 +142,13 @@ class LocalCluster:
         return self.data_dir / f"node-{node}.log"
 
     def command(self, node: int) -> list[str]:
+        if node in self.joined:
+            # Through the first node started with the cluster that ran when it joined, on
+            # every start (as an operator's command line stays the same).
+            through = self.joined[node]
+            how = ["--join", f"{self.host}:{self.ports[through]}"]
+        else:
+            how = ["--voters", self.voters, "--cluster-id", self.cluster_id]
         return [
             sys.executable,
             "-m",
@@ -124,16 +158,14 @@ class LocalCluster:
             str(node),
             "--listen",
             f"{self.host}:{self.ports[node]}",
-            "--voters",
-            self.voters,
+            *how,
             "--data-dir",
             str(self.node_dir(node)),
-            "--cluster-id",
-            self.cluster_id,
             "--log-level",
             self.log_level,
             *self._security_args(node),
             *self._kafka_args(node),
+            *self._metrics_args(node),
             *self.node_args,
         ]
 
@@ -229,8 +261,13 @@ class LocalCluster:
         self.node_dir(node).mkdir(parents=True, exist_ok=True)
         out = open(self.log_path(node), "ab")
         try:
+            extra = self.node_env.get(node)
             self.procs[node] = subprocess.Popen(
-                self.command(node), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                self.command(node),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **extra} if extra else None,
             )
         finally:
             out.close()
@@ -246,6 +283,54 @@ class LocalCluster:
             raise
         return self
 
+    def join(self, node: int, timeout_s: float = 60.0) -> None:
+        """Start a new node ``node`` with ``serve --join`` (no voter list names it) and
+        wait until every running node lists it. Secure clusters cannot grow this way (their
+        principals file names the nodes they started with)."""
+        if node in self.ports:
+            raise ValueError(f"node {node} is a node of this cluster already")
+        if self.secure:
+            raise ValueError("a secure LocalCluster cannot grow: its principals are fixed")
+        wanted = 1 + bool(self.kafka_ports) + bool(self.metrics_ports)
+        taken = {*self.ports.values(), *self.kafka_ports.values(), *self.metrics_ports.values()}
+        ports = [p for p in free_ports(wanted + len(taken), self.host) if p not in taken][:wanted]
+        self.ports[node] = ports.pop(0)
+        if self.kafka_ports:
+            self.kafka_ports[node] = ports.pop(0)
+        if self.metrics_ports:
+            self.metrics_ports[node] = ports.pop(0)
+        self.joined[node] = next(
+            n for n in self.ports if n not in self.joined and n != node and self.is_running(n)
+        )
+        self.n += 1
+        self.start_node(node)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self.is_running(node):
+                raise RuntimeError(f"node {node} exited while joining:\n{self.tail(node)}")
+            try:
+                if all(
+                    node in {i.node_id for i in self.nodes_listed_by(n)}
+                    for n in self.procs
+                    if self.is_running(n)
+                ):
+                    return
+            except (QuorumLogError, OSError):
+                pass
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"node {node} not listed by every node after {timeout_s}s")
+            time.sleep(0.1)
+
+    def nodes_listed_by(self, node: int, client: Client | None = None) -> list[m.NodeInfo]:
+        """The nodes node ``node``'s own Metadata answer lists (its view, not merged with
+        the others'), asked through ``client`` or a client of its own."""
+        address = (self.host, self.ports[node])
+        req = m.MetadataRequest(topics=[], partitions=[])
+        if client is not None:
+            return list(client._metadata_from(address, req, 2.0).nodes)
+        with Client(self.bootstrap, request_timeout_ms=2000, security=self.client_security()) as c:
+            return list(c._metadata_from(address, req, 2.0).nodes)
+
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Until every node answers and the metadata quorum has a leader."""
         deadline = time.monotonic() + timeout_s
@@ -260,8 +345,8 @@ class LocalCluster:
                 with Client(
                     self.bootstrap, request_timeout_ms=2000, security=self.client_security()
                 ) as c:
-                    c.refresh_nodes()
-                    if c._controller_id >= 0 and len(c._nodes) == self.n:
+                    registered = self._registered(c)
+                    if c._controller_id >= 0 and len(c._nodes) == self.n and registered:
                         alive = 0
                         for nid in self.procs:
                             try:
@@ -271,11 +356,22 @@ class LocalCluster:
                                 pass
                         if alive == len(self.procs):
                             return
-                    last = "metadata quorum has no leader yet"
+                    last = "metadata quorum has no leader, or not every node registered, yet"
             except (QuorumLogError, OSError) as exc:
                 last = str(exc)
             time.sleep(0.05)
         raise TimeoutError(f"cluster not ready after {timeout_s}s: {last}")
+
+    def _registered(self, client: Client) -> bool:
+        """Whether the metadata leader knows every running node's registration (what
+        each node writes once when it first starts): the cluster is idle from then on."""
+        client.refresh_nodes()
+        if client._controller_id not in self.ports:
+            return False
+        known = {
+            n.node_id for n in self.nodes_listed_by(client._controller_id, client) if n.directory
+        }
+        return all(n in known for n in self.procs if self.is_running(n))
 
     def tail(self, node: int, lines: int = 30) -> str:
         try:
@@ -384,8 +480,11 @@ class LocalCluster:
             OffsetAndEpoch(o, res.leader_epoch) for o in range(res.base_offset, res.last_offset + 1)
         ]
 
-    def leader_of(self, topic: str, partition: int) -> int:
-        return self.client.partition_metadata(topic, partition, refresh=True).leader_id
+    def leader_of(self, topic: str, partition: int, timeout_s: float = 10.0) -> int:
+        """The partition's leader as the answering nodes see it, waiting while they know
+        none yet (a node that does not host the partition learns its leader a moment
+        after the election); TimeoutError when none is known within ``timeout_s``."""
+        return self.wait_for_leader(topic, partition, timeout_s, running=False)
 
     def wait_for_leader(
         self,
@@ -394,12 +493,19 @@ class LocalCluster:
         timeout_s: float = defaults.REQUEST_TIMEOUT_MS / 1000,
         *,
         not_node: int | None = None,
+        running: bool = True,
     ) -> int:
+        """The partition's leader once one is known (and, with ``running``, its process
+        runs), other than ``not_node``; TimeoutError after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
                 pm = self.client.partition_metadata(topic, partition, refresh=True)
-                if pm.leader_id >= 0 and pm.leader_id != not_node and self.is_running(pm.leader_id):
+                if (
+                    pm.leader_id >= 0
+                    and pm.leader_id != not_node
+                    and (not running or self.is_running(pm.leader_id))
+                ):
                     return pm.leader_id
             except QuorumLogError:
                 pass

@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import defaults
 from ..protocol import max_batch_bytes
-from .security import TlsFiles, read_secret
+from .security import TlsFiles, node_principal, node_secret, read_secret
 
 
 def parse_host_port(text: str, what: str) -> tuple[str, int]:
@@ -33,6 +33,13 @@ def _parse_id_addresses(items: list[str], what: str, label: str) -> dict[int, tu
                 raise ValueError(f"{what} {item!r} is not ID@HOST:PORT")
             out[int(ident)] = parse_host_port(addr, f"{label} {ident} address")
     return out
+
+
+def ipaddress_is_wildcard(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
 
 
 def parse_voters(text: str) -> dict[int, tuple[str, int]]:
@@ -108,6 +115,7 @@ class NodeConfig:
     quiesce: bool = defaults.QUIESCE
     leader_imbalance_check_interval_ms: int = defaults.LEADER_IMBALANCE_CHECK_INTERVAL_MS
     scrub_bytes_per_second: int = defaults.SCRUB_BYTES_PER_SECOND
+    catch_up_bytes_per_second: int = defaults.CATCH_UP_BYTES_PER_S
     # Raft traffic to these peers goes here instead of their --voters address (e.g.
     # through a fault-injecting proxy); Metadata still advertises --voters.
     peer_addresses: dict[int, tuple[str, int]] = field(default_factory=dict)
@@ -128,6 +136,19 @@ class NodeConfig:
     offsets_topic_partitions: int = defaults.OFFSETS_TOPIC_NUM_PARTITIONS
     # --allow-insecure: plaintext on non-loopback addresses, SASL without TLS.
     allow_insecure: bool = False
+    # The Prometheus endpoint (metrics.py; None: off): loopback, or over the node's TLS.
+    metrics_listen: tuple[str, int] | None = None
+    # Per-partition series too (high watermark, log end, follower lag): 10,000 partitions
+    # would otherwise mean tens of thousands of series.
+    metrics_per_partition: bool = False
+    # serve --join: nodes of a running cluster to join through (``join.join`` fills
+    # ``voters``, ``kafka_voters``, ``metadata_voters`` and ``cluster_id`` from them).
+    join: list[tuple[str, int]] = field(default_factory=list)
+    # The voters the metadata quorum started with (None: ``voters``, a new cluster's).
+    metadata_voters: list[int] | None = None
+    # The heartbeat incarnation the node's driver uses (None: drawn at start); a joining
+    # node registers with it before it starts.
+    incarnation: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -135,7 +156,7 @@ class NodeConfig:
             raise ValueError(
                 f"--node-id {self.node_id} is not among --voters {sorted(self.voters)}"
             )
-        if not self.cluster_id:
+        if not self.cluster_id and not self.join:
             raise ValueError("--cluster-id must not be empty")
         unknown = sorted(set(self.peer_addresses) - set(self.voters))
         if unknown:
@@ -166,9 +187,21 @@ class NodeConfig:
             raise ValueError(f"--kafka-voters names node(s) {unknown} that are not --voters")
         if self.kafka_voters and self.kafka_listen is None:
             raise ValueError("--kafka-voters needs --kafka-listen")
+        if self.metrics_listen is not None and not is_loopback(self.metrics_listen[0]):
+            if self.tls is None:
+                raise ValueError(
+                    f"--metrics-listen {self.metrics_listen[0]} is not a loopback address: "
+                    "bind one (e.g. 127.0.0.1), or give the node TLS (--tls-cert, --tls-key, "
+                    "--tls-ca) and the metrics are served over it"
+                )
         if not 1 <= self.offsets_topic_partitions <= 10000:
             raise ValueError(
                 f"--offsets-topic-partitions must be 1..10000, got {self.offsets_topic_partitions}"
+            )
+        if self.auth_config is None and self.cluster_secret is None and self.join:
+            raise ValueError(
+                "--join needs the cluster's secret (--cluster-secret-file FILE or "
+                "--cluster-secret-env VAR) or --auth-config: a node registers itself as a node"
             )
         if self.auth_config is None and self.cluster_secret is None and len(self.voters) > 1:
             raise ValueError(
@@ -177,6 +210,15 @@ class NodeConfig:
                 "--cluster-secret-file FILE (or --cluster-secret-env VAR); "
                 "`quorumlog cluster new-secret FILE` creates one"
             )
+
+    def peer_credentials(self) -> tuple[str, str] | None:
+        """Who this node authenticates as to its peers: its node principal (secure), or
+        node-<id> with the secret derived from the cluster secret (plaintext)."""
+        if self.auth_principal and self.auth_secret:
+            return self.auth_principal, self.auth_secret
+        if self.cluster_secret:
+            return node_principal(self.node_id), node_secret(self.cluster_secret, self.node_id)
+        return None
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> NodeConfig:
@@ -215,13 +257,36 @@ class NodeConfig:
                 )
         if getattr(args, "kafka_voters", None):
             kafka_voters = parse_voters(args.kafka_voters)
+        join = [
+            parse_host_port(a.strip(), "--join")
+            for a in (getattr(args, "join", None) or "").split(",")
+            if a.strip()
+        ]
+        if bool(join) == bool(args.voters):
+            raise SystemExit(
+                "quorumlog: give --voters (a new cluster's voters) or --join HOST:PORT (a "
+                "running cluster's node), not both"
+                if join
+                else "quorumlog: give --voters ID@HOST:PORT,... to start a new cluster, or "
+                "--join HOST:PORT to join a running one"
+            )
+        if not join and not args.cluster_id:
+            raise SystemExit("quorumlog: --voters needs --cluster-id")
+        if join and ipaddress_is_wildcard(host):
+            raise SystemExit(
+                f"quorumlog: --join registers --listen {host}:{port} as where the other "
+                "nodes reach this one: give the address they can reach, not a wildcard"
+            )
+        metrics_listen = None
+        if getattr(args, "metrics_listen", None):
+            metrics_listen = parse_host_port(args.metrics_listen, "--metrics-listen")
         return NodeConfig(
             node_id=args.node_id,
             host=host,
             port=port,
-            voters=parse_voters(args.voters),
+            voters=parse_voters(args.voters) if args.voters else {args.node_id: (host, port)},
             data_dir=Path(args.data_dir),
-            cluster_id=args.cluster_id,
+            cluster_id=args.cluster_id or "",
             election_timeout_ms=args.election_timeout_ms,
             fetch_timeout_ms=args.fetch_timeout_ms,
             segment_bytes=args.segment_bytes,
@@ -229,6 +294,9 @@ class NodeConfig:
             retention_ms=args.retention_ms,
             max_message_bytes=args.max_message_bytes,
             scrub_bytes_per_second=args.scrub_bytes_per_second,
+            catch_up_bytes_per_second=getattr(
+                args, "catch_up_bytes_per_second", defaults.CATCH_UP_BYTES_PER_S
+            ),
             leader_imbalance_check_interval_ms=args.leader_imbalance_check_interval_ms,
             tls=tls,
             auth_config=auth_config,
@@ -243,6 +311,9 @@ class NodeConfig:
             ),
             allow_insecure=bool(args.allow_insecure),
             quiesce=getattr(args, "quiesce", defaults.QUIESCE),
+            metrics_listen=metrics_listen,
+            metrics_per_partition=bool(getattr(args, "metrics_per_partition", False)),
+            join=join,
         )
 
 

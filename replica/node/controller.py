@@ -21,12 +21,15 @@ from .metadata import (
     INTERNAL_TOPICS,
     METADATA_TOPIC,
     MetadataState,
+    NodeRegistration,
     assign_replicas,
     decode_record,
     encode_record,
     validate_topic_name,
 )
+from .nodes import NodeBook
 from .partitions import PartitionManager
+from .topic_configs import MAX_MESSAGE_BYTES, config_problem
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,7 @@ class _Ask(NamedTuple):
 
     partitions: int
     replication_factor: int
-    max_message_bytes: int
+    configs: tuple[tuple[str, str | None], ...]
     internal: bool
 
 
@@ -51,7 +54,20 @@ NOT_COMMITTED: Problem = (ErrorCode.REQUEST_TIMED_OUT, "metadata record not comm
 #: How often a change waiting for the log to settle looks whether this node still leads.
 SETTLE_POLL_S = 0.05
 
-_R = TypeVar("_R", m.CreateTopicResponse, m.DeleteTopicResponse)
+_R = TypeVar(
+    "_R",
+    m.CreateTopicResponse,
+    m.DeleteTopicResponse,
+    m.AlterTopicResponse,
+    m.ReassignResponse,
+    m.ChangeVoterResponse,
+    m.RegisterNodeResponse,
+    m.RetireNodeResponse,
+)
+
+
+#: What a change decides: the record to commit (None: nothing changes) or why not.
+Decision = tuple[dict[str, Any] | None, Problem | None]
 
 
 def _answer(cls: type[_R], problem: Problem) -> _R:
@@ -72,8 +88,13 @@ class MetadataController:
         submit: Submit,
         execute: Callable[[Ready], None],
         now_ms: Callable[[], int],
+        book: NodeBook,
     ) -> None:
         self.config = config
+        self.book = book
+        #: The voters the metadata quorum started with (its voter-set records, once it
+        #: has any, replace them): every node's, as a joining node learns them.
+        self.first_voters = list(config.metadata_voters or sorted(config.voters))
         self.datadir = datadir
         self.driver = driver
         self.partitions = partitions
@@ -89,12 +110,14 @@ class MetadataController:
         self._changing = asyncio.Lock()
         #: Set by ``apply``: a change waiting for the log to settle looks again.
         self._applied = asyncio.Event()
+        #: The registrations this node, leading, took: each id's incarnation and when.
+        self._registrations: dict[int, tuple[int, int]] = {}
 
     # ------------------------------------------------------------------ applying
     def start(self) -> None:
         """Open the metadata replica and re-apply its log up to the last offset this node
         knew to be committed, so it knows every topic before the quorum answers."""
-        self.partitions.open(METADATA_TOPIC, 0, sorted(self.config.voters))
+        self.partitions.open(METADATA_TOPIC, 0, self.first_voters)
         upto = self.datadir.metadata_applied()
         if upto is not None:
             self.apply(upto)
@@ -131,7 +154,10 @@ class MetadataController:
             state.applied_offset = min(hwm, ends[-1])
         if state.applied_offset > before and upto is None:
             self.datadir.save_metadata_applied(state.applied_offset)
+        self.book.update(state)
         self.partitions.reconcile(state)
+        if state.quorum_voters is not None:
+            self.driver.set_target(METADATA_KEY, state.quorum_voters, self.now_ms())
         self.maybe_end_catch_up_pending()
         self._applied.set()
 
@@ -206,6 +232,21 @@ class MetadataController:
         self.apply()
         return None
 
+    async def _change(self, decide: Callable[[], Decision], *, dry_run: bool = False) -> Decision:
+        """One change of the metadata, decided by ``decide`` (the record to commit, None
+        for nothing, or why not) on the settled log and committed, one at a time: what
+        was committed (None: nothing) or why not. ``dry_run``: decided, not committed."""
+        if not self.is_leader():
+            return None, NOT_LEADER
+        async with self._changing:
+            problem = await self._settle()
+            if problem is not None:
+                return None, problem
+            record, problem = decide()
+            if problem is None and record is not None and not dry_run:
+                problem = await self.commit(record)
+        return (None, problem) if problem is not None else (record, None)
+
     async def create_topic(
         self, req: m.CreateTopicRequest, *, internal: bool = False
     ) -> m.CreateTopicResponse:
@@ -238,11 +279,14 @@ class MetadataController:
             problem = _exists(req.name)
         if problem is not None:
             return _answer(m.CreateTopicResponse, problem)
-        nodes = sorted(self.config.voters)
+        nodes = self.book.placeable()
         replicas = assign_replicas(req.name, req.partitions, ask.replication_factor, nodes)
-        record: dict[str, Any] = {"op": "create_topic", "name": req.name, "replicas": replicas}
-        if req.max_message_bytes:
-            record["max_message_bytes"] = req.max_message_bytes
+        record: dict[str, Any] = {
+            "op": "create_topic",
+            "name": req.name,
+            "replicas": replicas,
+            "configs": {k: v for k, v in ask.configs if v is not None},
+        }
         problem = await self.commit(record)
         if problem is not None:
             return _answer(m.CreateTopicResponse, problem)
@@ -252,8 +296,8 @@ class MetadataController:
         return m.CreateTopicResponse(error=0, error_message="")
 
     def _ask(self, req: m.CreateTopicRequest, internal: bool = False) -> _Ask:
-        rf = req.replication_factor or min(3, len(self.config.voters))
-        return _Ask(req.partitions, rf, req.max_message_bytes, internal)
+        rf = req.replication_factor or min(3, len(self.book.placeable()))
+        return _Ask(req.partitions, rf, _create_configs(req), internal)
 
     def create_problem(
         self, req: m.CreateTopicRequest, *, internal: bool = False
@@ -270,7 +314,7 @@ class MetadataController:
                 ErrorCode.INVALID_PARTITIONS,
                 f"partitions must be 1..10000, got {req.partitions}",
             )
-        n = len(self.config.voters)
+        n = len(self.book.placeable())
         rf = self._ask(req).replication_factor
         if not 1 <= rf <= n:
             return (
@@ -283,27 +327,272 @@ class MetadataController:
             )
             if problem:
                 return ErrorCode.INVALID_REQUEST, problem
+        problem = config_problem(dict(_create_configs(req)), self.config.max_frame_bytes)
+        if problem:
+            return ErrorCode.INVALID_CONFIG, problem
         if req.name in self.state.topics or req.name in self._pending_topics:
             return _exists(req.name)
         return None
 
     async def delete_topic(self, req: m.DeleteTopicRequest) -> m.DeleteTopicResponse:
-        if not self.is_leader():
-            return _answer(m.DeleteTopicResponse, NOT_LEADER)
-        async with self._changing:
-            problem = await self._settle()
-            if problem is None:
-                problem = self._delete_problem(req.name)
-            if problem is None:
-                problem = await self.commit({"op": "delete_topic", "name": req.name})
+        _, problem = await self._change(lambda: self._deleted(req.name))
         if problem is not None:
             return _answer(m.DeleteTopicResponse, problem)
         log.info("deleted topic %s", req.name)
         return m.DeleteTopicResponse(error=0, error_message="")
 
-    def _delete_problem(self, name: str) -> Problem | None:
+    def _deleted(self, name: str) -> Decision:
         if name not in self.state.topics:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}"
+            return None, (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
         if name in INTERNAL_TOPICS:
-            return ErrorCode.INVALID_TOPIC, f"topic {name!r} is internal and cannot be deleted"
-        return None
+            text = f"topic {name!r} is internal and cannot be deleted"
+            return None, (ErrorCode.INVALID_TOPIC, text)
+        return {"op": "delete_topic", "name": name}, None
+
+    async def alter_topic(self, req: m.AlterTopicRequest) -> m.AlterTopicResponse:
+        """Grow a topic's partitions and change its configs in one ``alter_topic`` record,
+        decided on the settled log. New partitions continue the topic's assignment (as
+        if it had been created with that many), so leaders keep spreading over nodes."""
+        record, problem = await self._change(lambda: self._altered(req), dry_run=req.validate_only)
+        if problem is not None:
+            return _answer(m.AlterTopicResponse, problem)
+        if record is not None and not req.validate_only:
+            log.info(
+                "altered topic %s: %d partition(s), configs %s",
+                req.name,
+                len(record["replicas"]),
+                record["configs"],
+            )
+        return m.AlterTopicResponse(error=0, error_message="")
+
+    def _altered(self, req: m.AlterTopicRequest) -> Decision:
+        """The ``alter_topic`` record ``req`` asks for (None: nothing changes), or why not."""
+        t = self.state.topics.get(req.name)
+        if t is None:
+            return None, (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {req.name!r}")
+        if req.name in INTERNAL_TOPICS:
+            return None, (ErrorCode.INVALID_TOPIC, f"topic {req.name!r} is internal")
+        have = len(t.replicas)
+        wanted = req.partitions or have
+        if wanted < have or wanted > 10000:
+            return None, (
+                ErrorCode.INVALID_PARTITIONS,
+                f"topic {req.name!r} has {have} partition(s): it can grow to at most "
+                f"10000, never shrink (asked for {wanted})",
+            )
+        changes = {c.name: c.value for c in req.configs}
+        problem = config_problem(changes, self.config.max_frame_bytes)
+        if problem:
+            return None, (ErrorCode.INVALID_CONFIG, problem)
+        configs = dict(t.configs)
+        for name, value in changes.items():
+            if value is None:
+                configs.pop(name, None)
+            else:
+                configs[name] = value
+        replicas = [list(r) for r in t.replicas]
+        if wanted > have:
+            nodes = self.book.placeable()
+            rf = len(t.replicas[0]) if t.replicas else min(3, len(nodes))
+            replicas += assign_replicas(req.name, wanted, rf, nodes)[have:]
+        if replicas == t.replicas and configs == t.configs:
+            return None, None
+        record = {"op": "alter_topic", "name": req.name, "replicas": replicas, "configs": configs}
+        return record, None
+
+    async def reassign(self, req: m.ReassignRequest) -> m.ReassignResponse:
+        """Move partitions to new replicas (or, ``cancel``, back to those they had before
+        their latest move) in one ``reassign`` record, decided on the settled log. Each
+        partition's leader then changes its voter set one voter at a time
+        (``Driver.set_target``); the nodes leaving keep their replica until it is no
+        longer a voter and that is committed."""
+        record, problem = await self._change(lambda: self._reassigned(req))
+        if problem is not None:
+            return _answer(m.ReassignResponse, problem)
+        if record is not None:
+            for partition, replicas, before in record["moves"]:
+                log.info("reassigned %s/%d: %s -> %s", req.topic, partition, before, replicas)
+        return m.ReassignResponse(error=0, error_message="")
+
+    def _reassigned(self, req: m.ReassignRequest) -> Decision:
+        """The ``reassign`` record ``req`` asks for (None: nothing moves), or why not."""
+        t = self.state.topics.get(req.topic)
+        if t is None:
+            return None, (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {req.topic!r}")
+        nodes = set(self.book.ids())
+        moves: list[list[Any]] = []
+        for move in req.moves:
+            p = move.partition
+            if not 0 <= p < len(t.replicas):
+                return None, (
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"topic {req.topic!r} has no partition {p}",
+                )
+            current = t.replicas[p]
+            if req.cancel:
+                if p not in t.previous:
+                    return None, (
+                        ErrorCode.INVALID_REQUEST,
+                        f"{req.topic}/{p} was never moved: nothing to cancel",
+                    )
+                target = t.previous[p]
+            else:
+                target = list(move.replicas)
+                unknown = sorted(set(target) - nodes)
+                if not target or len(set(target)) != len(target) or unknown:
+                    return None, (
+                        ErrorCode.INVALID_REPLICATION_FACTOR,
+                        f"{req.topic}/{p}: replicas {target} must be distinct nodes of "
+                        f"the cluster {sorted(nodes)}"
+                        + (f" (unknown: {unknown})" if unknown else ""),
+                    )
+                retired = sorted(n for n in target if n in self.book.retired and n not in current)
+                if retired:
+                    return None, (
+                        ErrorCode.INVALID_REPLICATION_FACTOR,
+                        f"{req.topic}/{p}: node(s) {retired} are decommissioned and take "
+                        "no new replicas",
+                    )
+            if target != current:
+                moves.append([p, target, current])
+        if not moves:
+            return None, None
+        return {"op": "reassign", "name": req.topic, "moves": moves}, None
+
+    async def change_voter(self, req: m.ChangeVoterRequest) -> m.ChangeVoterResponse:
+        """Add a node to the metadata quorum's voters or remove one (KIP-853's AddRaftVoter
+        and RemoveRaftVoter): a ``quorum_voters`` record every node applies; the metadata
+        leader then changes its voter set there (it catches an added node up first, and
+        leads on if it removes itself until that commits)."""
+        record, problem = await self._change(lambda: self._voters_changed(req))
+        if problem is not None or record is None:
+            return _answer(m.ChangeVoterResponse, problem or NOT_COMMITTED)
+        log.info("metadata quorum voters -> %s", record["voters"])
+        return m.ChangeVoterResponse(error=0, error_message="", voters=record["voters"])
+
+    def _voters_changed(self, req: m.ChangeVoterRequest) -> Decision:
+        p = self.driver.get(METADATA_KEY)
+        assert p is not None  # this node leads it
+        current = set(self.state.quorum_voters or p.core.voters)
+        problem = self._unknown_node(req.node_id)
+        if problem is not None:
+            return None, problem
+        if req.add == (req.node_id in current):
+            state = "a voter already" if req.add else "not a voter"
+            return None, (ErrorCode.INVALID_REQUEST, f"node {req.node_id} is {state}")
+        if not req.add and len(current) == 1:
+            return None, (ErrorCode.INVALID_REQUEST, "the last voter cannot be removed")
+        return {"op": "quorum_voters", "voters": sorted(current ^ {req.node_id})}, None
+
+    # ------------------------------------------------------------------ nodes
+    def _unknown_node(self, node_id: int) -> Problem | None:
+        """Why ``node_id`` cannot be named by a change, if it is not a node of the cluster."""
+        if node_id in self.book.native:
+            return None
+        text = f"node {node_id} is not a node of the cluster {self.book.ids()}"
+        return ErrorCode.INVALID_REQUEST, text
+
+    async def register_node(self, req: m.RegisterNodeRequest) -> m.RegisterNodeResponse:
+        """A node that starts (or joins with ``serve --join``) says who it is and where it
+        listens: a ``register_node`` record every node applies (its address book), unless
+        it says what its registration already does. Refused while another process holds
+        the id with another data directory (``_held_by_another``): two processes must
+        never speak as one node. Answers the
+        cluster's id, every node's addresses and the metadata quorum's first voters."""
+        _, problem = await self._change(lambda: self._registered(req))
+        if problem is not None:
+            return _answer(m.RegisterNodeResponse, problem)
+        book = self.book
+        return m.RegisterNodeResponse(
+            error=0,
+            error_message="",
+            cluster_id=self.config.cluster_id,
+            nodes=[
+                m.NodeAddress(
+                    node_id=n,
+                    host=book.native[n][0],
+                    port=book.native[n][1],
+                    kafka_host=book.kafka[n][0] if n in book.kafka else "",
+                    kafka_port=book.kafka[n][1] if n in book.kafka else 0,
+                )
+                for n in book.ids()
+            ],
+            metadata_voters=self.first_voters,
+        )
+
+    def _registered(self, req: m.RegisterNodeRequest) -> Decision:
+        reg = NodeRegistration.of_request(req)
+        if req.node_id < 0 or not req.directory or not 0 < req.port < 65536:
+            return None, (ErrorCode.INVALID_REQUEST, f"malformed registration {reg}")
+        known = self.state.nodes.get(req.node_id)
+        if known == reg:
+            return None, None
+        same_directory = known is not None and known.directory == req.directory
+        if not same_directory and self._held_by_another(req.node_id, req.incarnation):
+            held = f"data directory {known.directory}" if known else "another data directory"
+            return None, (
+                ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                f"node id {req.node_id} is held by a live node with {held}, not "
+                f"{req.directory}: give this node another --node-id, or stop the other "
+                "one first",
+            )
+        log.info(
+            "registering node %d (directory %s) at %s:%d", reg.node_id, reg.directory, *reg.address
+        )
+        self._registrations[req.node_id] = (req.incarnation, self.now_ms())
+        return reg.record(), None
+
+    def _held_by_another(self, node_id: int, incarnation: int) -> bool:
+        """Whether a process other than the one of ``incarnation`` serves as node
+        ``node_id``: it registered within the fetch timeout, or its heartbeats (another
+        incarnation) were heard within it, or, for a node that sends this one none (an
+        observer), it fetched the metadata log within it."""
+        if node_id == self.config.node_id:
+            return incarnation != self.driver.incarnation
+        now = self.now_ms()
+        recent = now - self.config.fetch_timeout_ms
+        registered, when = self._registrations.get(node_id, (incarnation, UNKNOWN))
+        if registered != incarnation and when >= recent:
+            return True  # registered lately, maybe not heard from yet
+        liveness = self.driver.liveness
+        if node_id in liveness.incarnations:
+            heard = liveness.seen.get(node_id, UNKNOWN) >= recent
+            return heard and liveness.incarnations[node_id] != incarnation
+        p = self.driver.get(METADATA_KEY)
+        if p is None:
+            return False
+        q = p.core.describe(now)
+        rows = q.voters + q.observers
+        return any(r.replica_id == node_id and r.last_fetch_ms >= recent for r in rows)
+
+    async def retire_node(self, req: m.RetireNodeRequest) -> m.RetireNodeResponse:
+        """Decommission a node: it is given no new replicas (``cluster decommission`` then
+        moves its replicas off and removes it from the metadata quorum's voters); or,
+        ``req.retired`` false, take it back (``cluster recommission``)."""
+        record, problem = await self._change(lambda: self._retired(req))
+        if problem is not None:
+            return _answer(m.RetireNodeResponse, problem)
+        if record is not None:
+            state = "takes no new replicas" if req.retired else "takes new replicas again"
+            log.info("node %d %s", req.node_id, state)
+        return m.RetireNodeResponse(error=0, error_message="")
+
+    def _retired(self, req: m.RetireNodeRequest) -> Decision:
+        problem = self._unknown_node(req.node_id)
+        if problem is not None:
+            return None, problem
+        if (req.node_id in self.state.retired) == req.retired:
+            return None, None
+        if req.retired and len(self.book.placeable()) <= 1:
+            return None, (ErrorCode.INVALID_REQUEST, "the last node cannot be retired")
+        return {"op": "retire_node", "node_id": req.node_id, "retired": req.retired}, None
+
+
+def _create_configs(req: m.CreateTopicRequest) -> tuple[tuple[str, str | None], ...]:
+    """The configs a create sets: its ``configs``, and its ``max_message_bytes`` field
+    (which an explicit config of that name overrides)."""
+    configs: dict[str, str | None] = {}
+    if req.max_message_bytes:
+        configs[MAX_MESSAGE_BYTES] = str(req.max_message_bytes)
+    configs.update((c.name, c.value) for c in req.configs)
+    return tuple(sorted(configs.items()))

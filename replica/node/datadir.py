@@ -10,7 +10,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..storage.fileutil import atomic_write
+from ..storage import fileio
+from ..storage.fileutil import atomic_write, write_all
 from .directories import new_directory_id
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class DataDir:
         files. flock is released by the kernel when the process dies, so a kill -9
         leaves no stale lock. A loser exits naming the holder's pid and changes nothing
         (the file is opened without truncation)."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        fileio.makedirs(str(self.path), durable=True)
         path = self.path / LOCK_FILE
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -112,7 +113,10 @@ class DataDir:
         """The metadata log caught up: every partition that existed before is open (and
         marked), so replicas opened from now on are new ones."""
         self.catch_up_pending = False
-        (self.path / CATCH_UP_PENDING_FILE).unlink(missing_ok=True)
+        try:
+            fileio.unlink(str(self.path / CATCH_UP_PENDING_FILE))
+        except FileNotFoundError:
+            pass
         log.info("node %d: metadata caught up after a replaced data directory", self.node_id)
 
     def metadata_applied(self) -> int | None:
@@ -122,10 +126,15 @@ class DataDir:
             return None
 
     def save_metadata_applied(self, offset: int) -> None:
+        # Not fsync'd: a value lost or torn by a crash reads as unknown (None).
         path = self.path / METADATA_APPLIED_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"{offset}\n")
-        os.replace(tmp, path)
+        tmp = str(path.with_suffix(".tmp"))
+        fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, f"{offset}\n".encode())
+        finally:
+            fileio.close(fd)
+        fileio.replace(tmp, str(path))
 
 
 def _read(path: Path) -> str:

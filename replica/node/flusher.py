@@ -21,10 +21,13 @@ from typing import Any, Protocol
 from .. import defaults
 from ..driver import PartitionKey, Ready
 from ..storage import GroupFlush, Log, flush_logs
+from ..storage.errors import DiskError
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Flusher"]
+
+RETRY_FULL_S = defaults.DISK_RETRY_MS / 1000
 
 
 class _Driver(Protocol):
@@ -42,12 +45,16 @@ class Flusher:
         *,
         syncfs_min: int = defaults.SYNCFS_MIN_DIRTY_LOGS,
         flush: Callable[..., GroupFlush] = flush_logs,
+        on_disk_full: Callable[[BaseException], None] | None = None,
+        on_failure: Callable[[PartitionKey, BaseException], None] | None = None,
     ) -> None:
         self._driver = driver
         self._execute = execute
         self._now_ms = now_ms
         self._syncfs_min = syncfs_min
         self._flush = flush
+        self._on_disk_full = on_disk_full
+        self._on_failure = on_failure
         # key -> (the driver's partition object when asked, its log): a partition closed
         # and reopened meanwhile is a different object and gets no ``flushed``.
         self._pending: dict[PartitionKey, tuple[object, Log]] = {}
@@ -92,10 +99,21 @@ class Flusher:
                 for (key, (partition, _lg)), outcome in zip(items, result.outcomes, strict=True):
                     if self._driver.get(key) is not partition:
                         continue  # closed (or reopened) meanwhile
+                    if isinstance(outcome, DiskError) and self._on_disk_full is not None:
+                        # A full disk refused a checkpoint or index (nothing claimed
+                        # durable): try again once it may have room.
+                        self.failures += 1
+                        self._on_disk_full(outcome)
+                        loop.call_later(RETRY_FULL_S, self.request, key, partition, _lg)
+                        continue
                     if isinstance(outcome, Exception):
                         self.failures += 1
-                        # No acknowledgement without durability: the replica stops advancing.
-                        log.critical("%s/%d: log flush failed", *key, exc_info=outcome)
+                        # No acknowledgement without durability: the replica stops advancing
+                        # (and the node stops: see Node.fail_stop).
+                        if self._on_failure is not None:
+                            self._on_failure(key, outcome)
+                        else:
+                            log.critical("%s/%d: log flush failed", *key, exc_info=outcome)
                         continue
                     self.flushed_logs += 1
                     try:

@@ -5,8 +5,10 @@ epochs and fencing (KIP-320), through the native api layer (``Api``).
 Served: ApiVersions, Metadata, Produce (RecordBatch v2; acks 0, 1, all = quorum-durable;
 idempotent batches checked by the partition's producer state), Fetch, ListOffsets,
 OffsetForLeaderEpoch, InitProducerId (idempotence; no transactions), CreateTopics and
-DeleteTopics (through the metadata controller), DescribeConfigs (``kafka_configs``),
-SaslHandshake and SaslAuthenticate, and the consumer-group APIs. ApiVersions lists only
+DeleteTopics (decided by the metadata controller, forwarded to it from another node:
+``topic_changes``), DescribeConfigs (``kafka_configs``),
+SaslHandshake and SaslAuthenticate, the consumer-group APIs, and CreatePartitions,
+AlterConfigs and IncrementalAlterConfigs (``kafka_topic_admin``). ApiVersions lists only
 these, so a client
 does not ask for the rest; a request for an API it does not list is answered with
 UNSUPPORTED_VERSION where its answer has a top-level error code, else the connection
@@ -25,14 +27,18 @@ batches back into RecordBatch v2 with the same base offset and leader epoch.
 
 Consumer groups (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 OffsetCommit, OffsetFetch; offsets in ``__consumer_offsets``) are served by
-``kafka_groups`` and listed by ApiVersions too.
+``kafka_groups``, their administration (ListGroups, DescribeGroups, DeleteGroups,
+OffsetDelete) by ``kafka_group_admin``; both are listed by ApiVersions too, and so is
+DescribeCluster.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import ssl
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -66,11 +72,19 @@ from .kafka_auth import (
     config_result,
 )
 from .kafka_configs import broker_configs, config_entries, topic_configs
+from .kafka_errors import admin_error
+from .kafka_errors import kafka_error as kafka_error
+from .kafka_group_admin import SERVED as GROUP_ADMIN_APIS
+from .kafka_group_admin import GroupAdmin
+from .kafka_groups import REQUEST_CLIENT, KafkaGroups
 from .kafka_groups import SERVED as GROUP_APIS
-from .kafka_groups import KafkaGroups
+from .kafka_topic_admin import SERVED as TOPIC_ADMIN_APIS
+from .kafka_topic_admin import TopicAdmin
 from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
 from .problems import LogBudget
 from .security import AuthConfig, Principal
+from .topic_changes import TopicChanges
+from .topic_configs import stored_compression
 from .transport import AUTH_TIMEOUT_S, cancel_answers, start_server
 
 log = logging.getLogger(__name__)
@@ -91,43 +105,44 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = (
         km.OFFSET_FOR_LEADER_EPOCH.max_version,
     ),
     *GROUP_APIS,
+    *GROUP_ADMIN_APIS,
+    *TOPIC_ADMIN_APIS,
+    (km.DESCRIBE_CLUSTER, km.DESCRIBE_CLUSTER.min_version, km.DESCRIBE_CLUSTER.max_version),
     (km.DESCRIBE_CONFIGS, km.DESCRIBE_CONFIGS.min_version, km.DESCRIBE_CONFIGS.max_version),
     (km.SASL_HANDSHAKE, km.SASL_HANDSHAKE.min_version, km.SASL_HANDSHAKE.max_version),
     (km.SASL_AUTHENTICATE, km.SASL_AUTHENTICATE.min_version, km.SASL_AUTHENTICATE.max_version),
 )
 _SERVED_KEYS = tuple((api.key, low, high) for api, low, high in SERVED)
 
-#: Native error codes up to here are Kafka's own numbers and meanings (protocol/errors.py);
-#: the quorum ones above map in ``kafka_error``.
-_KAFKA_NUMBERED = 80
-_LEADER_MOVED = frozenset(
-    {ErrorCode.NOT_FOLLOWER, ErrorCode.NOT_QUORUM_LEADER, ErrorCode.SHUTTING_DOWN}
-)
-
 #: Fixed for every node, so a client's topic ids agree whichever node it asks.
 _TOPIC_ID_NAMESPACE = uuid.UUID("6d1c7c3e-2f4b-4d0e-9a57-0b9b3c5f8e21")
 
 Handler = Callable[[KafkaApi, int, Message], Awaitable[Message | None]]
 
+#: DescribeCluster's endpoint type of broker listeners (KIP-919).
+_BROKER_ENDPOINTS = 1
+#: The cluster's authorized operations when asked for: every one Kafka defines on the
+#: cluster (AclOperation codes as bits: CREATE 7, ALTER 4, DESCRIBE 8, CLUSTER_ACTION 9,
+#: DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12).
+_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12))
+
 #: The most partition entries one Fetch may name (a topic of thousands fits).
 MAX_FETCH_PARTITIONS = 10_000
-
-
-def kafka_error(code: int) -> int:
-    """The Kafka error code for a native one (same number where Kafka has that error)."""
-    if -1 <= code <= _KAFKA_NUMBERED:
-        return code
-    if code in _LEADER_MOVED:
-        return int(KafkaError.NOT_LEADER_OR_FOLLOWER)
-    return int(KafkaError.UNKNOWN_SERVER_ERROR)
 
 
 class KafkaHandlers:
     """One handler per Kafka API, each mapping onto the native ``Api`` of this node."""
 
-    def __init__(self, api: Api, advertised: dict[int, tuple[str, int]]) -> None:
+    def __init__(
+        self,
+        api: Api,
+        advertised: dict[int, tuple[str, int]],
+        changes: TopicChanges,
+    ) -> None:
+        """``changes``: where topic changes are decided (the metadata leader)."""
         self.api = api
         self.advertised = advertised
+        self.changes = changes
         self.handlers: dict[int, Handler] = {
             km.API_VERSIONS.key: self.api_versions,
             km.METADATA.key: self.metadata,
@@ -139,11 +154,14 @@ class KafkaHandlers:
             km.DELETE_TOPICS.key: self.delete_topics,
             km.INIT_PRODUCER_ID.key: self.init_producer_id,
             km.DESCRIBE_CONFIGS.key: self.describe_configs,
+            km.DESCRIBE_CLUSTER.key: self.describe_cluster,
             km.SASL_HANDSHAKE.key: self.sasl_out_of_place,
             km.SASL_AUTHENTICATE.key: self.sasl_out_of_place,
         }
         self.groups = KafkaGroups(api, advertised)
         self.handlers.update(self.groups.handlers)
+        self.handlers.update(GroupAdmin(self.groups).handlers)
+        self.handlers.update(TopicAdmin(api, self.changes).handlers)
 
     def topic_id(self, name: str) -> uuid.UUID:
         """Derived, not stored: a client naming endless unknown topics costs no memory."""
@@ -205,6 +223,25 @@ class KafkaHandlers:
         out["topics"] = topics
         return out
 
+    async def describe_cluster(self, api: KafkaApi, version: int, body: Message) -> Message:
+        """The nodes' Kafka listeners and the metadata leader as controller. Only broker
+        endpoints (type 1) are served: a request for controller endpoints (2) is answered
+        UNSUPPORTED_ENDPOINT_TYPE, as a broker answers it."""
+        out = api.default_response(version)
+        if body["endpoint_type"] != _BROKER_ENDPOINTS:
+            out["error_code"] = int(KafkaError.UNSUPPORTED_ENDPOINT_TYPE)
+            out["error_message"] = "only broker endpoints (type 1) are served"
+            return out
+        out["cluster_id"] = self.api.config.cluster_id
+        out["controller_id"] = or_unknown(self.api.controller.leader_id())
+        out["brokers"] = [
+            {"broker_id": i, "host": h, "port": p, "rack": None}
+            for i, (h, p) in sorted(self.advertised.items())
+        ]
+        if body["include_cluster_authorized_operations"]:
+            out["cluster_authorized_operations"] = _CLUSTER_OPERATIONS
+        return out
+
     async def describe_configs(self, api: KafkaApi, version: int, body: Message) -> Message:
         """Topic (2) and broker (4) resources; any other type is INVALID_REQUEST."""
         config = self.api.config
@@ -222,7 +259,7 @@ class KafkaHandlers:
                 if name == "":
                     entries = []  # no cluster-wide dynamic defaults exist
                 elif name == str(config.node_id):
-                    entries = broker_configs(config)
+                    entries = broker_configs(config, len(self.api.controller.book.placeable()))
                 else:
                     return config_result(
                         r,
@@ -259,8 +296,10 @@ class KafkaHandlers:
         return out
 
     async def create_topics(self, api: KafkaApi, version: int, body: Message) -> Message:
-        """On the metadata leader (Metadata's controller_id), else NOT_CONTROLLER. Configs:
-        ``max.message.bytes``; any other is refused with INVALID_CONFIG."""
+        """Decided by the metadata leader (Metadata's controller_id), forwarded to it from
+        another node; a validate-only create is checked there only (elsewhere:
+        NOT_CONTROLLER, which clients retry there). Configs: those a topic may set (``topic_configs``); any other is refused with
+        INVALID_CONFIG."""
 
         async def one(t: Message) -> Message:
             answer: Message = {
@@ -272,33 +311,27 @@ class KafkaHandlers:
                 "replication_factor": t["replication_factor"],
                 "configs": None,
             }
-            configs = {c["name"]: c["value"] for c in t["configs"]}
-            unknown = sorted(set(configs) - {"max.message.bytes"})
-            if unknown or t["assignments"]:
-                what = f"configs {unknown}" if unknown else "replica assignments"
-                answer["error_code"] = int(KafkaError.INVALID_CONFIG)
-                answer["error_message"] = f"{what} are not served (only max.message.bytes)"
-                return answer
-            try:
-                max_bytes = int(configs.get("max.message.bytes") or 0)
-            except ValueError:
-                answer["error_code"] = int(KafkaError.INVALID_CONFIG)
-                answer["error_message"] = "max.message.bytes must be an integer"
+            if t["assignments"]:
+                answer["error_code"] = int(KafkaError.INVALID_REQUEST)
+                answer["error_message"] = "replica assignments are not served"
                 return answer
             req = m.CreateTopicRequest(
                 name=t["name"],
                 partitions=t["num_partitions"] if t["num_partitions"] > 0 else 1,
                 replication_factor=max(0, t["replication_factor"]),
-                max_message_bytes=max_bytes,
+                configs=[
+                    m.TopicConfig(name=c["name"], value=c["value"])
+                    for c in t["configs"]
+                    if c["value"] is not None
+                ],
             )
-            controller = self.api.controller
             if body["validate_only"]:
-                problem = controller.create_problem(req)
+                problem = self.api.controller.create_problem(req)
                 code, text = problem if problem is not None else (ErrorCode.NONE, "")
             else:
-                resp = await controller.create_topic(req)
+                resp = await self.changes.create_topic(req)
                 code, text = ErrorCode(resp.error), resp.error_message
-            answer["error_code"] = _admin_error(code)
+            answer["error_code"] = admin_error(code)
             answer["error_message"] = text or None
             return answer
 
@@ -313,12 +346,12 @@ class KafkaHandlers:
         out = api.default_response(version)
         out["responses"] = []
         for name in names:
-            resp = await self.api.controller.delete_topic(m.DeleteTopicRequest(name=name))
+            resp = await self.changes.delete_topic(m.DeleteTopicRequest(name=name))
             out["responses"].append(
                 {
                     "name": name,
                     "topic_id": self.topic_id(name),
-                    "error_code": _admin_error(ErrorCode(resp.error)),
+                    "error_code": admin_error(ErrorCode(resp.error)),
                     "error_message": resp.error_message or None,
                 }
             )
@@ -378,6 +411,8 @@ class KafkaHandlers:
 
     async def _produce_one(self, topic: str, pd: Message, acks: int, timeout_ms: int) -> Message:
         index = pd["index"]
+        assigned = self.api.controller.state.topics.get(topic)
+        configs = assigned.configs if assigned is not None else {}
         try:
             batches = []
             for batch in iter_batches(pd["records"] or b""):
@@ -385,8 +420,13 @@ class KafkaHandlers:
                 if batch.is_transactional:
                     text = "transactions are not supported"
                     return _partition_produced(index, int(KafkaError.INVALID_TXN_STATE), -1, text)
-                batches.append(kafka_to_quorumlog(batch))
-        except (KafkaDecodeError, ValueError) as exc:
+                codec = stored_compression(configs, batch.compression)
+                batches.append(kafka_to_quorumlog(batch, compression=codec))
+        except KafkaDecodeError as exc:
+            # CORRUPT_MESSAGE, or what the batch's fault is in Kafka's words (INVALID_RECORD,
+            # UNSUPPORTED_COMPRESSION_TYPE: errors a client does not retry).
+            return _partition_produced(index, int(exc.error_code), UNKNOWN, str(exc))
+        except ValueError as exc:
             return _partition_produced(index, int(KafkaError.CORRUPT_MESSAGE), UNKNOWN, str(exc))
         if not batches:
             return _partition_produced(index, int(KafkaError.INVALID_REQUEST), UNKNOWN, "empty")
@@ -566,14 +606,6 @@ async def _each_partition(
     return out
 
 
-def _admin_error(code: ErrorCode) -> int:
-    """Topic administration on a node that is not the metadata leader: NOT_CONTROLLER, so
-    the client asks Metadata for the controller and goes there."""
-    if code == ErrorCode.NOT_LEADER:
-        return int(KafkaError.NOT_CONTROLLER)
-    return kafka_error(code)
-
-
 def _partition_produced(index: int, error: int, base_offset: int, message: str) -> Message:
     return {
         "index": index,
@@ -612,6 +644,14 @@ class KafkaServer:
         self._budget = LogBudget()
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
+        # For the node's metrics (metrics.py): requests refused by reason, and a hook
+        # told of every answer (API name, perf_counter at its start, the answer).
+        self.rejected: collections.Counter[str] = collections.Counter()
+        self.observe: Callable[[str, float, Message | None], None] | None = None
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -634,6 +674,8 @@ class KafkaServer:
         assert task is not None
         self._conns.add(task)
         peer = writer.get_extra_info("peername")
+        # As Kafka shows a client's host in DescribeGroups: "/" and its address.
+        client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
         # The connection's authentication: None on a node without --auth-config.
         sasl = KafkaSasl(self.auth, peer, self._budget) if self.auth is not None else None
         auth_deadline = asyncio.get_running_loop().time() + AUTH_TIMEOUT_S
@@ -657,8 +699,11 @@ class KafkaServer:
                                 await pending.put(step)
                         continue
                     principal = sasl.principal if sasl is not None else None
-                    await pending.put(asyncio.create_task(self._answer(payload, principal)))
+                    await pending.put(
+                        asyncio.create_task(self._answer(payload, principal, client_host))
+                    )
         except TimeoutError:
+            self.rejected["authentication_timeout"] += 1
             self._budget.log(
                 logging.WARNING,
                 "kafka connection from %s did not authenticate within %.0f s; closing",
@@ -666,6 +711,7 @@ class KafkaServer:
                 AUTH_TIMEOUT_S,
             )
         except KafkaDecodeError as exc:
+            self.rejected["malformed"] += 1
             log.info("kafka connection from %s: %s", peer, exc)
         except (ConnectionError, asyncio.CancelledError):
             pass
@@ -699,6 +745,7 @@ class KafkaServer:
                     api, header.api_version, header.correlation_id, answer.body
                 )
         except (KafkaDecodeError, SaslStateError) as exc:
+            self.rejected["authentication_failed"] += 1
             return [asyncio.create_task(_close_connection(exc))]
         steps = [asyncio.create_task(_ready(encoded))]
         if answer.close:
@@ -738,25 +785,33 @@ class KafkaServer:
             if closed:
                 writer.close()
 
-    async def _answer(self, payload: bytes, principal: Principal | None) -> bytes | None:
+    async def _answer(
+        self, payload: bytes, principal: Principal | None, client_host: str = ""
+    ) -> bytes | None:
         try:
             header, api, body = decode_request(payload, trailing_ok=True)
         except UnsupportedRequest as exc:
+            self.rejected["unsupported_version"] += 1
             if exc.header.api_key == km.API_VERSIONS.key:
                 answer = api_versions_body(0, _SERVED_KEYS, KafkaError.UNSUPPORTED_VERSION)
                 return encode_response(km.API_VERSIONS, 0, exc.header.correlation_id, answer)
             raise
+        REQUEST_CLIENT.set((header.client_id or "", client_host))
         handler = self.handlers.handlers.get(api.key)
         if handler is None:
+            self.rejected["unsupported_api"] += 1
             out = api.default_response(header.api_version)
             if "error_code" not in out:
                 raise KafkaDecodeError(f"{api.name} is not served and has no error code")
             out["error_code"] = int(KafkaError.UNSUPPORTED_VERSION)
             return encode_response(api, header.api_version, header.correlation_id, out)
+        began = time.perf_counter()
         if principal is not None:
             result = await self.gate(principal, api, header.api_version, body, handler)
         else:
             result = await handler(api, header.api_version, body)
+        if self.observe is not None:
+            self.observe(api.name, began, result)
         if result is None:
             return None
         return encode_response(api, header.api_version, header.correlation_id, result)

@@ -146,11 +146,15 @@ class KafkaSasl:
         name = "?"
         try:
             if self._state is _State.CLIENT_FIRST:
-                name, client_nonce = scram.parse_client_first(token)
-                self._entry = self.auth.credential(name, self._mechanism)
-                verifier = self._entry[1] if self._entry else self.auth.decoy(name, self._mechanism)
+
+                def verifier_for(principal: str) -> scram.Verifier:
+                    self._entry = self.auth.credential(principal, self._mechanism)
+                    if self._entry is None:
+                        return self.auth.decoy(principal, self._mechanism)
+                    return self._entry[1]
+
                 self._session = scram.ScramServerSession(
-                    name, client_nonce, verifier, self._entry is not None, nonce_suffix_ok=True
+                    token, verifier_for, self._mechanism, nonce_suffix_ok=True
                 )
                 self._state = _State.CLIENT_FINAL
                 return self._session.first_message(), None
@@ -283,6 +287,19 @@ _TOPIC_REQUESTS: dict[int, _TopicsShape] = {
 }
 
 
+#: APIs that create, change or delete topics: admin principals only.
+_TOPIC_ADMIN = frozenset(
+    api.key
+    for api in (
+        km.CREATE_TOPICS,
+        km.DELETE_TOPICS,
+        km.CREATE_PARTITIONS,
+        km.ALTER_CONFIGS,
+        km.INCREMENTAL_ALTER_CONFIGS,
+    )
+)
+
+
 class TopicGate:
     """Runs a request of an authenticated principal: what it may not touch is answered
     with an authorization error here, the rest by ``handler``, in the request's order.
@@ -301,8 +318,10 @@ class TopicGate:
             return await self._metadata(principal, api, version, body, handler)
         if api.key == km.DESCRIBE_CONFIGS.key:
             return await self._describe_configs(principal, api, version, body, handler)
-        if api.key in (km.CREATE_TOPICS.key, km.DELETE_TOPICS.key) and principal.kind != "admin":
+        if api.key in _TOPIC_ADMIN and principal.kind != "admin":
             return _admin_only(api, version, body, principal)
+        if api.key in (km.DELETE_GROUPS.key, km.OFFSET_DELETE.key) and principal.kind != "admin":
+            return _groups_admin_only(api, version, body)
         if api.key == km.INIT_PRODUCER_ID.key and principal.kind not in ("producer", "admin"):
             # Kafka's answer without the IdempotentWrite ACL.
             out = api.default_response(version)
@@ -409,9 +428,22 @@ def config_result(resource: Message, error: KafkaError, message: str | None) -> 
     }
 
 
+def _groups_admin_only(api: KafkaApi, version: int, body: Message) -> Message:
+    """DeleteGroups / OffsetDelete from a principal that is not an admin: refused with
+    GROUP_AUTHORIZATION_FAILED (Kafka's answer without the DELETE ACL on the group)."""
+    code = int(KafkaError.GROUP_AUTHORIZATION_FAILED)
+    out = api.default_response(version)
+    if api.key == km.DELETE_GROUPS.key:
+        out["results"] = [{"group_id": g, "error_code": code} for g in body["groups_names"]]
+    else:
+        out["error_code"] = code
+    return out
+
+
 def _admin_only(api: KafkaApi, version: int, body: Message, principal: Principal) -> Message:
-    """CreateTopics / DeleteTopics from a principal that is not an admin: every topic is
-    answered TOPIC_AUTHORIZATION_FAILED (Kafka's answer without the CREATE / DELETE ACL)."""
+    """A topic admin API (CreateTopics, DeleteTopics, CreatePartitions, AlterConfigs,
+    IncrementalAlterConfigs) from a principal that is not an admin: every topic is answered
+    TOPIC_AUTHORIZATION_FAILED (Kafka's answer without the CREATE / DELETE / ALTER ACL)."""
     code = int(KafkaError.TOPIC_AUTHORIZATION_FAILED)
     why = f"only admin principals may call {api.name}; {principal.name!r} is a {principal.kind}"
     out = api.default_response(version)
@@ -427,6 +459,22 @@ def _admin_only(api: KafkaApi, version: int, body: Message, principal: Principal
                 "configs": None,
             }
             for t in body["topics"]
+        ]
+        return out
+    if api.key == km.CREATE_PARTITIONS.key:
+        out["results"] = [
+            {"name": t["name"], "error_code": code, "error_message": why} for t in body["topics"]
+        ]
+        return out
+    if api.key in (km.ALTER_CONFIGS.key, km.INCREMENTAL_ALTER_CONFIGS.key):
+        out["responses"] = [
+            {
+                "error_code": code,
+                "error_message": why,
+                "resource_type": r["resource_type"],
+                "resource_name": r["resource_name"],
+            }
+            for r in body["resources"]
         ]
         return out
     named = [(n, uuid.UUID(int=0)) for n in body["topic_names"]]

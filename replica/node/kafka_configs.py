@@ -1,17 +1,20 @@
 """What DescribeConfigs answers (``kafka_api``): a topic's configs and this node's, with the
 values the node really applies, in Kafka's names.
 
-Retention and segment size are the node's (quorumlog has no per-topic overrides of them);
-``max.message.bytes`` is the topic's if it set one, else the node's. ``min.insync.replicas``
+``retention.ms``, ``retention.bytes``, ``segment.bytes`` and ``max.message.bytes`` are
+the topic's where it sets them (DYNAMIC_TOPIC_CONFIG; ``topic_configs``), else the
+node's; those four are the ones AlterConfigs and IncrementalAlterConfigs change. ``min.insync.replicas``
 is the quorum's majority of the topic's replicas: acks=all waits for that many.
-``compression.type`` is ``uncompressed``: batches are stored as Arrow and fetched as
-uncompressed Kafka batches whatever the producer sent. Every config is read-only (the
-listener serves no AlterConfigs). A value the node was started with is
+``compression.type`` is the topic's (default ``producer``): how a Kafka producer's batches
+are stored (Arrow IPC buffer compression); fetches answer uncompressed Kafka batches.
+The other configs are read-only.
+A value the node was started with is
 STATIC_BROKER_CONFIG if it differs from the shipped default, else DEFAULT_CONFIG.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from .. import defaults
@@ -36,6 +39,7 @@ class ConfigEntry:
     documentation: str
     # (name, value, source), the entry's own first, as Kafka lists a config's synonyms.
     synonyms: tuple[tuple[str, str, int], ...] = ()
+    read_only: bool = True
 
 
 def _node_value(value: int | None, default: int | None) -> tuple[str, int]:
@@ -57,40 +61,66 @@ def _from_node(
     return ConfigEntry(name, text, source, config_type, doc, ((broker_name, text, source),))
 
 
+def _topic_or_node(
+    topic: TopicAssignment,
+    name: str,
+    broker_name: str,
+    value: int | None,
+    default: int | None,
+    config_type: int,
+    doc: str,
+) -> ConfigEntry:
+    """A config the topic may set: its own value if it does (the node's as a synonym),
+    else the node's."""
+    node = _from_node(name, broker_name, value, default, config_type, doc)
+    own = topic.configs.get(name)
+    if own is None:
+        return dataclasses.replace(node, read_only=False)
+    return _set_by_topic(name, own, config_type, doc, node.synonyms)
+
+
+def _topic_only(
+    topic: TopicAssignment, name: str, default: str, config_type: int, doc: str
+) -> ConfigEntry:
+    """A config the topic may set that has no node-wide value: its own, else Kafka's
+    default."""
+    own = topic.configs.get(name)
+    if own is None:
+        return dataclasses.replace(_fixed(name, default, config_type, doc), read_only=False)
+    return _set_by_topic(name, own, config_type, doc, ())
+
+
+def _set_by_topic(
+    name: str, own: str, config_type: int, doc: str, below: tuple[tuple[str, str, int], ...]
+) -> ConfigEntry:
+    """A config the topic sets itself: its value first among the synonyms, then
+    ``below`` (what applies where the topic sets none)."""
+    synonyms = ((name, own, DYNAMIC_TOPIC_CONFIG), *below)
+    return ConfigEntry(name, own, DYNAMIC_TOPIC_CONFIG, config_type, doc, synonyms, read_only=False)
+
+
 def topic_configs(config: NodeConfig, topic: TopicAssignment) -> list[ConfigEntry]:
     replicas = len(topic.replicas[0]) if topic.replicas else 0
-    node_limit, node_source = _node_value(config.max_message_bytes, defaults.MAX_MESSAGE_BYTES)
-    if topic.max_message_bytes is not None:
-        limit = str(topic.max_message_bytes)
-        max_bytes = ConfigEntry(
-            "max.message.bytes",
-            limit,
-            DYNAMIC_TOPIC_CONFIG,
-            INT,
-            "The largest record batch a producer may send to this topic (set at creation).",
-            (
-                ("max.message.bytes", limit, DYNAMIC_TOPIC_CONFIG),
-                ("message.max.bytes", node_limit, node_source),
-            ),
-        )
-    else:
-        max_bytes = _from_node(
+    return [
+        _fixed("cleanup.policy", "delete", LIST, "Old segments are deleted by retention."),
+        _topic_only(
+            topic,
+            "compression.type",
+            "producer",
+            STRING,
+            "How a Kafka producer's batches rest on disk: Arrow IPC buffer compression "
+            "(uncompressed, lz4, zstd, or producer: the producer's codec). Fetches answer "
+            "uncompressed batches.",
+        ),
+        _topic_or_node(
+            topic,
             "max.message.bytes",
             "message.max.bytes",
             config.max_message_bytes,
             defaults.MAX_MESSAGE_BYTES,
             INT,
-            "The largest record batch a producer may send to this topic (the node's limit).",
-        )
-    return [
-        _fixed("cleanup.policy", "delete", LIST, "Old segments are deleted by retention."),
-        _fixed(
-            "compression.type",
-            "uncompressed",
-            STRING,
-            "Batches are stored as Arrow and fetched uncompressed, whatever the producer sent.",
+            "The largest record batch a producer may send to this topic.",
         ),
-        max_bytes,
         _fixed(
             "message.timestamp.type",
             "CreateTime",
@@ -104,29 +134,32 @@ def topic_configs(config: NodeConfig, topic: TopicAssignment) -> list[ConfigEntr
             "acks=all waits until a majority of the replicas (the partition's quorum) has "
             "the batch on disk.",
         ),
-        _from_node(
+        _topic_or_node(
+            topic,
             "retention.bytes",
             "log.retention.bytes",
             config.retention_bytes,
             defaults.RETENTION_BYTES,
             LONG,
-            "The node's size bound per partition (-1: none).",
+            "The size bound per partition (-1: none).",
         ),
-        _from_node(
+        _topic_or_node(
+            topic,
             "retention.ms",
             "log.retention.ms",
             config.retention_ms,
             defaults.RETENTION_MS,
             LONG,
-            "The node's age bound on records (-1: none).",
+            "The age bound on records (-1: none).",
         ),
-        _from_node(
+        _topic_or_node(
+            topic,
             "segment.bytes",
             "log.segment.bytes",
             config.segment_bytes,
             defaults.SEGMENT_BYTES,
             INT,
-            "The node's segment size.",
+            "The segment size.",
         ),
         _fixed(
             "unclean.leader.election.enable",
@@ -137,7 +170,8 @@ def topic_configs(config: NodeConfig, topic: TopicAssignment) -> list[ConfigEntr
     ]
 
 
-def broker_configs(config: NodeConfig) -> list[ConfigEntry]:
+def broker_configs(config: NodeConfig, nodes: int) -> list[ConfigEntry]:
+    """This node's configs; ``nodes``: how many nodes take new replicas."""
     node_id = str(config.node_id)
 
     def static(name: str, value: str, config_type: int, doc: str) -> ConfigEntry:
@@ -162,7 +196,7 @@ def broker_configs(config: NodeConfig) -> list[ConfigEntry]:
         _fixed("num.partitions", "1", INT, "Partitions of a topic created without a count."),
         _fixed(
             "default.replication.factor",
-            str(min(3, len(config.voters))),
+            str(min(3, nodes)),
             INT,
             "Replicas of a topic created without a replication factor.",
         ),
@@ -214,7 +248,7 @@ def config_entries(
         {
             "name": e.name,
             "value": e.value,
-            "read_only": True,
+            "read_only": e.read_only,
             "is_default": e.source == DEFAULT_CONFIG,
             "config_source": e.source,
             "is_sensitive": False,

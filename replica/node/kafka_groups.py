@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import logging
 import time
@@ -100,6 +101,12 @@ OFFSET_KEY_VERSION = 1
 GROUP_KEY_TYPE = 0  # FindCoordinator key_type: 0 group, 1 transaction
 
 Handler = Callable[[KafkaApi, int, Message], Awaitable[Message | None]]
+
+#: The client id and host of the Kafka request being handled (the listener sets it per
+#: request): a member's JoinGroup records them, DescribeGroups shows them.
+REQUEST_CLIENT: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar(
+    "kafka_request_client", default=("", "")
+)
 
 
 def now_ms() -> int:
@@ -477,6 +484,8 @@ class KafkaGroups:
         group_id, member_id = body["group_id"], body["member_id"]
         protocols = [(p["name"], p["metadata"]) for p in body["protocols"]]
 
+        client_id, client_host = REQUEST_CLIENT.get()
+
         def step(token: int) -> None:
             self.machine.join(
                 token,
@@ -488,6 +497,9 @@ class KafkaGroups:
                 body["rebalance_timeout_ms"],
                 now_ms(),
                 require_known_member_id=version >= 4,
+                client_id=client_id,
+                client_host=client_host,
+                group_instance_id=body["group_instance_id"],
             )
 
         result = await self._parked(group_id, step, JoinResult, member_id=member_id)
@@ -500,7 +512,11 @@ class KafkaGroups:
             leader=result.leader,
             member_id=result.member_id,
             members=[
-                {"member_id": mid, "group_instance_id": None, "metadata": md}
+                {
+                    "member_id": mid,
+                    "group_instance_id": self._instance(group_id, mid),
+                    "metadata": md,
+                }
                 for mid, md in result.members
             ],
         )
@@ -520,6 +536,7 @@ class KafkaGroups:
                 now_ms(),
                 protocol_type=body["protocol_type"],
                 protocol_name=body["protocol_name"],
+                group_instance_id=body["group_instance_id"],
             )
 
         result = await self._parked(group_id, step, SyncResult)
@@ -536,7 +553,11 @@ class KafkaGroups:
         _, code = await self._coordinate(body["group_id"])
         if code == KafkaError.NONE:
             code = self.machine.heartbeat(
-                body["group_id"], body["generation_id"], body["member_id"], now_ms()
+                body["group_id"],
+                body["generation_id"],
+                body["member_id"],
+                now_ms(),
+                body["group_instance_id"],
             )
             self._deliver()
         out = api.default_response(version)
@@ -558,12 +579,20 @@ class KafkaGroups:
                 {
                     "member_id": mb["member_id"],
                     "group_instance_id": mb["group_instance_id"],
-                    "error_code": int(self.machine.leave(group_id, mb["member_id"], now)),
+                    "error_code": int(
+                        self.machine.leave(group_id, mb["member_id"], now, mb["group_instance_id"])
+                    ),
                 }
                 for mb in body["members"]
             ]
         self._deliver()
         return out
+
+    def _instance(self, group_id: str, member_id: str) -> str | None:
+        """A member's group instance id (None: a dynamic member, or gone)."""
+        group = self.machine.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        return member.group_instance_id if member is not None else None
 
     # ------------------------------------------------------------------ offsets
     async def offset_commit(self, api: KafkaApi, version: int, body: Message) -> Message:
@@ -571,7 +600,11 @@ class KafkaGroups:
         cache, code = await self._coordinate(group_id)
         if cache is not None:
             code = self.machine.commit_error(
-                group_id, body["generation_id_or_member_epoch"], body["member_id"], now_ms()
+                group_id,
+                body["generation_id_or_member_epoch"],
+                body["member_id"],
+                now_ms(),
+                body["group_instance_id"],
             )
             self._deliver()
             limit = self.machine.config.max_groups
@@ -582,7 +615,7 @@ class KafkaGroups:
             ):
                 code = KafkaError.GROUP_MAX_SIZE_REACHED
         codes: dict[tuple[str, int], int] = {}
-        rows: dict[tuple[str, int], Committed] = {}
+        rows: dict[tuple[str, int], Committed | None] = {}
         max_metadata = self.machine.config.offset_metadata_max_bytes
         commit_ts = int(time.time() * 1000)
         for t in body["topics"]:
@@ -620,12 +653,13 @@ class KafkaGroups:
         return out
 
     async def _write(
-        self, group_id: str, cache: OffsetsCache, rows: dict[tuple[str, int], Committed]
+        self, group_id: str, cache: OffsetsCache, rows: dict[tuple[str, int], Committed | None]
     ) -> KafkaError:
-        """Append ``rows`` as one batch, durable on a quorum, then into the cache."""
+        """Append ``rows`` as one batch, durable on a quorum, then into the cache (None:
+        a tombstone, which deletes that partition's committed offset)."""
         p = cache.partition
         records = encode_batch(
-            [encode_offset_value(c) for c in rows.values()],
+            [None if c is None else encode_offset_value(c) for c in rows.values()],
             keys=[encode_offset_key(group_id, topic, part) for topic, part in rows],
         )
         req = m.ProduceRequest(

@@ -47,13 +47,16 @@ class Maintenance:
         if t >= self._retention_at:
             self._retention_at = t + RETENTION_EVERY_S
             self.apply_retention()
+            self.partitions.drop_removed()
         if t >= self._scrub_at + 1:
             self.scrub()
             return True
         return False
 
     def apply_retention(self) -> None:
-        if self.log_config.retention_bytes is None and self.log_config.retention_ms is None:
+        # Each replica runs with its topic's retention (the node's unless the topic sets
+        # its own): with none anywhere, nothing to look at.
+        if not self.partitions.any_retention:
             return
         for key, f in self.partitions:
             p = self.driver.get(key)

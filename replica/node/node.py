@@ -26,18 +26,31 @@ from typing import Any
 
 from .. import defaults
 from ..driver import Driver, Limits, NodeHeartbeat, PartitionKey, Ready
-from ..protocol import ApiKey, DecodeError, Frame, decode_body, encode, max_batch_bytes
+from ..protocol import (
+    ApiKey,
+    DecodeError,
+    ErrorCode,
+    Frame,
+    decode_body,
+    encode,
+    max_batch_bytes,
+)
 from ..protocol import messages as m
 from ..raft import Message, QuorumConfig
-from ..storage import LogConfig
+from ..storage import LogConfig, StorageError, fileio, flush_logs
 from .api import Api
 from .config import NodeConfig
 from .controller import METADATA_KEY, MetadataController
 from .datadir import DataDir
 from .directories import DirectoryIds
+from .diskspace import DiskSpace
 from .flusher import Flusher
 from .kafka_api import KafkaHandlers, KafkaServer
 from .maintenance import Maintenance
+from .metadata import NodeRegistration
+from .metrics import NodeMetrics
+from .metrics_http import MetricsServer
+from .nodes import NodeBook
 from .partitions import PartitionManager
 from .peers import PeerLink
 from .security import (
@@ -45,14 +58,19 @@ from .security import (
     check_own_principal,
     check_raft_sender,
     cluster_auth_config,
-    node_principal,
-    node_secret,
     peer_client_context,
     server_context,
 )
+from .topic_changes import TopicChanges
 from .transport import Server
 
 log = logging.getLogger(__name__)
+
+#: How often a node that could not register itself yet tries again.
+REGISTER_RETRY_S = 1.0
+
+# The exit status of a node stopped by a failing disk (sysexits' EX_IOERR).
+EXIT_DISK_FAILED = 74
 
 # Raft frames name their message class; only these may be decoded from a peer.
 RAFT_CLASSES: dict[str, type] = {
@@ -279,16 +297,42 @@ class Node:
             Limits(
                 max_fetch_bytes=max_batch_bytes(config.max_frame_bytes),
                 produce_timeout_ms=config.produce_timeout_ms,
+                catch_up_bytes_per_s=config.catch_up_bytes_per_second,
             ),
             self.rng,
         )
+        if config.incarnation is not None:  # registered with it (serve --join)
+            self.driver.incarnation = config.incarnation
         self.clock = DriverClock()
         self.ticks = TickTimer(self.driver.next_deadline_ms, self.clock.now)
         self.steps = GatheredSteps(self._carry_out)
-        self.flusher = Flusher(self.driver, self.execute_soon, self.clock.now)
+        self.space = DiskSpace(config.data_dir, config.node_id)
+        # Off unless --metrics-listen: then requests, flushes and persists are counted.
+        self.metrics: NodeMetrics | None = None
+        if config.metrics_listen is not None:
+            self.metrics = NodeMetrics(self, per_partition=config.metrics_per_partition)
+        flush = flush_logs if self.metrics is None else self.metrics.timed_flush(flush_logs)
+        self.flusher = Flusher(
+            self.driver,
+            self.execute_soon,
+            self.clock.now,
+            flush=flush,
+            on_disk_full=self.space.saw,
+            on_failure=self._flush_failed,
+        )
         self.datadir = DataDir(config.data_dir, config.cluster_id, config.node_id)
+        kafka = dict(config.kafka_voters)
+        if config.kafka_listen is not None and not kafka:
+            kafka = {self.node_id: config.kafka_listen}
+        self.book = NodeBook(config.node_id, config.voters, kafka)
         self.partitions = PartitionManager(
-            config.node_id, self.datadir, log_config, self.driver, self.execute, self.clock.now
+            config.node_id,
+            self.datadir,
+            log_config,
+            self.driver,
+            self.execute,
+            self.clock.now,
+            space=self.space,
         )
         self.controller = MetadataController(
             config,
@@ -298,6 +342,14 @@ class Node:
             self.submit,
             self.execute,
             self.clock.now,
+            self.book,
+        )
+        self.changes = TopicChanges(
+            self.controller,
+            config,
+            self._forwarding_credentials(),
+            self.book,
+            node_credentials=config.peer_credentials(),
         )
         self.maintenance = Maintenance(
             log_config,
@@ -307,7 +359,9 @@ class Node:
             self.execute,
             self.clock.now,
         )
-        self.api = Api(config, self.driver, self.controller, self.submit, self.submit_many)
+        self.api = Api(
+            config, self.driver, self.controller, self.changes, self.submit, self.submit_many
+        )
         self.peers: dict[int, PeerLink] = {}
         self._batch_room = min(BATCH_FRAME_BYTES, max_batch_bytes(config.max_frame_bytes) // 2)
         self._batch_alone = min(BATCH_ALONE_BYTES, self._batch_room)
@@ -315,7 +369,9 @@ class Node:
         self.server = Server(
             config.host,
             config.port,
-            self.api.handle,
+            self.api.handle
+            if self.metrics is None
+            else self.metrics.native_handler(self.api.handle),
             self._handle_raft,
             max_frame_bytes=config.max_frame_bytes,
             ssl_context=server_context(config.tls) if config.tls else None,
@@ -331,18 +387,27 @@ class Node:
         self.kafka: KafkaServer | None = None
         if config.kafka_listen is not None:
             host, port = config.kafka_listen
-            advertised = dict(config.kafka_voters) or {self.node_id: config.kafka_listen}
             # The same certificate and principals as the native listener.
             self.kafka = KafkaServer(
-                KafkaHandlers(self.api, advertised),
+                KafkaHandlers(self.api, self.book.kafka, self.changes),
                 host,
                 port,
                 config.max_frame_bytes,
                 ssl_context=server_context(config.tls) if config.tls else None,
                 auth=auth,
             )
+            if self.metrics is not None:
+                self.kafka.observe = self.metrics.kafka_answered
+        self.metrics_server: MetricsServer | None = None
+        if self.metrics is not None and config.metrics_listen is not None:
+            self.metrics_server = MetricsServer(
+                self.metrics,
+                *config.metrics_listen,
+                ssl_context=server_context(config.tls) if config.tls else None,
+            )
         self.directories: DirectoryIds | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._registering: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._answers: dict[int, asyncio.Future[Any]] = {}
         self._tokens = itertools.count(1)
@@ -360,7 +425,14 @@ class Node:
         """In the order ``Ready`` prescribes."""
         if ready.persist:
             # One fsync for every state of this step, durable before any send below.
-            self.partitions.persist_all(ready.persist)
+            try:
+                if self.metrics is None:
+                    self.partitions.persist_all(ready.persist)
+                else:
+                    self.metrics.persist(self.partitions, ready.persist)
+            except (OSError, StorageError) as exc:
+                # Nothing of this step may be sent, and the cores have moved on.
+                self.fail_stop(f"election state could not be made durable ({exc})")
         for key in ready.flush:
             self._start_flush(key)
         if ready.send:
@@ -378,19 +450,26 @@ class Node:
         answers every request: at once, at the HWM, or at its deadline)."""
         token, fut = self._request(key, req)
         try:
-            return await fut
+            resp = await fut
         finally:
             self._answers.pop(token, None)
+        if self.metrics is not None:
+            self.metrics.answered(key, req, resp)
+        return resp
 
     async def submit_many(self, requests: list[tuple[PartitionKey, Any]]) -> list[Any]:
         """``submit`` each, all in this turn of the loop, without a task each; their
         answers in the same order."""
         pending = [self._request(key, req) for key, req in requests]
         try:
-            return list(await asyncio.gather(*(fut for _, fut in pending)))
+            answers = list(await asyncio.gather(*(fut for _, fut in pending)))
         finally:
             for token, _ in pending:
                 self._answers.pop(token, None)
+        if self.metrics is not None:
+            for (key, req), resp in zip(requests, answers, strict=True):
+                self.metrics.answered(key, req, resp)
+        return answers
 
     def _request(self, key: PartitionKey, req: Any) -> tuple[int, asyncio.Future[Any]]:
         token = next(self._tokens)
@@ -483,6 +562,7 @@ class Node:
             try:
                 self.clock.turn(period_ms)
                 self.execute(self.driver.tick(self.clock.now()))
+                self.space.poll()
                 if self.maintenance.run() and self.datadir.catch_up_pending:
                     # Also when no metadata arrives any more.
                     self.controller.maybe_end_catch_up_pending()
@@ -493,8 +573,29 @@ class Node:
             period_ms = await self.ticks.wait()
 
     # ------------------------------------------------------------------ lifecycle
+    def _flush_failed(self, key: PartitionKey, exc: BaseException) -> None:
+        self.fail_stop(f"the flush of {key[0]}/{key[1]} failed ({exc})")
+
+    def fail_stop(self, reason: str) -> None:
+        """A failed fsync (or election-state write): what was written since the last
+        good one may be lost whatever a retry says, so nothing more is acknowledged or
+        voted from this process. It exits at once; restarted, the node recovers its logs
+        from what is on disk (as after a power loss) and catches up from the others."""
+        log.critical(
+            "node %d: %s; stopping now (fail-stop): data written since the last successful "
+            "fsync is not trusted. Check the disk, then restart the node: it recovers from "
+            "disk and catches up from its peers.",
+            self.node_id,
+            reason,
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(EXIT_DISK_FAILED)
+
     async def start(self) -> None:
+        fileio.install_from_environment()
         self.datadir.lock()
+        self.space.prepare()
         self.directories = DirectoryIds(
             self.config.data_dir, self.datadir.check(), self._on_directory_replaced
         )
@@ -504,34 +605,83 @@ class Node:
         if self.kafka is not None:
             await self.kafka.start()
             log.info("node %d serving Kafka clients on %s:%d", self.node_id, *self.kafka.address)
-        for nid, (host, port) in self.config.voters.items():
-            if nid != self.node_id:
-                host, port = self.config.peer_addresses.get(nid, (host, port))
-                link = PeerLink(
-                    nid,
-                    host,
-                    port,
-                    f"node-{self.node_id}",
-                    self.rng,
-                    ssl_context=peer_client_context(self.config.tls) if self.config.tls else None,
-                    server_hostname=self.config.voters[nid][0],
-                    credentials=self._peer_credentials(),
-                    directories=self.directories,
-                    on_refused=self._peer_refused,
-                )
-                link.start()
-                self.peers[nid] = link
+        if self.metrics_server is not None:
+            await self.metrics_server.start()
+            log.info(
+                "node %d serving metrics at %s://%s:%d/metrics",
+                self.node_id,
+                self.metrics_server.scheme,
+                self.metrics_server.host,
+                self.metrics_server.port,
+            )
+        for nid in self.book.ids():
+            self._link(nid)
+        self.book.on_moved = self._link
         self.controller.start()
         self.partitions.reopen_local()
         self._ticker = asyncio.create_task(self._tick_loop())
+        self._registering = asyncio.create_task(self._register())
         log.info(
-            "node %d serving on %s:%d (cluster %s, %d voters)",
+            "node %d serving on %s:%d (cluster %s, %d nodes known)",
             self.node_id,
             self.config.host,
             self.server.port,
             self.config.cluster_id,
-            len(self.config.voters),
+            len(self.book.native),
         )
+
+    def _link(self, nid: int) -> None:
+        """Open the raft link to node ``nid`` at its address in the book (replacing one
+        to an address it left)."""
+        address = self.book.address(nid)
+        if nid == self.node_id or address is None:
+            return
+        host, port = self.config.peer_addresses.get(nid, address)
+        old = self.peers.get(nid)
+        if old is not None:
+            if (old.host, old.port) == (host, port):
+                return
+            closing = asyncio.get_running_loop().create_task(old.close())
+            self._tasks.add(closing)
+            closing.add_done_callback(self._tasks.discard)
+        link = PeerLink(
+            nid,
+            host,
+            port,
+            f"node-{self.node_id}",
+            self.rng,
+            ssl_context=peer_client_context(self.config.tls) if self.config.tls else None,
+            server_hostname=address[0],
+            credentials=self.config.peer_credentials(),
+            directories=self.directories,
+            on_refused=self._peer_refused,
+        )
+        link.start()
+        self.peers[nid] = link
+
+    async def _register(self) -> None:
+        """Register this node (its directory and listeners) with the metadata leader,
+        again every REGISTER_RETRY_S until it is: a node that started with ``--voters``
+        enters the address book and the Kafka listeners' Metadata this way."""
+        # Where the others reach it: its own entries in the book it started with (the
+        # --voters / --kafka-voters addresses, which may differ from where it listens).
+        assert self.directories is not None  # set by start, before this task
+        reg = NodeRegistration(
+            self.node_id,
+            self.directories.own,
+            self.book.native[self.node_id],
+            self.book.kafka.get(self.node_id),
+        )
+        req = reg.request(self.driver.incarnation)
+        said = ""
+        while True:
+            resp = await self.changes.register_node(req)
+            if not resp.error:
+                return
+            if resp.error_message != said and not ErrorCode(resp.error).retriable:
+                log.error("node %d could not register: %s", self.node_id, resp.error_message)
+                said = resp.error_message
+            await asyncio.sleep(REGISTER_RETRY_S)
 
     def _peer_connected(self, peer: int) -> None:
         """A peer's node connected to this one: it may have just restarted, and our link
@@ -557,15 +707,12 @@ class Node:
             check_own_principal(auth, c.auth_principal, self.node_id, str(c.auth_config))
         return auth
 
-    def _peer_credentials(self) -> tuple[str, str] | None:
-        """Who this node authenticates as to its peers: its node principal (secure), or
-        node-<id> with the secret derived from the cluster secret (plaintext)."""
-        c = self.config
-        if c.auth_principal and c.auth_secret:
-            return c.auth_principal, c.auth_secret
-        if c.cluster_secret:
-            return node_principal(self.node_id), node_secret(c.cluster_secret, self.node_id)
-        return None
+    def _forwarding_credentials(self) -> tuple[str, str] | None:
+        """Who this node forwards topic changes to the metadata leader as: its node
+        principal where the listeners authenticate clients (``--auth-config``); else no
+        one, as any plaintext client, since a connection that authenticates as a node
+        renews the leader's raft link to this node (``PeerLink.heard_from``)."""
+        return self.config.peer_credentials() if self.config.auth_config is not None else None
 
     async def stop(self, graceful: bool = True) -> None:
         if graceful:
@@ -574,12 +721,15 @@ class Node:
             if ready.send:
                 # Give the EndQuorumEpoch messages a moment to leave the socket buffers.
                 await asyncio.sleep(0.05)
-        if self._ticker is not None:
-            self._ticker.cancel()
-            await asyncio.gather(self._ticker, return_exceptions=True)
+        for task in (self._ticker, self._registering):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.server.close()
         if self.kafka is not None:
             await self.kafka.close()
+        if self.metrics_server is not None:
+            await self.metrics_server.close()
         for link in self.peers.values():
             await link.close()
         await self.flusher.wait_idle()  # no log is closed under its running fsync
@@ -641,6 +791,11 @@ def run_node(config: NodeConfig) -> int:
         log.debug("pandas was imported before the node started")
     if not tune_malloc():
         log.debug("malloc left as it is (not glibc, or set by the environment)")
+
+    if config.join:
+        from .join import join
+
+        config = join(config)
 
     async def main() -> None:
         node = Node(config)

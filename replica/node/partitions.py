@@ -5,6 +5,7 @@ as the metadata log assigns them, and handed to the driver."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import shutil
 import time
@@ -24,9 +25,11 @@ from ..storage import (
     QuorumState,
     QuorumStateStore,
 )
-from ..storage.errors import StorageError
+from ..storage.errors import DiskError, StorageError
 from .datadir import DataDir
+from .diskspace import DiskSpace
 from .metadata import METADATA_TOPIC, MetadataState
+from .topic_configs import log_config_for
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +40,44 @@ OPEN_CHUNK = 250
 
 
 class WallClockLog(Log):
-    """The core is handed monotonic time; control batches get wall-clock timestamps."""
+    """The core is handed monotonic time; control batches get wall-clock timestamps.
+    Appends are refused while the node's data disk is full (``DiskSpace``), and a write
+    that finds it full tells the node."""
+
+    def __init__(self, *args: Any, space: DiskSpace | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.space = space
 
     def append_control(
         self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
     ) -> Any:
-        return super().append_control(epoch, leader_id, voters, int(time.time() * 1000))
+        return self._guarded(
+            super().append_control, epoch, leader_id, voters, int(time.time() * 1000)
+        )
+
+    def append_voters(
+        self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
+    ) -> Any:
+        return self._guarded(
+            super().append_voters, epoch, leader_id, voters, int(time.time() * 1000)
+        )
+
+    def append_as_leader(self, records: bytes, epoch: int) -> Any:
+        return self._guarded(super().append_as_leader, records, epoch)
+
+    def append_as_follower(self, batches: bytes) -> Any:
+        return self._guarded(super().append_as_follower, batches)
+
+    def _guarded(self, append: Callable[..., Any], *args: Any) -> Any:
+        space = self.space
+        if space is None:
+            return append(*args)
+        space.check_write(self.directory)
+        try:
+            return append(*args)
+        except DiskError as exc:
+            space.saw(exc)
+            raise
 
 
 @dataclass
@@ -66,8 +101,10 @@ class PartitionManager:
         driver: Driver,
         execute: Callable[[Ready], None],
         now_ms: Callable[[], int],
+        space: DiskSpace | None = None,
     ) -> None:
         self.node_id = node_id
+        self.space = space
         self.datadir = datadir
         self.log_config = log_config
         self.driver = driver
@@ -75,6 +112,8 @@ class PartitionManager:
         self.now_ms = now_ms
         self.files: dict[PartitionKey, Files] = {}
         self._metadata: MetadataState | None = None
+        #: The storage settings of topics that set some of their own (retention.ms, ...).
+        self._topic_log_configs: dict[str, LogConfig] = {}
         self._reconcile_scheduled = False
         self._journal: QuorumJournal | None = None
 
@@ -99,7 +138,13 @@ class PartitionManager:
         ]
         if not writes:
             return
-        self.journal.write_many(writes)
+        try:
+            self.journal.write_many(writes)
+        except OSError as exc:
+            if self.space is None or exc.errno != errno.ENOSPC:
+                raise
+            self.space.saw(exc)  # releases the reserve: the journal has room again
+            self.journal.write_many(writes)
         for key, _ in writes:
             f = self.files.get(key)
             if f is not None and f.legacy is not None:
@@ -111,10 +156,10 @@ class PartitionManager:
     ) -> None:
         """Open one replica; its first driver step goes into ``ready`` when given (many
         opened at once are executed together: one journal write), else is executed."""
-        d = self.datadir.path / f"{topic}-{partition}"
+        d = self._directory((topic, partition))
         # repair=True: damage recovery finds mid-log is cut, with the catch-up mark, and
         # re-fetched from the leader (see RaftReplica.on_corruption), not fatal.
-        lg = WallClockLog(str(d), self.log_config, repair=True)
+        lg = WallClockLog(str(d), self.log_config_of(topic), repair=True, space=self.space)
         fresh = not lg.existed
         if fresh and self.datadir.catch_up_pending:
             # This node's directory replaced a lost one that may have held this replica.
@@ -209,17 +254,57 @@ class PartitionManager:
             log.info("opened %d replicas in %.2f s", count, time.monotonic() - t0)
         return len(todo) - count
 
+    def log_config_of(self, topic: str) -> LogConfig:
+        """The storage settings ``topic``'s replicas run with: the node's, with what the
+        topic sets itself."""
+        return self._topic_log_configs.get(topic, self.log_config)
+
+    @property
+    def any_retention(self) -> bool:
+        """Whether any replica here may have something for retention to delete."""
+        return any(
+            c.retention_bytes is not None or c.retention_ms is not None
+            for c in (self.log_config, *self._topic_log_configs.values())
+        )
+
+    def _apply_topic_configs(self, metadata: MetadataState) -> None:
+        """Topics' configs changed (or are first known): their open replicas take them."""
+        configs = {
+            t.name: log_config_for(self.log_config, t.configs)
+            for t in metadata.topics.values()
+            if t.configs
+        }
+        if configs == self._topic_log_configs:
+            return
+        self._topic_log_configs = configs
+        for (topic, _), f in self.files.items():
+            wanted = configs.get(topic, self.log_config)
+            if f.log.config != wanted:
+                f.log.config = wanted
+
     def reconcile(self, metadata: MetadataState) -> None:
-        """Open the replicas the metadata assigns here; delete those of deleted topics.
-        Thousands of new replicas (one topic of 10,000 partitions) open a slice at a time,
-        the rest on the event loop's next turns, so heartbeats and fetches keep flowing."""
+        """Open the replicas the metadata assigns here (with their topic's configs); delete
+        those of deleted topics. Thousands of new replicas (one topic of 10,000 partitions)
+        open a slice at a time, the rest on the event loop's next turns, so heartbeats and
+        fetches keep flowing."""
         self._metadata = metadata
+        self._apply_topic_configs(metadata)
         wanted: dict[PartitionKey, list[int]] = {}
+        moving: list[tuple[PartitionKey, list[int]]] = []
         for t in metadata.topics.values():
             for p, reps in enumerate(t.replicas):
-                if self.node_id in reps:
-                    wanted[(t.name, p)] = reps
+                key = (t.name, p)
+                if p in t.previous:
+                    if self.node_id not in t.hosts(p) or not self._keeps(key, reps):
+                        continue
+                    moving.append((key, reps))
+                    wanted[key] = t.voters(p)
+                elif self.node_id in reps:
+                    wanted[key] = reps
         left = self._open_many(list(wanted.items()), OPEN_PER_TURN)
+        now = self.now_ms()
+        for key, target in moving:
+            self.driver.set_target(key, target, now)
         if left and not self._reconcile_scheduled:
             try:
                 loop = asyncio.get_running_loop()
@@ -230,17 +315,56 @@ class PartitionManager:
                 loop.call_soon(self._reconcile_again)
             else:
                 self._open_many(list(wanted.items()), None)
-        deleted: list[PartitionKey] = []
-        for key, _ in self if metadata.deleted else ():
-            if key[0] in metadata.deleted and key not in wanted:
-                f = self.close(key)
-                if f is not None:
-                    shutil.rmtree(f.directory, ignore_errors=True)
-                deleted.append(key)
-                log.info("deleted replica %s/%d", *key)
-        # After the directories: a crash in between leaves states without a directory,
-        # which reopen_local skips.
-        self.journal.forget_many(deleted)
+        self._delete(
+            [
+                key
+                for key, _ in (self if metadata.deleted else ())
+                if key[0] in metadata.deleted and key not in wanted
+            ],
+            "its topic was deleted",
+        )
+
+    def _delete(self, keys: list[PartitionKey], why: str) -> None:
+        """Close these replicas and delete their directories, then forget their election
+        states (after the directories: a crash in between leaves states without a
+        directory, which reopen_local skips)."""
+        for key in keys:
+            f = self.close(key)
+            if f is not None:
+                shutil.rmtree(f.directory, ignore_errors=True)
+            log.info("deleted replica %s/%d: %s", *key, why)
+        self.journal.forget_many(keys)
+
+    def _directory(self, key: PartitionKey) -> Path:
+        return self.datadir.path / f"{key[0]}-{key[1]}"
+
+    def _keeps(self, key: PartitionKey, replicas: list[int]) -> bool:
+        """A replica a move takes off this node is kept while it is open or its files
+        are here (it may still be a voter); never made anew (an empty replica that took
+        itself for a voter could help elect a leader without the committed data)."""
+        if self.node_id in replicas or key in self.files:
+            return True
+        return self._directory(key).is_dir()
+
+    def drop_removed(self) -> list[PartitionKey]:
+        """Close and delete the replicas a move took off this node once their removal
+        from the voters is committed (they are observers then, and nobody needs their
+        data); returns them."""
+        metadata = self._metadata
+        if metadata is None:
+            return []
+        dropped: list[PartitionKey] = []
+        for t in metadata.topics.values():
+            for p in t.previous:
+                key = (t.name, p)
+                if key not in self.files or self.node_id in t.replicas[p]:
+                    continue
+                d = self.driver.get(key)
+                # Not a voter, nor one that may still be needed (``electable``).
+                if d is not None and d.log.voters is not None and not d.core.electable:
+                    dropped.append(key)
+        self._delete(dropped, "moved off this node")
+        return dropped
 
     def _reconcile_again(self) -> None:
         self._reconcile_scheduled = False

@@ -66,7 +66,15 @@ KINDS = ("node", "producer", "consumer", "admin")
 _ANY_AUTHENTICATED = frozenset(
     {ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.LIST_TOPICS, ApiKey.DESCRIBE_QUORUM}
 )
-_ADMIN_ONLY = frozenset({ApiKey.CREATE_TOPIC, ApiKey.DELETE_TOPIC, ApiKey.FORCE_LEADER})
+_TOPIC_CHANGES = frozenset({ApiKey.CREATE_TOPIC, ApiKey.DELETE_TOPIC, ApiKey.ALTER_TOPIC})
+_ADMIN_ONLY = _TOPIC_CHANGES | {
+    ApiKey.REASSIGN,
+    ApiKey.CHANGE_VOTER,
+    ApiKey.FORCE_LEADER,
+    ApiKey.RETIRE_NODE,
+}
+#: Only a node may say where it listens: on every listener, plaintext ones included.
+NODE_ONLY = frozenset({ApiKey.REGISTER_NODE})
 _PRODUCE = frozenset({ApiKey.PRODUCE, ApiKey.PRODUCE_MANY, ApiKey.INIT_PRODUCER_ID})
 _CONSUME = frozenset({ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSETS_FOR_LEADER_EPOCH})
 
@@ -241,7 +249,13 @@ def authorize_api(
     kind = principal.kind
     if api in RAFT_KEYS:
         return None if kind == "node" else "only node principals may send raft traffic"
+    if api in NODE_ONLY:
+        return None if kind == "node" else f"only node principals may call {api.name}"
     if api in _ANY_AUTHENTICATED:
+        return None
+    if api in _TOPIC_CHANGES and kind == "node":
+        # Forwarded by the node whose Kafka listener authorized its client
+        # (``topic_changes``) to this one, the metadata leader.
         return None
     if api in _ADMIN_ONLY:
         return None if kind == "admin" else f"only admin principals may call {api.name}"
@@ -299,13 +313,29 @@ def node_secret(cluster_secret: str, node_id: int) -> str:
     return base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
 
 
+@dataclass
+class ClusterAuthConfig(AuthConfig):
+    """The node principals of a plaintext cluster (nothing else may authenticate): every
+    ``node-<id>``, its verifier derived from the cluster secret when it first
+    authenticates, so a node that joins later is known as well as those started with."""
+
+    cluster_secret: str = field(default="", repr=False)
+
+    def credential(
+        self, name: str, mechanism: Mechanism = SCRAM_SHA_256
+    ) -> tuple[Principal, Verifier] | None:
+        nid = node_id_of_name(name)
+        if name not in self.principals and nid is not None and self.cluster_secret:
+            principal = Principal(name, "node", (), nid)
+            self.add(principal, make_verifier(node_secret(self.cluster_secret, nid)))
+        return super().credential(name, mechanism)
+
+
 def cluster_auth_config(cluster_secret: str, voters: list[int]) -> AuthConfig:
-    """The node principals of a plaintext cluster (nothing else may authenticate)."""
-    out = AuthConfig()
+    """The node principals of a plaintext cluster; ``voters``' verifiers made now."""
+    out = ClusterAuthConfig(cluster_secret=cluster_secret)
     for nid in voters:
-        name = node_principal(nid)
-        principal = Principal(name, "node", (), nid)
-        out.add(principal, make_verifier(node_secret(cluster_secret, nid)))
+        out.credential(node_principal(nid))
     return out
 
 

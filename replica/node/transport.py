@@ -37,7 +37,7 @@ from .directories import (
     encode_statement,
 )
 from .problems import BAD, DENIED, FAILED, REFUSED, ConnectionProblems, LogBudget, WireStats, short
-from .security import AuthConfig, ForgedSender, Principal, authorize
+from .security import NODE_ONLY, AuthConfig, ForgedSender, Principal, authorize
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +287,10 @@ class Server:
         self.stats = WireStats()
         self._budget = LogBudget()
 
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
     async def start(self) -> None:
         self._server = await start_server(self._serve, self.host, self.port, self._ssl)
         sock = self._server.sockets[0]
@@ -343,6 +347,10 @@ class Server:
             asyncio.Queue(MAX_IN_FLIGHT)
         )
         responder = asyncio.create_task(self._respond(pending, writer, peer, problems))
+
+        async def deny(correlation_id: int, code: ErrorCode, message: str) -> None:
+            await pending.put((correlation_id, asyncio.create_task(_denied(code, message))))
+
         frames = 0
         raft_busy_s = 0.0  # time applying raft frames since this connection last yielded
         stated_directory: str | None = None  # the directory id the peer node stated
@@ -354,8 +362,7 @@ class Server:
                 except OversizedFrame as exc:
                     log.info("answered an oversized frame from %s: %s", peer, exc)
                     if exc.frame.api_key not in RAFT_KEYS:
-                        answer = _denied(ErrorCode.MESSAGE_TOO_LARGE, str(exc))
-                        await pending.put((exc.frame.correlation_id, asyncio.create_task(answer)))
+                        await deny(exc.frame.correlation_id, ErrorCode.MESSAGE_TOO_LARGE, str(exc))
                     continue
                 except FrameError as exc:
                     # The stream cannot be re-synchronised after a bad prefix: answer, then close.
@@ -384,20 +391,21 @@ class Server:
                             answer = _ready(int(ApiKey.AUTHENTICATE), reply)
                             await pending.put((frame.correlation_id, asyncio.create_task(answer)))
                         continue
-                    await pending.put(
-                        (
-                            frame.correlation_id,
-                            asyncio.create_task(
-                                _denied(
-                                    ErrorCode.ILLEGAL_SASL_STATE,
-                                    "already authenticated"
-                                    if principal is not None
-                                    else "authentication is not enabled on this listener"
-                                    if self._node_auth is None
-                                    else "authentication must be the first request",
-                                )
-                            ),
-                        )
+                    await deny(
+                        frame.correlation_id,
+                        ErrorCode.ILLEGAL_SASL_STATE,
+                        "already authenticated"
+                        if principal is not None
+                        else "authentication is not enabled on this listener"
+                        if self._node_auth is None
+                        else "authentication must be the first request",
+                    )
+                    continue
+                if frame.api_key in NODE_ONLY and (principal is None or principal.kind != "node"):
+                    await deny(
+                        frame.correlation_id,
+                        ErrorCode.AUTHORIZATION_FAILED,
+                        f"{_api_name(frame.api_key)}: only a node principal may call it",
                     )
                     continue
                 if self._auth is not None and principal is not None:
@@ -417,13 +425,8 @@ class Server:
                         )
                         if is_raft:
                             continue
-                        await pending.put(
-                            (
-                                frame.correlation_id,
-                                asyncio.create_task(
-                                    _denied(ErrorCode.AUTHORIZATION_FAILED, f"{api}: {why}")
-                                ),
-                            )
+                        await deny(
+                            frame.correlation_id, ErrorCode.AUTHORIZATION_FAILED, f"{api}: {why}"
                         )
                         continue
                 if frame.api_key in RAFT_KEYS:
@@ -601,21 +604,22 @@ class Server:
                 ),
             )
             return None
+        entry: tuple[Principal, scram.Verifier] | None = None
+
+        def verifier_for(principal: str) -> scram.Verifier:
+            nonlocal entry, name
+            name = principal
+            entry = auth.credential(principal, scram.SCRAM_SHA_256)
+            return entry[1] if entry else auth.decoy(principal, scram.SCRAM_SHA_256)
+
         try:
             first = decode_body(AuthenticateRequest, frame.body, b"")
             if first.mechanism != scram.MECHANISM:
                 raise scram.ScramError(f"unsupported mechanism {first.mechanism!r}")
-            name, client_nonce = scram.parse_client_first(first.auth_bytes)
+            session = scram.ScramServerSession(first.auth_bytes, verifier_for)
         except (DecodeError, scram.ScramError) as exc:
             fail(frame.correlation_id, ErrorCode.ILLEGAL_SASL_STATE, str(exc), str(exc))
             return None
-        entry = auth.credential(name, scram.SCRAM_SHA_256)
-        session = scram.ScramServerSession(
-            name,
-            client_nonce,
-            entry[1] if entry else auth.decoy(name, scram.SCRAM_SHA_256),
-            entry is not None,
-        )
         write_buffers(
             writer,
             _auth_frame(

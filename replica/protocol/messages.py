@@ -53,6 +53,13 @@ class ApiKey(IntEnum):
     LIST_TOPICS = 100
     FORCE_LEADER = 101
     PRODUCE_MANY = 102  # batches for many partitions of one topic, in one frame
+    ALTER_TOPIC = (
+        103  # add partitions, set or delete configs (Kafka: CreatePartitions, AlterConfigs)
+    )
+    REASSIGN = 104  # move partitions' replicas (Kafka: AlterPartitionReassignments)
+    CHANGE_VOTER = 105  # add or remove a metadata quorum voter (Kafka: AddRaftVoter, ...)
+    REGISTER_NODE = 106  # a node joins or starts (Kafka: BrokerRegistration)
+    RETIRE_NODE = 107  # no new replicas on a node (Kafka: UnregisterBroker, ...)
     ERROR = 127
 
 
@@ -117,6 +124,10 @@ class NodeInfo:
     node_id: int
     host: str
     port: int
+    # A decommissioned node: it is given no new replicas (it may still lead some).
+    retired: bool = False
+    # The data directory it registered with ("": it has not registered yet).
+    directory: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +152,15 @@ class PartitionInfo:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TopicConfig:
+    """One config a topic sets, in Kafka's names (``retention.ms``, ...). ``value`` None:
+    in an alter, delete it (the node's value applies again)."""
+
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TopicInfo:
     error: int
     name: str
@@ -148,6 +168,8 @@ class TopicInfo:
     # The largest record batch a produce to this topic may carry (its max.message.bytes,
     # or the answering node's default); 0 when unknown.
     max_message_bytes: int = 0
+    # The configs the topic sets (the nodes' values apply to the rest).
+    configs: list[TopicConfig] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,10 +261,114 @@ class CreateTopicRequest:
     replication_factor: int
     # The topic's max.message.bytes; 0: none set, each node's --max-message-bytes applies.
     max_message_bytes: int = 0
+    # Configs the topic sets (``node.topic_configs``), Kafka's names.
+    configs: list[TopicConfig] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateTopicResponse(Response):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterTopicRequest:
+    """Change a topic: grow it to ``partitions`` (0: unchanged; never fewer, as Kafka's
+    CreatePartitions) and set (or, with a None value, delete) ``configs``. ``validate_only``
+    checks and answers without changing anything."""
+
+    name: str
+    partitions: int = 0
+    configs: list[TopicConfig] = field(default_factory=list)
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterTopicResponse(Response):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionMove:
+    """One partition's new replicas; the first is its preferred leader."""
+
+    partition: int
+    replicas: list[int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReassignRequest:
+    """Move partitions of ``topic`` to new replicas (``moves``), or, with ``cancel``, back
+    to the replicas each had before its latest move (the moves' replicas are ignored)."""
+
+    topic: str
+    moves: list[PartitionMove] = field(default_factory=list)
+    cancel: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReassignResponse(Response):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeVoterRequest:
+    """Add ``node_id`` to the metadata quorum's voters (``add``) or remove it."""
+
+    node_id: int
+    add: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChangeVoterResponse(Response):
+    voters: list[int] = field(default_factory=list)  # the voter set it moves to
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterNodeRequest:
+    """Node ``node_id`` (data directory ``directory``) serves raft and native clients at
+    ``host:port`` and, if ``kafka_port``, Kafka clients at ``kafka_host:kafka_port``."""
+
+    node_id: int
+    directory: str
+    host: str
+    port: int
+    kafka_host: str = ""
+    kafka_port: int = 0
+    # The registering process's heartbeat incarnation: heartbeats of another one under
+    # this id, heard lately, mean another process serves as this node.
+    incarnation: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeAddress:
+    node_id: int
+    host: str
+    port: int
+    kafka_host: str = ""
+    kafka_port: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterNodeResponse(Response):
+    """The cluster a node joins: its id, every node's addresses, and the voters the
+    metadata quorum was started with (its voter-set records change them from there)."""
+
+    cluster_id: str = ""
+    nodes: list[NodeAddress] = field(default_factory=list)
+    metadata_voters: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetireNodeRequest:
+    """Decommission ``node_id`` (no new replicas for it), or, not ``retired``, take it
+    back into placement."""
+
+    node_id: int
+    retired: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetireNodeResponse(Response):
     pass
 
 
@@ -414,6 +540,11 @@ REQUESTS: dict[ApiKey, tuple[type, type]] = {
     ApiKey.DESCRIBE_QUORUM: (DescribeQuorumRequest, DescribeQuorumResponse),
     ApiKey.CREATE_TOPIC: (CreateTopicRequest, CreateTopicResponse),
     ApiKey.DELETE_TOPIC: (DeleteTopicRequest, DeleteTopicResponse),
+    ApiKey.ALTER_TOPIC: (AlterTopicRequest, AlterTopicResponse),
+    ApiKey.REASSIGN: (ReassignRequest, ReassignResponse),
+    ApiKey.CHANGE_VOTER: (ChangeVoterRequest, ChangeVoterResponse),
+    ApiKey.REGISTER_NODE: (RegisterNodeRequest, RegisterNodeResponse),
+    ApiKey.RETIRE_NODE: (RetireNodeRequest, RetireNodeResponse),
     ApiKey.LIST_TOPICS: (ListTopicsRequest, ListTopicsResponse),
     ApiKey.FORCE_LEADER: (ForceLeaderRequest, ForceLeaderResponse),
     ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),

@@ -1,13 +1,13 @@
-"""SCRAM (RFC 5802) with SHA-256 (RFC 7677) or SHA-512, as pure functions over the
-exchange's messages.
+"""SCRAM (RFC 5802) with SHA-256 (RFC 7677) or SHA-512: the exchange is ``scramp``'s
+(the SCRAM library pg8000 uses); here are what a node stores and the two sides as the
+node and the clients drive them over their own I/O.
 
 The client proves it knows the secret without sending it: the server stores only
-``salt``, ``iterations``, ``StoredKey = H(ClientKey)`` and ``ServerKey``; the client sends
-``ClientProof = ClientKey XOR HMAC(StoredKey, AuthMessage)``; the server answers with
-``ServerSignature = HMAC(ServerKey, AuthMessage)`` so the client knows the server holds the
-verifier too. ``AuthMessage`` contains a fresh server nonce, so a replayed exchange fails.
-A verifier is made for one hash (its ``mechanism``) and checks exchanges of that hash only.
-No sockets here: the node and the client each drive these functions over their own I/O.
+``salt``, ``iterations``, ``StoredKey = H(ClientKey)`` and ``ServerKey`` (a ``Verifier``);
+the server's signature shows the client that the server holds the verifier too, and a
+fresh server nonce makes a replayed exchange fail. A verifier is made for one hash (its
+``mechanism``) and checks exchanges of that hash only. Secrets and principal names are
+SASLprep'd, as RFC 5802 says (printable ASCII is unchanged).
 """
 
 from __future__ import annotations
@@ -16,7 +16,12 @@ import base64
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import scramp
+from scramp.core import Nonce
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +37,6 @@ class Mechanism:
     def hmac(self, key: bytes, data: bytes) -> bytes:
         return hmac.new(key, data, self.hash_name).digest()
 
-    def salted_password(self, secret: str, salt: bytes, iterations: int) -> bytes:
-        return hashlib.pbkdf2_hmac(self.hash_name, secret.encode(), salt, iterations)
-
 
 SCRAM_SHA_256 = Mechanism("SCRAM-SHA-256", "sha256")
 SCRAM_SHA_512 = Mechanism("SCRAM-SHA-512", "sha512")
@@ -44,8 +46,6 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (SCRAM_SHA_256, SCRAM_SHA
 MECHANISM = SCRAM_SHA_256.name
 DEFAULT_ITERATIONS = 4096
 MIN_ITERATIONS = 4096
-_GS2_HEADER = "n,,"
-_CHANNEL_BINDING = base64.b64encode(_GS2_HEADER.encode()).decode()  # "biws"
 
 
 class ScramError(ValueError):
@@ -60,10 +60,6 @@ def mechanism_named(name: object) -> Mechanism:
     return mechanism
 
 
-def _xor(a: bytes, b: bytes) -> bytes:
-    return bytes(x ^ y for x, y in zip(a, b, strict=True))
-
-
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -73,16 +69,6 @@ def _unb64(text: str, what: str) -> bytes:
         return base64.b64decode(text.encode(), validate=True)
     except ValueError as exc:
         raise ScramError(f"{what} is not base64") from exc
-
-
-def new_nonce() -> str:
-    return secrets.token_urlsafe(24)
-
-
-def salted_password(
-    secret: str, salt: bytes, iterations: int, mechanism: Mechanism = SCRAM_SHA_256
-) -> bytes:
-    return mechanism.salted_password(secret, salt, iterations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,151 +117,138 @@ def make_verifier(
     salt: bytes | None = None,
     mechanism: Mechanism = SCRAM_SHA_256,
 ) -> Verifier:
-    salt = salt if salt is not None else secrets.token_bytes(16)
-    salted = mechanism.salted_password(secret, salt, iterations)
-    client_key = mechanism.hmac(salted, b"Client Key")
-    return Verifier(
-        salt,
-        iterations,
-        mechanism.h(client_key),
-        mechanism.hmac(salted, b"Server Key"),
-        mechanism,
-    )
+    with _scram_errors():
+        salt, stored_key, server_key, iterations = scramp.ScramMechanism(
+            mechanism.name
+        ).make_auth_info(
+            secret,
+            iteration_count=iterations,
+            salt=salt if salt is not None else secrets.token_bytes(16),
+        )
+    return Verifier(salt, iterations, stored_key, server_key, mechanism)
 
 
-def _attrs(message: str, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for part in message.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or len(key) != 1:
-            raise ScramError(f"malformed {what}")
-        out[key] = value
-    return out
-
-
-def _escape_name(name: str) -> str:
-    return name.replace("=", "=3D").replace(",", "=2C")
-
-
-def _unescape_name(name: str) -> str:
-    return name.replace("=2C", ",").replace("=3D", "=")
+@contextmanager
+def _scram_errors() -> Iterator[None]:
+    """scramp's failures (and a message that is not UTF-8) as ``ScramError``."""
+    try:
+        yield
+    except scramp.ScramException as exc:
+        raise ScramError(str(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ScramError(f"a SCRAM message is not UTF-8: {exc}") from None
 
 
 # ---- client side ---------------------------------------------------------------------
 
 
-@dataclass
 class ScramClient:
-    principal: str
-    secret: str
-    client_nonce: str = ""
-    _client_first_bare: str = ""
-    _expected_server_signature: bytes = b""
-    mechanism: Mechanism = field(default=SCRAM_SHA_256, kw_only=True)
+    """One exchange as a client: ``first_message``, then ``final_message`` of the
+    server-first message, then ``verify_server_final``. ``client_nonce``: fresh unless
+    given (a test replays a published exchange)."""
+
+    def __init__(
+        self,
+        principal: str,
+        secret: str,
+        client_nonce: str = "",
+        *,
+        mechanism: Mechanism = SCRAM_SHA_256,
+    ) -> None:
+        self.principal = principal
+        self.mechanism = mechanism
+        with _scram_errors():
+            self._exchange = scramp.ScramClient(
+                [mechanism.name], principal, secret, c_nonce=client_nonce or None
+            )
 
     def first_message(self) -> bytes:
-        self.client_nonce = self.client_nonce or new_nonce()
-        self._client_first_bare = f"n={_escape_name(self.principal)},r={self.client_nonce}"
-        return (_GS2_HEADER + self._client_first_bare).encode()
+        with _scram_errors():
+            first: str = self._exchange.get_client_first()
+        return first.encode()
 
     def final_message(self, server_first: bytes) -> bytes:
-        text = server_first.decode(errors="replace")
-        attrs = _attrs(text, "server-first message")
-        nonce, salt_text, iters = attrs.get("r"), attrs.get("s"), attrs.get("i")
-        if nonce is None or salt_text is None or iters is None or not iters.isdigit():
-            raise ScramError("malformed server-first message")
-        if not nonce.startswith(self.client_nonce) or len(nonce) <= len(self.client_nonce):
-            raise ScramError("server nonce does not extend the client nonce")
-        iterations = int(iters)
-        if iterations < MIN_ITERATIONS:
-            raise ScramError(f"server asked for {iterations} iterations (< {MIN_ITERATIONS})")
-        m = self.mechanism
-        salted = m.salted_password(self.secret, _unb64(salt_text, "salt"), iterations)
-        client_key = m.hmac(salted, b"Client Key")
-        without_proof = f"c={_CHANNEL_BINDING},r={nonce}"
-        auth_message = f"{self._client_first_bare},{text},{without_proof}".encode()
-        proof = _xor(client_key, m.hmac(m.h(client_key), auth_message))
-        self._expected_server_signature = m.hmac(m.hmac(salted, b"Server Key"), auth_message)
-        return f"{without_proof},p={_b64(proof)}".encode()
+        with _scram_errors():
+            self._exchange.set_server_first(server_first.decode())
+            final: str = self._exchange.get_client_final()
+        return final.encode()
 
     def verify_server_final(self, server_final: bytes) -> None:
-        attrs = _attrs(server_final.decode(errors="replace"), "server-final message")
-        if "e" in attrs:
-            raise ScramError(f"server rejected the exchange: {attrs['e']}")
-        signature = _unb64(attrs.get("v", ""), "server signature")
-        if not hmac.compare_digest(signature, self._expected_server_signature):
-            raise ScramError(
-                "server signature does not verify: the node does not hold our verifier"
-            )
+        """Raises ``ScramError`` unless the server proved it holds our verifier."""
+        with _scram_errors():
+            self._exchange.set_server_final(server_final.decode())
 
 
 # ---- server side ---------------------------------------------------------------------
 
 
-def parse_client_first(message: bytes) -> tuple[str, str]:
-    """Return (principal, client nonce)."""
-    text = message.decode(errors="replace")
-    if not text.startswith(_GS2_HEADER):
-        raise ScramError("client-first message must start with 'n,,' (no channel binding)")
-    attrs = _attrs(text[len(_GS2_HEADER) :], "client-first message")
-    name, nonce = attrs.get("n"), attrs.get("r")
-    if not name or not nonce:
-        raise ScramError("client-first message needs n= and r=")
-    return _unescape_name(name), nonce
-
-
-@dataclass
 class ScramServerSession:
-    """One exchange on one connection, in the hash of ``verifier``, which may be a decoy
-    for an unknown principal (so unknown principals and wrong secrets fail alike, at the
-    final step)."""
+    """One exchange on one connection, from the client-first message on: the principal
+    it names is looked up with ``verifier_for``, which returns a decoy for a principal
+    unknown here, so unknown principals and wrong secrets fail alike, at the final step.
+    Raises ``ScramError`` for a malformed client-first message.
 
-    principal: str
-    client_nonce: str
-    verifier: Verifier
-    known: bool
-    server_nonce: str = ""
-    # Take a client-final nonce that only ends with the combined nonce, as Kafka's brokers
-    # do (``ScramSaslServer``): librdkafka 2.0 (Debian's, kcat's) sends its client nonce
-    # twice. The fresh server part still ends it and the proof covers it, so a replay
-    # fails as before. Off for the native protocol.
-    nonce_suffix_ok: bool = field(default=False, kw_only=True)
-    _client_first_bare: str = ""
-    _server_first: str = ""
+    ``nonce_suffix_ok``: take a client-final nonce that only ends with the combined
+    nonce, as Kafka's brokers do (``ScramSaslServer``): librdkafka 2.0 (Debian's, kcat's)
+    sends its client nonce twice. The fresh server part still ends it and the proof
+    covers it, so a replay fails as before. Off for the native protocol. ``server_nonce``:
+    the server's part of the nonce, fresh unless given (a test replays an exchange)."""
 
-    def first_message(self, nonce: str | None = None) -> bytes:
-        """The server-first message. ``nonce``: the server's part of the nonce, fresh
-        unless given (a test replays a published exchange)."""
-        self.server_nonce = self.client_nonce + (nonce or new_nonce())
-        self._client_first_bare = f"n={_escape_name(self.principal)},r={self.client_nonce}"
-        self._server_first = (
-            f"r={self.server_nonce},s={_b64(self.verifier.salt)},i={self.verifier.iterations}"
-        )
-        return self._server_first.encode()
+    def __init__(
+        self,
+        client_first: bytes,
+        verifier_for: Callable[[str], Verifier],
+        mechanism: Mechanism = SCRAM_SHA_256,
+        *,
+        nonce_suffix_ok: bool = False,
+        server_nonce: str | None = None,
+    ) -> None:
+        self.principal = "?"
+        self.mechanism = mechanism
+        self.nonce_suffix_ok = nonce_suffix_ok
+
+        def credential(name: str) -> tuple[bytes, bytes, bytes, int]:
+            self.principal = name
+            v = verifier_for(name)
+            return v.salt, v.stored_key, v.server_key, v.iterations
+
+        with _scram_errors():
+            if not client_first.startswith(b"n,,"):
+                raise ScramError("client-first message must start with 'n,,' (no channel binding)")
+            self._exchange = scramp.ScramMechanism(mechanism.name).make_server(
+                credential, s_nonce=server_nonce
+            )
+            self._exchange.set_client_first(client_first.decode())
+
+    def first_message(self) -> bytes:
+        """The server-first message."""
+        with _scram_errors():
+            first: str = self._exchange.get_server_first()
+        return first.encode()
 
     def verify_client_final(self, message: bytes) -> bytes:
-        """Check the proof; return the server-final message. Raises ``ScramError``."""
-        text = message.decode(errors="replace")
-        without_proof, sep, proof_part = text.rpartition(",p=")
-        if not sep:
-            raise ScramError("client-final message has no proof")
-        attrs = _attrs(without_proof, "client-final message")
-        if attrs.get("c") != _CHANNEL_BINDING:
-            raise ScramError("unexpected channel binding")
-        nonce = attrs.get("r") or ""
-        if nonce != self.server_nonce and not (
-            self.nonce_suffix_ok and nonce.endswith(self.server_nonce)
-        ):
-            raise ScramError("nonce mismatch (stale or replayed exchange)")
-        proof = _unb64(proof_part, "proof")
-        auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
-        if len(proof) != len(self.verifier.stored_key):
-            raise ScramError("authentication failed")
-        m = self.verifier.mechanism
-        client_key = _xor(proof, m.hmac(self.verifier.stored_key, auth_message))
-        if not self.known or not hmac.compare_digest(m.h(client_key), self.verifier.stored_key):
-            raise ScramError("authentication failed")
-        return f"v={_b64(m.hmac(self.verifier.server_key, auth_message))}".encode()
+        """Check the proof; return the server-final message. Raises ``ScramError`` (the
+        message never says which of principal and secret was wrong)."""
+        with _scram_errors():
+            text = message.decode()
+            if self.nonce_suffix_ok:
+                self._take_repeated_client_nonce(text)
+            try:
+                self._exchange.set_client_final(text)
+            except scramp.ScramException as exc:
+                if "nonce" in str(exc).lower():
+                    raise ScramError("nonce mismatch (stale or replayed exchange)") from None
+                raise ScramError("authentication failed") from None
+            final: str = self._exchange.get_server_final()
+        return final.encode()
+
+    def _take_repeated_client_nonce(self, client_final: str) -> None:
+        """The combined nonce scramp checks becomes the client's, when that only puts
+        more in front of it (see ``nonce_suffix_ok``)."""
+        sent = next((a[2:] for a in client_final.split(",") if a.startswith("r=")), "")
+        combined = str(self._exchange.nonce)
+        if sent != combined and sent.endswith(combined):
+            self._exchange.nonce = Nonce(sent)
 
 
 def decoy_verifier(principal: str, key: bytes, mechanism: Mechanism = SCRAM_SHA_256) -> Verifier:

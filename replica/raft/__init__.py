@@ -87,7 +87,14 @@ from . import log, messages
 from .config import QuorumConfig
 from .log import *  # noqa: F403 (the log interface and its value types)
 from .messages import *  # noqa: F403 (the quorum messages)
-from .replica import UNCLEAN_EPOCH_GAP, NotLeaderError, Output, QuorumDescription, RaftReplica
+from .replica import (
+    UNCLEAN_EPOCH_GAP,
+    NotLeaderError,
+    Output,
+    QuorumDescription,
+    RaftReplica,
+    VoterChangeError,
+)
 from .state import ElectionState, ReplicaProgress, Role
 
 __all__ = [
@@ -103,4 +110,5 @@ __all__ = [
     "RaftReplica",
     "ReplicaProgress",
     "Role",
+    "VoterChangeError",
 ]

@@ -54,6 +54,8 @@ class QuorumConfig:
       under a driver that keeps ``peer_seen`` and reports ``on_peer_change`` (the
       ``replica.driver`` does: the nodes and the simulator turn it on); a bare core
       would never notice a silent leader while quiesced.
+    * ``disk_retry_ms``: a replica whose log refused a write (a full or failing disk)
+      fetches again after this long, and writes again once the disk takes it.
     * ``rebalance_interval_ms`` [leader.imbalance.check.interval.ms]: how often a
       driver hands leadership back to each partition's preferred replica
       (``RaftReplica.hand_over``; Kafka's ``auto.leader.rebalance.enable``); None: never.
@@ -72,6 +74,7 @@ class QuorumConfig:
     fetch_max_wait_ms: int = defaults.KRAFT_FETCH_MAX_WAIT_MS
     fetch_max_bytes: int = defaults.KRAFT_FETCH_MAX_BYTES
     quiesce: bool = False
+    disk_retry_ms: int = defaults.DISK_RETRY_MS
     rebalance_interval_ms: int | None = None
     rebalance_imbalance_pct: int = defaults.LEADER_IMBALANCE_PER_NODE_PCT
 
@@ -82,6 +85,7 @@ class QuorumConfig:
             "retry_backoff_ms",
             "request_timeout_ms",
             "fetch_max_bytes",
+            "disk_retry_ms",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

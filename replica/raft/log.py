@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..storage.errors import CorruptDataError
+from ..storage.errors import CorruptDataError, DiskError
 from ..storage.types import (
     CATCH_UP_UNKNOWN,
     UNDEFINED_EPOCH,
@@ -27,6 +27,7 @@ __all__ = [
     "UNDEFINED_OFFSET",
     "AppendInfo",
     "CorruptDataError",
+    "DiskError",
     "EpochEndOffset",
     "OffsetAndEpoch",
     "ReplicaLog",
@@ -54,6 +55,23 @@ class ReplicaLog(Protocol):
         """-1, or the durable end the log had before ``truncate_corrupt`` cut it (kept
         durably until the durable end is back there): the replica may lack records it
         acknowledged, so it neither votes, nor stands, nor counts towards the HWM."""
+        ...
+
+    @property
+    def voters(self) -> tuple[int, ...] | None:
+        """The voter set of the latest voter-set record in the log, committed or not;
+        None if the log holds none. Truncation removes records with their data."""
+        ...
+
+    @property
+    def voters_before(self) -> tuple[int, ...] | None:
+        """The voter set the latest voter-set record replaced (None: no record before
+        it in the log: the replica's initial voters)."""
+        ...
+
+    @property
+    def voters_offset(self) -> int:
+        """The offset of that record, or UNDEFINED_OFFSET (-1)."""
         ...
 
     def last_epoch(self) -> int:
@@ -84,6 +102,13 @@ class ReplicaLog(Protocol):
     ) -> AppendInfo:
         """Append the leader-change control batch a new leader writes at the start of
         its epoch."""
+        ...
+
+    def append_voters(
+        self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
+    ) -> AppendInfo:
+        """Append a voter-set change control batch (KIP-853's VotersRecord); ``voters``
+        is the voter set from its offset on."""
         ...
 
     def append_as_follower(self, batches: bytes) -> AppendInfo | None:

@@ -16,8 +16,9 @@ import os
 import threading
 
 from ..constants import UNKNOWN
+from . import fileio
 from .errors import CorruptCheckpointError
-from .fileutil import atomic_write
+from .fileutil import atomic_write, write_all
 from .types import EpochEndOffset, OffsetAndEpoch
 
 __all__ = ["CHECKPOINT_FILE", "LeaderEpochCache"]
@@ -168,12 +169,15 @@ class LeaderEpochCache:
         if not self._dirty:
             return None
         tmp = self.path + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(self._content())
+        fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, self._content())
+        finally:
+            fileio.close(fd)
         return tmp
 
     def commit_staged(self, tmp: str) -> None:
-        os.replace(tmp, self.path)
+        fileio.replace(tmp, self.path)
 
     def unstage(self) -> None:
         """The filesystem sync failed: the next flush writes the checkpoint itself."""

@@ -7,6 +7,7 @@ __all__ = [
     "CorruptDataError",
     "CorruptLogError",
     "CorruptRecordError",
+    "DiskError",
     "OffsetOutOfRangeError",
     "StorageError",
     "UnsupportedFormatError",
@@ -15,6 +16,22 @@ __all__ = [
 
 class StorageError(Exception):
     """Base class of every error raised by ``replica.storage``."""
+
+
+class DiskError(StorageError):
+    """The disk refused a write (``errno``: ENOSPC when full, EIO when failing). Nothing
+    of the failed write is in the log: it was cut back to where it was. The replica stops
+    writing for a while and hands over any leadership (``RaftReplica.on_disk_fault``);
+    it writes again once the disk takes a write."""
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(f"{path}: cannot write: {cause.strerror or cause}")
+        self.path = path
+        self.errno = cause.errno
+        self._cause = cause
+
+    def __reduce__(self) -> tuple[type[DiskError], tuple[str, OSError]]:
+        return DiskError, (self.path, self._cause)  # crosses process pools whole
 
 
 class UnsupportedFormatError(StorageError):

@@ -37,6 +37,7 @@ import threading
 from collections import OrderedDict
 
 from .. import defaults
+from . import fileio
 from .errors import StorageError
 
 __all__ = ["FdCache", "FileHandle", "shared_cache"]
@@ -149,7 +150,7 @@ class FdCache:
         with self._cond:
             victims = self._make_room(1)
             try:
-                fd = os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = fileio.open_file(path, _OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o644)
             except OSError as exc:
                 failure = exc
             else:
@@ -201,8 +202,13 @@ class FdCache:
                 return
         with self.pin(handle) as fd:
             try:
-                os.fdatasync(fd)
+                fileio.fdatasync(fd)
             except OSError as exc:
+                # A failed fdatasync may have dropped the dirty pages: a retry could
+                # succeed over lost data ("fsyncgate"), so the failure is sticky.
+                with self._cond:
+                    if handle.error is None:
+                        handle.error = exc
                 raise StorageError(f"{handle.path}: fdatasync failed: {exc}") from exc
         self.finish_sync(handle, gen)
 
@@ -244,7 +250,7 @@ class FdCache:
             victims = self._make_room(1)
             flags = _OPEN_FLAGS | (os.O_CREAT | os.O_EXCL if handle._create else 0)
             try:
-                fd = os.open(handle.path, flags, 0o644)
+                fd = fileio.open_file(handle.path, flags, 0o644)
             except OSError as exc:
                 failure = exc
             else:
@@ -282,7 +288,7 @@ class FdCache:
         fd, handle._fd = handle._fd, -1
         self._open -= 1
         try:
-            os.close(fd)
+            fileio.close(fd)
         except OSError:
             pass  # released: nobody relies on this descriptor's writes any more
 
@@ -316,11 +322,11 @@ class FdCache:
             error: OSError | None = None
             if dirty:
                 try:
-                    os.fdatasync(fd)
+                    fileio.fdatasync(fd)
                 except OSError as exc:
                     error = exc
             try:
-                os.close(fd)
+                fileio.close(fd)
             except OSError as exc:
                 error = error or exc
             with self._cond:

@@ -4,28 +4,28 @@ from __future__ import annotations
 
 import os
 
+from . import fileio
+from .fileio import fsync_dir
 
-def fsync_dir(path: str) -> None:
-    """fsync a directory so that creations, renames and deletions in it are durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+__all__ = ["atomic_write", "fsync_dir", "write_all"]
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        written = fileio.write(fd, view)
+        view = view[written:]
 
 
 def atomic_write(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new
     content, never a mix."""
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = fileio.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
+        write_all(fd, data)
+        fileio.fsync(fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fileio.close(fd)
+    fileio.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))

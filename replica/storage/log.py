@@ -16,6 +16,7 @@ log holds no file descriptor.
 from __future__ import annotations
 
 import bisect
+import errno
 import itertools
 import logging
 import os
@@ -26,13 +27,14 @@ from dataclasses import dataclass
 
 from .. import defaults
 from ..constants import UNKNOWN
-from . import syncfs
+from . import fileio, syncfs
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from .errors import (
     CorruptCheckpointError,
     CorruptDataError,
     CorruptLogError,
     CorruptRecordError,
+    DiskError,
     OffsetOutOfRangeError,
     StorageError,
     UnsupportedFormatError,
@@ -44,18 +46,22 @@ from .records import (
     HEADER_SIZE,
     MAGIC,
     MAGIC_V1,
+    VOTERS_KEY,
     BatchHeader,
     batches_to_table,
+    decode_control,
     encode_control_batch,
+    encode_voters_batch,
     iter_batches,
     parse_header,
     restamp_header,
     validate_arrow,
     validate_payload,
 )
-from .segment import Segment
+from .segment import Segment, index_path, log_path
 from .tail import Tail, TailBudget, shared_tail_budget
 from .types import CATCH_UP_UNKNOWN, AppendInfo, EpochEndOffset
+from .voters_cache import VOTERS_FILE, VotersCache
 
 __all__ = [
     "CATCH_UP_FILE",
@@ -77,6 +83,10 @@ RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 # truncation) and held, durably, everything below <offset> before. Written before the
 # truncation; removed once the durable end reaches the offset again.
 CATCH_UP_FILE = "catch-up-offset"
+# Kafka's log-start-offset-checkpoint, per partition directory: "0\n<offset>\n". Written
+# before retention (or an emptying truncation) deletes segments, so that segments left
+# below it by a crash part-way through are known to be deleted ones, not a gap.
+LOG_START_FILE = "log-start-offset"
 _OFFSET_FILE_VERSION = 0
 _IOV_MAX = 512
 _MAX_RELATIVE = (1 << 31) - 1
@@ -236,6 +246,7 @@ class Log:
         self._dir_dirty = False
         self._closed = False
         self._rebuild_cache = False
+        self._rebuild_voters = False
         # Built from the log when first needed (an idempotent producer's batch), kept
         # up to date by appends, dropped by truncation.
         self._producers: ProducerStateTable | None = None
@@ -247,22 +258,26 @@ class Log:
         self._unmade = not self.existed and os.path.isdir(parent)
         self._parent_dirty = False  # the directory's own entry is not durable yet
         if not self._unmade:
-            os.makedirs(directory, exist_ok=True)
+            fileio.makedirs(directory, durable=True)
         home = parent if self._unmade else directory
         self.device = os.stat(home).st_dev
         syncfs.watch(self.device, home)  # before any write (see storage.syncfs)
         self._recovery_point_path = os.path.join(directory, RECOVERY_POINT_FILE)
         self._catch_up_path = os.path.join(directory, CATCH_UP_FILE)
+        self._log_start_path = os.path.join(directory, LOG_START_FILE)
         if self._unmade:  # no directory: none of its files to read
             self._recovery_point, self._catch_up_offset = 0, UNKNOWN
+            self._log_start = 0
         else:
             self._recovery_point = _read_offset_file(self._recovery_point_path, 0)
             self._catch_up_offset = _read_offset_file(self._catch_up_path, UNKNOWN)
+            self._log_start = _read_offset_file(self._log_start_path, 0)
         # Scrub cursor: (segment base offset, position, expected offset at position).
         self._scrub_at = (-1, 0, 0)
         self.scrub_passes = 0
         self.scrubbed_bytes = 0
         self._cache = self._open_cache()
+        self._voters = self._open_voters()
         self._recover()
         self._end_offset = self._segments[-1].end_offset
         self._durable_end_offset = self._end_offset
@@ -313,6 +328,29 @@ class Log:
     def last_epoch(self) -> int:
         return self._cache.latest_epoch
 
+    @property
+    def voters(self) -> tuple[int, ...] | None:
+        """The voter set of the latest voter-set record in the log, committed or not
+        (None: the log holds none)."""
+        latest = self._voters.latest
+        return None if latest is None else latest[1]
+
+    @property
+    def voters_before(self) -> tuple[int, ...] | None:
+        """The voter set the latest voter-set record replaced (None: none in the log)."""
+        entries = self._voters.entries
+        return entries[-2][1] if len(entries) > 1 else None
+
+    @property
+    def voters_offset(self) -> int:
+        """The offset of that record (UNKNOWN: none)."""
+        latest = self._voters.latest
+        return UNKNOWN if latest is None else latest[0]
+
+    @property
+    def voters_cache(self) -> VotersCache:
+        return self._voters
+
     def end_offset_for(self, epoch: int) -> EpochEndOffset:
         return self._cache.end_offset_for(epoch, self._end_offset)
 
@@ -334,6 +372,14 @@ class Log:
         self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
     ) -> AppendInfo:
         batch = encode_control_batch(leader_id, voters, timestamp_ms, leader_epoch=epoch)
+        return self._append_leader(batch, epoch, allow_control=True)
+
+    def append_voters(
+        self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
+    ) -> AppendInfo:
+        """Append a voter-set change (KIP-853's VotersRecord): ``voters`` is in force
+        from its offset on (see ``voters_cache``)."""
+        batch = encode_voters_batch(leader_id, voters, timestamp_ms, leader_epoch=epoch)
         return self._append_leader(batch, epoch, allow_control=True)
 
     def _append_leader(self, records: bytes, epoch: int, *, allow_control: bool) -> AppendInfo:
@@ -499,11 +545,18 @@ class Log:
         seg = self._segments[-1]
         buffers = [buf for item in group for buf in item.buffers]
         start = seg.size
+        # A voter-set record is in the checkpoint before it is in the segment (so the
+        # checkpoint names every one the log can hold; see voters_cache).
+        voters_from = self._note_voters(group)
         with seg.pin(write=True) as fd:
             try:
                 _writev_all(fd, buffers)
-            except BaseException:
-                os.ftruncate(fd, start)
+            except BaseException as exc:
+                fileio.ftruncate(fd, start)
+                if voters_from is not None:
+                    self._voters.truncate_from_end(voters_from)
+                if isinstance(exc, OSError):
+                    raise DiskError(seg.path, exc) from exc
                 raise
         interval = self.config.index_interval_bytes
         position = start
@@ -522,6 +575,18 @@ class Log:
                 )
                 self._end_offset = next_offset
             position += item.header.size
+
+    def _note_voters(self, group: list[_Planned]) -> int | None:
+        """Record the voter-set records of ``group`` in the voters checkpoint; the offset
+        of the first one (None: there is none)."""
+        first = None
+        for item in group:
+            if item.header.is_control:
+                record = decode_control(b"".join(bytes(b) for b in item.buffers))
+                if record.key == VOTERS_KEY:
+                    self._voters.assign(item.base_offset, tuple(record.voters))
+                    first = item.base_offset if first is None else first
+        return first
 
     def _roll(self, base_offset: int) -> None:
         self._make_directory()
@@ -552,6 +617,17 @@ class Log:
         if kept is not None:
             return kept
         seg = self._segments[bisect.bisect_right(self._bases, offset) - 1]
+        try:
+            return self._read_segment(seg, offset, max_bytes, max_offset)
+        except OSError as exc:
+            # A disk that fails a read is treated as damage there: the replica repairs
+            # from a healthy copy (a leader resigns first), as for a bad CRC.
+            reason = f"the disk failed the read ({exc})"
+            raise self._detected(CorruptDataError(seg.path, offset, -1, reason)) from exc
+
+    def _read_segment(
+        self, seg: Segment, offset: int, max_bytes: int, max_offset: int | None
+    ) -> bytes:
         try:
             first = seg.locate(offset)
         except CorruptRecordError as exc:
@@ -619,6 +695,9 @@ class Log:
         index = bisect.bisect_right(self._bases, offset) - 1
         seg = self._segments[index]
         batch = seg.locate_lenient(offset)
+        # First lower the recovery point: a crash part-way through leaves a cut segment
+        # before later ones, which recovery then cuts again (_breaks_before), not refuses.
+        self._set_recovery_point(min(self._recovery_point, batch.base_offset))
         for later in self._segments[index + 1 :]:
             self._delete_segment(later)
         _unlink(seg.index_path)
@@ -633,8 +712,7 @@ class Log:
         fsync_dir(self.directory)
         self._cache.truncate_from_end(batch.base_offset)
         self._cache.flush()
-        # Offsets at and past the new end will hold new, unflushed data.
-        self._set_recovery_point(min(self._recovery_point, batch.base_offset))
+        self._voters.truncate_from_end(batch.base_offset)
         log.info("%s: truncated to offset %d", self.directory, batch.base_offset)
 
     def truncate_corrupt(self, offset: int) -> None:
@@ -648,6 +726,7 @@ class Log:
             if offset < floor and floor != self._catch_up_offset:
                 self._make_directory()
                 _write_offset_file(self._catch_up_path, floor)
+                self._sync_new_directory()
                 self._catch_up_offset = floor
             self._truncate_locked(offset)
 
@@ -671,6 +750,7 @@ class Log:
                 return
             self._make_directory()
             _write_offset_file(self._catch_up_path, new)
+            self._sync_new_directory()
             self._catch_up_offset = new
             log.info(
                 "%s: catching up%s",
@@ -680,6 +760,8 @@ class Log:
 
     def _truncate_fully(self, offset: int) -> None:
         self._make_directory()
+        self._set_recovery_point(min(self._recovery_point, offset))
+        self._set_log_start(offset)
         for seg in self._segments:
             self._delete_segment(seg)
         seg = Segment(self.directory, offset, create=True, files=self._files)
@@ -689,6 +771,8 @@ class Log:
             self._end_offset = offset
             self._durable_end_offset = offset
         fsync_dir(self.directory)
+        self._sync_new_directory()
+        self._voters.clear()
         self._cache.clear()
         self._cache.flush()
         self._set_recovery_point(offset)
@@ -726,6 +810,7 @@ class Log:
             if not doomed:
                 return 0
             victims = self._segments[:doomed]
+            self._set_log_start(victims[-1].end_offset)
             with self._lock:
                 del self._segments[:doomed]
                 del self._bases[:doomed]
@@ -734,6 +819,7 @@ class Log:
             fsync_dir(self.directory)
             self._cache.truncate_from_start(self.start_offset)
             self._cache.flush()
+            self._voters.truncate_from_start(self.start_offset)
             log.info(
                 "%s: retention deleted %d segment(s); log starts at %d",
                 self.directory,
@@ -813,6 +899,10 @@ class Log:
                 self._clear_catch_up()
             return durable
         except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                # A checkpoint or index could not be written: its old file stands, and
+                # nothing was claimed durable. The flush can be tried again later.
+                raise DiskError(self.directory, exc) from exc
             raise StorageError(f"{self.directory}: flush failed: {exc}") from exc
         finally:
             self._flush_lock.release()
@@ -828,10 +918,25 @@ class Log:
         """The first write of a log opened before it had a directory: make it (its entry
         is made durable by the next flush, with the directory's own)."""
         if self._unmade:
-            os.makedirs(self.directory, exist_ok=True)
+            fileio.makedirs(self.directory)
             with self._lock:
                 self._unmade = False
                 self._parent_dirty = True
+
+    def _set_log_start(self, offset: int) -> None:
+        """Durably, before deleting segments below ``offset`` (see LOG_START_FILE)."""
+        if offset != self._log_start:
+            _write_offset_file(self._log_start_path, offset)
+            self._sync_new_directory()
+            self._log_start = offset
+
+    def _sync_new_directory(self) -> None:
+        """Before a write that is durable on return (not left to the next flush): the
+        directory's own entry, if the log made it, so the file cannot vanish with it."""
+        if self._parent_dirty:
+            fsync_dir(os.path.dirname(os.path.abspath(self.directory)))
+            with self._lock:
+                self._parent_dirty = False
 
     def _set_recovery_point(self, offset: int) -> None:
         # No file means 0: a new, empty log writes none.
@@ -977,6 +1082,16 @@ class Log:
             self._rebuild_cache = True
             return cache
 
+    def _open_voters(self) -> VotersCache:
+        path = os.path.join(self.directory, VOTERS_FILE)
+        try:
+            return VotersCache(path)
+        except CorruptCheckpointError as exc:
+            log.warning("%s; rebuilding the voter sets from the log's control batches", exc)
+            _unlink(path)
+            self._rebuild_voters = True
+            return VotersCache(path)
+
     def _recover(self) -> None:
         """Open every segment. A segment is trusted without a scan when its index file is
         intact and matches it exactly (written after the segment was fsync'd) and either
@@ -1016,6 +1131,17 @@ class Log:
                 self._cache.flush()
             _unlink(marker)
             return
+        while len(bases) > 1 and bases[1] <= self._log_start:
+            # Retention (or emptying) had begun deleting it when the process stopped.
+            log.warning(
+                "%s: deleting segment %d below the log start %d",
+                directory,
+                bases[0],
+                self._log_start,
+            )
+            _unlink(log_path(directory, bases[0]))
+            _unlink(index_path(directory, bases[0]))
+            del bases[0]
         if self._cache.entries == [] and bases:
             self._rebuild_cache = True
         if not clean:
@@ -1033,22 +1159,21 @@ class Log:
                 and (clean or seg.end_offset <= self._recovery_point)
             ):
                 seg.index_durable = True
-                if not is_last and seg.end_offset != segments[i + 1].base_offset:
-                    raise CorruptLogError(
-                        seg.path,
-                        seg.end_offset,
-                        seg.size,
-                        f"segment ends at offset {seg.end_offset} but the next segment "
-                        f"starts at {segments[i + 1].base_offset}",
-                    )
                 if self._rebuild_cache:
                     self._walk_epochs(seg)
+                if self._rebuild_voters:
+                    self._walk_voters(seg)
+                if not is_last and self._breaks_before(seg, segments[i + 1]):
+                    cut_at = i
+                    break
                 continue
             if not scanning:
                 scanning = True
                 self._cache.truncate_from_end(seg.base_offset)
             _unlink(seg.index_path)
-            if self._scan(seg, segments[i + 1 :]):
+            if self._scan(seg, segments[i + 1 :]) or (
+                not is_last and self._breaks_before(seg, segments[i + 1])
+            ):
                 cut_at = i
                 break
         if cut_at is not None:
@@ -1058,25 +1183,49 @@ class Log:
                 _unlink(seg.path)
                 _unlink(seg.index_path)
             segments = segments[: cut_at + 1]
-        for prev, nxt in zip(segments, segments[1:], strict=False):
-            if prev.end_offset != nxt.base_offset:
-                raise CorruptLogError(
-                    prev.path,
-                    prev.end_offset,
-                    prev.size,
-                    f"segment ends at offset {prev.end_offset} but {nxt.path} starts at "
-                    f"{nxt.base_offset}",
-                )
         self._segments = segments
         self._bases = [seg.base_offset for seg in segments]
         self._cache.truncate_from_end(segments[-1].end_offset)
         self._cache.truncate_from_start(segments[0].base_offset)
         if self._cache.dirty or self._rebuild_cache:
             self._cache.flush()
+        self._voters.truncate_from_end(segments[-1].end_offset)
         for seg in segments:
+            if scanning and not seg.index_durable:
+                # Past the recovery point what survived a process crash may still be in
+                # the page cache only: make it durable before it counts as such.
+                seg.sync_now()
             seg.synced_size = seg.size
         _unlink(marker)
         fsync_dir(directory)
+
+    def _breaks_before(self, seg: Segment, nxt: Segment) -> bool:
+        """Whether the log ends with ``seg`` because ``nxt`` does not continue it. Past
+        the recovery point that is a state a crash leaves (segments written since the
+        last flush reach the disk in any order, so a later one may hold data an earlier
+        one lost): the log is cut there. Below it, data that was fsync'd is missing:
+        CorruptLogError (the directory's own entries were fsync'd with that data)."""
+        if seg.end_offset == nxt.base_offset:
+            return False
+        if seg.end_offset >= self._recovery_point:
+            log.warning(
+                "%s: segment ends at offset %d but %s starts at %d, past the recovery "
+                "point %d: an unflushed tail, cut there",
+                self.directory,
+                seg.end_offset,
+                nxt.path,
+                nxt.base_offset,
+                self._recovery_point,
+            )
+            return True
+        raise CorruptLogError(
+            seg.path,
+            seg.end_offset,
+            seg.size,
+            f"segment ends at offset {seg.end_offset} but {nxt.path} starts at "
+            f"{nxt.base_offset}, below the recovery point {self._recovery_point} (that "
+            "data was fsync'd)",
+        )
 
     def _walk_epochs(self, seg: Segment) -> None:
         position = 0
@@ -1085,6 +1234,21 @@ class Log:
             if header.leader_epoch > self._cache.latest_epoch:
                 self._cache.assign(header.leader_epoch, header.base_offset)
             position = header.end
+
+    def _walk_voters(self, seg: Segment) -> None:
+        position = 0
+        while position < seg.size:
+            header = seg.header_at(position)
+            if header.is_control:
+                self._recover_voters(seg.pread(header.size, position), header)
+            position = header.end
+
+    def _recover_voters(self, batch: bytes | memoryview, header: BatchHeader) -> None:
+        """A voter-set record found by recovery: in the checkpoint again (a crash may have
+        undone the truncation that removed it, with its data)."""
+        record = decode_control(batch)
+        if record.key == VOTERS_KEY:
+            self._voters.assign(header.base_offset, tuple(record.voters))
 
     def _scan(self, seg: Segment, later: list[Segment]) -> bool:
         """Validate ``seg`` batch by batch, rebuild its index and the epoch cache tail.
@@ -1117,6 +1281,8 @@ class Log:
             while True:
                 if header.leader_epoch > self._cache.latest_epoch:
                     self._cache.assign(header.leader_epoch, header.base_offset)
+                if header.is_control:
+                    self._recover_voters(view[local : local + header.size], header)
                 seg.track(
                     position + local,
                     header.base_offset,
@@ -1152,7 +1318,9 @@ class Log:
         later: list[Segment],
     ) -> None:
         follower = _find_valid_batch(seg, position + 8, file_size)
-        if follower is None:
+        # Later segments' data counts only below the recovery point: past it, they may
+        # hold writes that reached the disk before this segment's (see _breaks_before).
+        if follower is None and expected < self._recovery_point:
             for other in later:
                 other_size = other.file_size()
                 if other_size and _find_valid_batch(other, 0, other_size) is not None:
@@ -1308,7 +1476,7 @@ def _writev_all(fd: int, buffers: list[bytes | memoryview]) -> None:
     pending = [memoryview(b) for b in buffers]
     first = 0
     while first < len(pending):
-        written = os.writev(fd, pending[first : first + _IOV_MAX])
+        written = fileio.writev(fd, pending[first : first + _IOV_MAX])
         while written:
             head = pending[first]
             if written >= len(head):
@@ -1321,6 +1489,6 @@ def _writev_all(fd: int, buffers: list[bytes | memoryview]) -> None:
 
 def _unlink(path: str) -> None:
     try:
-        os.unlink(path)
+        fileio.unlink(path)
     except FileNotFoundError:
         pass

@@ -52,6 +52,7 @@ from typing import Any
 
 from crc32c import crc32c
 
+from . import fileio
 from .errors import CorruptCheckpointError, StorageError, UnsupportedFormatError
 from .fileutil import atomic_write, fsync_dir
 from .quorum_state import QuorumState
@@ -106,19 +107,20 @@ class QuorumJournal:
         self._entries = 0  # entries in the file, superseded ones and tombstones included
         self._failed: BaseException | None = None
         self.compactions = 0  # since open
-        os.makedirs(directory, exist_ok=True)
+        # Durable at once: the journal's states are only as durable as its directory.
+        fileio.makedirs(directory, durable=True)
         try:
-            os.unlink(self.path + ".tmp")  # a compaction cut short: the old file stands
+            fileio.unlink(self.path + ".tmp")  # a compaction cut short: the old file stands
         except FileNotFoundError:
             pass
         created = not os.path.exists(self.path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = fileio.open_file(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if created:
                 fsync_dir(directory)
             self._size = self._replay()
         except BaseException:
-            os.close(self._fd)
+            fileio.close(self._fd)
             raise
 
     # ------------------------------------------------------------------ reading
@@ -158,7 +160,7 @@ class QuorumJournal:
 
     def close(self) -> None:
         if self._fd >= 0:
-            os.close(self._fd)
+            fileio.close(self._fd)
             self._fd = -1
 
     def _write(self, entries: list[tuple[JournalKey, QuorumState | None]]) -> None:
@@ -203,13 +205,13 @@ class QuorumJournal:
         before = self._size
         try:
             atomic_write(self.path, data)
-            fd = os.open(self.path, os.O_RDWR)
+            fd = fileio.open_file(self.path, os.O_RDWR)
         except OSError as exc:
             # Before or after the rename, the file holds the old states or the new ones;
             # but our descriptor may point at the replaced file, so no write goes on.
             self._failed = exc
             raise
-        os.close(self._fd)
+        fileio.close(self._fd)
         self._fd = fd
         self._size = len(data)
         self._entries = len(items)
@@ -225,10 +227,7 @@ class QuorumJournal:
 
     def _sync(self) -> None:
         try:
-            if hasattr(os, "fdatasync"):
-                os.fdatasync(self._fd)
-            else:  # macOS
-                os.fsync(self._fd)
+            fileio.fdatasync(self._fd)
         except OSError as exc:
             self._failed = exc
             raise
@@ -237,7 +236,7 @@ class QuorumJournal:
         """A short or failed write: cut it off, so that the file ends at its last whole
         frame and the next write starts there."""
         try:
-            os.ftruncate(self._fd, self._size)
+            fileio.ftruncate(self._fd, self._size)
         except OSError:
             self._failed = exc
 
@@ -265,8 +264,8 @@ class QuorumJournal:
                     reason,
                     total - position,
                 )
-                os.ftruncate(self._fd, position)
-                os.fsync(self._fd)
+                fileio.ftruncate(self._fd, position)
+                fileio.fsync(self._fd)
                 return position
             try:
                 entries = _decode_payload(payload)
@@ -381,7 +380,7 @@ def _read_all(fd: int) -> bytes:
     chunks = []
     position = 0
     while position < size:
-        chunk = os.pread(fd, size - position, position)
+        chunk = fileio.pread(fd, size - position, position)
         if not chunk:
             break
         chunks.append(chunk)
@@ -392,7 +391,7 @@ def _read_all(fd: int) -> bytes:
 def _write_all(fd: int, data: bytes, position: int) -> None:
     view = memoryview(data)
     while view:
-        written = os.pwrite(fd, view, position)
+        written = fileio.pwrite(fd, view, position)
         view = view[written:]
         position += written
 

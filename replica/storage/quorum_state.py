@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..constants import UNKNOWN
+from . import fileio
 from .errors import CorruptCheckpointError
 from .fileutil import atomic_write
 
@@ -47,7 +48,7 @@ class QuorumStateStore:
         self.path = os.path.join(directory, QUORUM_STATE_FILE)
 
     def write(self, state: QuorumState) -> None:
-        os.makedirs(self.directory, exist_ok=True)
+        fileio.makedirs(self.directory, durable=True)
         doc = {
             "version": _VERSION,
             "leader_epoch": state.leader_epoch,
@@ -62,7 +63,7 @@ class QuorumStateStore:
         """Delete the file (absent: nothing to do). Not fsync'd: a file that comes back
         after a crash is ignored, the journal's entry for the replica wins."""
         try:
-            os.unlink(self.path)
+            fileio.unlink(self.path)
         except FileNotFoundError:
             pass
 

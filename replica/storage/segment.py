@@ -18,6 +18,7 @@ import time
 from array import array
 from contextlib import AbstractContextManager
 
+from . import fileio
 from .crc import crc32
 from .errors import CorruptRecordError
 from .fdcache import FdCache
@@ -89,7 +90,7 @@ class Segment:
 
     def pread(self, size: int, position: int) -> bytes:
         with self._files.pin(self._file) as fd:
-            return os.pread(fd, size, position)
+            return fileio.pread(fd, size, position)
 
     def file_size(self) -> int:
         with self._files.pin(self._file) as fd:
@@ -98,8 +99,8 @@ class Segment:
     def truncate_file(self, position: int) -> None:
         """Cut the file at ``position`` and fsync it."""
         with self._files.pin(self._file, write=True) as fd:
-            os.ftruncate(fd, position)
-            os.fsync(fd)
+            fileio.ftruncate(fd, position)
+            fileio.fsync(fd)
         # Only the owner thread writes, so nothing was written since the fsync.
         self._files.finish_sync(self._file, self._files.generation(self._file))
 
@@ -107,6 +108,12 @@ class Segment:
         """fdatasync what was written since the last sync (nothing to do if the cache
         closed the file since: it synced it first). Raises StorageError."""
         self._files.sync(self._file)
+
+    def sync_now(self) -> None:
+        """fdatasync the file whatever was written through this process (recovery: what
+        an earlier process wrote may not be on the disk yet)."""
+        with self._files.pin(self._file) as fd:
+            fileio.fdatasync(fd)
 
     def sync_generation(self) -> int:
         """Pass to ``finish_sync`` once a sync started after this call has succeeded."""

@@ -16,6 +16,8 @@ import os
 import threading
 from collections.abc import Callable
 
+from . import fileio
+
 __all__ = ["syncfs", "syncfs_available", "watch"]
 
 _MIN_KERNEL = (5, 8)
@@ -75,7 +77,10 @@ def syncfs(device: int) -> OSError | None:
     fd = _fds.get(device)
     if _call is None or fd is None:
         return OSError(f"syncfs is unavailable for device {device}")
-    if _call(fd) == 0:
-        return None
+    try:
+        if fileio.syncfs(_call, fd) == 0:
+            return None
+    except OSError as exc:  # a fault injected by the file layer
+        return exc
     errno = ctypes.get_errno()
     return OSError(errno, os.strerror(errno))

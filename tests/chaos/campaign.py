@@ -450,8 +450,8 @@ class Campaign:
             return lambda: self._restart(cluster, f.target)
         if f.kind == "pause-leader":
             try:
-                node = cluster.leader_of(TOPIC, f.target)
-            except QuorumLogError:
+                node = cluster.leader_of(TOPIC, f.target, timeout_s=1.0)
+            except TimeoutError:
                 node = -1
             if node < 0:
                 node = 1 + f.target % self.nodes

@@ -144,6 +144,40 @@ def test_topic_max_message_bytes(cluster: LocalCluster) -> None:
     assert r.returncode == 1 and "max.message.bytes must be 1.." in r.stderr, r.stderr
 
 
+def test_topic_alter_grows_partitions_and_sets_configs_describe_shows(
+    cluster: LocalCluster,
+) -> None:
+    b = cluster.bootstrap
+    r = run_cli("topic", "create", "cli-alter", "-b", b, "--config", "retention.ms=86400000")
+    assert r.returncode == 0, r.stderr
+    r = run_cli(
+        "topic",
+        "alter",
+        "cli-alter",
+        "-b",
+        b,
+        "--partitions",
+        "3",
+        "--config",
+        "segment.bytes=1048576",
+        "--delete-config",
+        "retention.ms",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "altered topic cli-alter: 3 partition(s), configs segment.bytes=1048576" in r.stdout
+    r = run_cli("describe", "--topic", "cli-alter", "-b", b)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines() if line.startswith("cli-alter ")]
+    assert sorted(row[1] for row in rows if row[1].isdigit()) == ["0", "1", "2"]
+    assert "cli-alter configs: segment.bytes=1048576" in r.stdout
+    r = run_cli("topic", "alter", "cli-alter", "-b", b, "--partitions", "2")
+    assert r.returncode == 1 and "never shrink" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("topic", "alter", "cli-alter", "-b", b, "--config", "retention.ms")
+    assert r.returncode == 1 and "NAME=VALUE" in r.stderr
+    r = run_cli("topic", "alter", "-b", b, "--partitions", "4")
+    assert r.returncode == 2 and "needs a topic name" in r.stderr
+
+
 def test_serve_max_message_bytes(tmp_path: Path) -> None:
     (port,) = free_ports(1)
     bad = [

@@ -24,6 +24,28 @@ def test_every_record_produced_and_consumed(capsys: pytest.CaptureFixture[str], 
     assert figures["consume_default_backoff_rec_per_s"] > 0
     assert figures["node_cpu_s_per_m_produced"] > 0 and figures["node_cpu_s_per_m_consumed"] > 0
     assert figures["consumer_config"] == {"fetch.queue.backoff.ms": 10}
+    assert figures["compression"] == "none" and figures["disk_bytes_per_record"] > 100
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_compressed_json_records_take_less_disk(capsys: pytest.CaptureFixture[str]) -> None:
+    """JSON-like records, zstd from producer to disk: every record delivered and read,
+    and the topic's segments hold far fewer bytes per record than the values alone."""
+    rc = perf_kafka.main(
+        ["--records", "3000", "--partitions", "2", "--compression", "zstd", "--payload", "json"]
+        + ["--json"]
+    )
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and figures["consumed"] == 3000
+    assert (figures["compression"], figures["payload"]) == ("zstd", "json")
+    assert 0 < figures["disk_bytes_per_record"] < 60
+
+
+def test_json_payload_values_are_distinct_events_of_the_asked_size() -> None:
+    values = perf_kafka._values("json", 120)
+    assert len(set(values)) == perf_kafka.VALUE_POOL
+    assert all(len(v) == 120 and json.loads(v)["event"] == "page_view" for v in values)
 
 
 def test_client_settings_are_key_value_pairs() -> None:

@@ -199,3 +199,24 @@ def test_balanced_means_every_partition_led_and_each_node_within_10_percent() ->
     assert not view([33, 33, 33]).balanced([1, 2, 3], 100)  # one partition unled
     assert view([2, 1, 3]).balanced([1, 2, 3], 6)  # small topics: within one partition
     assert not view([4, 1, 1]).balanced([1, 2, 3], 6)
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(60)
+def test_perf_partitions_metrics_listen(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every node serves its metrics, scraped during the idle window: the scrape's latency
+    is a figure (metrics_scrape_ms)."""
+    rc, human, fig = _run(
+        capsys,
+        *("--partitions", "4", "--idle-seconds", "2.5", "--settle-seconds", "0"),
+        *("--balance-timeout", "0", "--skip-failover", "--skip-produce"),
+        *("--metrics-listen", "--scrape-seconds", "1", "--data-dir", str(tmp_path)),
+    )
+    assert rc == 0, fig.get("error")
+    # A scrape of each of the 3 nodes at the window's start, and at least once more.
+    assert fig["metrics_scrapes"] >= 6 and fig["metrics_scrapes"] % 3 == 0
+    assert 0 < fig["metrics_scrape_ms"] <= fig["metrics_scrape_ms_max"]
+    # The node's own scan of its replicas, a part of a scrape's latency.
+    assert 0 < fig["metrics_scan_ms"] <= fig["metrics_scrape_ms_max"]
+    assert fig["metrics_series"] > 50
+    assert any("metrics scrapes, median" in line for line in human), human

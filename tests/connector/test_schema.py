@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
+from quorumlog.connector import schema
 from quorumlog.connector.schema import ARROW_SCHEMA, SPARK_SCHEMA, to_spark_batches
 from quorumlog.replica.storage.records import (
     OUTPUT_SCHEMA as PAYLOAD_SCHEMA,
@@ -41,7 +43,7 @@ def test_arrow_schema_is_sparks() -> None:
 def test_conversion_values_and_schema() -> None:
     table = pa.concat_tables([payload(3), payload(2, start=20)])
     batches = list(to_spark_batches(table, "events", 7))
-    assert len(batches) == 2
+    assert len(batches) == 1  # small fetched batches reach Spark merged
     for b in batches:
         assert b.schema.equals(ARROW_SCHEMA)
         assert b.schema == ARROW_SCHEMA
@@ -55,3 +57,17 @@ def test_conversion_values_and_schema() -> None:
 
 def test_empty_payload_yields_nothing() -> None:
     assert list(to_spark_batches(PAYLOAD_SCHEMA.empty_table(), "t", 0)) == []
+
+
+def test_small_fetched_batches_are_merged_and_large_ones_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    singles = pa.concat_tables([payload(1, start=i) for i in range(50)])
+    assert singles.column(0).num_chunks == 50
+    merged = list(to_spark_batches(singles, "t", 0))
+    assert len(merged) == 1 and merged[0].num_rows == 50
+    assert merged[0].column(4).to_pylist() == list(range(50))
+    # batches of MERGE_BELOW_ROWS rows or more on average stay as fetched (no copy)
+    monkeypatch.setattr(schema, "MERGE_BELOW_ROWS", 2)
+    table = pa.concat_tables([payload(3), payload(2, start=20)])
+    assert [b.num_rows for b in to_spark_batches(table, "t", 0)] == [3, 2]

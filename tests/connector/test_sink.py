@@ -86,3 +86,27 @@ def test_stream_sink_and_errors(spark: Any, cluster: Any, tmp_path: Path) -> Non
     with pytest.raises(Exception, match="needs option 'topic' or a 'topic' column"):
         small.write.format("quorumlog").option("bootstrap", c.bootstrap).mode("append").save()
     assert QuorumLogOptionError  # the sink's checks raise it (shown through Spark's error)
+
+
+def test_a_key_lands_where_the_producer_puts_it(spark: Any, cluster: Any) -> None:
+    from quorumlog.replica.client import Client
+    from quorumlog.replica.client.producer import Producer
+
+    c = cluster
+    c.create_topic("keyed-by-sink", 5)
+    c.create_topic("keyed-by-producer", 5)
+    keys = [b"", *(b"key-%d" % i for i in range(300)), "ключ".encode()]
+    spark.createDataFrame([(k, b"v") for k in keys], "key binary, value binary").write.format(
+        "quorumlog"
+    ).option("bootstrap", c.bootstrap).option("topic", "keyed-by-sink").mode("append").save()
+    client = Client(c.bootstrap)
+    try:
+        with Producer(client) as producer:
+            futures = [producer.send("keyed-by-producer", b"v", key=k) for k in keys]
+            producer.flush(60)
+    finally:
+        client.close()
+    expected = {k: f.result(0).partition for k, f in zip(keys, futures, strict=True)}
+    rows = source(spark, c, "keyed-by-sink").select("key", "partition").collect()
+    assert {bytes(r.key): r.partition for r in rows} == expected
+    assert len(rows) == len(keys) and len(set(expected.values())) == 5

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from quorumlog.connector import LogTruncationException, ending_offsets_json, next_offsets
+from quorumlog.replica.client.producer import Producer
 
+from tests.support.cli import run_cli
 from tests.support.spark import REPO, run_available_now, run_spark_script, source, triples
 from tests.support.waits import retry, wait_until
 
@@ -69,6 +71,46 @@ def test_batch_starting_ending_offsets_and_incremental_reads(spark: Any, cluster
         c.produce("incr", p, [b"b0", b"b1"])
     df2 = source(spark, c, "incr", startingOffsets=next_offsets(df1))
     assert sorted(v for *_, v in triples(df2)) == [b"b0", b"b0", b"b1", b"b1"]
+
+
+def test_batch_reads_after_the_topic_grows_name_its_new_partitions(
+    spark: Any, cluster: Any
+) -> None:
+    """``quorumlog topic alter --partitions``: the next batch read from the previous one's
+    epoch-aware offsets (which name only the old partition) reads the new partitions from
+    offset 0, and the offsets it hands on name every partition with its epoch."""
+    c = cluster
+    c.create_topic("grown", 1)
+    c.produce("grown", 0, [b"old-0", b"old-1"])
+    end1 = ending_offsets_json(c.bootstrap, "grown")
+    df1 = source(spark, c, "grown", startingOffsets="earliest", endingOffsets=end1)
+    assert [v for *_, v in triples(df1)] == [b"old-0", b"old-1"]
+    assert set(json.loads(next_offsets(df1))["grown"]) == {"0"}
+
+    altered = run_cli("topic", "alter", "grown", "-b", c.bootstrap, "--partitions", "3")
+    assert altered.returncode == 0, altered.stderr
+    c.client.wait_for_leaders("grown")
+    produced = {p: c.produce("grown", p, [f"new-{p}".encode()])[0] for p in range(3)}
+
+    # Named by neither offsets JSON: the new partitions read from their first offset.
+    df2 = source(spark, c, "grown", startingOffsets=next_offsets(df1))
+    assert triples(df2) == [
+        (p, produced[p].offset, produced[p].epoch, f"new-{p}".encode()) for p in range(3)
+    ]
+    after = json.loads(next_offsets(df2, previous=next_offsets(df1)))["grown"]
+    assert after == {
+        str(p): {"offset": produced[p].offset + 1, "epoch": produced[p].epoch} for p in range(3)
+    }
+
+    # Epoch-aware offsets naming the new partitions, both ends.
+    c.produce("grown", 2, [b"more-2"])
+    end3 = ending_offsets_json(c.bootstrap, "grown")
+    assert set(json.loads(end3)["grown"]) == {"0", "1", "2"}
+    df3 = source(
+        spark, c, "grown", startingOffsets=json.dumps({"grown": after}), endingOffsets=end3
+    )
+    assert [(p, v) for p, _, _, v in triples(df3)] == [(2, b"more-2")]
+    assert json.loads(next_offsets(df3, previous=json.dumps({"grown": after}))) == json.loads(end3)
 
 
 OPTION_ERRORS = [
@@ -279,3 +321,60 @@ def test_local_cluster_executors_in_separate_jvms(cluster: Any, tmp_path: Path) 
     script = tmp_path / "lc.py"
     script.write_text(_LOCAL_CLUSTER_SCRIPT.format(repo=str(REPO), bootstrap=c.bootstrap))
     assert run_spark_script(script, 420) == {"batch": 100, "stream": 100}
+
+
+# ---- a partition moving under a reader ---------------------------------------------------
+
+
+def test_a_stream_across_a_partition_move_sees_new_epochs_and_no_truncation(
+    spark: Any, cluster: Any, tmp_path: Path
+) -> None:
+    """A partition moves off the node leading it (``Client.reassign``) between two
+    micro-batch runs of a stream: the second run resumes from its checkpoint, reads the
+    records written during and after the move once, at a later leader epoch, and raises
+    no truncation; a batch read of the whole log agrees."""
+    c = cluster
+    c.create_topic("moves", 1, 2)
+    before = c.produce("moves", 0, [b"a%02d" % i for i in range(20)])
+    df = source(spark, c, "moves", stream=True, startingOffsets="earliest")
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    first = run_available_now(df, out, ckpt)
+    assert first.exception() is None
+    replicas = c.client.metadata(["moves"])["moves"].partitions[0].replicas
+    leader = c.leader_of("moves", 0)
+    spare = next(n for n in c.ports if n not in replicas)
+    target = [spare] + [n for n in replicas if n != leader]
+    assert len(target) == len(replicas), (leader, replicas)  # the move takes the leader off
+    # Records written while the leader removes itself go through an idempotent producer:
+    # an append that commits after its leader resigned is answered NOT_LEADER, and a
+    # plain retry would append it twice (as in Kafka without idempotence).
+    producer = Producer(c.client)
+
+    def produce(values: list[bytes]) -> list[int]:
+        futures = [producer.send("moves", v, partition=0) for v in values]
+        producer.flush(timeout_s=60)
+        return [f.result().offset for f in futures]
+
+    c.client.reassign("moves", {0: target})
+    during = produce([b"b%02d" % i for i in range(20)])
+
+    def moved() -> bool:
+        q = c.client.describe_quorum("moves", 0)
+        return sorted(v.replica_id for v in q.voters) == sorted(target)
+
+    wait_until(moved, timeout=60, what="the move to end")
+    after = produce([b"c%02d" % i for i in range(20)])
+    producer.close()
+    second = run_available_now(df, out, ckpt)
+    assert second.exception() is None  # no LogTruncationException across the move
+    rows = sorted(
+        (r["offset"], r["leaderEpoch"], bytes(r["value"]))
+        for r in spark.read.parquet(str(out)).collect()
+    )
+    values = [v for _, _, v in rows]
+    expected = [b"a%02d" % i for i in range(20)] + [b"b%02d" % i for i in range(20)]
+    assert values == expected + [b"c%02d" % i for i in range(20)]  # each once, in order
+    assert rows[-1][1] > before[0].epoch  # the move's leader change shows as a new epoch
+    assert [o for o, _, _ in rows[-20:]] == after
+    assert [o for o, _, _ in rows[20:40]] == during
+    assert triples(source(spark, c, "moves")) == [(0, o, e, v) for o, e, v in rows]

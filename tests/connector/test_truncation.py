@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from quorumlog.connector import LogTruncationException, TruncatedPartition
 from quorumlog.connector.offsets import Position, TopicPartition
-from quorumlog.connector.truncation import Divergence, check_position
+from quorumlog.connector.truncation import (
+    Divergence,
+    EpochRun,
+    check_position,
+    first_offset_not_in_log,
+)
 
 
 @pytest.mark.parametrize(
@@ -82,3 +89,34 @@ def test_round_trip_from_spark_error_text() -> None:
     except RuntimeError as e:
         assert LogTruncationException.from_spark_error(e).truncations == original.truncations  # type: ignore[union-attr]
     assert LogTruncationException.from_spark_error("some other failure") is None
+
+
+def _log(epochs: dict[int, tuple[int, int]]) -> Callable[[int], tuple[int, int]]:
+    """OffsetsForLeaderEpoch of a log whose epochs span ``{epoch: (start, end)}``."""
+
+    def answer(epoch: int) -> tuple[int, int]:
+        known = [e for e in epochs if e <= epoch]
+        if not known:
+            return -1, -1
+        return max(known), epochs[max(known)][1]
+
+    return answer
+
+
+def test_first_offset_not_in_log_walks_the_held_epochs_down() -> None:
+    held = [EpochRun(1, 0, 9), EpochRun(3, 11, 19)]  # 10: epoch 3's control record
+    # the log has everything held (and more of epoch 3): nothing to replace
+    assert first_offset_not_in_log(held, _log({1: (0, 10), 3: (10, 30)})) is None
+    # the log's epoch 3 ends inside the held run: exact, from its end
+    assert first_offset_not_in_log(held, _log({1: (0, 10), 3: (10, 15), 4: (15, 20)})) == 15
+    # a leader that never had epoch 3, whose epoch 2 reaches past where ours began: the
+    # answer for epoch 3 says (2, 25), but the table's rows differ from 11 on (its epoch 1
+    # ends at 10: everything after the last row it has as held, 9, is the log's)
+    log = _log({1: (0, 10), 2: (10, 25), 4: (25, 30)})
+    assert log(3) == (2, 25)
+    assert first_offset_not_in_log(held, log) == 10
+    # epoch 1 truncated inside the held rows too
+    assert first_offset_not_in_log(held, _log({1: (0, 6), 2: (6, 25)})) == 6
+    # the log has none of the held epochs: everything held is replaced
+    assert first_offset_not_in_log(held, _log({5: (0, 40)})) == 0
+    assert first_offset_not_in_log([], _log({1: (0, 5)})) is None

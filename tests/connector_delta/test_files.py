@@ -3,6 +3,7 @@ staging directory, tasks describe them, the driver moves them into the table."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from quorumlog.connector import delta
-from quorumlog.connector.delta import STAGING_DIR, DeltaSink, DeltaSinkError, Position
+from quorumlog.connector.delta import STAGING_DIR, DeltaSink, DeltaSinkError, Position, executors
 from quorumlog.connector.delta import read_committed_positions as positions
 
 from .helpers import last_commit, rows, source_df, table_rows
@@ -41,13 +41,13 @@ def test_files_are_sparks_sorted_by_offset_with_footer_stats_and_nothing_else_is
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, described_by: str
 ) -> None:
     if described_by == "tasks":  # as a batch above the driver's share would be
-        monkeypatch.setattr(delta, "DRIVER_DESCRIBE_ROWS", 0)
+        monkeypatch.setattr(executors, "DRIVER_DESCRIBE_ROWS", 0)
     path = tmp_path / "t"
     # ev/0 arrives out of offset order and in two epochs; ev/1 in another Spark partition
     b0 = rows("ev", 0, [5, 1, 3, 0], 1, "a") + rows("ev", 0, [9, 7], 2, "a")
     b1 = rows("ev", 1, range(4), 3, "b")
     df = source_df(spark, b0).coalesce(1).union(source_df(spark, b1).coalesce(1))
-    DeltaSink(path, app_id=APP)(df, 0)
+    DeltaSink(path, app_id=APP, small_rows=0)(df, 0)
 
     assert table_rows(path) == sorted(b0 + b1)
     assert positions(path) == {"ev": {0: Position(10, 2), 1: Position(4, 3)}}
@@ -78,7 +78,7 @@ def test_unpartitioned_table_keeps_one_topic_partition_per_file_and_repairs(
     spark: Any, tmp_path: Path
 ) -> None:
     path = tmp_path / "t"
-    sink = DeltaSink(path, app_id=APP, partition_by=None)
+    sink = DeltaSink(path, app_id=APP, partition_by=None, small_rows=0)
     b0 = rows("ev", 0, range(6), 1, "old") + rows("ev", 1, range(3), 1, "p1")
     sink(source_df(spark, b0).coalesce(1), 0)  # one task, two topic-partitions
     assert DeltaTable(str(path)).metadata().partition_columns == []
@@ -109,7 +109,7 @@ def test_columns_must_be_the_tables_and_bad_rows_leave_nothing(spark: Any, tmp_p
     from pyspark.sql import functions as F
 
     path = tmp_path / "t"
-    sink = DeltaSink(path, app_id=APP)
+    sink = DeltaSink(path, app_id=APP, small_rows=0)
     df = source_df(spark, rows("ev", 0, range(3), 1, "a"))
     null_topic = df.withColumn(
         "topic", F.when(F.col("offset") == 1, None).otherwise(F.col("topic"))
@@ -135,3 +135,30 @@ def test_columns_must_be_the_tables_and_bad_rows_leave_nothing(spark: Any, tmp_p
         sink(more.drop("extra", "headers"), 2)
     assert DeltaTable(str(path)).version() == 1
     assert data_files(path) == {a["path"] for a in add_actions(path)}
+
+
+def test_the_sink_chooses_the_path_by_the_batch_size(spark: Any, tmp_path: Path) -> None:
+    """A batch of at most small_rows rows (and small_bytes bytes) is collected and written
+    by delta-rs on the driver; a larger one by Spark's writer on the executors; both go
+    into one table."""
+    path = tmp_path / "t"
+    sink = DeltaSink(path, app_id=APP, small_rows=3)
+    small, large = rows("ev", 0, range(3), 1, "a"), rows("ev", 0, range(3, 7), 1, "a")
+    sink(source_df(spark, small), 0)
+    sink(source_df(spark, large), 1)
+    DeltaSink(path, app_id=APP, small_bytes=1)(source_df(spark, rows("ev", 0, [7], 1, "a")), 2)
+    assert writers(path, 0) == {"delta-rs"}
+    assert writers(path, 1) == writers(path, 2) == {"parquet-mr"}
+    assert table_rows(path) == sorted(small + large + rows("ev", 0, [7], 1, "a"))
+    assert positions(path) == {"ev": {0: Position(8, 1)}}
+
+
+def writers(path: Path, version: int) -> set[str]:
+    """Which Parquet writer wrote the files the commit of ``version`` added."""
+    log = (path / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+    adds = [json.loads(line)["add"]["path"] for line in log if line.startswith('{"add"')]
+    created = {pq.read_metadata(path / a).created_by or "" for a in adds}
+    return {
+        "delta-rs" if c.startswith("delta-rs") else "parquet-mr" if "parquet-mr" in c else c
+        for c in created
+    }

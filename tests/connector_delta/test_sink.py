@@ -7,26 +7,34 @@ import json
 import os
 import pickle
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from quorumlog.connector.delta import (
     METADATA_KEY,
     DeltaSink,
     DeltaSinkError,
+    LogDivergenceResolver,
     Position,
     delta_spark_available,
     read_committed_offsets_json,
     read_committed_positions,
 )
+from quorumlog.connector.schema import ARROW_SCHEMA
+from quorumlog.connector.truncation import EpochRun
 
 from .helpers import last_commit, rows, source_df, source_table, table_rows
 
 pytestmark = pytest.mark.spark
 
 APP = "test-app"
+#: DeltaSink(small_rows=...) of the two write paths: small batches collected and written on
+#: the driver (the default), or every batch written by the executors
+WRITE_PATHS = pytest.mark.parametrize("small_rows", [4096, 0], ids=["driver", "executors"])
 
 
 def keys(path: Path) -> Counter[tuple[str, int, int]]:
@@ -38,9 +46,12 @@ def assert_unique(path: Path) -> None:
     assert not dup, f"offsets held twice: {dup}"
 
 
-def test_append_records_positions_and_reads_them_back(spark: Any, tmp_path: Path) -> None:
+@WRITE_PATHS
+def test_append_records_positions_and_reads_them_back(
+    spark: Any, tmp_path: Path, small_rows: int
+) -> None:
     path = tmp_path / "t"
-    sink = DeltaSink(path, app_id=APP)
+    sink = DeltaSink(path, app_id=APP, small_rows=small_rows)
     # Gaps (control batches are not rows): the end is max offset + 1 regardless.
     b0 = rows("ev", 0, [0, 1, 3], 1, "a") + rows("ev", 1, [0, 1], 2, "a")
     sink(source_df(spark, b0), 0)
@@ -107,8 +118,9 @@ def test_delta_rs_alone_doubles_a_replayed_app_transaction(tmp_path: Path) -> No
     assert DeltaTable(path).to_pyarrow_table().num_rows == 6
 
 
+@WRITE_PATHS
 def test_redelivery_replaces_only_the_truncated_partition_atomically(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, small_rows: int
 ) -> None:
     path = tmp_path / "t"
     asked: list[tuple[str, int, Position]] = []
@@ -117,7 +129,9 @@ def test_redelivery_replaces_only_the_truncated_partition_atomically(
         asked.append((topic, partition, last))
         return 7  # the new leader's log ends epoch 1 at offset 7
 
-    sink = DeltaSink(path, app_id=APP, resolve_divergence=offsets_for_leader_epoch)
+    sink = DeltaSink(
+        path, app_id=APP, resolve_divergence=offsets_for_leader_epoch, small_rows=small_rows
+    )
     b0 = rows("ev", 0, range(10), 1, "old") + rows("ev", 1, range(6), 1, "p1")
     sink(source_df(spark, b0), 0)
     b1 = rows("ev", 0, range(10, 12), 1, "old") + rows("ev", 2, range(4), 1, "p2")
@@ -251,9 +265,10 @@ def test_normal_batch_reads_neither_data_files_nor_old_commits(
     assert replaced == [5]
 
 
-def test_empty_batch_commits_nothing(spark: Any, tmp_path: Path) -> None:
+@WRITE_PATHS
+def test_empty_batch_commits_nothing(spark: Any, tmp_path: Path, small_rows: int) -> None:
     path = tmp_path / "t"
-    sink = DeltaSink(path, app_id=APP)
+    sink = DeltaSink(path, app_id=APP, small_rows=small_rows)
     assert sink.write_batch(source_df(spark, []), 0) is None
     assert not DeltaTable.is_deltatable(str(path))
     sink(source_df(spark, rows("ev", 0, range(3), 1, "a")), 1)
@@ -303,3 +318,47 @@ def test_sink_pickles_without_its_table_handle(spark: Any, tmp_path: Path) -> No
     assert copy.write_batch(source_df(spark, rows("ev", 0, range(3), 1, "a")), 0) is None
     copy(source_df(spark, rows("ev", 0, range(3, 4), 1, "a")), 1)
     assert len(table_rows(path)) == 4
+
+
+class ScriptedLog(LogDivergenceResolver):
+    """A log that never had the table's last epoch: the exact divergence is 4 (where the
+    table's epoch 2 began), and the log holds epoch-1 records 4..7 there, which the stream
+    skipped (it resumed at the inexact bound 8)."""
+
+    def __init__(self) -> None:
+        super().__init__("127.0.0.1:1")  # never dialled
+        self.asked: list[tuple[str, int, Position, list[EpochRun]]] = []
+
+    def exact(
+        self, topic: str, partition: int, position: Position, runs: Callable[[], Any]
+    ) -> int | None:
+        held = list(runs())
+        self.asked.append((topic, partition, position, held))
+        return 4
+
+    def read(self, topic: str, partition: int, start: int, end: int) -> pa.Table:
+        assert (topic, partition, start, end) == ("ev", 0, 4, 9)
+        return source_table(rows("ev", 0, range(4, 8), 1, "log")).cast(ARROW_SCHEMA)
+
+
+@WRITE_PATHS
+def test_log_records_below_the_redelivered_offsets_join_the_repair(
+    spark: Any, tmp_path: Path, small_rows: int
+) -> None:
+    path = tmp_path / "t"
+    log = ScriptedLog()
+    sink = DeltaSink(path, app_id=APP, resolve_divergence=log, small_rows=small_rows)
+    sink(source_df(spark, rows("ev", 0, range(4), 1, "a") + rows("ev", 0, range(5, 10), 2, "b")), 0)
+    sink(source_df(spark, rows("ev", 1, range(3), 1, "p1")), 1)
+    # the stream resumed at 8 (the log's control record) and re-delivers 9.. of epoch 5
+    sink(source_df(spark, rows("ev", 0, range(9, 11), 5, "new")), 2)
+    assert log.asked == [("ev", 0, Position(10, 2), [EpochRun(1, 0, 3), EpochRun(2, 5, 9)])]
+    assert table_rows(path) == sorted(
+        rows("ev", 0, range(4), 1, "a")
+        + rows("ev", 0, range(4, 8), 1, "log")
+        + rows("ev", 0, range(9, 11), 5, "new")
+        + rows("ev", 1, range(3), 1, "p1")
+    )
+    assert_unique(path)
+    assert last_commit(path)[METADATA_KEY]["truncations"][0]["divergenceOffset"] == 4
+    assert read_committed_positions(path)["ev"][0] == Position(11, 5)

@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 from deltalake import DeltaTable
-from quorumlog.connector.delta import METADATA_KEY, DeltaSink, Position, read_committed_positions
+from quorumlog.connector.delta import (
+    METADATA_KEY,
+    STAGING_DIR,
+    DeltaSink,
+    Position,
+    read_committed_positions,
+)
 
 from .helpers import rows, start_stream, table_rows, write_input_file
 
@@ -95,13 +101,8 @@ def test_stream_with_redelivery_and_restart(spark: Any, tmp_path: Path) -> None:
     assert read_committed_positions(table) == EXPECTED_POSITIONS
 
 
-def test_exactly_once_across_a_driver_killed_between_delta_and_spark_commits(
-    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    input_dir, checkpoint, table = tmp_path / "in", tmp_path / "ck", tmp_path / "t"
-    for i, batch in enumerate(BATCHES):
-        write_input_file(input_dir, i, batch)
-    kill_after = 2
+def run_killed_job(input_dir: Path, checkpoint: Path, table: Path, *args: str) -> None:
+    """Run ``stream_job`` with ``args`` as its own process; it must die by its SIGKILL."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
         [
@@ -111,7 +112,7 @@ def test_exactly_once_across_a_driver_killed_between_delta_and_spark_commits(
             str(input_dir),
             str(checkpoint),
             str(table),
-            str(kill_after),
+            *args,
         ],
         cwd=REPO,
         env=env,
@@ -120,12 +121,22 @@ def test_exactly_once_across_a_driver_killed_between_delta_and_spark_commits(
         start_new_session=True,  # its own process group: the job kills it, not us
     )
     try:
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=240)  # a loaded machine starts Spark slowly
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == -signal.SIGKILL, out.decode(errors="replace")[-3000:]
+
+
+def test_exactly_once_across_a_driver_killed_between_delta_and_spark_commits(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    input_dir, checkpoint, table = tmp_path / "in", tmp_path / "ck", tmp_path / "t"
+    for i, batch in enumerate(BATCHES):
+        write_input_file(input_dir, i, batch)
+    kill_after = 2
+    run_killed_job(input_dir, checkpoint, table, str(kill_after))
 
     # Delta has batch 2; Spark planned it (offsets log) but never committed it.
     assert DeltaTable(str(table)).transaction_version(query_id(checkpoint)) == kill_after
@@ -135,6 +146,28 @@ def test_exactly_once_across_a_driver_killed_between_delta_and_spark_commits(
     caplog.set_level(logging.INFO, logger="quorumlog.connector.delta")
     drain(spark, input_dir, checkpoint, table)
     assert f"batch {kill_after} of app {query_id(checkpoint)} already committed" in caplog.text
+    assert sink_commits(table) == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert_every_row_once(table)
+    assert read_committed_positions(table) == EXPECTED_POSITIONS
+
+
+def test_a_write_killed_midway_leaves_staging_that_the_restart_sweeps(
+    spark: Any, tmp_path: Path
+) -> None:
+    input_dir, checkpoint, table = tmp_path / "in", tmp_path / "ck", tmp_path / "t"
+    for i, batch in enumerate(BATCHES):
+        write_input_file(input_dir, i, batch)
+    kill_after = 2
+    run_killed_job(input_dir, checkpoint, table, str(kill_after), "mid-write")
+
+    # batch 2's files are in its staging directory, none in the table, nothing committed
+    assert DeltaTable(str(table)).transaction_version(query_id(checkpoint)) == kill_after - 1
+    left = list((table / STAGING_DIR).iterdir())
+    assert len(left) == 1 and list(left[0].rglob("*.parquet")), left
+
+    # the restarted query sweeps it before its first batch, then replays batch 2
+    drain(spark, input_dir, checkpoint, table)
+    assert not (table / STAGING_DIR).exists()
     assert sink_commits(table) == {0: 1, 1: 1, 2: 1, 3: 1}
     assert_every_row_once(table)
     assert read_committed_positions(table) == EXPECTED_POSITIONS

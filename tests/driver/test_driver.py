@@ -9,7 +9,14 @@ from quorumlog.replica.driver import Driver, Limits, Ready
 from quorumlog.replica.driver.driver import NEW_PARTITION_SPREAD_US
 from quorumlog.replica.protocol import ErrorCode
 from quorumlog.replica.protocol import messages as m
-from quorumlog.replica.raft import ElectionState, FetchRequest, Message, QuorumConfig, VoteRequest
+from quorumlog.replica.raft import (
+    ElectionState,
+    FetchRequest,
+    FetchResponse,
+    Message,
+    QuorumConfig,
+    VoteRequest,
+)
 
 from tests.sim.memlog import MemLog, client_batch, decode_batches
 from tests.support.messages import consumer_fetch
@@ -316,3 +323,88 @@ def test_new_partitions_opened_slower_than_the_spread_stand_an_election_timeout_
     assert _stand_times(opens) == [timeout, timeout + 1, timeout + 2] + [
         ((timeout + 2) * 1000 + j * NEW_PARTITION_SPREAD_US) // 1000 for j in range(1, 11)
     ]
+
+
+class ThrottledNodes(Nodes):
+    """Nodes whose leaders send observers 1,000 bytes a second at most."""
+
+    def new_driver(self, i: int) -> Driver:
+        limits = Limits(1 << 20, 5000, catch_up_bytes_per_s=1000)
+        return Driver(i, "c", self.config, limits, random.Random(i))
+
+
+def test_answers_with_records_to_an_observer_are_paced_by_the_throttle() -> None:
+    """A replica a reassignment is adding (an observer) catches up at the node's
+    catch-up rate: each answer that carries records waits for the ones before it to have
+    had their time; the voters' answers never wait."""
+    from tests.raft.harness import fetch as raft_fetch
+
+    nodes = ThrottledNodes(3)
+    leader = nodes.leader()
+    nodes.request(leader, produce(list(range(50))))
+    nodes.advance(200)
+    driver = nodes.drivers[leader]
+    epoch = driver.partitions[KEY].core.epoch
+
+    def observer_fetch(offset: int) -> list[FetchResponse]:
+        req = raft_fetch(9, epoch, offset, -1, cluster="c", dst=leader)
+        ready = driver.raft(KEY, req, nodes.now)
+        return [msg for _, msg in ready.send if isinstance(msg, FetchResponse)]
+
+    first = observer_fetch(0)
+    assert len(first) == 1 and first[0].records  # the bucket was empty: at once
+    size = len(first[0].records)
+    assert observer_fetch(0) == []  # paced: held for size / 1000 s
+    p = driver.partitions[KEY]
+    assert [at for at, _ in p.paced.values()] == [nodes.now + size]  # 1,000 bytes a second
+    # The observer asks again (its request timed out): the same turn, counted once.
+    free_at = driver.throttle.free_at if driver.throttle else 0
+    assert observer_fetch(0) == [] and len(p.paced) == 1
+    assert driver.throttle is not None and driver.throttle.free_at == free_at
+    deadline = p.next_deadline_ms()
+    assert deadline is not None and deadline <= nodes.now + size
+    nodes.now += size + 1
+    sent = driver.tick(nodes.now).send
+    released = [msg for _, msg in sent if isinstance(msg, FetchResponse) and msg.dst == 9]
+    assert len(released) == 1 and released[0].records and not p.paced
+    # A voter's fetch is answered at once, throttle or not.
+    follower = next(i for i in nodes.voters if i != leader)
+    req = raft_fetch(follower, epoch, 0, -1, cluster="c", dst=leader)
+    ready = driver.raft(KEY, req, nodes.now)
+    assert any(isinstance(msg, FetchResponse) and msg.dst == follower for _, msg in ready.send)
+
+
+def test_what_producers_append_during_a_catch_up_reaches_the_observer_unpaced() -> None:
+    """The throttle paces an observer's backlog, not the writes that arrive while it
+    catches up: an answer holding only records appended since that observer's previous
+    answer goes at once though the throttle's turn is still ahead, so a throttle below
+    the write rate slows a move but never stops it from ending. Without the rule, the
+    answer below waits for the turn."""
+    from tests.raft.harness import fetch as raft_fetch
+
+    nodes = ThrottledNodes(3)
+    leader = nodes.leader()
+    nodes.request(leader, produce(list(range(50))))
+    nodes.advance(200)
+    driver = nodes.drivers[leader]
+    p = driver.partitions[KEY]
+    epoch = p.core.epoch
+
+    def observer_fetch(offset: int) -> list[FetchResponse]:
+        last_epoch = epoch if offset else -1
+        req = raft_fetch(9, epoch, offset, last_epoch, cluster="c", dst=leader)
+        ready = driver.raft(KEY, req, nodes.now)
+        return [msg for _, msg in ready.send if isinstance(msg, FetchResponse)]
+
+    first = observer_fetch(0)
+    assert len(first) == 1 and first[0].records  # the whole backlog, charged
+    caught_up = p.log.end_offset
+    assert driver.throttle is not None and driver.throttle.free_at > nodes.now
+    nodes.request(leader, produce(list(range(5))))  # written during the catch-up
+    nodes.advance(50)
+    assert p.log.end_offset > caught_up
+    assert driver.throttle.free_at > nodes.now  # the backlog's turn is still ahead
+    answer = observer_fetch(caught_up)
+    assert len(answer) == 1 and answer[0].records and not p.paced  # sent at once
+    # A backlog again (the observer asks from the start): paced as before.
+    assert observer_fetch(0) == [] and len(p.paced) == 1

@@ -28,7 +28,9 @@ from quorumlog.replica.kafka.records import (
     ATTR_CONTROL,
     BATCH_HEADER_SIZE,
     COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
     COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
     InvalidRecord,
     check_produced,
     decode_batch,
@@ -163,7 +165,10 @@ def test_produced_batches_are_stored_byte_for_byte_as_before(
 
 
 @settings(max_examples=40, deadline=None)
-@given(RECORDS, st.sampled_from([COMPRESSION_GZIP, COMPRESSION_SNAPPY]))
+@given(
+    RECORDS,
+    st.sampled_from([COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD]),
+)
 def test_decode_of_compressed_batches(cols: dict[str, list[Any]], codec: int) -> None:
     _assert_same_outcome(_encode(cols, compression=codec))
 

@@ -61,7 +61,7 @@ def test_a_topic_describes_the_configs_its_nodes_apply(cluster: LocalCluster) ->
     values = {name: e.value for name, e in configs.items()}
     assert values == {
         "cleanup.policy": "delete",
-        "compression.type": "uncompressed",
+        "compression.type": "producer",
         "max.message.bytes": str(defaults.MAX_MESSAGE_BYTES),
         "message.timestamp.type": "CreateTime",
         "min.insync.replicas": "2",
@@ -72,7 +72,15 @@ def test_a_topic_describes_the_configs_its_nodes_apply(cluster: LocalCluster) ->
     }
     assert configs["retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     assert configs["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
-    assert all(e.is_read_only and not e.is_sensitive for e in configs.values())
+    alterable = {
+        "compression.type",
+        "max.message.bytes",
+        "retention.bytes",
+        "retention.ms",
+        "segment.bytes",
+    }
+    assert {n for n, e in configs.items() if not e.is_read_only} == alterable
+    assert not any(e.is_sensitive for e in configs.values())
     limits = got[limited]
     assert isinstance(limits, dict)
     assert limits["max.message.bytes"].value == str(TOPIC_LIMIT)

@@ -56,6 +56,7 @@ class Harness:
         protocol_type: str = "consumer",
         session: int = SESSION,
         v4: bool = True,
+        instance: str | None = None,
     ) -> int:
         token = next(self.tokens)
         self.c.join(
@@ -68,6 +69,7 @@ class Harness:
             REBALANCE,
             now,
             require_known_member_id=v4,
+            group_instance_id=instance,
         )
         self._collect()
         return token
@@ -79,9 +81,18 @@ class Harness:
         now: int = 0,
         assignments: dict[str, bytes] | None = None,
         group: str = "g",
+        instance: str | None = None,
     ) -> int:
         token = next(self.tokens)
-        self.c.sync(token, group, generation, member_id, (assignments or {}).items(), now)
+        self.c.sync(
+            token,
+            group,
+            generation,
+            member_id,
+            (assignments or {}).items(),
+            now,
+            group_instance_id=instance,
+        )
         self._collect()
         return token
 
@@ -381,3 +392,61 @@ def test_offset_records_round_trip_and_foreign_keys_are_skipped() -> None:
 def test_the_offsets_topic_partition_count_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--offsets-topic-partitions must be 1..10000"):
         node_config(tmp_path, offsets_topic_partitions=0)
+
+
+def _static_pair(h: Harness) -> tuple[str, str]:
+    """Static members a (instance "ia", leader) and b ("ib") of g, generation 2, STABLE."""
+    first = h.joined(h.join("", instance="ia"))
+    assert first.error == KafkaError.NONE  # no MEMBER_ID_REQUIRED round for a static member
+    a = first.member_id
+    h.sync(a, 1, assignments={a: b"all"}, instance="ia")
+    tb = h.join("", now=10, instance="ib")
+    assert tb not in h.answers
+    ta = h.join(a, now=20, instance="ia")
+    b = h.joined(tb).member_id
+    assert h.joined(ta).generation_id == h.joined(tb).generation_id == 2
+    h.sync(b, 2, instance="ib")
+    h.sync(a, 2, assignments={a: b"A", b: b"B"}, instance="ia")
+    assert h.c.groups["g"].state is GroupState.STABLE
+    return a, b
+
+
+def test_a_restarted_static_member_takes_its_place_without_a_rebalance() -> None:
+    h = Harness()
+    a, b = _static_pair(h)
+    # b's process restarts: a new member id, the same generation, its assignment kept.
+    back = h.joined(h.join("", now=1000, instance="ib"))
+    assert back.error == KafkaError.NONE and back.member_id not in (a, b)
+    assert (back.generation_id, back.leader, back.members) == (2, a, ())
+    assert h.synced(h.sync(back.member_id, 2, now=1010, instance="ib")).assignment == b"B"
+    group = h.c.groups["g"]
+    assert group.state is GroupState.STABLE and group.generation_id == 2
+    assert h.c.heartbeat("g", 2, a, 1020, "ia") == KafkaError.NONE  # a noticed nothing
+    # The old process is fenced wherever it shows up.
+    assert h.c.heartbeat("g", 2, b, 1030, "ib") == KafkaError.FENCED_INSTANCE_ID
+    assert h.c.commit_error("g", 2, b, 1030, "ib") == KafkaError.FENCED_INSTANCE_ID
+    assert h.joined(h.join(b, now=1030, instance="ib")).error == KafkaError.FENCED_INSTANCE_ID
+    assert h.synced(h.sync(b, 2, now=1030, instance="ib")).error == KafkaError.FENCED_INSTANCE_ID
+
+
+def test_a_restarted_static_leader_keeps_leading_and_a_changed_one_rebalances() -> None:
+    h = Harness()
+    a, b = _static_pair(h)
+    back = h.joined(h.join("", now=1000, instance="ia"))
+    assert back.leader == back.member_id and back.generation_id == 2
+    assert [mid for mid, _ in back.members] == [back.member_id, b]
+    # Other protocols: the group must agree on them again, so it rebalances.
+    changed = h.join("", now=2000, instance="ib", protocols=[("range", b"other")])
+    assert changed not in h.answers
+    assert h.c.groups["g"].state is GroupState.PREPARING_REBALANCE
+
+
+def test_a_static_member_leaves_by_instance_id_or_when_its_session_ends() -> None:
+    h = Harness()
+    a, b = _static_pair(h)
+    assert h.c.leave("g", "", 100, "nobody") == KafkaError.UNKNOWN_MEMBER_ID
+    assert h.c.leave("g", "stale-id", 100, "ib") == KafkaError.FENCED_INSTANCE_ID
+    assert h.c.leave("g", "", 100, "ib") == KafkaError.NONE
+    assert "ib" not in h.c.groups["g"].static_members
+    h.tick(100 + SESSION + REBALANCE + 1)  # a, never heard from again, expires too
+    assert "g" not in h.c.groups

@@ -5,9 +5,11 @@ answered with a Kafka error on a connection that stays open."""
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -18,6 +20,7 @@ from typing import Any
 import confluent_kafka
 import confluent_kafka.admin
 import pytest
+from crc32c import crc32c
 from quorumlog.replica.kafka import messages as km
 from quorumlog.replica.kafka import records as kafka_records
 from quorumlog.replica.kafka.codec import decode_response, encode_request
@@ -32,6 +35,7 @@ from quorumlog.replica.protocol import ErrorCode
 from tests.support.cli import QUORUMLOG
 from tests.support.cluster import read_all
 from tests.support.config import node_config
+from tests.support.waits import wait_until
 
 from .test_fuzz import _mutations
 
@@ -51,10 +55,20 @@ def _record(i: int) -> tuple[bytes, bytes, list[tuple[str, bytes]], int]:
     return f"key-{i}".encode(), bytes([i % 251]) * 100, [("n", str(i).encode())], BASE_TS + i
 
 
-def _produce(bootstrap: str, topic: str, partitions: int) -> dict[tuple[int, int], int]:
+def _produce(
+    bootstrap: str, topic: str, partitions: int, compression: str = "none"
+) -> dict[tuple[int, int], int]:
     """RECORDS records with acks=all; (partition, offset) -> record index, per delivery."""
     producer = confluent_kafka.Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5}
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "compression.type": compression,
+            # A batch answered with an error the client retries would otherwise be retried
+            # for the default 300 s: fail the test within a minute instead.
+            "message.timeout.ms": 60000,
+        }
     )
     delivered: dict[tuple[int, int], int] = {}
     errors: list[Any] = []
@@ -128,6 +142,95 @@ def test_kafka_clients_produce_and_consume_with_every_record_field(
         native = {o: v for o, _, v in read_all(c.client, "kevents", p)}
         mine = {o: _record(i)[1] for (pp, o), i in delivered.items() if pp == p}
         assert native == mine
+
+
+def test_every_kafka_codec_is_produced_and_read_back(kcluster: LocalCluster) -> None:
+    """librdkafka producing with each of Kafka's four codecs: every batch acknowledged,
+    and a consumer (and the native client) reads every record back at its offset."""
+    c = kcluster
+    c.create_topic("kcodecs", 2)
+    delivered: dict[tuple[int, int], int] = {}
+    for codec in ("gzip", "snappy", "lz4", "zstd"):
+        produced = _produce(c.kafka_bootstrap, "kcodecs", 2, compression=codec)
+        assert not set(produced) & set(delivered), f"{codec}: offsets acknowledged twice"
+        delivered.update(produced)
+    got = _consume(c.kafka_bootstrap, "kcodecs", 2, len(delivered))
+    assert len(got) == len(delivered) == 4 * RECORDS
+    for msg in got:
+        key, value, headers, ts = _record(delivered[(msg.partition(), msg.offset())])
+        assert (msg.key(), msg.value(), msg.headers()) == (key, value, headers)
+        assert msg.timestamp() == (confluent_kafka.TIMESTAMP_CREATE_TIME, ts)
+    native = {(p, o): v for p in range(2) for o, _, v in read_all(c.client, "kcodecs", p)}
+    assert native == {at: _record(i)[1] for at, i in delivered.items()}
+
+
+def _disk_bytes(c: LocalCluster, topic: str) -> int:
+    """The bytes of ``topic``'s partition 0 on disk, once every replica holds the same."""
+
+    def per_node() -> list[int]:
+        return [
+            sum(f.stat().st_size for f in (c.node_dir(n) / f"{topic}-0").glob("*.log"))
+            for n in sorted(c.procs)
+        ]
+
+    wait_until(lambda: len(set(per_node())) == 1, 30, f"every replica of {topic} caught up")
+    return per_node()[0]
+
+
+def test_a_topic_s_compression_type_decides_how_kafka_batches_rest_on_disk(
+    kcluster: LocalCluster,
+) -> None:
+    """The same JSON-like records from an lz4 producer into topics of each
+    compression.type: zstd and producer (lz4) ones take a fraction of the uncompressed
+    one's disk, and consumers, the native client and Arrow readers see the same records."""
+    c = kcluster
+    values = [
+        json.dumps({"id": i, "user": f"user-{i % 50}", "event": "page_view", "ok": True}).encode()
+        for i in range(2000)
+    ]
+    sizes = {}
+    for kind in ("uncompressed", "zstd", "producer"):
+        topic = f"kstore-{kind}"
+        c.client.create_topic(topic, 1, configs={"compression.type": kind})
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": c.kafka_bootstrap,
+                "compression.type": "lz4",
+                "linger.ms": 50,
+                "batch.num.messages": 1000,
+            }
+        )
+        for v in values:
+            producer.produce(topic, value=v, partition=0)
+        assert producer.flush(30) == 0
+        got = _consume(c.kafka_bootstrap, topic, 1, len(values))
+        assert [m.value() for m in got] == values
+        assert [v for _, _, v in read_all(c.client, topic, 0)] == values
+        sizes[kind] = _disk_bytes(c, topic)
+    assert sizes["zstd"] < 0.4 * sizes["uncompressed"], sizes
+    assert sizes["producer"] < 0.6 * sizes["uncompressed"], sizes
+
+
+def test_a_codec_kafka_does_not_define_is_unsupported_not_corrupt(kcluster: LocalCluster) -> None:
+    """A batch in a codec we cannot serve is answered UNSUPPORTED_COMPRESSION_TYPE (which
+    clients do not retry), not CORRUPT_MESSAGE (which librdkafka retries until its
+    message timeout)."""
+    c = kcluster
+    c.create_topic("kcodec7", 1)
+    data = bytearray(kafka_records.encode_batch([b"v"]))
+    data[22] = 7  # the low byte of the attributes: codec 7
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    body = km.PRODUCE.default_request(9)
+    body.update(
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[{"name": "kcodec7", "partition_data": [{"index": 0, "records": bytes(data)}]}],
+    )
+    port = c.kafka_ports[c.wait_for_leader("kcodec7", 0, 30)]
+    (answer,) = _exchange(port, [_request(port, km.PRODUCE, 9, body, 1)])
+    part = decode_response(km.PRODUCE, 9, answer)[1]["responses"][0]["partition_responses"][0]
+    assert part["error_code"] == KafkaError.UNSUPPORTED_COMPRESSION_TYPE
+    assert "compression" in part["error_message"]
 
 
 def test_kafka_consumer_reads_what_a_native_producer_wrote(kcluster: LocalCluster) -> None:

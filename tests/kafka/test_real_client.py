@@ -75,7 +75,7 @@ def _check_produced(broker: KafkaTestBroker) -> list[tuple[bytes | None, bytes |
     return got
 
 
-@pytest.mark.parametrize("compression", ["none", "gzip", "snappy"])
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_confluent_producer_delivers_through_the_codec(
     broker: KafkaTestBroker, compression: str
 ) -> None:
@@ -83,7 +83,7 @@ def test_confluent_producer_delivers_through_the_codec(
     assert outcomes == [None] * RECORDS
     _check_produced(broker)
     assert not broker.errors
-    codec = {"none": 0, "gzip": 1, "snappy": 2}[compression]
+    codec = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[compression]
     assert all(b.compression == codec for b in broker.produced)
     assert all(b.producer_id == -1 for b in broker.produced)
     assert any(name == "Produce" for name, _ in broker.versions_used)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import struct
 
+import cramjam
 import pyarrow as pa
 import pytest
 from crc32c import crc32c
@@ -18,8 +19,10 @@ from quorumlog.replica.kafka.records import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     BATCH_HEADER_SIZE,
-    COMPRESSION_GZIP,
-    COMPRESSION_SNAPPY,
+    COMPRESSION_LZ4,
+    COMPRESSION_NAMES,
+    COMPRESSION_ZSTD,
+    MAX_DECOMPRESSED,
     InvalidRecord,
     KafkaRecordBatch,
     UnsupportedCompression,
@@ -88,7 +91,7 @@ def test_known_batch_layout() -> None:
 
 # A batch's header fields, as encode_batch names them and the decoded batch reads them back.
 BATCH_HEADER_FIELDS = st.fixed_dictionaries(
-    {**BATCH_HEADER, "compression": st.sampled_from([0, COMPRESSION_GZIP, COMPRESSION_SNAPPY])}
+    {**BATCH_HEADER, "compression": st.sampled_from(sorted(COMPRESSION_NAMES))}
 )
 
 
@@ -126,17 +129,56 @@ def test_crc_mismatch_and_bad_magic_are_decode_errors() -> None:
         list(iter_batches(encode_batch([b"a"])[:-1]))
 
 
-@pytest.mark.parametrize("codec", [3, 4])
-def test_other_compressions_are_reported_unsupported(codec: int) -> None:
-    data = bytearray(encode_batch([b"a"]))
-    struct.pack_into(">h", data, 21, codec)
-    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+def _with_codec(data: bytes, codec: int, payload: bytes | None = None) -> bytes:
+    """``data`` (one batch) relabelled as compressed with ``codec`` (and its records
+    replaced by ``payload``), the CRC32C made right again."""
+    if payload is not None:
+        data = data[:BATCH_HEADER_SIZE] + payload
+    out = bytearray(data)
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">h", out, 21, codec)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_codecs_kafka_does_not_define_are_reported_unsupported(codec: int) -> None:
     with pytest.raises(UnsupportedCompression) as info:
-        decode_batch(bytes(data))
+        decode_batch(_with_codec(encode_batch([b"a"]), codec))
     assert info.value.codec == codec
     assert info.value.error_code == KafkaError.UNSUPPORTED_COMPRESSION_TYPE
     with pytest.raises(UnsupportedCompression):
         encode_batch([b"a"], compression=codec)
+
+
+@pytest.mark.parametrize("codec", [COMPRESSION_LZ4, COMPRESSION_ZSTD])
+def test_lz4_and_zstd_frames_inflate_only_up_to_the_bound(codec: int) -> None:
+    """A frame that inflates past MAX_DECOMPRESSED (a bomb in a small request) is a
+    decode error, however little it weighs; one just inside the bound decodes."""
+    module = cramjam.lz4 if codec == COMPRESSION_LZ4 else cramjam.zstd
+    plain = encode_batch([b"x" * 100])
+    records = plain[BATCH_HEADER_SIZE:]
+    bomb = bytes(module.compress(records + b"\0" * MAX_DECOMPRESSED))
+    with pytest.raises(KafkaDecodeError, match="inflating past"):
+        decode_batch(_with_codec(plain, codec, bomb))
+    fits = bytes(module.compress(records))
+    assert decode_batch(_with_codec(plain, codec, fits)).values == [b"x" * 100]
+    with pytest.raises(KafkaDecodeError, match="corrupt"):
+        decode_batch(_with_codec(plain, codec, fits[:-5]))
+
+
+def test_frames_written_by_other_writers_decode() -> None:
+    """Kafka's Java client writes lz4 frames with independent blocks and no content
+    size, zstd frames from a stream: streaming compressors' output decodes too."""
+    plain = encode_batch([b"v" * 5000, b"w" * 7000], [b"k1", None], [1, 2])
+    records = plain[BATCH_HEADER_SIZE:]
+    for codec, module in ((COMPRESSION_LZ4, cramjam.lz4), (COMPRESSION_ZSTD, cramjam.zstd)):
+        compressor = module.Compressor()
+        for i in range(0, len(records), 1000):
+            compressor.compress(records[i : i + 1000])
+        framed = bytes(compressor.finish())
+        got = decode_batch(_with_codec(plain, codec, framed))
+        assert got.values == [b"v" * 5000, b"w" * 7000] and got.keys == [b"k1", None]
 
 
 @settings(max_examples=50, deadline=None)

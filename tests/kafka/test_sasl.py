@@ -16,16 +16,21 @@ from typing import Any
 import confluent_kafka
 import confluent_kafka.admin
 import pytest
+from kafka.protocol.admin import AlterConfigsRequest, CreatePartitionsRequest
 from quorumlog.replica.kafka import messages as km
 from quorumlog.replica.kafka.codec import decode_response, encode_request
 from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.schema import Api, Message
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.node.kafka_auth import RESOURCE_TOPIC
 from quorumlog.replica.node.transport import AUTH_TIMEOUT_S
 from quorumlog.replica.protocol import scram
 
+from tests.support.waits import wait_until
+
 from .test_listener import consume_assigned
+from .test_topic_admin import ask_node, controller_id
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -315,6 +320,25 @@ def test_only_producers_and_admins_get_a_producer_id(scluster: LocalCluster, raw
     assert answer["error_code"] == KafkaError.CLUSTER_AUTHORIZATION_FAILED
 
 
+def test_only_admins_delete_groups_or_their_offsets(scluster: LocalCluster, raw: Raw) -> None:
+    """DeleteGroups and OffsetDelete need the right to delete (Kafka's DELETE on the
+    group): a consumer principal is refused before the coordinator is asked."""
+    raw.login("reader", scluster.secrets["reader"])
+    req = km.DELETE_GROUPS.default_request(2)
+    req["groups_names"] = ["g1", "g2"]
+    answer = raw.request(km.DELETE_GROUPS, 2, req)
+    assert answer is not None
+    assert [(r["group_id"], r["error_code"]) for r in answer["results"]] == [
+        ("g1", KafkaError.GROUP_AUTHORIZATION_FAILED),
+        ("g2", KafkaError.GROUP_AUTHORIZATION_FAILED),
+    ]
+    req = km.OFFSET_DELETE.default_request(0)
+    req.update(group_id="g1", topics=[{"name": "granted", "partitions": [{"partition_index": 0}]}])
+    answer = raw.request(km.OFFSET_DELETE, 0, req)
+    assert answer is not None
+    assert answer["error_code"] == KafkaError.GROUP_AUTHORIZATION_FAILED
+
+
 def test_topic_authorization_reaches_kafka_clients(scluster: LocalCluster) -> None:
     delivered, errors = _produce(_kafka_config(scluster, "ingest"), "other", 2)
     assert not delivered and errors
@@ -404,3 +428,50 @@ def test_reads_of_topics_not_granted_are_refused_and_the_rest_answered(
         assert codes[0] != KafkaError.TOPIC_AUTHORIZATION_FAILED, (api.name, codes)
         if api is km.FETCH and topic_ids:
             assert [t["topic_id"] for t in answer[topics_key]] == [ids["granted"], ids["other"]]
+
+
+def _kafka_python_sasl(c: LocalCluster, principal: str) -> dict[str, Any]:
+    return {
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": c.ca_file,
+        "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": principal,
+        "sasl_plain_password": c.secrets[principal],
+    }
+
+
+def test_a_node_that_is_not_the_controller_forwards_an_admin_s_topic_changes(
+    scluster: LocalCluster,
+) -> None:
+    """The node forwards as its node principal, which the controller lets change topics;
+    the client's own principal is authorized first, where it asked: a producer is refused
+    there and nothing reaches the controller."""
+    c = scluster
+    admin = confluent_kafka.admin.AdminClient(_kafka_config(c, "admin"))
+    controller = controller_id(admin)
+    node = min(n for n in c.kafka_ports if n != controller)
+    bootstrap = f"{c.host}:{c.kafka_ports[node]}"
+    c.create_topic("granted-fwd", 1)
+    grow = CreatePartitionsRequest[1](
+        topic_partitions=[("granted-fwd", (2, None))], timeout=30_000, validate_only=False
+    )
+    alter = AlterConfigsRequest[1](
+        resources=[(RESOURCE_TOPIC, "granted-fwd", [("retention.ms", "7200000")])],
+        validate_only=False,
+    )
+    refused = ask_node(bootstrap, node, [grow, alter], **_kafka_python_sasl(c, "ingest"))
+    denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert [e[1] for e in refused[0].topic_errors] == [denied]
+    assert [r[0] for r in refused[1].resources] == [denied]
+    assert len(c.client.metadata(["granted-fwd"])["granted-fwd"].partitions) == 1
+
+    grown, altered = ask_node(bootstrap, node, [grow, alter], **_kafka_python_sasl(c, "admin"))
+    assert grown.topic_errors == [("granted-fwd", 0, None)]
+    assert [r[:2] for r in altered.resources] == [(0, None)]
+
+    def changed() -> bool:
+        # Every node learns the change from the metadata log: the one asked may lag.
+        t = c.client.metadata(["granted-fwd"])["granted-fwd"]
+        return len(t.partitions) == 2 and t.configs == {"retention.ms": "7200000"}
+
+    wait_until(changed, 30, "granted-fwd's 2 partitions and retention.ms")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import random
 from pathlib import Path
-from types import SimpleNamespace
 
 from quorumlog.replica.constants import UNKNOWN
 from quorumlog.replica.driver import Driver, Limits
@@ -23,11 +22,18 @@ from tests.support.config import node_config
 SLICES = 4
 
 
+class _NoController:
+    """The controller's request handlers (topic and membership changes) and the topic
+    changes' forwarder, unused here."""
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
 def test_a_metadata_answer_lets_the_loop_run_between_slices(tmp_path: Path) -> None:
     driver = Driver(1, "c", QuorumConfig(), Limits(1 << 20, 5000), random.Random(1))
-    # The topic handlers are the controller's, unused here.
-    controller = SimpleNamespace(create_topic=None, delete_topic=None)
-    api = Api(node_config(tmp_path), driver, controller, None, None)  # type: ignore[arg-type]
+    controller = _NoController()
+    api = Api(node_config(tmp_path), driver, controller, controller, None, None)  # type: ignore[arg-type]
     n = SLICES * METADATA_SLICE
     assignments = [[1, 2, 3]] * n
 

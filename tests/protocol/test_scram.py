@@ -1,6 +1,7 @@
-"""SCRAM-SHA-256 and SCRAM-SHA-512 exchanges (protocol/scram.py): the published RFC 7677
-exchange, the RFC 5802 formulas computed independently for SHA-512, and that a verifier
-checks exchanges of its own hash only."""
+"""SCRAM-SHA-256 and SCRAM-SHA-512 exchanges (protocol/scram.py, on scramp): the
+published RFC 7677 exchange, the RFC 5802 formulas computed independently for SHA-512,
+that a verifier checks exchanges of its own hash only, and librdkafka 2.0's repeated
+client nonce where Kafka takes it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from quorumlog.replica.protocol.scram import (
     Verifier,
     decoy_verifier,
     make_verifier,
-    parse_client_first,
 )
 
 # RFC 7677 section 3.
@@ -33,20 +33,19 @@ RFC_CLIENT_FINAL = (
 RFC_SERVER_FINAL = b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
 
 
-def _exchange(
-    client: ScramClient, verifier: Verifier, known: bool = True
-) -> tuple[ScramServerSession, bytes]:
-    name, nonce = parse_client_first(client.first_message())
-    session = ScramServerSession(name, nonce, verifier, known)
+def _exchange(client: ScramClient, verifier: Verifier) -> tuple[ScramServerSession, bytes]:
+    session = ScramServerSession(client.first_message(), lambda _: verifier, client.mechanism)
     return session, client.final_message(session.first_message())
 
 
 def test_the_rfc_7677_exchange_both_sides() -> None:
     client = ScramClient("user", "pencil", RFC_CLIENT_NONCE)
-    assert client.first_message() == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
+    first = client.first_message()
+    assert first == b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
     verifier = make_verifier("pencil", salt=RFC_SALT)
-    session = ScramServerSession("user", RFC_CLIENT_NONCE, verifier, True)
-    server_first = session.first_message(RFC_SERVER_NONCE)
+    session = ScramServerSession(first, lambda _: verifier, server_nonce=RFC_SERVER_NONCE)
+    assert session.principal == "user"
+    server_first = session.first_message()
     assert server_first == (
         b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
     )
@@ -72,7 +71,7 @@ def test_a_sha512_exchange_follows_rfc_5802_with_sha512() -> None:
     verifier = make_verifier("pencil", salt=b"0123456789abcdef", mechanism=SCRAM_SHA_512)
     assert verifier.mechanism is SCRAM_SHA_512 and len(verifier.stored_key) == 64
     client = ScramClient("user", "pencil", "cnonce", mechanism=SCRAM_SHA_512)
-    session = ScramServerSession(*parse_client_first(client.first_message()), verifier, True)
+    session = ScramServerSession(client.first_message(), lambda _: verifier, SCRAM_SHA_512)
     server_first = session.first_message().decode()
     client_final = client.final_message(server_first.encode())
     without_proof, _, proof = client_final.decode().rpartition(",p=")
@@ -95,7 +94,7 @@ def test_a_wrong_secret_or_an_unknown_principal_fails_alike(mechanism: scram.Mec
     decoy = decoy_verifier("nobody", b"k" * 32, mechanism)
     assert decoy == decoy_verifier("nobody", b"k" * 32, mechanism)  # same salt every time
     assert len(decoy.stored_key) == len(verifier.stored_key)
-    session, final = _exchange(ScramClient("nobody", "x", mechanism=mechanism), decoy, False)
+    session, final = _exchange(ScramClient("nobody", "x", mechanism=mechanism), decoy)
     with pytest.raises(ScramError, match="authentication failed"):
         session.verify_client_final(final)
 
@@ -142,7 +141,9 @@ def _librdkafka_2_0_final(secret: str, client_nonce: str, server_first: bytes) -
     combined nonce, and a proof over that."""
     m = SCRAM_SHA_512
     attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
-    salted = m.salted_password(secret, base64.b64decode(attrs["s"]), int(attrs["i"]))
+    salted = hashlib.pbkdf2_hmac(
+        m.hash_name, secret.encode(), base64.b64decode(attrs["s"]), int(attrs["i"])
+    )
     client_key = m.hmac(salted, b"Client Key")
     without_proof = f"c=biws,r={client_nonce}{attrs['r']}"
     auth_message = f"n=u,r={client_nonce},{server_first.decode()},{without_proof}".encode()
@@ -153,8 +154,14 @@ def _librdkafka_2_0_final(secret: str, client_nonce: str, server_first: bytes) -
 
 def test_a_repeated_client_nonce_is_taken_only_where_kafka_takes_it() -> None:
     verifier = make_verifier("pw", mechanism=SCRAM_SHA_512)
+
+    def start(lenient: bool) -> ScramServerSession:
+        return ScramServerSession(
+            b"n,,n=u,r=cn", lambda _: verifier, SCRAM_SHA_512, nonce_suffix_ok=lenient
+        )
+
     for lenient in (False, True):
-        session = ScramServerSession("u", "cn", verifier, True, nonce_suffix_ok=lenient)
+        session = start(lenient)
         final = _librdkafka_2_0_final("pw", "cn", session.first_message())
         if lenient:
             assert session.verify_client_final(final).startswith(b"v=")
@@ -162,8 +169,40 @@ def test_a_repeated_client_nonce_is_taken_only_where_kafka_takes_it() -> None:
             with pytest.raises(ScramError, match="nonce mismatch"):
                 session.verify_client_final(final)
     # Lenient or not, the nonce must end with this exchange's server nonce.
-    session = ScramServerSession("u", "cn", verifier, True, nonce_suffix_ok=True)
+    session = start(True)
     session.first_message()
     stale = _librdkafka_2_0_final("pw", "cn", b"r=cnOLD,s=c2FsdA==,i=4096")
     with pytest.raises(ScramError, match="nonce mismatch"):
         session.verify_client_final(stale)
+
+
+def test_a_malformed_or_channel_bound_client_first_is_refused() -> None:
+    verifier = make_verifier("pw")
+    for message in (b"y,,n=u,r=cn", b"n,,r=cn", b"n,,n=u", b"\xff\xfe"):
+        with pytest.raises(ScramError):
+            ScramServerSession(message, lambda _: verifier)
+
+
+def test_a_replayed_client_final_fails_against_a_fresh_server_nonce() -> None:
+    verifier = make_verifier("pw")
+    client = ScramClient("u", "pw", "cn")
+    first = client.first_message()
+    session = ScramServerSession(first, lambda _: verifier)
+    final = client.final_message(session.first_message())
+    assert session.verify_client_final(final).startswith(b"v=")
+    again = ScramServerSession(first, lambda _: verifier)
+    again.first_message()
+    with pytest.raises(ScramError, match="nonce mismatch"):
+        again.verify_client_final(final)
+
+
+def test_a_client_refuses_a_server_that_does_not_hold_its_verifier() -> None:
+    client = ScramClient("u", "pw")
+    session = ScramServerSession(client.first_message(), lambda _: make_verifier("other"))
+    client.final_message(session.first_message())
+    with pytest.raises(ScramError):
+        client.verify_server_final(b"v=" + base64.b64encode(b"x" * 32))
+    other = ScramClient("u", "pw", "cn")
+    other.first_message()
+    with pytest.raises(ScramError, match="nonce"):  # not an extension of our nonce
+        other.final_message(b"r=elsewhere,s=c2FsdHNhbHRzYWx0,i=4096")

@@ -81,11 +81,25 @@ def test_log_comparison_epoch_first_then_offset() -> None:
         assert resp.vote_granted is granted, (last_epoch, end)
 
 
-def test_follower_does_not_vote_in_its_epoch_and_observer_never_votes() -> None:
+def test_follower_does_not_vote_in_its_epoch() -> None:
     f = make_replica(1, persisted=ElectionState(3, leader_id=2))
     assert not only_response(list(f.handle(vote(3, 1, 3), 0).messages)).vote_granted
+
+
+def test_an_observers_vote_counts_only_for_a_candidate_whose_voters_name_it() -> None:
+    """A replica outside its own voter set answers on its log alone (a voter change that
+    adds it may not have reached it yet); the candidate counts only its voters' votes."""
     obs = make_replica(9, voters=(1, 2, 3))
-    assert not only_response(list(obs.handle(vote(2, 9, 1), 0).messages)).vote_granted
+    assert only_response(list(obs.handle(vote(2, 9, 1), 0).messages)).vote_granted
+    cand = make_replica(1, persisted=ElectionState(4, None, 1))  # candidate of (1, 2, 3)
+    assert cand.role is Role.CANDIDATE
+    for outsider in (8, 9):
+        cand.handle(
+            vote_response(src=outsider, leader_epoch=4, vote_granted=True, candidate_epoch=4), 0
+        )
+    assert cand.role is Role.CANDIDATE  # 1 of 3 voters: no majority
+    cand.handle(vote_response(src=2, leader_epoch=4, vote_granted=True, candidate_epoch=4), 0)
+    assert cand.role is Role.LEADER
 
 
 def test_election_timeout_is_randomized_in_t_to_2t() -> None:

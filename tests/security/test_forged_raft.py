@@ -135,18 +135,24 @@ def forge_fetch_and_check(cluster: LocalCluster, forger: int) -> None:
     part, leader, epoch, _ = pick_roles(view)
     followers = [n for n in sorted(cluster.ports) if n != leader]
     impersonated = [n for n in followers if n != forger] or followers
-    probe_conn = connect(cluster, leader)
-    try:
-        dq = probe_conn.request(
-            ApiKey.DESCRIBE_QUORUM,
-            m.DescribeQuorumRequest(topic=TOPIC, partition=part),
-            m.DescribeQuorumResponse,
-        )
-    finally:
-        probe_conn.close()
-    assert dq.error == 0
-    ends = {v.replica_id: v.end_offset for v in dq.voters}
-    assert len(set(ends.values())) == 1, f"replicas not caught up: {ends}"
+
+    def caught_up() -> dict[int, int] | None:
+        """Every voter's end offset as the leader knows it, once they are all equal (a
+        follower's reaches the leader with its next fetch)."""
+        probe_conn = connect(cluster, leader)
+        try:
+            dq = probe_conn.request(
+                ApiKey.DESCRIBE_QUORUM,
+                m.DescribeQuorumRequest(topic=TOPIC, partition=part),
+                m.DescribeQuorumResponse,
+            )
+        finally:
+            probe_conn.close()
+        assert dq.error == 0
+        ends = {v.replica_id: v.end_offset for v in dq.voters}
+        return ends if len(set(ends.values())) == 1 else None
+
+    ends = wait_until(caught_up, ELECTION_BOUND_S, "the replicas to catch up")
     end = ends[leader]
     client_conn = connect(cluster, leader)
     node_conn = connect(cluster, leader, as_node=forger)
@@ -210,25 +216,29 @@ def test_forged_raft_changes_no_epoch_and_acks_nothing(tmp_path: Path, secure: b
 
 
 def test_node_credentials_need_the_cluster_secret(tmp_path: Path) -> None:
-    """Plaintext: a peer proves it holds the cluster secret; a wrong one, an unknown node
-    id, or a replayed exchange gets nowhere, and raft after a later AUTHENTICATE is not
-    possible (authentication comes first or not at all)."""
+    """Plaintext: a peer proves it holds the cluster secret; a wrong one (for a node of
+    the cluster or a new one), another principal, or a replayed exchange gets nowhere,
+    and raft after a later AUTHENTICATE is not possible (authentication comes first or
+    not at all). A node id the cluster never started with authenticates with the cluster
+    secret: that is how a node joins (``serve --join``)."""
     from quorumlog.replica.node.security import node_secret
 
     with LocalCluster(3, tmp_path / "c") as cluster:
         host, port = cluster.host, cluster.ports[1]
         for principal, secret in [
             ("node-2", node_secret("some-other-cluster-secret", 2)),
-            ("node-9", node_secret(cluster.cluster_secret, 9)),
+            ("node-9", node_secret("some-other-cluster-secret", 9)),
             ("admin", "whatever"),
         ]:
             with pytest.raises(AuthenticationError, match="unknown principal or wrong secret"):
                 Connection(host, port, client_id="t", timeout_s=5, credentials=(principal, secret))
-        ok = Connection(
-            host, port, client_id="t", timeout_s=5, credentials=cluster.node_credentials(2)
-        )
-        sync(ok)
-        ok.close()
+        for credentials in (
+            cluster.node_credentials(2),
+            ("node-9", node_secret(cluster.cluster_secret, 9)),
+        ):
+            ok = Connection(host, port, client_id="t", timeout_s=5, credentials=credentials)
+            sync(ok)
+            ok.close()
         # An anonymous client keeps every client API, and may not authenticate later.
         anon = Connection(host, port, client_id="t", timeout_s=5)
         sync(anon)

@@ -296,10 +296,15 @@ def test_consumer_may_only_read_granted_topics(secure_cluster: LocalCluster) -> 
     wait_for_log(secure_cluster, "denied FETCH to principal 'reader'")
 
 
-def test_node_principal_may_not_administer(secure_cluster: LocalCluster) -> None:
+def test_node_principal_may_change_topics_but_not_force_a_leader(
+    secure_cluster: LocalCluster,
+) -> None:
+    """A node forwards the topic changes its Kafka listener authorized to the metadata
+    leader as its node principal; an unclean election stays an admin's."""
     with client(secure_cluster, "node-2") as c:
-        with pytest.raises(AuthorizationError, match="CREATE_TOPIC"):
-            c.create_topic("bynode", 1)
+        c.create_topic("bynode", 1)
+        with pytest.raises(AuthorizationError, match="FORCE_LEADER"):
+            c.force_leader("bynode", 0, 2, confirm=True)
 
 
 @pytest.mark.parametrize("principal", ["admin", "ingest", "reader"])

@@ -215,3 +215,20 @@ class KeepsDueTimer(RaftReplica):
         if isinstance(st, FollowerState):
             times.append(st.last_contact_ms + self.config.fetch_timeout_ms // 2)
         return times
+
+
+class KeepsLeadingOnDiskFaults(RaftReplica):
+    """Notes a full, failing or slow disk but keeps leading: every producer waits on it."""
+
+    def on_disk_fault(self, now_ms: int, reason: str) -> Output:
+        self._note_disk_fault(reason, now_ms)
+        return Output()
+
+
+class TwoVoterChangesInFlight(RaftReplica):
+    """Takes every voter-set change as committed: its leader appends the next change
+    while the one before is still uncommitted (two changes in flight)."""
+
+    @property
+    def voter_change_pending(self) -> bool:
+        return False

@@ -10,8 +10,8 @@ Invariants, checked after every event:
 * ``one-leader-per-epoch``: at most one node is ever leader of a given epoch;
 * ``epoch-monotonic``: a node's epoch never decreases (memory and persisted file agree);
 * ``hwm-monotonic``: a node's HWM never decreases while it runs;
-* ``majority-holds``: a majority of voters holds (durably) every offset below the
-  highest HWM any node has reported;
+* ``majority-holds``: every majority of the voters holds (durably) every offset below
+  the highest HWM any node has reported;
 * ``log-matching``: every node's log below its HWM equals the committed history;
 * ``persist-before-send``: after every step a node's durable election state is the one
   it runs (and may have sent messages in); none stands for a fresh replica's (epoch 0,
@@ -48,6 +48,16 @@ Invariants, checked after every event:
 * ``liveness``: after faults stop (all nodes up, network healed) a leader commits a new
   client record within ``liveness_bound_ms``.
 
+Membership changes (``membership`` > 0): a fault now and then moves the partition to new
+voters (add an observer, remove a voter, or replace one: two steps), as the controller
+does with every node's driver (``Driver.set_target``); the leader steps the voter set
+there one voter at a time. ``majority-holds`` then counts the voter set in force at the
+committed offset (the latest committed voter-set record below it), and two more hold:
+
+* ``voter-changes-pending``: no log holds more than one voter-set record above the
+  committed history;
+* ``voter-step``: each committed voter set differs from the one before by one voter.
+
 Latent corruption (``corruption`` > 0): a fault damages one batch durably held by one
 voter; that voter finds it by a scrub a little later, or sooner when it reads it to serve
 a fetch, and repairs (``on_corruption``). Until it has caught back up it may lack
@@ -62,6 +72,7 @@ log no longer holds learns it from that log's ``end_offset_for``.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from collections import deque
@@ -81,12 +92,18 @@ from quorumlog.replica.raft import (
     RaftReplica,
     Role,
 )
+from quorumlog.replica.raft.state import LeaderState
 
-from .memlog import MemLog, client_batch, decode_batches
+from .memlog import MemLog, client_batch, decode_batches, is_voter_record, voter_of
 
 CLUSTER_ID = "sim-cluster"
 KEY = ("sim", 0)
 LIMITS = Limits(max_fetch_bytes=256, produce_timeout_ms=3000)
+# Odd seeds run their leaders under a catch-up throttle (2 KiB/s: a 256-byte answer to an
+# observer every ~125 ms at most, beside writes of several hundred bytes a second), so
+# every invariant is checked while the replicas a membership change adds catch up paced.
+# (No invariant says a catch-up ends: tests/driver's throttle tests show that rule.)
+THROTTLED_LIMITS = dataclasses.replace(LIMITS, catch_up_bytes_per_s=2048)
 # The election state a fresh replica runs, for which nothing is persisted.
 FRESH = ElectionState(0)
 
@@ -161,6 +178,13 @@ class SimParams:
     disk_loss: bool = False
     unclean: bool = False
     corruption: float = 0.0  # chance that a fault damages a batch (3+ voters only)
+    # Chance that a fault is a disk fault on one voter: its disk fills (appends refused)
+    # or its flushes become slow, for a while.
+    disk_faults: float = 0.0
+    # Chance that a fault is a reassignment of the partition to a new voter set (one
+    # voter added, removed or replaced), where no disk loss, unclean election or
+    # corruption runs.
+    membership: float = 0.0
     # Clients pause now and then (before the heal), long enough for the partition to
     # quiesce; then the next record must wake it.
     pauses: bool = False
@@ -175,6 +199,8 @@ class SimParams:
         r = random.Random(seed * 7919 + 1)
         # Its own stream, so every other choice stays what it was before it existed.
         corruption = random.Random(seed * 7919 + 2).choice([0.0, 0.0, 0.2])
+        disk_faults = random.Random(seed * 7919 + 4).choice([0.0, 0.0, 0.25])
+        membership = random.Random(seed * 7919 + 5).choice([0.0, 0.0, 0.3])
         idle = random.Random(seed * 7919 + 3)
         quiesce, pauses = idle.random() < 0.8, idle.random() < 0.6
         extra = idle.choice([0, 1, 2])
@@ -199,6 +225,8 @@ class SimParams:
             disk_loss=r.random() < 0.15,
             unclean=r.random() < 0.05,
             corruption=corruption,
+            disk_faults=disk_faults,
+            membership=membership,
             pauses=pauses,
             extra_partitions=extra,
         )
@@ -252,6 +280,13 @@ class SimNode:
     extra_logs: dict[tuple[str, int], MemLog] = field(default_factory=dict)
     extra_persisted: dict[tuple[str, int], ElectionState] = field(default_factory=dict)
     flush_keys: set[tuple[str, int]] = field(default_factory=set)
+    # Disk faults: flushes are slow until then; when its full disk first refused an
+    # append; refusals seen; (when, log end) of the oldest flush asked and not done.
+    slow_until: int = 0
+    refused_at: tuple[int, int] | None = None  # (when, in which epoch it led)
+    refusals_seen: int = 0
+    flush_asked: tuple[int, int] | None = None
+    ahead_since: tuple[tuple[int, int], int] | None = None
 
     @property
     def core(self) -> RaftReplica | None:
@@ -263,6 +298,7 @@ class SimNode:
         self.incarnation += 1
         self.alive, self.stopping = True, False
         self.tick_at = self.flush_at = None
+        self.flush_asked = None
         self.last_hwm = self.checked_upto = 0
 
 
@@ -306,7 +342,6 @@ class Simulation:
         self.voter_ids = list(range(1, self.p.voters + 1))
         ids = self.voter_ids + [100 + i for i in range(self.p.observers)]
         self.nodes = {i: SimNode(i, i in self.voter_ids, log_factory()) for i in ids}
-        self.majority = len(self.voter_ids) // 2 + 1
         self.blocked: set[tuple[int, int]] = set()
         self.loss = self.p.loss
         self.dup = self.p.dup
@@ -333,6 +368,7 @@ class Simulation:
         # Quiesced followers whose leader is out of reach / ahead of them, since when.
         self.quiet_silent: dict[int, int] = {}
         self.lone_since: dict[int, int] = {}  # node -> since when it leads cut off
+        self.lone_reach: dict[int, frozenset[int]] = {}  # node -> the voters it heard then
         self.quiet_behind: dict[int, int] = {}
         self.trace: deque[tuple[int, int, Any]] = deque(maxlen=trace_len)
         self.faults: list[str] = []
@@ -343,6 +379,16 @@ class Simulation:
             and not self.p.disk_loss
             and not self.p.unclean
         )
+        self.membership_on = (
+            self.p.membership > 0
+            and not self.corrupt_on
+            and not self.p.disk_loss
+            and not self.p.unclean
+        )
+        # The voters the partition is being moved to (the controller's target), and the
+        # committed voter-set records: (offset, voters).
+        self.target: tuple[int, ...] = tuple(self.voter_ids)
+        self.committed_voters: list[tuple[int, tuple[int, ...]]] = []
 
     # ------------------------------------------------------------------ plumbing
 
@@ -439,6 +485,7 @@ class Simulation:
                 and node.flush_at == self.now
             ):
                 node.flush_at = None
+                node.flush_asked = None
                 keys, node.flush_keys = sorted(node.flush_keys), set()
                 for key in keys:  # one flush cycle covers every log written (group commit)
                     node.log.flush() if key == KEY else node.extra_logs[key].flush()
@@ -499,7 +546,7 @@ class Simulation:
             node.id,
             CLUSTER_ID,
             self.p.config,
-            LIMITS,
+            THROTTLED_LIMITS if self.seed % 2 else LIMITS,
             random.Random(self.rng.getrandbits(64)),
             self.factory,
         )
@@ -516,6 +563,8 @@ class Simulation:
         opened.merge(
             node.driver.open(KEY, self.voter_ids, node.log, node.persisted, self.local(node))
         )
+        if self.target != tuple(self.voter_ids):
+            node.driver.set_target(KEY, self.target, self.local(node))
         self.execute(node, opened)
         for other in self.nodes.values():
             if not other.alive and other is not node:
@@ -556,6 +605,13 @@ class Simulation:
                 node.extra_persisted[key] = state
         for key in ready.flush:
             node.flush_keys.add(key)
+            if key == KEY and node.flush_asked is None:
+                node.flush_asked = (self.now, node.log.end_offset)
+            if self.now < node.slow_until:
+                if node.flush_at is None or node.flush_at < self.now:
+                    node.flush_at = self.now + self.rng.randint(1200, 2500)  # a slow disk
+                    self.push(node.flush_at, FLUSH, (node.id, node.incarnation))
+                continue
             node.flush_at = self.now + self.rng.randint(1, 5)  # an fsync takes a while
             self.push(node.flush_at, FLUSH, (node.id, node.incarnation))
         frames: dict[int, list[tuple[tuple[str, int], Message]]] = {}
@@ -832,8 +888,14 @@ class Simulation:
         return [n for n in self.nodes.values() if n.alive and not n.stopping]
 
     def inject_fault(self) -> None:
+        if self.membership_on and self.rng.random() < self.p.membership:
+            self.reassign()
+            return
         if self.corrupt_on and self.rng.random() < self.p.corruption:
             self.inject_corruption()
+            return
+        if self.p.disk_faults and self.rng.random() < self.p.disk_faults:
+            self.inject_disk_fault()
             return
         r = self.rng.random()
         alive = self.alive_nodes()
@@ -912,6 +974,41 @@ class Simulation:
             p.run(p.core.force_leader(now, min_epoch=top + UNCLEAN_EPOCH_GAP), now, ready)
             self.execute(node, ready)
 
+    def reassign(self) -> None:
+        """Move the partition to a new voter set one, or (a replacement) two voters away
+        from the target before, on every running node's driver (the controller's
+        record, applied; a node that starts later gets it with its partition)."""
+        ids = sorted(self.nodes)
+        now_in = set(self.target)
+        out = [i for i in ids if i not in now_in]
+        r = self.rng.random()
+        if r < 0.4 and out and len(now_in) < 5:
+            new = now_in | {self.rng.choice(out)}
+        elif r < 0.7 and len(now_in) > 1:
+            new = now_in - {self.rng.choice(sorted(now_in))}
+        elif out:
+            new = (now_in - {self.rng.choice(sorted(now_in))}) | {self.rng.choice(out)}
+        else:
+            return
+        self.target = tuple(sorted(new))
+        self.fault(f"reassign to voters {list(self.target)}")
+        for node in self.alive_nodes():
+            if node.driver is not None:
+                node.driver.set_target(KEY, self.target, self.local(node))
+
+    def inject_disk_fault(self) -> None:
+        node = self.nodes[self.rng.choice(self.voter_ids)]
+        until = self.now + self.rng.randint(300, 3000)
+        if self.rng.random() < 0.5:
+            self.fault(f"disk of node {node.id} full until {until}")
+            node.log.full = True
+            for lg in node.extra_logs.values():
+                lg.full = True
+            self.push(until, UNFAULT, ("disk", node.id))
+        else:
+            self.fault(f"disk of node {node.id} slow until {until}")
+            node.slow_until = until
+
     def inject_corruption(self) -> None:
         if any(n.log.damaged or n.log.catch_up_offset >= 0 for n in self.nodes.values() if n.voter):
             return  # one damaged replica at a time
@@ -926,16 +1023,27 @@ class Simulation:
 
     def unfault(self, data: tuple[str, Any]) -> None:
         kind, value = data
-        if kind == "links":
+        if kind == "disk":
+            self.disk_room(self.nodes[value])
+        elif kind == "links":
             self.blocked -= value
         elif kind == "loss" and self.healed_at is None:
             self.loss = self.p.loss  # bursts may overlap: always back to the baseline
+
+    def disk_room(self, node: SimNode) -> None:
+        node.log.full = False
+        for lg in node.extra_logs.values():
+            lg.full = False
+        node.refused_at = None
 
     def heal(self) -> None:
         self.fault("faults stop: network healed, down nodes restart")
         self.healed_at = self.now
         self.heal_uid = self.next_uid
         self.blocked.clear()
+        for n in self.nodes.values():
+            self.disk_room(n)
+            n.slow_until = 0
         self.loss = 0.0
         self.dup = 0.0
         for node in list(self.nodes.values()):
@@ -960,6 +1068,7 @@ class Simulation:
                 "persist-before-send",
                 f"node {node.id} persisted {node.persisted} but runs {core.election_state}",
             )
+        self.check_disk_faults(node, core)
         if core.role is Role.LEADER:
             if core.epoch not in self.epoch_leaders:
                 self.stats["elections"] += 1
@@ -999,6 +1108,8 @@ class Simulation:
                         )
                     self.committed.append(rec)
                     self.committed_ids.add(rec[1])
+                    if is_voter_record(rec[1]) and log.entries[off][2] == off:
+                        self.commit_voters(off, log)
                     acked = self.acked.pop(off, None)
                     if acked is not None and acked != rec:
                         raise Violation(
@@ -1007,6 +1118,73 @@ class Simulation:
                             f"committed history has {rec}",
                         )
             node.checked_upto = hwm
+        pending = [o for o, _ in node.log.voter_sets if o >= len(self.committed)]
+        if len(pending) > 1:
+            raise Violation(
+                "voter-changes-pending",
+                f"node {node.id}'s log holds voter-set records at {pending} above the "
+                f"committed offset {len(self.committed)}",
+            )
+
+    def voters_at(self, offset: int) -> tuple[int, ...]:
+        """The voter set in force at committed ``offset``."""
+        before = [v for o, v in self.committed_voters if o <= offset]
+        return before[-1] if before else tuple(self.voter_ids)
+
+    def commit_voters(self, base: int, log: MemLog) -> None:
+        batch = [e[1] for e in log.entries[base:] if e[2] == base]
+        voters = tuple(sorted(voter_of(i) for i in batch))
+        before = self.voters_at(base)
+        changed = set(voters) ^ set(before)
+        if len(changed) != 1:
+            raise Violation(
+                "voter-step",
+                f"committed voters {list(before)} -> {list(voters)} at offset {base}",
+            )
+        self.committed_voters.append((base, voters))
+        self.stats["voter_changes"] = self.stats.get("voter_changes", 0) + 1
+
+    def check_disk_faults(self, node: SimNode, core: RaftReplica) -> None:
+        """A leader whose disk refused a write hands over at once; a leader whose flush
+        has run a fetch timeout (and a tick) while a follower already holds its target
+        hands over too (a slow disk must not hold every producer)."""
+        if node.log.refusals != node.refusals_seen:
+            self.stats["disk_refusals"] = (
+                self.stats.get("disk_refusals", 0) + node.log.refusals - node.refusals_seen
+            )
+            node.refusals_seen = node.log.refusals
+            # Refused while it leads (not just before it stood again, as a replica may
+            # once its fault expires: its disk may have room by then).
+            led = node.refused_at[1] if node.refused_at is not None else None
+            if core.role is Role.LEADER and led != core.epoch:
+                node.refused_at = (self.now, core.epoch)
+        st = core._state
+        if not isinstance(st, LeaderState):
+            return
+        if node.refused_at is not None and node.refused_at[1] == core.epoch:
+            waited = self.now - node.refused_at[0]
+            if waited > 50:
+                raise Violation(
+                    "disk-fault-leader",
+                    f"node {node.id} leads epoch {core.epoch} {waited} ms after its full "
+                    "disk refused an append in that epoch",
+                )
+        if node.flush_asked is not None:
+            asked, target = node.flush_asked
+            ahead = [r.replica_id for r in st.progress.values() if r.end_offset >= target]
+            if not ahead:
+                node.ahead_since = None
+                return
+            if node.ahead_since is None or node.ahead_since[0] != node.flush_asked:
+                node.ahead_since = (node.flush_asked, self.now)
+            waited = self.now - asked
+            due = max(asked + core.config.fetch_timeout_ms, node.ahead_since[1])
+            if self.now - due > core.config.retry_backoff_ms + 100:
+                raise Violation(
+                    "slow-flush-leader",
+                    f"node {node.id} leads with a flush to {target} running {waited} ms "
+                    f"while {ahead} hold it",
+                )
 
     def check_global(self) -> None:
         if self.unclean or not self.committed:
@@ -1015,7 +1193,8 @@ class Simulation:
         rec = self.committed[top]
         holders = 0
         wiped = 0
-        for v in self.voter_ids:
+        voters = self.voters_at(top)
+        for v in voters:
             log = self.nodes[v].log
             if log.holds(top, rec):
                 holders += 1
@@ -1023,10 +1202,14 @@ class Simulation:
                 wiped += 1  # a lost disk is a physical fault, not a protocol one,
             elif any(b <= top for b in log.damaged) or log.catch_up > top:
                 wiped += 1  # as is damage, until the replica has caught back up
-        if holders + wiped < self.majority:
+        # Every majority of the voters in force there must include a holder (for an odd
+        # count, a majority holds it; an even count one fewer), or a leader without it
+        # could be elected.
+        if holders + wiped < len(voters) - len(voters) // 2:
             raise Violation(
                 "majority-holds",
-                f"only {holders} voters hold committed offset {top} {rec} durably",
+                f"only {holders} of voters {list(voters)} hold committed offset {top} "
+                f"{rec} durably",
             )
 
     def check_lone_leader(self) -> None:
@@ -1044,12 +1227,20 @@ class Simulation:
                 # fetches, the quiesced voters' heartbeats). A voter whose messages reach
                 # it while its answers are lost cannot be told apart from a follower, as
                 # in Kafka: such a voter, if it can be elected elsewhere, fences it.
-                reach = 1 + sum(
-                    1
-                    for v in self.voter_ids
-                    if v != node.id and self.nodes[v].alive and (v, node.id) not in self.blocked
+                voters = core.voters  # its own voter set, as its check-quorum counts
+                reach = frozenset(
+                    v
+                    for v in voters
+                    if v == node.id or (self.nodes[v].alive and (v, node.id) not in self.blocked)
                 )
-                lone = reach < self.majority
+                lone = len(reach) < len(voters) // 2 + 1
+                # Check-quorum counts the voters heard within a period: one that comes
+                # back into reach while another left it may make a period's count a
+                # majority though both were never reached at once. The episode the bound
+                # applies to starts again then.
+                if lone and not reach <= self.lone_reach.get(node.id, reach):
+                    self.lone_since[node.id] = self.now
+                self.lone_reach[node.id] = reach
             if not lone:
                 if self.lone_since.pop(node.id, None) is not None:
                     self.stats["lone"] = self.stats.get("lone", 0) + 1  # an episode ended

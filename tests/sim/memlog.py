@@ -12,10 +12,13 @@ flushed, as a power loss would.
 Latent corruption: ``damage(offset)`` marks the batch holding ``offset`` as damaged on
 "disk". ``read`` never returns it (it stops before it, or raises ``CorruptDataError`` if
 it is the first batch), as ``replica.storage.Log`` does with its CRCs.
+
+A full disk: with ``full`` set, every append raises ``DiskError`` and writes nothing.
 """
 
 from __future__ import annotations
 
+import errno
 import struct
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -27,12 +30,13 @@ from quorumlog.replica.raft import (
     AppendInfo,
     EpochEndOffset,
 )
-from quorumlog.replica.raft.log import CorruptDataError
+from quorumlog.replica.raft.log import CorruptDataError, DiskError
 from quorumlog.replica.storage.producers import ProducerBatch, ProducerStateTable, last_sequence
 
 HEADER = struct.Struct(">qiiBiqhi")
 RECORD = struct.Struct(">q")
 CONTROL = 1
+VOTERS = 2  # with CONTROL: a voter-set change; one record per voter (``voter_id``)
 Producer = tuple[int, int, int]  # producer id, producer epoch, base sequence
 NO_PRODUCER: Producer = (-1, -1, -1)
 
@@ -75,6 +79,22 @@ def control_id(epoch: int, leader_id: int) -> int:
     return -(epoch * 1000 + leader_id) - 1
 
 
+_VOTER_IDS = 2 * 10**12
+
+
+def voter_record_id(base: int, voter: int) -> int:
+    """The id of a voter-set record's entry for ``voter`` (unique per base offset)."""
+    return -(_VOTER_IDS + base * 1000 + voter)
+
+
+def is_voter_record(record_id: int) -> bool:
+    return record_id <= -_VOTER_IDS
+
+
+def voter_of(record_id: int) -> int:
+    return (-record_id - _VOTER_IDS) % 1000
+
+
 class MemLog:
     """Entries are (epoch, record id, batch base offset, flags) per offset from 0."""
 
@@ -89,6 +109,10 @@ class MemLog:
         self.durable = 0
         self.damaged: set[int] = set()  # base offsets of damaged batches
         self.catch_up = -1
+        self.voter_sets: list[tuple[int, tuple[int, ...]]] = []  # (offset, voters)
+        # A full disk: appends are refused (DiskError), nothing written; counted.
+        self.full = False
+        self.refusals = 0
 
     # --- ReplicaLog -------------------------------------------------------------
     @property
@@ -123,6 +147,18 @@ class MemLog:
             return EpochEndOffset(epoch, self.epochs[0][1])
         return EpochEndOffset(keys[i - 1], self.epochs[i][1])
 
+    @property
+    def voters(self) -> tuple[int, ...] | None:
+        return self.voter_sets[-1][1] if self.voter_sets else None
+
+    @property
+    def voters_before(self) -> tuple[int, ...] | None:
+        return self.voter_sets[-2][1] if len(self.voter_sets) > 1 else None
+
+    @property
+    def voters_offset(self) -> int:
+        return self.voter_sets[-1][0] if self.voter_sets else -1
+
     def epoch_at(self, offset: int) -> int:
         if 0 <= offset < len(self.entries):
             return self.entries[offset][0]
@@ -136,12 +172,20 @@ class MemLog:
         if epoch > self.last_epoch():
             self.epochs.append((epoch, base))
         self.entries.extend((epoch, i, base, flags) for i in ids)
+        if flags & VOTERS:
+            self.voter_sets.append((base, tuple(sorted(voter_of(i) for i in ids))))
         if producer != NO_PRODUCER:
             self.producer_of[base] = (producer, len(ids))
             self.producers.apply(producer[0], _producer_batch(producer, base, len(ids)))
         return AppendInfo(base, base + len(ids) - 1, len(ids))
 
+    def _check_room(self) -> None:
+        if self.full:
+            self.refusals += 1
+            raise DiskError("memlog", OSError(errno.ENOSPC, "No space left on device"))
+
     def append_as_leader(self, records: bytes, epoch: int) -> AppendInfo:
+        self._check_room()
         batches = list(decode_with_producers(records))
         if any(producer != NO_PRODUCER for *_, producer in batches):
             if len(batches) > 1:
@@ -159,11 +203,21 @@ class MemLog:
     def append_control(
         self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
     ) -> AppendInfo:
+        self._check_room()
         return self._append(self.end_offset, epoch, [control_id(epoch, leader_id)], CONTROL)
+
+    def append_voters(
+        self, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int
+    ) -> AppendInfo:
+        self._check_room()
+        base = self.end_offset
+        ids = [voter_record_id(base, v) for v in sorted(voters)]
+        return self._append(base, epoch, ids, CONTROL | VOTERS)
 
     def append_as_follower(self, batches: bytes) -> AppendInfo | None:
         if not batches:
             return None
+        self._check_room()
         first = self.end_offset
         for base, epoch, flags, ids, producer in decode_with_producers(batches):
             if base != self.end_offset:
@@ -206,6 +260,8 @@ class MemLog:
         del self.entries[offset:]
         while self.epochs and self.epochs[-1][1] >= offset:
             self.epochs.pop()
+        while self.voter_sets and self.voter_sets[-1][0] >= offset:
+            self.voter_sets.pop()
         self.durable = min(self.durable, offset)
         self.damaged = {b for b in self.damaged if b < offset}
         # Rebuilt from what is left, as storage.Log does.

@@ -298,3 +298,31 @@ def test_eviction_takes_the_least_recently_used_idle_and_prefers_a_clean_one(
     for h in (a, b, c, d):
         cache.release(h)
     assert cache.open_files == 0
+
+
+def test_a_failed_flush_sync_is_never_retried_into_durability(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsyncgate: after a failed fdatasync the kernel may have dropped the dirty pages
+    and a retry may succeed over the hole, so nothing written before the failure is ever
+    reported durable, however often the flush is tried again."""
+    cache, a, b = two_logs(tmp_path)
+    append(a, 3)
+    real = os.fdatasync
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "injected writeback error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(StorageError, match="fdatasync failed"):
+        a.flush()
+    monkeypatch.setattr(os, "fdatasync", real)
+    for _ in range(3):
+        with pytest.raises(StorageError, match="earlier sync failed"):
+            a.flush()
+    assert a.durable_end_offset == 0
+    append(b, 2)
+    assert b.flush() == 2  # the other log's durability is unaffected
+    b.close()
+    with pytest.raises(StorageError):
+        a.close()

@@ -94,6 +94,30 @@ def test_encode_arrow_takes_a_batch_already_in_shape_as_it_is() -> None:
     assert parse_header(encode_arrow(no_time)).max_timestamp == -1
 
 
+def test_encode_arrow_of_a_sliced_batch_is_the_stream_writers_bytes() -> None:
+    # An uncompressed record batch is framed without a stream writer: the same bytes as
+    # the writer's (a table of the same rows), and the max timestamp of the slice's own
+    # rows (its timestamps sit at an offset in the column's buffer).
+    whole = pa.RecordBatch.from_pydict(
+        {
+            "key": pa.array([b"a", None, b"c", b"d", b"e"], pa.binary()),
+            "value": pa.array([b"1", b"22", None, b"4444", b"5"], pa.binary()),
+            "timestamp": pa.array([50, 10, 30, 20, 90], pa.timestamp("ms")),
+            "headers": null_array(5, RECORD_SCHEMA.field("headers").type),
+        },
+        schema=RECORD_SCHEMA,
+    )
+    part = whole.slice(1, 3)
+    as_table = pa.Table.from_batches([part])
+    assert encode_arrow(part, base_offset=7) == encode_arrow(as_table, base_offset=7)
+    assert parse_header(encode_arrow(part)).max_timestamp == 30
+    assert batches_to_table(encode_arrow(part)).column("value").to_pylist() == [
+        b"22",
+        None,
+        b"4444",
+    ]
+
+
 def test_restamp_keeps_payload_and_offsets_follow() -> None:
     buf = encode_batch([b"a", b"b"])
     header = parse_header(buf)

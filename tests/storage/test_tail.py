@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from quorumlog.replica.defaults import TAIL_LOG_BATCHES
-from quorumlog.replica.storage import Log, LogConfig, iter_batches
+from quorumlog.replica.storage import DiskError, Log, LogConfig, iter_batches
 from quorumlog.replica.storage import log as log_module
 from quorumlog.replica.storage.segment import Segment
 from quorumlog.replica.storage.tail import Tail, TailBudget
@@ -111,8 +111,9 @@ def test_a_write_failing_part_way_clears_the_tail(
         real(fd, buffers)
 
     monkeypatch.setattr(log_module, "_writev_all", second_fails)
-    with pytest.raises(OSError):
+    with pytest.raises(DiskError) as info:
         log.append_as_leader(client_batch(1, 1) + client_batch(2, 1), 1)
+    assert info.value.errno == 28
     monkeypatch.setattr(log_module, "_writev_all", real)
     assert log.end_offset == 2
     log.append_as_leader(client_batch(2, 1), 1)

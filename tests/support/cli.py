@@ -21,3 +21,10 @@ def run_cli(
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
+
+
+def cluster_cli(bootstrap: str, *args: str, timeout: float = 400) -> str:
+    """``quorumlog *args -b bootstrap``, which must succeed; its standard output."""
+    out = run_cli(*args, "-b", bootstrap, timeout=timeout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout

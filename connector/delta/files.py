@@ -2,7 +2,7 @@
 rewriting the files a truncation repair keeps part of.
 
 A micro-batch's rows are written by Spark's own (JVM) Parquet writer into a staging
-directory under the table (``delta.py``), partitioned by the table's partition columns
+directory under the table (``executors.py``), partitioned by the table's partition columns
 and the topic-partition and sorted by offset, so every staged file holds one
 topic-partition in offset order and no row crosses into Python. ``FileDescriber`` then
 runs in ``mapInArrow`` over the staged files' names: a task reads a file's footer (size,
@@ -219,7 +219,7 @@ def _described(
 
 
 @dataclass
-class _OpenFile:
+class OpenFile:
     """One data file a repair writes: buffered row groups, the running offsets."""
 
     root: str
@@ -297,7 +297,7 @@ def _first_duplicate(path: str) -> int | None:
     return int(column[pc.index(same, True).as_py()].as_py())
 
 
-def _file_name(values: dict[str, str | None]) -> str:
+def file_name(values: dict[str, str | None]) -> str:
     """Hive-style directories when every partition value is plain (the common case:
     topic and partition); otherwise at the table root (Delta needs no directories)."""
     name = f"part-{uuid.uuid4().hex}-c000.snappy.parquet"
@@ -358,7 +358,7 @@ class FileDescriber:
             full_path,
             offsets,
             parquet.metadata,
-            path=_file_name(values),
+            path=file_name(values),
             staged=staged,
             partition_values=json.dumps(values),
             topic=topic,
@@ -403,9 +403,9 @@ class FileRewriter:
         kept = data.filter(pc.invert(drop))
         topic = values.get("topic") if "topic" not in kept.column_names else None
         partition = values.get("partition") if "partition" not in kept.column_names else None
-        f = _OpenFile(
+        f = OpenFile(
             root=self.root,
-            rel_path=_file_name(values),
+            rel_path=file_name(values),
             topic=str(topic if topic is not None else kept.column("topic")[0].as_py()),
             partition=int(
                 partition if partition is not None else kept.column("partition")[0].as_py()

@@ -1,0 +1,187 @@
+"""quorumlog perf reassign: move every replica of a filled topic to other nodes while
+producers write to it.
+
+A 4-node cluster, a topic of ``--partitions`` partitions with 2 replicas each, filled
+with ``--topic-mb`` MB; the produce rate is measured alone, then during the move of every
+partition to the two nodes that held none of it (so every replica is copied). Meanwhile
+each partition's leader is sampled every ``--sample-ms``: the longest time any was
+without one is ``max_leaderless_s``. Figures: ``moved_bytes`` (bytes the new replicas
+copied), ``moved_mb_per_s`` (over the move's wall time), ``produce_rec_per_s_before`` and
+``produce_rec_per_s_during``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from pathlib import Path
+
+from .. import defaults
+from ..node.cluster import LocalCluster
+from ..storage.records import encode_batch
+from .perfutil import ProduceJob, emit, run_producers
+from .reassign import Move, move_status
+
+TOPIC = "reassign"
+NODES = 4
+#: How long the leader watch waits for the nodes' Metadata answers.
+METADATA_TIMEOUT_S = 2.0
+
+
+def _dir_bytes(d: Path) -> int:
+    return sum(f.stat().st_size for f in d.glob("*.log")) if d.is_dir() else 0
+
+
+class LeaderWatch(threading.Thread):
+    """Samples every partition's leader of ``topic`` (each node's own view, merged by the
+    client) until stopped; keeps the longest stretch any partition had none (a leader
+    whose process is not running counts as none)."""
+
+    def __init__(
+        self, cluster: LocalCluster, partitions: int, every_s: float, topic: str = TOPIC
+    ) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.topic = topic
+        self.partitions = partitions
+        self.every_s = every_s
+        self.stop_event = threading.Event()
+        self.max_leaderless_s = 0.0
+        self.worst_partition = -1  # the partition of that longest stretch
+        self.samples = 0
+        # Samples whose Metadata failed or waited its whole timeout (no answer named every
+        # leader in time), as a client looking for a leader would have.
+        self.slow_samples = 0
+
+    def run(self) -> None:
+        from ..client import Client
+
+        since: dict[int, float] = {}
+        with Client(self.cluster.bootstrap) as c:
+            while not self.stop_event.is_set():
+                now = time.monotonic()
+                try:
+                    meta = c.metadata([self.topic], timeout_s=METADATA_TIMEOUT_S)
+                    leaders = {p: pm.leader_id for p, pm in meta[self.topic].partitions.items()}
+                except Exception:
+                    leaders = {}
+                if not leaders or time.monotonic() - now >= METADATA_TIMEOUT_S:
+                    self.slow_samples += 1
+                for p in range(self.partitions):
+                    leader = leaders.get(p, -1)
+                    if leader < 0 or not self.cluster.is_running(leader):
+                        start = since.setdefault(p, now)
+                        if now - start > self.max_leaderless_s:
+                            self.max_leaderless_s, self.worst_partition = now - start, p
+                    else:
+                        since.pop(p, None)
+                self.samples += 1
+                self.stop_event.wait(self.every_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="quorumlog perf reassign", description=__doc__)
+    ap.add_argument("--topic-mb", type=int, default=1024, help="data in the topic before it moves")
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--producers", type=int, default=2)
+    ap.add_argument("--record-bytes", type=int, default=1000)
+    ap.add_argument("--batch-records", type=int, default=100)
+    ap.add_argument("--measure-s", type=float, default=10.0, help="the produce rate alone")
+    ap.add_argument("--sample-ms", type=int, default=100)
+    ap.add_argument(
+        "--timeout-s",
+        type=float,
+        default=600.0,
+        help="give the move up after (producers write all the while: a move that never ends "
+        "would fill the disk)",
+    )
+    ap.add_argument(
+        "--throttle",
+        type=int,
+        default=defaults.CATCH_UP_BYTES_PER_S,
+        help="each node's --catch-up-bytes-per-second (default: the node's default, %(default)s)",
+    )
+    ap.add_argument("--data-dir", default=None)
+    args = ap.parse_args(argv)
+
+    value = b"x" * args.record_bytes
+    payload = encode_batch([value] * args.batch_records)
+    parts = tuple(range(args.partitions))
+    with LocalCluster(
+        NODES,
+        args.data_dir,
+        log_level="WARNING",
+        node_args=["--catch-up-bytes-per-second", str(args.throttle)],
+    ) as cluster:
+        cluster.create_topic(TOPIC, args.partitions, 2)
+        client = cluster.client
+        fill = args.topic_mb * 1024 * 1024 // len(payload)
+        job = ProduceJob(
+            cluster.bootstrap, TOPIC, parts, payload, args.batch_records, total_batches=fill
+        )
+        run_producers(job, args.producers, label="fill")
+        timed = ProduceJob(
+            cluster.bootstrap, TOPIC, parts, payload, args.batch_records, duration_s=args.measure_s
+        )
+        before = run_producers(timed, args.producers, label="produce alone")
+        meta = client.metadata([TOPIC])[TOPIC].partitions
+        moves = [Move(TOPIC, p, sorted(set(cluster.ports) - set(meta[p].replicas))) for p in parts]
+        watch = LeaderWatch(cluster, args.partitions, args.sample_ms / 1000)
+        watch.start()
+        during_records = 0
+        during_s = 0.0
+        t0 = time.monotonic()
+        client.reassign(TOPIC, {mv.partition: mv.replicas for mv in moves})
+        done = False
+        while not done and time.monotonic() - t0 < args.timeout_s:
+            window = ProduceJob(
+                cluster.bootstrap, TOPIC, parts, payload, args.batch_records, duration_s=5.0
+            )
+            load = run_producers(window, args.producers, label="produce during the move")
+            during_records += load.records
+            during_s += load.seconds
+            done = all(r.done for r in move_status(client, moves))
+        move_s = time.monotonic() - t0
+        watch.stop_event.set()
+        watch.join(timeout=10)
+        moved = sum(
+            _dir_bytes(cluster.node_dir(n) / f"{TOPIC}-{mv.partition}")
+            for mv in moves
+            for n in mv.replicas
+        )
+    before_rate = before.records / before.seconds if before.seconds else 0.0
+    during_rate = during_records / during_s if during_s else 0.0
+    figures = {
+        "bench": "reassign",
+        "partitions": args.partitions,
+        "topic_mb": args.topic_mb,
+        "throttle_bytes_per_s": args.throttle,
+        "moved": done,
+        "moved_bytes": moved,
+        "move_s": round(move_s, 1),
+        "moved_mb_per_s": round(moved / 1e6 / move_s, 1) if move_s else 0.0,
+        "produce_rec_per_s_before": round(before_rate),
+        "produce_rec_per_s_during": round(during_rate),
+        "during_vs_before": round(during_rate / before_rate, 2) if before_rate else None,
+        "max_leaderless_s": round(watch.max_leaderless_s, 2),
+        "leaderless_partition": watch.worst_partition,
+        "leader_samples": watch.samples,
+        "metadata_slow_samples": watch.slow_samples,
+    }
+    emit(
+        figures,
+        [
+            f"moved {moved / 1e6:,.0f} MB ({args.partitions} partitions x 2 replicas) in "
+            f"{move_s:.1f} s: {figures['moved_mb_per_s']} MB/s"
+            + ("" if done else " (NOT finished: timed out)"),
+            f"produce: {before_rate:,.0f} records/s alone, {during_rate:,.0f} during the move "
+            f"({figures['during_vs_before']} of alone)",
+            f"longest time a partition had no leader: {watch.max_leaderless_s:.2f} s "
+            f"(partition {watch.worst_partition if watch.worst_partition >= 0 else 'none'}; "
+            f"{watch.samples} samples, "
+            f"{watch.slow_samples} of them failed or waited the whole {METADATA_TIMEOUT_S:g} s "
+            "for the nodes' Metadata)",
+        ],
+    )
+    return 0

@@ -1,0 +1,83 @@
+"""The cluster's nodes as this node knows them: those it was started with (``--voters``,
+``--kafka-voters``, or what ``serve --join`` learned) and those registered in the
+metadata log since (``register_node`` records), with where each listens and whether it
+is retired (decommissioned: no new replicas). One book per node, updated as the metadata
+log is applied; Metadata answers, topic placement, forwarding and raft links read it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..storage.fileutil import atomic_write
+from .metadata import MetadataState
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+#: Where ``serve --join`` keeps what it learned, for restarts while no node answers.
+JOINED_FILE = "joined.json"
+
+
+class NodeBook:
+    def __init__(
+        self,
+        node_id: int,
+        native: Mapping[int, Address],
+        kafka: Mapping[int, Address],
+    ) -> None:
+        self.node_id = node_id
+        self.native: dict[int, Address] = dict(native)
+        #: Updated in place: the Kafka handlers hold this dict.
+        self.kafka: dict[int, Address] = dict(kafka)
+        self.retired: set[int] = set()
+        #: Called with a node's id when it is new to the book or moved to another address.
+        self.on_moved: Callable[[int], None] | None = None
+
+    def ids(self) -> list[int]:
+        """Every node known, retired ones included."""
+        return sorted(self.native)
+
+    def placeable(self) -> list[int]:
+        """The nodes new replicas may go to."""
+        return [n for n in sorted(self.native) if n not in self.retired]
+
+    def address(self, node_id: int) -> Address | None:
+        return self.native.get(node_id)
+
+    def update(self, state: MetadataState) -> None:
+        """Take in the registrations and retirements applied from the metadata log. This
+        node's own addresses stay those it started with: a registration of its own in the
+        log may be of an earlier start (its next one says where it is now)."""
+        for reg in state.nodes.values():
+            if reg.node_id == self.node_id:
+                continue
+            moved = self.native.get(reg.node_id) != reg.address
+            self.native[reg.node_id] = reg.address
+            if reg.kafka is not None:
+                self.kafka[reg.node_id] = reg.kafka
+            if moved:
+                log.info("node %d is at %s:%d", reg.node_id, *reg.address)
+                if self.on_moved is not None:
+                    self.on_moved(reg.node_id)
+        if state.retired != self.retired:
+            self.retired = set(state.retired)
+
+
+def save_joined(data_dir: Path, doc: Mapping[str, Any]) -> None:
+    """What a joining node learned (cluster id, the metadata quorum's first voters, every
+    node's addresses): a restart uses it when no node it knows answers."""
+    atomic_write(str(data_dir / JOINED_FILE), json.dumps(doc, sort_keys=True).encode())
+
+
+def load_joined(data_dir: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((data_dir / JOINED_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"quorumlog: cannot read {data_dir / JOINED_FILE}: {exc}") from None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,26 @@
+"""``quorumlog perf reassign`` at a tiny size: the move completes under the produce load
+and every figure the issue names is in the final JSON line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from quorumlog.replica.cli import perf_reassign
+from quorumlog.replica.cli.main import PERF
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_perf_reassign_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    assert PERF["reassign"] == "replica.cli.perf_reassign"
+    rc = perf_reassign.main(["--topic-mb", "2", "--partitions", "2", "--measure-s", "1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    figures = json.loads(lines[-1])
+    assert rc == 0 and figures["bench"] == "reassign" and figures["moved"] is True
+    # Both replicas of each partition were copied: at least the topic's 2 MB, twice.
+    assert figures["moved_bytes"] >= 2 * 2 * 1024 * 1024
+    assert figures["moved_mb_per_s"] > 0
+    assert figures["produce_rec_per_s_before"] > 0 and figures["produce_rec_per_s_during"] > 0
+    assert 0 <= figures["max_leaderless_s"] <= 2.0
+    assert any(line.startswith("moved ") for line in lines[:-1])

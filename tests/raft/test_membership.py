@@ -1,0 +1,86 @@
+"""Voter-set changes on one partition's quorum (KIP-853, ``raft.membership``): one voter
+at a time, after an entry of the leader's epoch and the previous change are committed,
+adding only a caught-up replica; a leader that removes itself resigns once that
+commits; a follower takes the voters from its log and drops them with a truncation."""
+
+from __future__ import annotations
+
+import pytest
+from quorumlog.replica.protocol.errors import ErrorCode
+from quorumlog.replica.raft import Role, VoterChangeError
+
+from tests.sim.memlog import client_batch
+
+from .harness import Cluster
+
+
+def produce(c: Cluster, leader: int, ids: list[int]) -> None:
+    _, _, out = c.cores[leader].append(client_batch(ids), c.now)
+    c.apply(leader, out)
+    c.advance(200)
+
+
+def test_an_observer_is_added_once_caught_up_and_then_counts() -> None:
+    c = Cluster(voters=(1, 2, 3), observers=(4,))
+    leader = c.elect()
+    produce(c, leader, [1, 2, 3])
+    c.advance(2000)  # the observer finds the leader and fetches
+    core = c.cores[leader]
+    with pytest.raises(VoterChangeError, match="one voter at a time"):
+        core.change_voters([1, 2, 3, 4, 5], c.now)
+    c.apply(leader, core.change_voters([1, 2, 3, 4], c.now))
+    assert core.voters == (1, 2, 3, 4) and core.voter_change_pending
+    with pytest.raises(VoterChangeError) as pending:
+        core.change_voters([1, 2, 4], c.now)
+    assert pending.value.error == ErrorCode.REQUEST_TIMED_OUT
+    c.advance(300)
+    assert not core.voter_change_pending
+    assert c.cores[4].voters == (1, 2, 3, 4) and c.cores[4].is_voter
+    # Two of the old voters gone: the new majority (3 of 4) still commits with node 4.
+    others = [v for v in (1, 2, 3) if v != leader]
+    c.down.add(others[0])
+    end = c.cores[leader].high_watermark
+    produce(c, leader, [4, 5])
+    assert c.cores[leader].high_watermark > end
+
+
+def test_a_replica_not_caught_up_is_not_added() -> None:
+    c = Cluster(voters=(1, 2, 3), observers=(4,))
+    c.down.add(4)
+    leader = c.elect()
+    produce(c, leader, [1, 2, 3])
+    assert "has not caught up" in (c.cores[leader].voter_change_problem([1, 2, 3, 4], c.now) or "")
+
+
+def test_a_leader_that_removes_itself_leads_until_that_commits_then_resigns() -> None:
+    c = Cluster(voters=(1, 2, 3))
+    leader = c.elect()
+    produce(c, leader, [1, 2])
+    core = c.cores[leader]
+    rest = sorted(v for v in (1, 2, 3) if v != leader)
+    c.apply(leader, core.change_voters(rest, c.now))
+    assert core.role is Role.LEADER and not core.is_voter
+    described = core.describe(c.now)
+    assert [v.replica_id for v in described.voters] == rest
+    assert [o.replica_id for o in described.observers] == [leader]
+    c.advance(300)
+    assert core.role is not Role.LEADER
+    new = c.elect()
+    assert new in rest and c.cores[new].voters == tuple(rest)
+    produce(c, new, [3])
+    assert c.cores[new].high_watermark == c.logs[new].end_offset
+
+
+def test_a_truncated_change_is_undone_on_the_follower() -> None:
+    c = Cluster(voters=(1, 2, 3), observers=(4,))
+    leader = c.elect()
+    produce(c, leader, [1])
+    c.advance(2000)
+    follower = next(v for v in (1, 2, 3) if v != leader)
+    log = c.logs[follower]
+    end = log.end_offset
+    c.apply(leader, c.cores[leader].change_voters([1, 2, 3, 4], c.now))
+    c.advance(100)
+    assert c.cores[follower].voters == (1, 2, 3, 4)
+    log.truncate_to(end)
+    assert c.cores[follower].voters == (1, 2, 3)
