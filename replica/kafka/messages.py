@@ -1,11 +1,16 @@
 """The Kafka APIs quorumlog speaks: schemas and the versions served.
 
-Transcribed from apache/kafka's message definitions
+Most schemas are generated from ``kio`` (``kio_messages``, written by
+``python -m tests.kafka.kio_generate``): kio's classes are generated from apache/kafka's
+own message definitions. The ones here are transcribed from those definitions
 (``clients/src/main/resources/common/message/*.json``, trunk of October 2024, commit
-1eb7644349cb): field names in snake_case, version ranges, nullability, tags and defaults as
-there; descriptions left out. Each ``Api`` names the versions we serve: from the first
-version that carries RecordBatch v2 / leader epochs a modern client needs, to the
-newest defined there (librdkafka 2.x and the Java client 3.x negotiate inside these).
+1eb7644349cb; field names in snake_case, version ranges, nullability, tags and defaults as
+there): Produce, Fetch, ListOffsets and Metadata, where the listener's record-batch codec
+and its hot path read the fields directly, and OffsetCommit, OffsetFetch, CreateTopics,
+DeleteTopics and DescribeConfigs, whose version 0 (still negotiated by clients) Kafka 4's
+definitions, and so kio, no longer have. Each ``Api`` names the versions we serve: from
+the first version that carries RecordBatch v2 / leader epochs a modern client needs, to
+the newest defined there (librdkafka 2.x and the Java client 3.x negotiate inside these).
 """
 
 from __future__ import annotations
@@ -13,14 +18,24 @@ from __future__ import annotations
 from typing import Any
 
 # Re-exported: every API's schema is reached through this module.
-from .admin_messages import ALTER_CONFIGS as ALTER_CONFIGS
-from .admin_messages import CREATE_PARTITIONS as CREATE_PARTITIONS
-from .admin_messages import DELETE_GROUPS as DELETE_GROUPS
-from .admin_messages import DESCRIBE_CLUSTER as DESCRIBE_CLUSTER
-from .admin_messages import DESCRIBE_GROUPS as DESCRIBE_GROUPS
-from .admin_messages import INCREMENTAL_ALTER_CONFIGS as INCREMENTAL_ALTER_CONFIGS
-from .admin_messages import LIST_GROUPS as LIST_GROUPS
-from .admin_messages import OFFSET_DELETE as OFFSET_DELETE
+from .kio_messages import ALTER_CONFIGS as ALTER_CONFIGS
+from .kio_messages import API_VERSIONS as API_VERSIONS
+from .kio_messages import CREATE_PARTITIONS as CREATE_PARTITIONS
+from .kio_messages import DELETE_GROUPS as DELETE_GROUPS
+from .kio_messages import DESCRIBE_CLUSTER as DESCRIBE_CLUSTER
+from .kio_messages import DESCRIBE_GROUPS as DESCRIBE_GROUPS
+from .kio_messages import FIND_COORDINATOR as FIND_COORDINATOR
+from .kio_messages import HEARTBEAT as HEARTBEAT
+from .kio_messages import INCREMENTAL_ALTER_CONFIGS as INCREMENTAL_ALTER_CONFIGS
+from .kio_messages import INIT_PRODUCER_ID as INIT_PRODUCER_ID
+from .kio_messages import JOIN_GROUP as JOIN_GROUP
+from .kio_messages import LEAVE_GROUP as LEAVE_GROUP
+from .kio_messages import LIST_GROUPS as LIST_GROUPS
+from .kio_messages import OFFSET_DELETE as OFFSET_DELETE
+from .kio_messages import OFFSET_FOR_LEADER_EPOCH as OFFSET_FOR_LEADER_EPOCH
+from .kio_messages import SASL_AUTHENTICATE as SASL_AUTHENTICATE
+from .kio_messages import SASL_HANDSHAKE as SASL_HANDSHAKE
+from .kio_messages import SYNC_GROUP as SYNC_GROUP
 from .schema import Api, F
 
 # fmt: off
@@ -267,148 +282,6 @@ OFFSET_FETCH = Api(9, "OffsetFetch", 0, 9, flexible="6+",
         )),
     ),
 )
-FIND_COORDINATOR = Api(10, "FindCoordinator", 0, 6, flexible="3+",
-    request=(
-        F("key", "string", "0-3"),
-        F("key_type", "int8", "1+", default=0),
-        F("coordinator_keys", "[]string", "4+"),
-    ),
-    response=(
-        F("throttle_time_ms", "int32", "1+"),
-        F("error_code", "int16", "0-3"),
-        F("error_message", "string", "1-3", nullable="1-3"),
-        F("node_id", "int32", "0-3"),
-        F("host", "string", "0-3"),
-        F("port", "int32", "0-3"),
-        F("coordinators", "[]", "4+", fields=(
-            F("key", "string", "4+"),
-            F("node_id", "int32", "4+"),
-            F("host", "string", "4+"),
-            F("port", "int32", "4+"),
-            F("error_code", "int16", "4+"),
-            F("error_message", "string", "4+", nullable="4+"),
-        )),
-    ),
-)
-JOIN_GROUP = Api(11, "JoinGroup", 0, 9, flexible="6+",
-    request=(
-        F("group_id", "string", "0+"),
-        F("session_timeout_ms", "int32", "0+"),
-        F("rebalance_timeout_ms", "int32", "1+", default=-1),
-        F("member_id", "string", "0+"),
-        F("group_instance_id", "string", "5+", nullable="5+", default=None),
-        F("protocol_type", "string", "0+"),
-        F("protocols", "[]", "0+", fields=(
-            F("name", "string", "0+"),
-            F("metadata", "bytes", "0+"),
-        )),
-        F("reason", "string", "8+", nullable="8+", default=None),
-    ),
-    response=(
-        F("throttle_time_ms", "int32", "2+"),
-        F("error_code", "int16", "0+"),
-        F("generation_id", "int32", "0+", default=-1),
-        F("protocol_type", "string", "7+", nullable="7+", default=None),
-        F("protocol_name", "string", "0+", nullable="7+"),
-        F("leader", "string", "0+"),
-        F("skip_assignment", "bool", "9+", default=False),
-        F("member_id", "string", "0+"),
-        F("members", "[]", "0+", fields=(
-            F("member_id", "string", "0+"),
-            F("group_instance_id", "string", "5+", nullable="5+", default=None),
-            F("metadata", "bytes", "0+"),
-        )),
-    ),
-)
-HEARTBEAT = Api(12, "Heartbeat", 0, 4, flexible="4+",
-    request=(
-        F("group_id", "string", "0+"),
-        F("generation_id", "int32", "0+"),
-        F("member_id", "string", "0+"),
-        F("group_instance_id", "string", "3+", nullable="3+", default=None),
-    ),
-    response=(
-        F("throttle_time_ms", "int32", "1+"),
-        F("error_code", "int16", "0+"),
-    ),
-)
-LEAVE_GROUP = Api(13, "LeaveGroup", 0, 5, flexible="4+",
-    request=(
-        F("group_id", "string", "0+"),
-        F("member_id", "string", "0-2"),
-        F("members", "[]", "3+", fields=(
-            F("member_id", "string", "3+"),
-            F("group_instance_id", "string", "3+", nullable="3+", default=None),
-            F("reason", "string", "5+", nullable="5+", default=None),
-        )),
-    ),
-    response=(
-        F("throttle_time_ms", "int32", "1+"),
-        F("error_code", "int16", "0+"),
-        F("members", "[]", "3+", fields=(
-            F("member_id", "string", "3+"),
-            F("group_instance_id", "string", "3+", nullable="3+"),
-            F("error_code", "int16", "3+"),
-        )),
-    ),
-)
-SYNC_GROUP = Api(14, "SyncGroup", 0, 5, flexible="4+",
-    request=(
-        F("group_id", "string", "0+"),
-        F("generation_id", "int32", "0+"),
-        F("member_id", "string", "0+"),
-        F("group_instance_id", "string", "3+", nullable="3+", default=None),
-        F("protocol_type", "string", "5+", nullable="5+", default=None),
-        F("protocol_name", "string", "5+", nullable="5+", default=None),
-        F("assignments", "[]", "0+", fields=(
-            F("member_id", "string", "0+"),
-            F("assignment", "bytes", "0+"),
-        )),
-    ),
-    response=(
-        F("throttle_time_ms", "int32", "1+"),
-        F("error_code", "int16", "0+"),
-        F("protocol_type", "string", "5+", nullable="5+", default=None),
-        F("protocol_name", "string", "5+", nullable="5+", default=None),
-        F("assignment", "bytes", "0+"),
-    ),
-)
-SASL_HANDSHAKE = Api(17, "SaslHandshake", 0, 1, flexible="none",
-    request=(
-        F("mechanism", "string", "0+"),
-    ),
-    response=(
-        F("error_code", "int16", "0+"),
-        F("mechanisms", "[]string", "0+"),
-    ),
-)
-API_VERSIONS = Api(18, "ApiVersions", 0, 4, flexible="3+",
-    request=(
-        F("client_software_name", "string", "3+"),
-        F("client_software_version", "string", "3+"),
-    ),
-    response=(
-        F("error_code", "int16", "0+"),
-        F("api_keys", "[]", "0+", fields=(
-            F("api_key", "int16", "0+"),
-            F("min_version", "int16", "0+"),
-            F("max_version", "int16", "0+"),
-        )),
-        F("throttle_time_ms", "int32", "1+"),
-        F("supported_features", "[]", "3+", tag=0, tagged="3+", fields=(
-            F("name", "string", "3+"),
-            F("min_version", "int16", "3+"),
-            F("max_version", "int16", "3+"),
-        )),
-        F("finalized_features_epoch", "int64", "3+", tag=1, tagged="3+", default=-1),
-        F("finalized_features", "[]", "3+", tag=2, tagged="3+", fields=(
-            F("name", "string", "3+"),
-            F("max_version_level", "int16", "3+"),
-            F("min_version_level", "int16", "3+"),
-        )),
-        F("zk_migration_ready", "bool", "3+", tag=3, tagged="3+", default=False),
-    ),
-)
 CREATE_TOPICS = Api(19, "CreateTopics", 0, 7, flexible="5+",
     request=(
         F("topics", "[]", "0+", fields=(
@@ -466,45 +339,6 @@ DELETE_TOPICS = Api(20, "DeleteTopics", 0, 6, flexible="4+",
         )),
     ),
 )
-INIT_PRODUCER_ID = Api(22, "InitProducerId", 0, 5, flexible="2+",
-    request=(
-        F("transactional_id", "string", "0+", nullable="0+"),
-        F("transaction_timeout_ms", "int32", "0+"),
-        F("producer_id", "int64", "3+", default=-1),
-        F("producer_epoch", "int16", "3+", default=-1),
-    ),
-    response=(
-        F("throttle_time_ms", "int32", "0+"),
-        F("error_code", "int16", "0+"),
-        F("producer_id", "int64", "0+", default=-1),
-        F("producer_epoch", "int16", "0+"),
-    ),
-)
-OFFSET_FOR_LEADER_EPOCH = Api(23, "OffsetForLeaderEpoch", 2, 4, flexible="4+",
-    request=(
-        F("replica_id", "int32", "3+", default=-2),
-        F("topics", "[]", "0+", fields=(
-            F("topic", "string", "0+"),
-            F("partitions", "[]", "0+", fields=(
-                F("partition", "int32", "0+"),
-                F("current_leader_epoch", "int32", "2+", default=-1),
-                F("leader_epoch", "int32", "0+"),
-            )),
-        )),
-    ),
-    response=(
-        F("throttle_time_ms", "int32", "2+"),
-        F("topics", "[]", "0+", fields=(
-            F("topic", "string", "0+"),
-            F("partitions", "[]", "0+", fields=(
-                F("error_code", "int16", "0+"),
-                F("partition", "int32", "0+"),
-                F("leader_epoch", "int32", "1+", default=-1),
-                F("end_offset", "int64", "0+", default=-1),
-            )),
-        )),
-    ),
-)
 DESCRIBE_CONFIGS = Api(32, "DescribeConfigs", 0, 4, flexible="4+",
     request=(
         F("resources", "[]", "0+", fields=(
@@ -538,17 +372,6 @@ DESCRIBE_CONFIGS = Api(32, "DescribeConfigs", 0, 4, flexible="4+",
                 F("documentation", "string", "3+", nullable="0+"),
             )),
         )),
-    ),
-)
-SASL_AUTHENTICATE = Api(36, "SaslAuthenticate", 0, 2, flexible="2+",
-    request=(
-        F("auth_bytes", "bytes", "0+"),
-    ),
-    response=(
-        F("error_code", "int16", "0+"),
-        F("error_message", "string", "0+", nullable="0+"),
-        F("auth_bytes", "bytes", "0+"),
-        F("session_lifetime_ms", "int64", "1+", default=0),
     ),
 )
 # fmt: on
