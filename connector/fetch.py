@@ -108,13 +108,16 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
         return cls(tp.topic, tp.partition, *start, *end, leader_epoch, **carried)
 
 
-def read_partition(partition: Any) -> Iterator[pa.RecordBatch]:
+def read_partition(partition: Any, client: Client | None = None) -> Iterator[pa.RecordBatch]:
     """``read()`` of both readers. Spark sends a placeholder partition (value None) when a
-    batch query plans no ranges: that reads nothing."""
+    batch query plans no ranges: that reads nothing. A task connects its own client; a
+    reader on the driver passes the one it has (``client``, left open)."""
     if not isinstance(partition, QuorumLogPartition):
         return iter(())
     if partition.end_offset <= partition.start_offset:
         return iter(())
+    if client is not None:
+        return _RangeReader(partition, client).run()
     return _read(partition)
 
 

@@ -334,6 +334,19 @@ class QuorumLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
 
+    # ---- a micro-batch read on the driver (driver_read.py) ---------------------------------
+    @property
+    def client(self) -> Client:
+        """The driver's client (connected on first use)."""
+        return self._plan().client
+
+    def replan(self, start: dict[str, Any], end: dict[str, Any]) -> list[QuorumLogPartition]:
+        """The tasks of a micro-batch another process of the query planned: metadata read
+        afresh, as ``latestOffset`` reads it, then ``partitions``, which validates every
+        position this reader has not seen in the current leader epoch."""
+        self._refresh()
+        return [p for p in self.partitions(start, end) if isinstance(p, QuorumLogPartition)]
+
     def commit(self, end: dict[str, Any]) -> None:
         log.debug("committed up to %s", end)
 

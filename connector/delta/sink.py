@@ -17,6 +17,7 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import RemoveAction
 
 from ...replica.client.security import ClientSecurity
+from ..driver_read import DriverReads
 from ..offsets import Position
 from .commits import (
     DEFAULT_METADATA_LOOKBACK,
@@ -94,8 +95,12 @@ class DeltaSink:
         write_timeout_s: a staging directory of another query's write that has not
             changed for this long is swept (this query's own leftovers at once).
         small_rows, small_bytes: a micro-batch of at most this many rows and Arrow bytes
-            is collected, written and committed on the driver (one Spark job); a larger
-            one is written by the executors. ``small_rows=0``: always the executors.
+            is written and committed on the driver; a larger one is written by the
+            executors. ``small_rows=0``: always the executors.
+        read_small_from_log: a small micro-batch that is the quorumlog source's rows
+            unchanged (no projection or filter before the sink) is read from the log on
+            the driver, as its Spark task would read it, without a Spark job
+            (``connector/driver_read.py``); False: Spark collects every small batch.
     """
 
     def __init__(
@@ -114,6 +119,7 @@ class DeltaSink:
         small_rows: int = SMALL_BATCH_ROWS,
         small_bytes: int = SMALL_BATCH_BYTES,
         write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S,
+        read_small_from_log: bool = True,
     ) -> None:
         if engine not in ("delta-rs", "delta-spark", "auto"):
             raise ValueError(f"engine must be 'delta-rs', 'delta-spark' or 'auto', not {engine!r}")
@@ -132,6 +138,8 @@ class DeltaSink:
         self.small_rows = small_rows
         self.small_bytes = small_bytes
         self.write_timeout_s = write_timeout_s
+        self.read_small_from_log = read_small_from_log
+        self._driver_reads = DriverReads()
         self._table: DeltaTable | None = None
         # staging directories of this sink's writes in progress, and when it last swept
         self._staging_in_use: set[str] = set()
@@ -145,6 +153,7 @@ class DeltaSink:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_table"] = None  # a native handle; reopened on first use
+        state["_driver_reads"] = DriverReads()  # their clients stay with this process
         state["_last_commit"] = None
         state["_staging_in_use"] = set()
         state["_last_sweep"] = None  # a new process sweeps before its first batch
@@ -181,6 +190,9 @@ class DeltaSink:
         engine = self._engine(df)
         if engine == "delta-spark":
             return self._write_delta_spark(df, batch_id, app_id, table)
+        from_log = self._read_small_from_log(df, batch_id)
+        if from_log is not None:
+            return self._write_on_driver(from_log, batch_id, app_id, table)
         if _local_root(self.path) is None:
             # object stores: executors cannot be handed the store's credentials here
             return self._write_on_driver(df.toArrow(), batch_id, app_id, table)
@@ -188,6 +200,13 @@ class DeltaSink:
         if small is not None:
             return self._write_on_driver(small, batch_id, app_id, table)
         return self._write_distributed(df, batch_id, app_id, table)
+
+    def _read_small_from_log(self, df: Any, batch_id: int) -> pa.Table | None:
+        """A small batch of the source's rows unchanged, read from the log on the driver
+        (``DriverReads``); None when it is not one (Spark reads it then)."""
+        if not self.read_small_from_log or self.small_rows <= 0:
+            return None
+        return self._driver_reads.read(df, batch_id, self.small_rows, self.small_bytes)
 
     def _collect_if_small(self, df: Any) -> pa.Table | None:
         """The batch on the driver if it is small (at most ``small_rows`` rows and
