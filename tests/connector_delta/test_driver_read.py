@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from quorumlog.connector.delta import CommitResult, DeltaSink
 from quorumlog.replica.node.cluster import LocalCluster
 
+from tests.support.spark import source
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.timeout(240)]
@@ -29,14 +30,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 def _log_rows(spark: Any, c: LocalCluster, topic: str) -> list[dict[str, Any]]:
     """The topic as a batch read gives it (key, value, partition, offset, epoch)."""
-    df = (
-        spark.read.format("quorumlog")
-        .option("bootstrap", c.bootstrap)
-        .option("topic", topic)
-        .option("includeHeaders", "true")
-        .load()
-    )
+    df = source(spark, c, topic, includeHeaders="true")
     return sorted(_row(r) for r in df.toArrow().to_pylist())
+
+
+def _stream_source(spark: Any, c: LocalCluster, topic: str) -> Any:
+    return source(spark, c, topic, stream=True, startingOffsets="earliest", includeHeaders="true")
 
 
 def _row(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -55,14 +54,7 @@ def _stream(
     records are produced, each round waited for in the table; returns the stopped query
     and its progress reports."""
     c.create_topic(topic, 2)
-    df = (
-        spark.readStream.format("quorumlog")
-        .option("bootstrap", c.bootstrap)
-        .option("topic", topic)
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
-        .load()
-    )
+    df = _stream_source(spark, c, topic)
     if select:
         df = df.select(*df.columns)  # the same columns, but not the source's plan alone
     ends: dict[int, int] = {}
@@ -167,12 +159,7 @@ def test_a_dataframe_made_from_the_batch_in_the_users_function_goes_through_spar
     table = tmp_path / "t"
     sink = DeltaSink(table)
     query = (
-        spark.readStream.format("quorumlog")
-        .option("bootstrap", cluster.bootstrap)
-        .option("topic", topic)
-        .option("startingOffsets", "earliest")
-        .option("includeHeaders", "true")
-        .load()
+        _stream_source(spark, cluster, topic)
         .writeStream.foreachBatch(lambda df, batch_id: sink(df.filter("partition = 1"), batch_id))
         .option("checkpointLocation", str(tmp_path / "ck"))
         .trigger(availableNow=True)
