@@ -4,11 +4,12 @@
 writes every micro-batch to a Delta table with ``deltalake`` (delta-rs). A small batch
 (``SMALL_BATCH_ROWS``, ``SMALL_BATCH_BYTES``) is written and committed on the driver: read
 from the log there when it is the quorumlog source's rows unchanged
-(``connector/driver_read.py``, no Spark job), else collected. A larger one is written by Spark's own Parquet writer on the executors (into
-``STAGING_DIR`` under the table; no row crosses into Python), tasks describe the files
-from their footers and offset columns (``files.FileDescriber``), and the driver moves them
-into the table and commits them in one transaction, so the driver's memory does not grow
-with the batch (object-store paths: the batch is written from the driver).
+(``connector/driver_read.py``, no Spark job), else collected. A larger one is written by
+Spark's own Parquet writer on the executors (into ``STAGING_DIR`` under the table; no
+row crosses into Python), tasks describe the files from their footers and offset columns
+(``files.FileDescriber``), and the driver moves them into the table and commits them in
+one transaction, so the driver's memory does not grow with the batch (object-store
+paths: the batch is written from the driver).
 
 Exactly once
     Each micro-batch is one Delta commit carrying an app transaction
