@@ -34,7 +34,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .fetch import read_partition
+from .batch import QuorumLogBatchReader
+from .fetch import QuorumLogPartition, read_partition
 from .options import QuorumLogOptionError, parse_options
 from .schema import ARROW_SCHEMA
 from .stream import QuorumLogStreamReader
@@ -53,6 +54,15 @@ _SINK_NODE = "WriteToMicroBatchDataSourceV1"
 _SCAN_RELATION = "StreamingDataSourceV2ScanRelation"
 #: The physical scan whose ``numOutputRows`` becomes the progress' ``numInputRows``.
 _SCAN_EXEC = "MicroBatchScanExec"
+
+
+@dataclass(frozen=True)
+class TooLarge:
+    """A batch the short path did not read: it spans more offsets (or bytes) than the
+    caller allows. ``offsets`` is what it spans (at least the bound, when bytes stopped
+    the read)."""
+
+    offsets: int
 
 
 @dataclass(frozen=True)
@@ -89,8 +99,11 @@ class QueryPlans:
         """The quorumlog micro-batch ``df`` is, if it is the source's rows unchanged and
         the query's plan for ``batch_id`` says which offsets it holds; else None."""
         try:
+            context = df.sparkSession.sparkContext
+            if not context.getLocalProperty(_QUERY_ID_PROPERTY):
+                return None  # not a streaming query's batch
             # a query's batches run in its run id's job group
-            run_id = df.sparkSession.sparkContext.getLocalProperty(_JOB_GROUP_PROPERTY)
+            run_id = context.getLocalProperty(_JOB_GROUP_PROPERTY)
             if not run_id:
                 return None
             run = self._runs.get(run_id)
@@ -169,13 +182,13 @@ class DriverReader:
     def __init__(self, options: dict[str, str]) -> None:
         self.reader = QuorumLogStreamReader(parse_options(options))
 
-    def read(self, batch: PlannedBatch, max_offsets: int, max_bytes: int) -> pa.Table | None:
-        """The batch's rows (``ARROW_SCHEMA``), or None when it spans more than
+    def read(self, batch: PlannedBatch, max_offsets: int, max_bytes: int) -> pa.Table | TooLarge:
+        """The batch's rows (``ARROW_SCHEMA``), or ``TooLarge`` when it spans more than
         ``max_offsets`` offsets or its rows pass ``max_bytes`` bytes."""
         tasks = self.reader.replan(batch.start, batch.end)
         offsets = sum(t.end_offset - t.start_offset for t in tasks)
         if offsets > max_offsets:
-            return None
+            return TooLarge(offsets)
         batches: list[pa.RecordBatch] = []
         size = 0
         for task in tasks:
@@ -183,7 +196,7 @@ class DriverReader:
                 batches.append(record_batch)
                 size += record_batch.nbytes
                 if size > max_bytes:
-                    return None
+                    return TooLarge(max(offsets, max_offsets))
         data = pa.Table.from_batches(batches, ARROW_SCHEMA)
         if batch.scan_exec is not None:
             try:
@@ -204,8 +217,11 @@ class DriverReads:
         self._plans = QueryPlans()
         self._readers: dict[str, DriverReader] = {}
 
-    def read(self, df: Any, batch_id: int, max_offsets: int, max_bytes: int) -> pa.Table | None:
-        """``df``'s rows read on the driver, or None if Spark must read them."""
+    def read(
+        self, df: Any, batch_id: int, max_offsets: int, max_bytes: int
+    ) -> pa.Table | TooLarge | None:
+        """``df``'s rows read on the driver; ``TooLarge`` if it is a batch of the source
+        over the bounds; None if it is not one the short path can read."""
         batch = self._plans.planned(df, batch_id)
         if batch is None:
             return None
@@ -219,3 +235,28 @@ class DriverReads:
             while len(self._readers) > _MAX_RUNS:
                 self._readers.pop(next(iter(self._readers))).close()
         return reader.read(batch, max_offsets, max_bytes)
+
+
+#: The logical plan of ``spark.read.format("quorumlog").load()``.
+_BATCH_RELATION = "DataSourceV2Relation"
+
+
+def batch_read_offsets(df: Any) -> int | None:
+    """How many offsets ``df`` spans if it is a batch read of the quorumlog source,
+    unchanged (``spark.read.format("quorumlog")...load()``), planned again now by the
+    batch reader's own planning; None for any other DataFrame or when planning fails. An
+    estimate (a read to "latest" plans again at each action), for choosing a write path."""
+    try:
+        plan = df._jdf.queryExecution().analyzed()
+        if plan.getClass().getSimpleName() != _BATCH_RELATION:
+            return None
+        if plan.table().name() != "quorumlog":
+            return None
+        options = dict(plan.options().asCaseSensitiveMap())
+        tasks = QuorumLogBatchReader(parse_options(options)).partitions()
+        return sum(
+            t.end_offset - t.start_offset for t in tasks if isinstance(t, QuorumLogPartition)
+        )
+    except Exception:
+        log.debug("cannot plan the batch read again; the sink probes its size", exc_info=True)
+        return None

@@ -17,7 +17,7 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import RemoveAction
 
 from ...replica.client.security import ClientSecurity
-from ..driver_read import DriverReads
+from ..driver_read import DriverReads, TooLarge, batch_read_offsets
 from ..offsets import Position
 from .commits import (
     DEFAULT_METADATA_LOOKBACK,
@@ -191,22 +191,35 @@ class DeltaSink:
         if engine == "delta-spark":
             return self._write_delta_spark(df, batch_id, app_id, table)
         from_log = self._read_small_from_log(df, batch_id)
-        if from_log is not None:
+        if isinstance(from_log, pa.Table):
             return self._write_on_driver(from_log, batch_id, app_id, table)
         if _local_root(self.path) is None:
             # object stores: executors cannot be handed the store's credentials here
             return self._write_on_driver(df.toArrow(), batch_id, app_id, table)
+        if isinstance(from_log, TooLarge) or self._known_large(df):
+            return self._write_distributed(df, batch_id, app_id, table)
         small = self._collect_if_small(df)
         if small is not None:
             return self._write_on_driver(small, batch_id, app_id, table)
         return self._write_distributed(df, batch_id, app_id, table)
 
-    def _read_small_from_log(self, df: Any, batch_id: int) -> pa.Table | None:
+    def _read_small_from_log(self, df: Any, batch_id: int) -> pa.Table | TooLarge | None:
         """A small batch of the source's rows unchanged, read from the log on the driver
-        (``DriverReads``); None when it is not one (Spark reads it then)."""
+        (``DriverReads``); ``TooLarge`` for a larger one; None when it is not one (Spark
+        reads it then)."""
         if not self.read_small_from_log or self.small_rows <= 0:
             return None
         return self._driver_reads.read(df, batch_id, self.small_rows, self.small_bytes)
+
+    def _known_large(self, df: Any) -> bool:
+        """A batch read of the source that spans more than ``small_rows`` offsets
+        (``batch_read_offsets``) goes to the executors without the size probe: the probe's
+        job stops the source's Python workers mid-read, and the write's job then starts
+        new ones (1.6 s of a 1M-row write here)."""
+        if self.small_rows <= 0:
+            return True
+        offsets = batch_read_offsets(df)
+        return offsets is not None and offsets > self.small_rows
 
     def _collect_if_small(self, df: Any) -> pa.Table | None:
         """The batch on the driver if it is small (at most ``small_rows`` rows and

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from quorumlog.connector.delta import CommitResult, DeltaSink
+from quorumlog.connector.driver_read import batch_read_offsets
 from quorumlog.replica.node.cluster import LocalCluster
 
 from tests.support.spark import source
@@ -171,3 +172,41 @@ def test_a_dataframe_made_from_the_batch_in_the_users_function_goes_through_spar
     kept = [r for r in _log_rows(spark, cluster, topic) if r[0] == 1]
     assert len(kept) == 3
     assert _table_rows(table) == kept
+
+
+def test_a_large_batch_read_of_the_source_skips_the_size_probe(
+    spark: Any, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A batch read of the source spanning more than ``small_rows`` offsets is written by
+    the executors without the job that probes its size (that job stops the source's
+    Python workers mid-read, and the write's job then starts new ones); a changed
+    DataFrame is probed. Both tables hold the same rows."""
+    topic = "short-batch"
+    cluster.create_topic(topic, 2)
+    for p in (0, 1):
+        cluster.produce(topic, p, [f"p{p}-{i}".encode() for i in range(5)])
+    df = source(spark, cluster, topic, includeHeaders="true")
+    client = cluster.client
+    spans = [
+        client.list_offsets(topic, p, "latest").offset
+        - client.list_offsets(topic, p, "earliest").offset
+        for p in (0, 1)
+    ]
+    assert batch_read_offsets(df) == sum(spans)
+    assert batch_read_offsets(df.select(*df.columns)) is None
+
+    def jobs(frame: Any, table: Path) -> int:
+        context = spark.sparkContext
+        context.setJobGroup(table.name, "a batch into Delta")
+        try:
+            DeltaSink(table, app_id="batch", small_rows=4).write_batch(frame, 0)
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)
+        return len(context.statusTracker().getJobIdsForGroup(table.name))
+
+    plain = jobs(df, tmp_path / "plain")
+    changed = jobs(df.select(*df.columns), tmp_path / "changed")
+    assert changed == plain + 1
+    expected = _log_rows(spark, cluster, topic)
+    assert len(expected) == 10
+    assert _table_rows(tmp_path / "plain") == _table_rows(tmp_path / "changed") == expected
