@@ -13,6 +13,7 @@ copied), ``moved_mb_per_s`` (over the move's wall time), ``produce_rec_per_s_bef
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -88,6 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record-bytes", type=int, default=1000)
     ap.add_argument("--batch-records", type=int, default=100)
     ap.add_argument("--measure-s", type=float, default=10.0, help="the produce rate alone")
+    ap.add_argument(
+        "--produce-mb-per-s",
+        type=float,
+        default=0.0,
+        help="the producers' rate together, alone and during the move (0: as fast as "
+        "acknowledged; new replicas on the same machine as the old ones may then never "
+        "catch up)",
+    )
     ap.add_argument("--sample-ms", type=int, default=100)
     ap.add_argument(
         "--timeout-s",
@@ -121,8 +130,15 @@ def main(argv: list[str] | None = None) -> int:
             cluster.bootstrap, TOPIC, parts, payload, args.batch_records, total_batches=fill
         )
         run_producers(job, args.producers, label="fill")
+        pace = args.produce_mb_per_s * 1e6 / len(payload) / args.producers
         timed = ProduceJob(
-            cluster.bootstrap, TOPIC, parts, payload, args.batch_records, duration_s=args.measure_s
+            cluster.bootstrap,
+            TOPIC,
+            parts,
+            payload,
+            args.batch_records,
+            duration_s=args.measure_s,
+            batches_per_s=pace,
         )
         before = run_producers(timed, args.producers, label="produce alone")
         meta = client.metadata([TOPIC])[TOPIC].partitions
@@ -135,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         client.reassign(TOPIC, {mv.partition: mv.replicas for mv in moves})
         done = False
         while not done and time.monotonic() - t0 < args.timeout_s:
-            window = ProduceJob(
-                cluster.bootstrap, TOPIC, parts, payload, args.batch_records, duration_s=5.0
-            )
+            window = dataclasses.replace(timed, duration_s=5.0)
             load = run_producers(window, args.producers, label="produce during the move")
             during_records += load.records
             during_s += load.seconds

@@ -123,6 +123,8 @@ class ProduceJob:
     # each partition's stay in order, as Producer keeps them): sent by produce_many, every
     # leader's at once. 1: one produce at a time.
     in_flight: int = 1
+    # Each producer sends at most this many batches a second (0: as fast as acknowledged).
+    batches_per_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,13 +184,24 @@ def _produce_batches(
     c: Client, idx: int, job: ProduceJob, start: float, claimed: Any, records: Any, lock: Any
 ) -> None:
     """Producer ``idx``: acks=quorum batches to the job's partitions in turn from the
-    ``idx``-th, ``job.in_flight`` partitions at a time, until the job's duration (from
-    ``start``) or batch budget is spent. The first failure of any batch is raised."""
+    ``idx``-th, ``job.in_flight`` partitions at a time, at most ``job.batches_per_s``,
+    until the job's duration (from ``start``) or batch budget is spent. The first failure
+    of any batch is raised."""
     deadline = start + job.duration_s if job.duration_s else None
     parts = job.partitions
     width = max(1, min(job.in_flight, len(parts)))
     i = idx
+    sent = 0
     while True:
+        if job.batches_per_s:
+            due = start + sent / job.batches_per_s
+            wait = (
+                due - time.monotonic()
+                if deadline is None
+                else min(due, deadline) - time.monotonic()
+            )
+            if wait > 0:
+                time.sleep(wait)
         n = width
         if job.total_batches:
             with lock:
@@ -206,6 +219,7 @@ def _produce_batches(
                 if isinstance(result, Exception):
                     raise result
         i += n
+        sent += n
         with lock:
             records.value += n * job.batch_records
 

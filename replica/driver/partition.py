@@ -366,14 +366,18 @@ class PartitionDriver:
 
     def _capped(self, msg: Message) -> Message:
         """An observer's fetch asks for at most a tenth of a second of the throttle's
-        bytes (at least one batch is answered anyway), so no answer waits long."""
+        bytes of backlog (at least one batch is answered anyway), so no answer waits long,
+        plus what producers appended since its previous answer, which is not paced: with
+        writes near that size a fetch would otherwise carry little but them, and the
+        observer never close its gap."""
         if (
             self.throttle is None
             or not isinstance(msg, FetchRequest)
             or msg.replica_id in self.core.voters
         ):
             return msg
-        room = max(OBSERVER_FETCH_MIN_BYTES, self.throttle.bytes_per_s // 10)
+        grown = self.appended_bytes - self.pace_marks.get(msg.replica_id, self.appended_bytes)
+        room = max(OBSERVER_FETCH_MIN_BYTES, self.throttle.bytes_per_s // 10) + grown
         if msg.max_bytes <= room:
             return msg
         return dataclasses.replace(msg, max_bytes=room)

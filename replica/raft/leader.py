@@ -97,6 +97,12 @@ class LeaderRole(CoreFields):
             row = rows.setdefault(req.replica_id, ReplicaProgress(req.replica_id))
             # fetch_offset is durable on the fetcher and matches our log below it.
             row.end_offset = req.fetch_offset
+            leader_end = self.log.end_offset
+            if req.fetch_offset >= leader_end:
+                row.caught_up_ms = now_ms
+            elif row.fetch_leader_end != UNKNOWN and req.fetch_offset >= row.fetch_leader_end:
+                row.caught_up_ms = max(row.caught_up_ms, row.last_fetch_ms)
+            row.fetch_leader_end = leader_end
             row.last_fetch_ms = now_ms
             if is_voter:
                 self._maybe_advance_high_watermark(st, out)

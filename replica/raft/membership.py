@@ -13,8 +13,9 @@ A leader appends a change (``change_voters``) only when:
 * the previous change is committed (at most one uncommitted change in any log);
 * the new set differs from the current one by exactly one voter (any majority of the
   one overlaps any majority of the other: two leaders of one epoch stay impossible);
-* a voter it adds has caught up: it fetched, as an observer, at least up to the high
-  watermark within a fetch timeout (adding a far-behind voter would stall commits).
+* a voter it adds has caught up within a fetch timeout: a fetch of it, as an observer,
+  reached the leader's end offset, or the end the leader had at its previous fetch
+  (``ReplicaProgress.caught_up_ms``; adding a far-behind voter would stall commits).
 
 A replica removed by a change it does not know to be committed may still stand
 (``electable``); any replica not catching up answers votes (``_may_vote``). A leader
@@ -33,6 +34,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..constants import UNKNOWN
 from ..protocol.errors import ErrorCode
 from .output import CoreFields, Output
 from .state import LeaderState, ReplicaProgress
@@ -153,7 +155,7 @@ class MembershipRole(CoreFields):
         if voter in new and voter != self.node_id:
             row = st.observers.get(voter)
             recent = now_ms - self.config.fetch_timeout_ms
-            if row is None or row.end_offset < self._high_watermark or row.last_fetch_ms < recent:
+            if row is None or row.caught_up_ms == UNKNOWN or row.caught_up_ms < recent:
                 raise VoterChangeError(
                     ErrorCode.REQUEST_TIMED_OUT,
                     f"replica {voter} has not caught up (fetched to "

@@ -53,6 +53,12 @@ class ReplicaProgress:
     end_offset: int = UNKNOWN  # durable end offset reported by its last valid fetch
     last_fetch_ms: int = UNKNOWN
     lag: int = UNKNOWN  # leader end offset - end_offset, at describe time
+    # The leader's end offset when it answered that fetch, and the last time the replica
+    # was caught up: its fetch reached the leader's end then, or the end the leader had
+    # at its previous fetch (Kafka's lastCaughtUpTimestamp: under steady appends a
+    # replica that keeps up is never at the leader's end when it is checked).
+    fetch_leader_end: int = UNKNOWN
+    caught_up_ms: int = UNKNOWN
 
 
 @dataclass(slots=True)

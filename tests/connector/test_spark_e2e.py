@@ -359,8 +359,10 @@ def test_a_stream_across_a_partition_move_sees_new_epochs_and_no_truncation(
     during = produce([b"b%02d" % i for i in range(20)])
 
     def moved() -> bool:
+        # The leader reports the new voters once it has appended the change; the move has
+        # ended when the old leader, removed, resigned and one of the new set leads.
         q = c.client.describe_quorum("moves", 0)
-        return sorted(v.replica_id for v in q.voters) == sorted(target)
+        return sorted(v.replica_id for v in q.voters) == sorted(target) and q.leader_id != leader
 
     wait_until(moved, timeout=60, what="the move to end")
     after = produce([b"c%02d" % i for i in range(20)])

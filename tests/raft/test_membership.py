@@ -11,7 +11,7 @@ from quorumlog.replica.raft import Role, VoterChangeError
 
 from tests.sim.memlog import client_batch
 
-from .harness import Cluster
+from .harness import Cluster, answer, fetch, leader_with_records
 
 
 def produce(c: Cluster, leader: int, ids: list[int]) -> None:
@@ -50,6 +50,29 @@ def test_a_replica_not_caught_up_is_not_added() -> None:
     leader = c.elect()
     produce(c, leader, [1, 2, 3])
     assert "has not caught up" in (c.cores[leader].voter_change_problem([1, 2, 3, 4], c.now) or "")
+
+
+def test_an_observer_that_keeps_up_under_steady_appends_is_added() -> None:
+    """Records keep coming: every fetch of the observer lands on the end the leader had at
+    its previous fetch, never on the high watermark when the leader checks. It has caught
+    up all the same (Kafka's lastCaughtUpTimestamp); one that stays behind has not."""
+    leader = leader_with_records()
+    keeping_up, behind, reported = 0, 0, 0
+    for t in range(100, 1100, 100):
+        leader.append(client_batch([t]), t)
+        leader.log.flush()
+        leader.on_log_flushed(t)
+        end = leader.log.end_offset
+        answer(leader, fetch(2, 2, end, 2), t)  # a voter keeps the high watermark at the end
+        answer(leader, fetch(4, 2, keeping_up, 2), t)
+        reported, keeping_up = keeping_up, end  # it got the records up to the end
+        answer(leader, fetch(5, 2, behind, 2), t)
+    assert leader.high_watermark == leader.log.end_offset > reported
+    assert leader.voter_change_problem([1, 2, 3, 4], 1000) is None
+    assert "has not caught up" in (leader.voter_change_problem([1, 2, 3, 5], 1000) or "")
+    # Caught up a fetch timeout ago, and not since: no longer.
+    later = 1000 + leader.config.fetch_timeout_ms + 100
+    assert "has not caught up" in (leader.voter_change_problem([1, 2, 3, 4], later) or "")
 
 
 def test_a_leader_that_removes_itself_leads_until_that_commits_then_resigns() -> None:
