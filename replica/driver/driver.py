@@ -322,6 +322,8 @@ class Driver:
                 p.on_raft(msg, now, ready)
             self._sync_peers(p, now)
             self._schedule(p)
+            if self.liveness.refused and p.core.leader_id in self.liveness.refused:
+                self._hint_refused(p, now, ready)
 
     def _heard(self, peer: int, now: int) -> None:
         if self.liveness.heard(peer, now):
@@ -567,15 +569,29 @@ class Driver:
         (``PeerLiveness.settled``: restarted less than a fetch timeout ago, silent, or
         refusing connections): they may never stand."""
         self.liveness.refused.add(peer)
-        unsettled = frozenset(q for q in self._peers if not self.liveness.settled(q, now))
         ready = Ready()
         for p in self:
             if not p.closed and p.core.leader_id == peer:
-                survivors = tuple(v for v in p.assignment if v != peer)
-                with about(p.key):
-                    p.run(p.core.on_peer_unreachable(peer, now, survivors, unsettled), now, ready)
-                self._schedule(p)
+                p.hinted = None  # a new refusal: told again
+                self._hint_refused(p, now, ready)
         return ready
+
+    def _hint_refused(self, p: PartitionDriver, now: int, ready: Ready) -> None:
+        """Tell ``p``'s follower that its leader's node refuses connections (see
+        ``peer_unreachable``), once per leader and epoch and refusal. A replica that learns of its
+        leader only after the refusal (its node restarted, and heard of the new epoch from
+        another voter) is told then: the transport tells a refusal once, and without the
+        hint it would wait out its fetch timeout while the voters ranked behind it wait
+        for it to stand."""
+        leader = p.core.leader_id
+        if leader is None or p.hinted == (leader, p.core.epoch):
+            return
+        p.hinted = (leader, p.core.epoch)
+        unsettled = frozenset(q for q in self._peers if not self.liveness.settled(q, now))
+        survivors = tuple(v for v in p.assignment if v != leader)
+        with about(p.key):
+            p.run(p.core.on_peer_unreachable(leader, now, survivors, unsettled), now, ready)
+        self._schedule(p)
 
     def begin_shutdown(self, now: int) -> Ready:
         """Graceful stop: leaders resign (EndQuorumEpoch with ranked successors)."""

@@ -171,6 +171,9 @@ class PartitionDriver:
         self.target: tuple[int, ...] | None = None
         # The voters this node's peer counts were last taken from (``Driver._sync_peers``).
         self.counted_voters: tuple[int, ...] = ()
+        # The (leader, epoch) this replica was last told refuses connections
+        # (``Driver._hint_refused``): told once for each.
+        self.hinted: tuple[int, int] | None = None
 
     @property
     def preferred(self) -> int | None:

@@ -558,3 +558,34 @@ def test_a_silent_peer_is_declared_by_the_second_tick_that_finds_it_silent() -> 
     assert d.liveness.suspect == {2} and d.liveness.stale == set()
     d.tick(2 * timeout + 15)
     assert d.liveness.stale == {2} and d.liveness.suspect == set()
+
+
+def test_a_replica_that_follows_a_leader_found_refusing_takes_the_hint_then() -> None:
+    """The transport tells a refusal once. A replica whose node found the leader refusing
+    before the replica followed it (its node had just restarted and learnt of the
+    leader's epoch from another voter afterwards) is told when it follows: it stands at
+    once instead of waiting out its fetch timeout, while the voters ranked behind it
+    wait for it to stand."""
+    nodes, first = quiet_cluster()
+    nodes.down.add(first)
+    for i in nodes.voters:
+        if i != first:
+            nodes.run(i, nodes.drivers[i].peer_unreachable(first, nodes.now))
+    nodes.advance(QUIET.fetch_timeout_ms)
+    live = cores(nodes)
+    (second,) = [i for i in nodes.voters if i != first and live[i].is_leader]  # type: ignore[attr-defined]
+    new = nodes.new_driver(first)
+    new.incarnation = nodes.drivers[first].incarnation + 1
+    nodes.drivers[first] = new
+    nodes.down = {second}
+    nodes.run(
+        first, new.open(KEY, nodes.voters, nodes.logs[first], nodes.persisted[first], nodes.now)
+    )
+    nodes.run(first, new.peer_unreachable(second, nodes.now))  # before it follows anyone
+    core = new.partitions[KEY].core
+    assert core.leader_id != second
+    end = nodes.now + 5 * QUIET.election_timeout_ms
+    while core.leader_id != second and nodes.now < end:
+        nodes.advance(10)
+    assert core.leader_id == second, "it never learnt of the new leader"
+    assert core._state.leader_unreachable  # type: ignore[union-attr]
