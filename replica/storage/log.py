@@ -1129,6 +1129,9 @@ class Log:
             if self._cache.entries:
                 self._cache.clear()
                 self._cache.flush()
+            # The voter record a checkpoint names may have been in a segment whose
+            # creation a crash undid (the checkpoint is written before the record).
+            self._voters.clear()
             _unlink(marker)
             return
         while len(bases) > 1 and bases[1] <= self._log_start:

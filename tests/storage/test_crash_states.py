@@ -32,6 +32,15 @@ def test_bounded_sweep_finds_no_violation(capsys: pytest.CaptureFixture[str]) ->
     assert result.states >= STATES
 
 
+def test_a_voters_checkpoint_whose_segment_a_crash_undid_is_dropped() -> None:
+    """Pinned from the deep sweep (seed 17): a voter-set record appended to a new log's
+    first segment, the voters checkpoint written (before the record, as it always is)
+    and fsync'd, then a power loss before the segment's creation was durable. Recovery
+    found no segment and kept the checkpoint: voters the log does not hold."""
+    result = sweep(50, first_seed=17, steps=30, per_point=12)
+    assert not result.violations, "\n".join(str(v) for v in result.violations)
+
+
 def _caught(budget: int) -> SweepResult:
     """The sweep stops at its first violation."""
     return sweep(budget, first_seed=1, steps=30, per_point=10)
