@@ -578,11 +578,11 @@ class Driver:
 
     def _hint_refused(self, p: PartitionDriver, now: int, ready: Ready) -> None:
         """Tell ``p``'s follower that its leader's node refuses connections (see
-        ``peer_unreachable``), once per leader and epoch and refusal. A replica that learns of its
-        leader only after the refusal (its node restarted, and heard of the new epoch from
-        another voter) is told then: the transport tells a refusal once, and without the
-        hint it would wait out its fetch timeout while the voters ranked behind it wait
-        for it to stand."""
+        ``peer_unreachable``), once per leader, epoch and refusal. A replica that learns
+        of its leader only after the refusal (its node restarted, and heard of the new
+        epoch from another voter) is told then: the transport tells a refusal once, and
+        without the hint it would wait out its fetch timeout while the voters ranked
+        behind it wait for it to stand."""
         leader = p.core.leader_id
         if leader is None or p.hinted == (leader, p.core.epoch):
             return
