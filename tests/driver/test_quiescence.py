@@ -434,6 +434,27 @@ def test_the_survivors_of_a_dead_leader_stand_in_assignment_order_without_splitt
         assert c.core(first, k).is_leader and c.core(first, k).epoch == 2, k
 
 
+def _second_leader_dies_as_the_first_restarts() -> tuple[Nodes, int, int, Driver]:
+    """The leader (``first``) dies and another voter (``second``) takes over; then
+    ``second`` dies as ``first`` comes back, with a new driver (``new``) over its log."""
+    nodes, first = quiet_cluster()
+    nodes.down.add(first)
+    for i in nodes.voters:
+        if i != first:
+            nodes.run(i, nodes.drivers[i].peer_unreachable(first, nodes.now))
+    nodes.advance(QUIET.fetch_timeout_ms)
+    live = cores(nodes)
+    (second,) = [i for i in nodes.voters if i != first and live[i].is_leader]  # type: ignore[attr-defined]
+    new = nodes.new_driver(first)
+    new.incarnation = nodes.drivers[first].incarnation + 1
+    nodes.drivers[first] = new
+    nodes.down = {second}
+    nodes.run(
+        first, new.open(KEY, nodes.voters, nodes.logs[first], nodes.persisted[first], nodes.now)
+    )
+    return nodes, first, second, new
+
+
 def test_a_survivor_does_not_wait_for_a_node_restarted_a_moment_ago() -> None:
     """The leader dies as the node that led before it comes back, before its
     announcement reached that node. The restarted node, ranked first among the
@@ -443,25 +464,11 @@ def test_a_survivor_does_not_wait_for_a_node_restarted_a_moment_ago() -> None:
     timeout ago (``PeerLiveness.settled``) and does not wait a fetch timeout for it: a
     leader within half an election timeout (without the rule, none before the fetch
     timeout)."""
-    nodes, first = quiet_cluster()
-    nodes.down.add(first)
-    for i in nodes.voters:
-        if i != first:
-            nodes.run(i, nodes.drivers[i].peer_unreachable(first, nodes.now))
-    nodes.advance(QUIET.fetch_timeout_ms)
-    live = cores(nodes)
-    (second,) = [i for i in nodes.voters if i != first and live[i].is_leader]  # type: ignore[attr-defined]
+    nodes, first, second, new = _second_leader_dies_as_the_first_restarts()
     (other,) = [i for i in nodes.voters if i not in (first, second)]
     order = [v for v in nodes.voters if v != second]
     assert order.index(first) < order.index(other)  # the restarted node is ranked ahead
-    epoch = live[second].epoch  # type: ignore[attr-defined]
-    new = nodes.new_driver(first)
-    new.incarnation = nodes.drivers[first].incarnation + 1
-    nodes.drivers[first] = new
-    nodes.down = {second}
-    nodes.run(
-        first, new.open(KEY, nodes.voters, nodes.logs[first], nodes.persisted[first], nodes.now)
-    )
+    epoch = nodes.drivers[second].partitions[KEY].core.epoch  # its epoch as it died
     nodes.queue = [msg for msg in nodes.queue if msg.src != first]  # no link up yet
     nodes.advance(10)  # then its heartbeat reaches the other survivor
     assert new.partitions[KEY].core.leader_id != second
@@ -566,21 +573,7 @@ def test_a_replica_that_follows_a_leader_found_refusing_takes_the_hint_then() ->
     leader's epoch from another voter afterwards) is told when it follows: it stands at
     once instead of waiting out its fetch timeout, while the voters ranked behind it
     wait for it to stand."""
-    nodes, first = quiet_cluster()
-    nodes.down.add(first)
-    for i in nodes.voters:
-        if i != first:
-            nodes.run(i, nodes.drivers[i].peer_unreachable(first, nodes.now))
-    nodes.advance(QUIET.fetch_timeout_ms)
-    live = cores(nodes)
-    (second,) = [i for i in nodes.voters if i != first and live[i].is_leader]  # type: ignore[attr-defined]
-    new = nodes.new_driver(first)
-    new.incarnation = nodes.drivers[first].incarnation + 1
-    nodes.drivers[first] = new
-    nodes.down = {second}
-    nodes.run(
-        first, new.open(KEY, nodes.voters, nodes.logs[first], nodes.persisted[first], nodes.now)
-    )
+    nodes, first, second, new = _second_leader_dies_as_the_first_restarts()
     nodes.run(first, new.peer_unreachable(second, nodes.now))  # before it follows anyone
     core = new.partitions[KEY].core
     assert core.leader_id != second
