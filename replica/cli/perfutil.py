@@ -195,11 +195,9 @@ def _produce_batches(
     while True:
         if job.batches_per_s:
             due = start + sent / job.batches_per_s
-            wait = (
-                due - time.monotonic()
-                if deadline is None
-                else min(due, deadline) - time.monotonic()
-            )
+            if deadline is not None:
+                due = min(due, deadline)
+            wait = due - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
         n = width

@@ -351,7 +351,7 @@ class PartitionDriver:
         if waiting:
             at = waiting[0]
         else:
-            grown = self.appended_bytes - self.pace_marks.get(req.replica_id, self.appended_bytes)
+            grown = self._appended_since_answer(req.replica_id)
             self.pace_marks[req.replica_id] = self.appended_bytes
             backlog = len(resp.records) - grown
             at = now + self.throttle.delay(backlog, now) if backlog > 0 else now
@@ -367,6 +367,11 @@ class PartitionDriver:
                 del self.paced[replica]
                 self._emit([resp], now, ready)
 
+    def _appended_since_answer(self, replica: int) -> int:
+        """Bytes producers appended here since ``replica``'s previous paced answer (not
+        paced: they travel free)."""
+        return self.appended_bytes - self.pace_marks.get(replica, self.appended_bytes)
+
     def _capped(self, msg: Message) -> Message:
         """An observer's fetch asks for at most a tenth of a second of the throttle's
         bytes of backlog (at least one batch is answered anyway), so no answer waits long,
@@ -379,7 +384,7 @@ class PartitionDriver:
             or msg.replica_id in self.core.voters
         ):
             return msg
-        grown = self.appended_bytes - self.pace_marks.get(msg.replica_id, self.appended_bytes)
+        grown = self._appended_since_answer(msg.replica_id)
         room = max(OBSERVER_FETCH_MIN_BYTES, self.throttle.bytes_per_s // 10) + grown
         if msg.max_bytes <= room:
             return msg
