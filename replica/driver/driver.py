@@ -142,23 +142,25 @@ class Driver:
         persisted: ElectionState | None,
         now: int,
     ) -> Ready:
-        """Open a replica over ``log_`` with its last persisted election state. A new
-        partition (nothing persisted) gets a slot: its first (preferred) replica stands
-        then, as a candidate at once (``RaftReplica.stand_first``), and its other replicas
-        hold their timers NEW_PARTITION_HOLD_TIMEOUTS election timeouts longer (until a
+        """Open a replica over ``log_`` with its last persisted election state. A voter
+        of a new partition (nothing persisted) gets a slot: its first (preferred) replica
+        stands then, as a candidate at once (``RaftReplica.stand_first``), and its other
+        replicas hold their timers NEW_PARTITION_HOLD_TIMEOUTS election timeouts longer (until a
         message of the partition, or the preferred replica's node going silent), so
         leadership follows the assignment. Slots of partitions opened together are
         NEW_PARTITION_SPREAD_US apart at least: a topic of 10,000 partitions elects over
         seconds, not in one storm. A slot is an election timeout after the open, or the
         spread after the slot before it if that is later: opens slower than the spread are
         spread by themselves (a node opening 10,000 replicas takes seconds), and their
-        slots do not add the spread on top."""
+        slots do not add the spread on top. A replica outside ``voters`` (a move's new
+        replica, a joining node's metadata replica) has no election to wait for: it looks
+        for the leader from its first tick."""
         with about(key):
             core = self.core_factory(
                 self.quorum, self.node_id, voters, self.cluster_id, log_, persisted, self.rng, now
             )
         hold = 0
-        if persisted is None:
+        if persisted is None and self.node_id in voters:
             # New partitions opened together (one topic of thousands) stand one after
             # another, NEW_PARTITION_SPREAD_US apart, not all in one election timeout.
             self._last_slot_us = max(
@@ -166,9 +168,9 @@ class Driver:
                 self._last_slot_us + NEW_PARTITION_SPREAD_US,
             )
             slot = self._last_slot_us // 1000
-            if voters and voters[0] == self.node_id:
+            if voters[0] == self.node_id:
                 core.stand_first(slot)
-            elif voters:
+            else:
                 hold = slot + NEW_PARTITION_HOLD_TIMEOUTS * self.quorum.election_timeout_ms
         core.peer_seen = self.liveness.seen
         p = self.partition_class(key, core, log_, self.limits, hold)
