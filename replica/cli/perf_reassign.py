@@ -86,6 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topic-mb", type=int, default=1024, help="data in the topic before it moves")
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--producers", type=int, default=2)
+    ap.add_argument(
+        "--in-flight",
+        type=int,
+        default=1,
+        help="batches each producer has in flight, one per partition (1: one produce at a "
+        "time, so the rate follows the produce latency; the partitions' count: as many "
+        "as acknowledged, so it follows what the machine can do)",
+    )
     ap.add_argument("--record-bytes", type=int, default=1000)
     ap.add_argument("--batch-records", type=int, default=100)
     ap.add_argument("--measure-s", type=float, default=10.0, help="the produce rate alone")
@@ -139,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             args.batch_records,
             duration_s=args.measure_s,
             batches_per_s=pace,
+            in_flight=args.in_flight,
         )
         before = run_producers(timed, args.producers, label="produce alone")
         meta = client.metadata([TOPIC])[TOPIC].partitions
@@ -171,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "partitions": args.partitions,
         "topic_mb": args.topic_mb,
         "throttle_bytes_per_s": args.throttle,
+        "in_flight": args.in_flight,
         "moved": done,
         "moved_bytes": moved,
         "move_s": round(move_s, 1),

@@ -17,11 +17,15 @@ def test_perf_reassign_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     # Producers at a set rate: as fast as acknowledged, the new replicas, on the same two
     # cores and disk as the old, may never catch up, and the disk fills.
     rc = perf_reassign.main(
-        ["--topic-mb", "2", "--partitions", "2", "--measure-s", "1", "--produce-mb-per-s", "4"]
+        [
+            *("--topic-mb", "2", "--partitions", "2", "--measure-s", "1"),
+            *("--produce-mb-per-s", "4", "--in-flight", "2"),
+        ]
     )
     lines = capsys.readouterr().out.strip().splitlines()
     figures = json.loads(lines[-1])
     assert rc == 0 and figures["bench"] == "reassign" and figures["moved"] is True
+    assert figures["in_flight"] == 2
     # Both replicas of each partition were copied: at least the topic's 2 MB, twice.
     assert figures["moved_bytes"] >= 2 * 2 * 1024 * 1024
     assert figures["moved_mb_per_s"] > 0
