@@ -7,7 +7,11 @@ partition to the two nodes that held none of it (so every replica is copied). Me
 each partition's leader is sampled every ``--sample-ms``: the longest time any was
 without one is ``max_leaderless_s``. Figures: ``moved_bytes`` (bytes the new replicas
 copied), ``moved_mb_per_s`` (over the move's wall time), ``produce_rec_per_s_before`` and
-``produce_rec_per_s_during``.
+``produce_rec_per_s_during``. Beside them, the machine's own limit: the produce rate into
+a topic of as many partitions replicated on all four nodes
+(``produce_rec_per_s_all_nodes``). During the move each record reaches four replicas too
+(two voters, two new replicas), so with every node on one machine that rate bounds the
+one during the move; ``during_vs_all_nodes`` is their ratio.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from .perfutil import ProduceJob, emit, run_producers
 from .reassign import Move, move_status
 
 TOPIC = "reassign"
+ALL_NODES_TOPIC = "reassign-all-nodes"
 NODES = 4
 #: How long the leader watch waits for the nodes' Metadata answers.
 METADATA_TIMEOUT_S = 2.0
@@ -150,6 +155,13 @@ def main(argv: list[str] | None = None) -> int:
             in_flight=args.in_flight,
         )
         before = run_producers(timed, args.producers, label="produce alone")
+        cluster.create_topic(ALL_NODES_TOPIC, args.partitions, NODES)
+        ceiling = run_producers(
+            dataclasses.replace(timed, topic=ALL_NODES_TOPIC),
+            args.producers,
+            label=f"produce to {NODES} replicas",
+        )
+        client.delete_topic(ALL_NODES_TOPIC)
         meta = client.metadata([TOPIC])[TOPIC].partitions
         moves = [Move(TOPIC, p, sorted(set(cluster.ports) - set(meta[p].replicas))) for p in parts]
         watch = LeaderWatch(cluster, args.partitions, args.sample_ms / 1000)
@@ -175,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     before_rate = before.records / before.seconds if before.seconds else 0.0
     during_rate = during_records / during_s if during_s else 0.0
+    ceiling_rate = ceiling.records / ceiling.seconds if ceiling.seconds else 0.0
     figures = {
         "bench": "reassign",
         "partitions": args.partitions,
@@ -188,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         "produce_rec_per_s_before": round(before_rate),
         "produce_rec_per_s_during": round(during_rate),
         "during_vs_before": round(during_rate / before_rate, 2) if before_rate else None,
+        "produce_rec_per_s_all_nodes": round(ceiling_rate),
+        "during_vs_all_nodes": round(during_rate / ceiling_rate, 2) if ceiling_rate else None,
         "max_leaderless_s": round(watch.max_leaderless_s, 2),
         "leaderless_partition": watch.worst_partition,
         "leader_samples": watch.samples,
@@ -201,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             + ("" if done else " (NOT finished: timed out)"),
             f"produce: {before_rate:,.0f} records/s alone, {during_rate:,.0f} during the move "
             f"({figures['during_vs_before']} of alone)",
+            f"produce into {NODES} replicas a partition (the machine's limit during the move, "
+            f"every node on it): {ceiling_rate:,.0f} records/s; during the move "
+            f"{figures['during_vs_all_nodes']} of it",
             f"longest time a partition had no leader: {watch.max_leaderless_s:.2f} s "
             f"(partition {watch.worst_partition if watch.worst_partition >= 0 else 'none'}; "
             f"{watch.samples} samples, "
