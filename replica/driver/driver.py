@@ -145,9 +145,9 @@ class Driver:
         """Open a replica over ``log_`` with its last persisted election state. A voter
         of a new partition (nothing persisted) gets a slot: its first (preferred) replica
         stands then, as a candidate at once (``RaftReplica.stand_first``), and its other
-        replicas hold their timers NEW_PARTITION_HOLD_TIMEOUTS election timeouts longer (until a
-        message of the partition, or the preferred replica's node going silent), so
-        leadership follows the assignment. Slots of partitions opened together are
+        replicas hold their timers NEW_PARTITION_HOLD_TIMEOUTS election timeouts longer
+        (until a message of the partition, or the preferred replica's node going silent),
+        so leadership follows the assignment. Slots of partitions opened together are
         NEW_PARTITION_SPREAD_US apart at least: a topic of 10,000 partitions elects over
         seconds, not in one storm. A slot is an election timeout after the open, or the
         spread after the slot before it if that is later: opens slower than the spread are
