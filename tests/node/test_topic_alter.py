@@ -65,7 +65,12 @@ def test_configs_at_create_and_alter_are_shown_and_checked(cluster: LocalCluster
     )
     assert got
     c.client.alter_topic("conf", configs={"max.message.bytes": "2000"})
-    assert c.client.metadata(["conf"])["conf"].partitions[0].max_message_bytes == 2000
+    # Committed when the alter returns; the node that answers Metadata may apply it later.
+    assert wait_until(
+        lambda: c.client.metadata(["conf"])["conf"].partitions[0].max_message_bytes == 2000,
+        WAIT_S,
+        "the altered max.message.bytes in Metadata",
+    )
     for bad, why in (
         ({"cleanup.policy": "compact"}, "not served"),
         ({"retention.ms": "soon"}, "must be an integer"),
