@@ -177,9 +177,15 @@ LINGER_MS = 5
 BATCH_MAX_BYTES = 1 << 20
 BATCH_MAX_RECORDS = 10000
 # [max.in.flight.requests.per.connection, in spirit] the producer's sender threads, each
-# sending one node's ready batches (of up to CONNECTION_MAX_IN_FLIGHT partitions) in one
-# round trip (a partition's own go one after another).
+# sending one node's ready batches (up to CONNECTION_MAX_IN_FLIGHT of them) in one
+# round trip (a partition's own in order, see PRODUCER_PARTITION_IN_FLIGHT).
 PRODUCER_MAX_IN_FLIGHT = 4
+# [max.in.flight.requests.per.connection] an idempotent producer's batches of one
+# partition a sender sends together, in order on one connection (a backlog goes in one
+# round trip, not one each); at most the batches a leader remembers of a producer
+# (storage.producers.BATCHES_KEPT), so a retry of any of them is known as a duplicate.
+# A producer that is not idempotent sends one at a time (a retry could reorder them).
+PRODUCER_PARTITION_IN_FLIGHT = 5
 # [buffer.memory] / [max.block.ms] records a producer holds before send() blocks, and for
 # how long it blocks before it raises.
 PRODUCER_BUFFER_BYTES = 64 << 20

@@ -47,6 +47,7 @@ class Accumulator:
         "max_batch_bytes",
         "max_batch_records",
         "max_in_flight",
+        "_partition_in_flight",
         "buffer_bytes",
         "max_block_s",
         "partitioner",
@@ -71,6 +72,7 @@ class Accumulator:
     max_batch_bytes: int
     max_batch_records: int
     max_in_flight: int
+    _partition_in_flight: int
     buffer_bytes: int
     max_block_s: float
     partitioner: str
@@ -356,12 +358,14 @@ class Accumulator:
         return pieces
 
     def _next_batches(self, client: Client) -> list[_Batch]:
-        """The closed batches whose partitions have nothing in flight, the first of each
-        partition, that ``client`` knows one leader for (up to PIPELINE, under the lock):
-        one node's, as Kafka's sender makes one request per broker, so a node that hangs
-        holds up only the sender of its own partitions. Pending records and open batches
-        past their linger are routed and closed here (an open batch whose partition has
-        one in flight goes on filling)."""
+        """The closed batches of partitions with nothing in flight, up to
+        ``_partition_in_flight`` of each partition in the order they closed, that
+        ``client`` knows one leader for (up to PIPELINE, under the lock): one node's, as
+        Kafka's sender makes one request per broker, so a node that hangs holds up only
+        the sender of its own partitions. A partition's batches all go in one call, on
+        one connection, in order. Pending records and open batches past their linger are
+        routed and closed here (an open batch whose partition has one in flight goes on
+        filling)."""
         now = _monotonic()
         linger = self.linger_s
         for topic in [t for t, p in self._pending.items() if now - p.opened >= linger]:
@@ -373,8 +377,19 @@ class Accumulator:
         taken: list[_Batch] = []
         kept: deque[_Batch] = deque()
         leader: int | None = None
+        mine: dict[tuple[str, int], int] = {}  # partitions taken here: their batch count
+        most = self._partition_in_flight
         for batch in self._closed:
-            if batch.key in self._busy or len(taken) >= PIPELINE:
+            key = batch.key
+            count = mine.get(key)
+            if count is not None:  # a later batch of a partition taken here
+                if count < most and len(taken) < PIPELINE:
+                    mine[key] = count + 1
+                    taken.append(batch)
+                else:
+                    kept.append(batch)
+                continue
+            if key in self._busy or len(taken) >= PIPELINE:
                 kept.append(batch)
                 continue
             node = client.cached_leader(batch.topic, batch.partition)
@@ -382,7 +397,8 @@ class Accumulator:
                 kept.append(batch)
                 continue
             leader = node
-            self._busy.add(batch.key)
+            self._busy.add(key)
+            mine[key] = 1
             taken.append(batch)
         self._closed = kept
         return taken

@@ -878,6 +878,12 @@ class Client:
             self._merge([answer], [topic])
         return self._leaders.get((topic, partition))
 
+    def check_size(self, topic: str, partition: int, records: bytes) -> None:
+        """Raise RecordTooLargeError if ``records`` would be refused for its size by the
+        partition's max.message.bytes as this client last learnt it (asking no node)."""
+        pm = self._leaders.get((topic, partition))
+        check_batch_size(topic, partition, records, pm.max_message_bytes if pm else 0)
+
     def cached_leader(self, topic: str, partition: int) -> int | None:
         """The partition's leader as this client last learnt it, asking no node (None if
         it knows none)."""
@@ -1055,8 +1061,11 @@ class Client:
         leader change, a lost connection) is then sent alone by ``produce``, with its
         retries and errors. Returns, in the order of ``items``, each one's ProduceResult or
         the error ``produce`` raised for it.
-        Give each partition at most one item: the requests of a pipeline are appended in
-        order, but an item that is retried alone goes after the others. The call returns
+        A partition's items are appended in the order given when their first attempts
+        succeed (the requests of a pipeline are appended in order), but an item that is
+        retried alone goes after the others: give a partition several items only if a
+        later one is refused while an earlier one is missing (an idempotent producer's
+        numbered batches: OUT_OF_ORDER_SEQUENCE, retried in turn). The call returns
         when every item has: a node that does not answer holds it up for an attempt
         timeout (``Producer`` sends one node's batches per call, so that a hung node holds
         up only its own partitions)."""

@@ -12,8 +12,11 @@ flight (until then it goes on filling, as Kafka's accumulator). Sender threads
 (``max_in_flight``, each with its own connections) build each batch's Arrow record batch
 once and append them with acks=quorum by default: a sender takes every ready batch of one
 node's partitions and sends them in one round trip (``Client.produce_many``), as Kafka's
-sender makes one request per broker; a partition's batches go one after another, in
-order. A batch's answer settles all its records at once: a record's offset is the batch's
+sender makes one request per broker. A partition's batches go in order: an idempotent
+producer's, up to PRODUCER_PARTITION_IN_FLIGHT of them, in one such round trip on one
+connection (numbered one after another: should one fail, the leader refuses those after
+it for the gap, and they are retried after it, as Kafka's with
+max.in.flight.requests.per.connection up to 5); otherwise one at a time. A batch's answer settles all its records at once: a record's offset is the batch's
 base offset plus its index. ``send`` blocks while ``buffer_bytes`` of records wait
 (back-pressure), at most ``max_block_ms``, then raises TimeoutError.
 
@@ -80,6 +83,13 @@ _SEQUENCES = 1 << 31
 #: A sender thread with nothing to send for this long ends (a new one starts on demand).
 SENDER_IDLE_S = 1.0
 
+
+class _NotSent(Exception):
+    """A batch held back: an earlier batch of its partition was too large to send."""
+
+
+_NOT_SENT = _NotSent()
+
 _time_ns = time.time_ns
 _monotonic = time.monotonic
 _new = object.__new__
@@ -130,6 +140,7 @@ class Producer(Accumulator):
         self.max_batch_records = max_batch_records
         self.idempotent = idempotent
         self.max_in_flight = max_in_flight
+        self._partition_in_flight = defaults.PRODUCER_PARTITION_IN_FLIGHT if idempotent else 1
         self.buffer_bytes = buffer_bytes
         self.max_block_s = max_block_ms / 1000
         self.partitioner = partitioner
@@ -411,8 +422,9 @@ class Producer(Accumulator):
             client.close()
 
     def _deliver(self, client: Client, batches: list[_Batch]) -> None:
-        """Append closed batches of distinct partitions together (Client.produce_many) and
-        settle their futures; a batch too large is split and sent again in halves."""
+        """Append closed batches together (Client.produce_many; a partition's in order)
+        and settle their futures; a batch too large is split and sent again in halves,
+        before the batches of its partition after it."""
         results = self._append_many(
             client,
             [
@@ -420,7 +432,11 @@ class Producer(Accumulator):
                 for b in batches
             ],
         )
+        held: list[_Batch] = []
         for batch, result in zip(batches, results, strict=True):
+            if result is _NOT_SENT:
+                held.append(batch)  # after an earlier batch of its partition, split below
+                continue
             if batch.table is not None:
                 future = batch.table_future
                 if isinstance(result, Exception):
@@ -434,6 +450,8 @@ class Producer(Accumulator):
             outcome: list[_Outcome] = []
             self._rows_done(client, batch, 0, batch.rows, result, outcome)
             self._settle(batch, outcome)
+        if held:
+            self._deliver(client, held)
 
     def _rows_done(
         self,
@@ -485,13 +503,17 @@ class Producer(Accumulator):
     def _append_many(
         self, client: Client, entries: list[tuple[str, int, Encoder, int]], renewed: bool = False
     ) -> list[ProduceResult | Exception]:
-        """Entries of (topic, partition, ``encode``, record count), one per partition
-        (each with nothing else in flight), appended together under this producer's
-        identity and each partition's next sequence numbers; each one's ProduceResult
-        or error, in order (a batch that cannot be encoded, or a producer that gets no
-        identity, fails without being sent). A batch refused as UNKNOWN_PRODUCER_ID (its
-        partition no longer holds this producer's batches) was not appended: it is sent
-        once more under the next epoch, from sequence 0."""
+        """Entries of (topic, partition, ``encode``, record count), a partition's in the
+        order they are to be appended (its only ones in flight), appended together under
+        this producer's identity, each partition's numbered on from its next sequence;
+        each one's ProduceResult or error, in order (a batch that cannot be encoded, or a
+        producer that gets no identity, fails without being sent). A batch over the
+        topic's max.message.bytes (as the client knows it) is not sent, nor are its
+        partition's after it: they are _NOT_SENT, for the caller to send once it has
+        split the large one (sent with it, they would be refused for the gap). A batch
+        refused as UNKNOWN_PRODUCER_ID (its partition no longer holds this producer's
+        batches) was not appended: it is sent once more under the next epoch, from
+        sequence 0."""
         results: list[ProduceResult | Exception | None] = [None] * len(entries)
         identity: tuple[int, int] | None = None
         if self.idempotent:
@@ -499,21 +521,36 @@ class Producer(Accumulator):
                 identity = self._current_identity(client)
             except Exception as exc:
                 return [exc] * len(entries)
-        firsts: list[int] = []
+        firsts = [0] * len(entries)
         items: list[tuple[str, int, bytes]] = []
         sent: list[int] = []
-        for i, (topic, partition, encode, _) in enumerate(entries):
-            first = 0
-            if identity is not None:
-                known, first = self._sequences.get((topic, partition), (identity, 0))
-                first = 0 if known != identity else first  # a new epoch starts at 0
-            firsts.append(first)
+        following: dict[tuple[str, int], int] = {}  # a partition's next sequence in this call
+        held: set[tuple[str, int]] = set()  # partitions with a batch too large in this call
+        for i, (topic, partition, encode, count) in enumerate(entries):
+            key = (topic, partition)
+            if key in held:
+                results[i] = _NOT_SENT
+                continue
+            first = following.get(key)
+            if first is None:
+                first = 0
+                if identity is not None:
+                    known, first = self._sequences.get(key, (identity, 0))
+                    first = 0 if known != identity else first  # a new epoch starts at 0
             try:
                 fields = None if identity is None else ProducerFields(*identity, first)
-                items.append((topic, partition, encode(fields)))
+                records = encode(fields)
+                client.check_size(topic, partition, records)
+            except RecordTooLargeError as exc:
+                results[i] = exc
+                held.add(key)
+                continue
             except Exception as exc:
                 results[i] = exc
                 continue
+            firsts[i] = first
+            following[key] = (last_sequence(first, count) + 1) % _SEQUENCES
+            items.append((topic, partition, records))
             sent.append(i)
         unknown: list[int] = []
         for i, result in zip(sent, client.produce_many(items, acks=self.acks), strict=True):

@@ -15,10 +15,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from quorumlog.replica.client import ProduceResult, RecordTooLargeError
+from quorumlog.replica import defaults
+from quorumlog.replica.client import OutOfOrderSequenceError, ProduceResult, RecordTooLargeError
 from quorumlog.replica.client.batches import RECORD_OVERHEAD, record_sizes
 from quorumlog.replica.client.partitioner import murmur2
 from quorumlog.replica.client.producer import ManyFuture, Producer, RecordFuture, RecordMetadata
+from quorumlog.replica.storage.producers import BATCHES_KEPT
 from quorumlog.replica.storage.records import (
     RECORD_SCHEMA,
     batches_to_table,
@@ -36,14 +38,19 @@ class _Meta:
 
 class MemoryClient:
     """What the producer needs of a Client, appending to lists: every partition led by
-    node 1, each batch given the partition's next offsets. ``hold``: while set, produce
-    calls wait (a partition with a batch in flight). ``limit``: max.message.bytes."""
+    node 1, each batch given the partition's next offsets, an idempotent producer's
+    batches checked for their sequence as a leader does. ``hold``: while clear, produce
+    calls wait (a partition with a batch in flight). ``limit``: max.message.bytes.
+    ``calls``: each produce_many call's (topic, partition) items."""
 
     def __init__(self, partitions: dict[str, int], limit: int = 0) -> None:
         self.partitions = partitions
         self.limit = limit
         self.logs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         self.batches: list[tuple[str, int, int]] = []  # topic, partition, records
+        self.calls: list[list[tuple[str, int]]] = []
+        # (topic, partition) -> (producer id, epoch, next sequence)
+        self.sequences: dict[tuple[str, int], tuple[int, int, int]] = {}
         self.lock = threading.Lock()
         self.hold = threading.Event()
         self.hold.set()
@@ -66,7 +73,13 @@ class MemoryClient:
     def init_producer_id(self, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
         return (7, 0) if producer_id < 0 else (producer_id, epoch + 1)
 
+    def check_size(self, topic: str, partition: int, records: bytes) -> None:
+        if self.limit and len(records) > self.limit:
+            raise RecordTooLargeError(f"{len(records)} > {self.limit}")
+
     def produce_many(self, items: list[tuple[str, int, bytes]], acks: int = -1) -> list[Any]:
+        with self.lock:
+            self.calls.append([(topic, partition) for topic, partition, _ in items])
         self.hold.wait(30)
         out: list[Any] = []
         with self.lock:
@@ -75,6 +88,18 @@ class MemoryClient:
                     out.append(RecordTooLargeError(f"{len(records)} > {self.limit}"))
                     continue
                 (header,) = iter_batches(records)
+                if header.producer is not None:
+                    pid, epoch, first = header.producer
+                    known = self.sequences.get((topic, partition))
+                    expected = known[2] if known is not None and known[:2] == (pid, epoch) else 0
+                    if first != expected:
+                        out.append(OutOfOrderSequenceError(f"{first}, not {expected}"))
+                        continue
+                    self.sequences[(topic, partition)] = (
+                        pid,
+                        epoch,
+                        first + header.record_count,
+                    )
                 table = batches_to_table(records)
                 log = self.logs[(topic, partition)]
                 base = len(log)
@@ -284,6 +309,49 @@ def test_a_batch_over_the_limit_is_split_and_a_record_alone_over_it_fails() -> N
     assert isinstance(huge.exception(0), RecordTooLargeError)
     with pytest.raises(RecordTooLargeError):
         huge.result(0)
+
+
+def _held_backlog(client: MemoryClient, producer: Producer, values: list[bytes]) -> None:
+    """A first batch of partition 0 (10 records) goes out and is held in flight while
+    ``values`` fill more of the partition's batches; then the backlog is let go and
+    flushed."""
+    client.hold.clear()
+    for _ in range(10):
+        producer.send("t", b"first", partition=0)
+    wait_until(lambda: client.calls, 10, "the first batch in flight")
+    for value in values:
+        producer.send("t", value, partition=0)
+    client.hold.set()
+    producer.flush(30)
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+def test_a_partitions_backlog_goes_in_one_round_trip_in_order(idempotent: bool) -> None:
+    """An idempotent producer sends up to PRODUCER_PARTITION_IN_FLIGHT ready batches of
+    one partition in one call, numbered one after another; without idempotence (a retry
+    could reorder them) one at a time."""
+    client = MemoryClient({"t": 1})
+    values = [b"%03d" % i for i in range(60)]
+    with _producer(client, linger_ms=60_000, max_batch_records=10, idempotent=idempotent) as p:
+        _held_backlog(client, p, values)
+    assert [r["value"] for r in client.logs[("t", 0)]] == [b"first"] * 10 + values
+    most = max(len(call) for call in client.calls)
+    assert most == (defaults.PRODUCER_PARTITION_IN_FLIGHT if idempotent else 1)
+    assert defaults.PRODUCER_PARTITION_IN_FLIGHT <= BATCHES_KEPT
+
+
+def test_a_batch_too_large_in_a_backlog_is_split_before_the_batches_after_it() -> None:
+    """Of a partition's batches sent together, one over max.message.bytes is held back
+    with those after it: its halves go first, then the rest, each numbered in turn."""
+    client = MemoryClient({"t": 1}, limit=2000)
+    big = [b"B%03d" % i * 100 for i in range(10)]  # ~4 KB a batch of 10: over the limit
+    small = [b"s%03d" % i for i in range(20)]
+    with _producer(client, linger_ms=60_000, max_batch_records=10) as p:
+        _held_backlog(client, p, [*big, *small])
+    assert [r["value"] for r in client.logs[("t", 0)]] == [b"first"] * 10 + big + small
+    sizes = [n for _, _, n in client.batches]  # the big batch went in pieces, first
+    assert sizes[0] == 10 and sizes[-2:] == [10, 10] and len(sizes) > 4
+    assert sum(sizes[1:-2]) == 10
 
 
 def test_futures_wait_and_call_back_when_done() -> None:
