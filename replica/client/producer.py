@@ -411,8 +411,14 @@ class Producer(Accumulator):
                         batches = self._next_batches(client)
                     if not self._timed_waiters and (self._pending or self._any_open()):
                         self._cond.notify()  # another sender keeps time while this one sends
-                self._deliver(client, batches)
+                answers: list[ProduceResult | BaseException] = []
+                self._deliver(client, batches, answers)
                 with self._lock:
+                    for answer in answers:
+                        if isinstance(answer, BaseException):
+                            self._errors.append(answer)
+                        else:
+                            self._results.append(answer)
                     for batch in batches:
                         self._busy.discard(batch.key)
                         self._buffered -= batch.size
@@ -421,10 +427,17 @@ class Producer(Accumulator):
         finally:
             client.close()
 
-    def _deliver(self, client: Client, batches: list[_Batch]) -> None:
+    def _deliver(
+        self,
+        client: Client,
+        batches: list[_Batch],
+        answers: list[ProduceResult | BaseException],
+    ) -> None:
         """Append closed batches together (Client.produce_many; a partition's in order)
         and settle their futures; a batch too large is split and sent again in halves,
-        before the batches of its partition after it."""
+        before the batches of its partition after it. Each append's result or error is
+        added to ``answers`` (for ``flush``; the sender hands them over with the batches,
+        under one lock)."""
         results = self._append_many(
             client,
             [
@@ -439,19 +452,23 @@ class Producer(Accumulator):
                 continue
             if batch.table is not None:
                 future = batch.table_future
+                answers.append(result)
                 if isinstance(result, Exception):
-                    self._failed(result)
                     future.set_exception(result)
                 else:
-                    self._succeeded(result)
                     future.set_result(result)
                 batch.settle([_Outcome(0, batch.rows, None, None)])
                 continue
             outcome: list[_Outcome] = []
             self._rows_done(client, batch, 0, batch.rows, result, outcome)
             self._settle(batch, outcome)
+            for o in outcome:
+                if o.error is not None:
+                    answers.append(o.error)
+                elif o.result is not None:
+                    answers.append(o.result)
         if held:
-            self._deliver(client, held)
+            self._deliver(client, held, answers)
 
     def _rows_done(
         self,
@@ -470,10 +487,8 @@ class Producer(Accumulator):
                 again = self._append_many(client, [(batch.topic, batch.partition, encode, hi - lo)])
                 self._rows_done(client, batch, lo, hi, again[0], outcome)
         elif isinstance(result, Exception):
-            self._failed(result)
             outcome.append(_Outcome(start, end, None, result))
         else:
-            self._succeeded(result)
             outcome.append(_Outcome(start, end, result, None))
 
     def _settle(self, batch: _Batch, outcome: list[_Outcome]) -> None:
@@ -490,14 +505,6 @@ class Producer(Accumulator):
                 # The application's failure: logged, as Kafka's producer does; the
                 # sender goes on (had it ended, its partitions would wait for ever).
                 log.exception("on_delivery callback for %s/%d failed", *batch.key)
-
-    def _succeeded(self, result: ProduceResult) -> None:
-        with self._lock:
-            self._results.append(result)
-
-    def _failed(self, error: BaseException) -> None:
-        with self._lock:
-            self._errors.append(error)
 
     # ------------------------------------------------------------------ idempotence
     def _append_many(
