@@ -118,6 +118,25 @@ class ProduceResult(NamedTuple):
     leader_epoch: int
 
 
+class ProduceCall:
+    """A ``produce_many`` sent in part (``Client.produce_send``), for
+    ``Client.produce_wait``: its items, each one's result so far, each leader's frames
+    (lists of item indexes), and the turn in flight (its frames, connections and the
+    errors of those that could not be sent)."""
+
+    __slots__ = ("items", "acks", "deadline", "results", "per_node", "part", "sent", "unsent")
+
+    def __init__(self, items: Sequence[tuple[str, int, bytes]], acks: int, deadline: float):
+        self.items = items
+        self.acks = acks
+        self.deadline = deadline
+        self.results: list[ProduceResult | Exception | None] = [None] * len(items)
+        self.per_node: dict[tuple[str, int], list[list[int]]] = {}
+        self.part: dict[tuple[str, int], list[list[int]]] = {}
+        self.sent: dict[tuple[str, int], tuple[Connection, list[int]]] = {}
+        self.unsent: dict[tuple[str, int], list[Any]] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class FetchResult:
     topic: str
@@ -317,7 +336,17 @@ class Client:
         answer stands for its request alone; a lost or silent connection is closed, and
         every request of it not answered by then gets that error (it may have been
         applied)."""
-        out: dict[tuple[str, int], list[T | Exception]] = {}
+        out, sent = self._pipeline_send(batches, api, timeout_s)
+        return self._pipeline_receive(sent, resp_cls, out)
+
+    def _pipeline_send(
+        self, batches: dict[tuple[str, int], list[Any]], api: ApiKey, timeout_s: float
+    ) -> tuple[
+        dict[tuple[str, int], list[Any]], dict[tuple[str, int], tuple[Connection, list[int]]]
+    ]:
+        """``_pipelined``'s sends: the errors of nodes whose requests could not be sent,
+        and each other node's connection and the correlation ids to read."""
+        out: dict[tuple[str, int], list[Any]] = {}
         sent: dict[tuple[str, int], tuple[Connection, list[int]]] = {}
         for addr, reqs in batches.items():
             ids: list[int] = []
@@ -338,6 +367,15 @@ class Client:
                 conn.close()
                 raise
             sent[addr] = (conn, ids)
+        return out, sent
+
+    def _pipeline_receive(
+        self,
+        sent: dict[tuple[str, int], tuple[Connection, list[int]]],
+        resp_cls: type[T],
+        out: dict[tuple[str, int], list[T | Exception]],
+    ) -> dict[tuple[str, int], list[T | Exception]]:
+        """``_pipelined``'s reads: each node's answers, in order, added to ``out``."""
         for addr, (conn, ids) in sent.items():
             answers: list[T | Exception] = []
             try:
@@ -1069,17 +1107,31 @@ class Client:
         when every item has: a node that does not answer holds it up for an attempt
         timeout (``Producer`` sends one node's batches per call, so that a hung node holds
         up only its own partitions)."""
+        return self.produce_wait(self.produce_send(items, acks=acks, timeout_ms=timeout_ms))
+
+    def produce_send(
+        self,
+        items: Sequence[tuple[str, int, bytes]],
+        *,
+        acks: int = m.ACKS_QUORUM,
+        timeout_ms: int | None = None,
+    ) -> ProduceCall:
+        """The first half of ``produce_many``: its requests sent (the first PIPELINE
+        frames of each leader), no answer read. ``produce_wait`` reads them and does the
+        rest. Calls sent one after another on this client and waited for in the same
+        order keep a pipeline on each leader's connection: the node appends the second
+        while the first waits for its quorum."""
         t = timeout_ms if timeout_ms is not None else self.request_timeout_ms
-        deadline = time.monotonic() + t / 1000
-        results: list[ProduceResult | Exception | None] = [None] * len(items)
-        per_node: dict[tuple[str, int], list[list[int]]] = {}  # each leader's frames' items
+        call = ProduceCall(items, acks, time.monotonic() + t / 1000)
         filling: dict[tuple[tuple[str, int], str], tuple[list[int], int]] = {}  # and bytes
         for i, (topic, partition, records) in enumerate(items):
             try:
-                pm = self.partition_metadata(topic, partition, timeout_s=self._attempt_s(deadline))
+                pm = self.partition_metadata(
+                    topic, partition, timeout_s=self._attempt_s(call.deadline)
+                )
                 check_batch_size(topic, partition, records, pm.max_message_bytes)
             except RecordTooLargeError as exc:
-                results[i] = exc  # no retry makes it fit
+                call.results[i] = exc  # no retry makes it fit
                 continue
             except Exception:
                 continue  # left to produce()
@@ -1088,32 +1140,23 @@ class Client:
                 chunk, size = filling.get((addr, topic), ([], PRODUCE_MANY_BYTES))
                 if size + len(records) > PRODUCE_MANY_BYTES:  # one topic a frame
                     chunk, size = [], 0
-                    per_node.setdefault(addr, []).append(chunk)
+                    call.per_node.setdefault(addr, []).append(chunk)
                 chunk.append(i)
                 filling[(addr, topic)] = (chunk, size + len(records))
-        for turn in range(0, max(map(len, per_node.values()), default=0), PIPELINE):
-            part = {addr: chunks[turn : turn + PIPELINE] for addr, chunks in per_node.items()}
-            part = {addr: chunks for addr, chunks in part.items() if chunks}
-            attempt_s = self._attempt_s(deadline)
-            server_ms = max(1, _server_wait_ms(attempt_s))
-            batches = {
-                addr: [
-                    m.ProduceManyRequest(
-                        topic=items[chunk[0]][0],
-                        partitions=[items[i][1] for i in chunk],
-                        sizes=[len(items[i][2]) for i in chunk],
-                        acks=acks,
-                        timeout_ms=server_ms,
-                        records=b"".join(items[i][2] for i in chunk),
-                    )
-                    for chunk in chunks
-                ]
-                for addr, chunks in part.items()
-            }
-            answers = self._pipelined(
-                batches, ApiKey.PRODUCE_MANY, m.ProduceManyResponse, attempt_s
-            )
-            for addr, chunks in part.items():
+        self._produce_turn(call, 0)
+        return call
+
+    def produce_wait(self, call: ProduceCall) -> list[ProduceResult | Exception]:
+        """The second half of ``produce_many``: the answers of ``call`` read (and its
+        further turns sent and read), then each item whose first attempt failed sent
+        alone by ``produce``; each item's ProduceResult or error, in order."""
+        items = call.items
+        turns = max(map(len, call.per_node.values()), default=0)
+        for turn in range(0, turns, PIPELINE):
+            if turn:
+                self._produce_turn(call, turn)
+            answers = self._pipeline_receive(call.sent, m.ProduceManyResponse, call.unsent)
+            for addr, chunks in call.part.items():
                 for chunk, many in zip(chunks, answers[addr], strict=True):
                     if not isinstance(many, m.ProduceManyResponse) or len(many.answers) != len(
                         chunk
@@ -1121,7 +1164,7 @@ class Client:
                         continue  # an error of the whole frame: each item goes again alone
                     for i, resp in zip(chunk, many.answers, strict=True):
                         if resp.error == ErrorCode.NONE:
-                            results[i] = ProduceResult(
+                            call.results[i] = ProduceResult(
                                 items[i][0],
                                 items[i][1],
                                 resp.base_offset,
@@ -1132,18 +1175,42 @@ class Client:
                             cached = self._leaders.get((items[i][0], items[i][1]))
                             if cached is not None:
                                 self._moved(cached, resp)  # its retry goes to the leader named
+        results = call.results
         for i, (topic, partition, records) in enumerate(items):
             if results[i] is None:
-                left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+                left_ms = max(1, int((call.deadline - time.monotonic()) * 1000))
                 try:
                     results[i] = self.produce(
-                        topic, partition, records, acks=acks, timeout_ms=left_ms
+                        topic, partition, records, acks=call.acks, timeout_ms=left_ms
                     )
                 except Exception as exc:
                     results[i] = exc
         out = [r for r in results if r is not None]
         assert len(out) == len(items)
         return out
+
+    def _produce_turn(self, call: ProduceCall, turn: int) -> None:
+        """Send the frames of ``call``'s turn (up to PIPELINE a leader, from ``turn``)."""
+        items = call.items
+        part = {addr: chunks[turn : turn + PIPELINE] for addr, chunks in call.per_node.items()}
+        call.part = {addr: chunks for addr, chunks in part.items() if chunks}
+        attempt_s = self._attempt_s(call.deadline)
+        server_ms = max(1, _server_wait_ms(attempt_s))
+        batches = {
+            addr: [
+                m.ProduceManyRequest(
+                    topic=items[chunk[0]][0],
+                    partitions=[items[i][1] for i in chunk],
+                    sizes=[len(items[i][2]) for i in chunk],
+                    acks=call.acks,
+                    timeout_ms=server_ms,
+                    records=b"".join(items[i][2] for i in chunk),
+                )
+                for chunk in chunks
+            ]
+            for addr, chunks in call.part.items()
+        }
+        call.unsent, call.sent = self._pipeline_send(batches, ApiKey.PRODUCE_MANY, attempt_s)
 
     def fetch(
         self,
