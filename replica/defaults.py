@@ -176,13 +176,12 @@ LINGER_MS = 5
 # [batch.size] the producer's batch bound, in bytes and in records.
 BATCH_MAX_BYTES = 1 << 20
 BATCH_MAX_RECORDS = 10000
-# [max.in.flight.requests.per.connection, in spirit] the producer's sender threads, each
-# sending one node's ready batches (up to CONNECTION_MAX_IN_FLIGHT of them) in one
-# round trip (a partition's own in order, see PRODUCER_PARTITION_IN_FLIGHT).
+# The producer's sender threads, each sending one node's ready batches (up to
+# CONNECTION_MAX_IN_FLIGHT of them a call, a few calls in flight) on its own connection.
 PRODUCER_MAX_IN_FLIGHT = 4
 # [max.in.flight.requests.per.connection] an idempotent producer's batches of one
-# partition a sender sends together, in order on one connection (a backlog goes in one
-# round trip, not one each); at most the batches a leader remembers of a producer
+# partition in flight at once, in order on one connection (a backlog does not wait a
+# round trip per batch); at most the batches a leader remembers of a producer
 # (storage.producers.BATCHES_KEPT), so a retry of any of them is known as a duplicate.
 # A producer that is not idempotent sends one at a time (a retry could reorder them).
 PRODUCER_PARTITION_IN_FLIGHT = 5

@@ -48,6 +48,7 @@ class Accumulator:
         "max_batch_records",
         "max_in_flight",
         "_partition_in_flight",
+        "_call_batches",
         "buffer_bytes",
         "max_block_s",
         "partitioner",
@@ -73,6 +74,7 @@ class Accumulator:
     max_batch_records: int
     max_in_flight: int
     _partition_in_flight: int
+    _call_batches: int
     buffer_bytes: int
     max_block_s: float
     partitioner: str
@@ -82,7 +84,7 @@ class Accumulator:
     _open: dict[str, dict[int, _Batch]]
     _pending: dict[str, _Pending]
     _closed: deque[_Batch]
-    _busy: set[tuple[str, int]]
+    _busy: dict[tuple[str, int], tuple[int, int]]
     _buffered: int
     _unfinished: int
     _senders: list[threading.Thread]
@@ -357,48 +359,47 @@ class Accumulator:
                 self._close(batch)
         return pieces
 
-    def _next_batches(self, client: Client) -> list[_Batch]:
-        """The closed batches of partitions with nothing in flight, up to
-        ``_partition_in_flight`` of each partition in the order they closed, that
-        ``client`` knows one leader for (up to PIPELINE, under the lock): one node's, as
-        Kafka's sender makes one request per broker, so a node that hangs holds up only
-        the sender of its own partitions. A partition's batches all go in one call, on
-        one connection, in order. Pending records and open batches past their linger are
-        routed and closed here (an open batch whose partition has one in flight goes on
-        filling)."""
+    def _next_batches(self, client: Client, sender: int, leader: int | None) -> list[_Batch]:
+        """Closed batches for sender ``sender`` to send next, in the order they closed
+        (up to PIPELINE, under the lock): of partitions with nothing in flight or with
+        only this sender's in flight, up to ``_partition_in_flight`` in flight each and
+        ``_call_batches`` in this call; all of one node's, that ``client`` knows as their
+        leader (``leader``, if the sender has calls in flight to it), as Kafka's sender
+        makes one request per broker, so a node that hangs holds up only the sender of
+        its own partitions. A partition's batches thus go in order on one connection.
+        Pending records and open batches past their linger are routed and closed here
+        (an open batch whose partition has one in flight goes on filling)."""
         now = _monotonic()
         linger = self.linger_s
         for topic in [t for t, p in self._pending.items() if now - p.opened >= linger]:
             self._route(topic)
         for by_partition in self._open.values():
             for batch in [b for b in by_partition.values() if now - b.opened >= linger]:
-                if (batch.topic, batch.partition) not in self._busy:
+                if batch.key not in self._busy:
                     self._close(batch, wake=False)
         taken: list[_Batch] = []
         kept: deque[_Batch] = deque()
-        leader: int | None = None
-        mine: dict[tuple[str, int], int] = {}  # partitions taken here: their batch count
-        most = self._partition_in_flight
+        here: dict[tuple[str, int], int] = {}  # partitions looked at: batches taken here
+        most, per_call, busy = self._partition_in_flight, self._call_batches, self._busy
         for batch in self._closed:
             key = batch.key
-            count = mine.get(key)
-            if count is not None:  # a later batch of a partition taken here
-                if count < most and len(taken) < PIPELINE:
-                    mine[key] = count + 1
-                    taken.append(batch)
+            count = here.get(key)
+            if count is None:  # the partition's first closed batch: may it go?
+                owner = busy.get(key, (sender, 0))[0]
+                node = client.cached_leader(batch.topic, batch.partition)
+                if owner != sender:
+                    free = False
+                elif taken or leader is not None:
+                    free = node is not None and node == leader
                 else:
-                    kept.append(batch)
-                continue
-            if key in self._busy or len(taken) >= PIPELINE:
+                    free, leader = True, node
+                count = 0 if free else per_call
+            if count >= per_call or len(taken) >= PIPELINE or busy.get(key, (0, 0))[1] >= most:
+                here[key] = per_call  # the rest of this partition's wait (their order)
                 kept.append(batch)
                 continue
-            node = client.cached_leader(batch.topic, batch.partition)
-            if taken and (node is None or node != leader):
-                kept.append(batch)
-                continue
-            leader = node
-            self._busy.add(key)
-            mine[key] = 1
+            here[key] = count + 1
+            busy[key] = (sender, busy.get(key, (sender, 0))[1] + 1)
             taken.append(batch)
         self._closed = kept
         return taken

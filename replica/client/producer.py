@@ -10,14 +10,16 @@ opens or fills. A batch is ready when full (``max_batch_bytes`` / ``max_batch_re
 or when ``linger_ms`` have passed since its first record and its partition has nothing in
 flight (until then it goes on filling, as Kafka's accumulator). Sender threads
 (``max_in_flight``, each with its own connections) build each batch's Arrow record batch
-once and append them with acks=quorum by default: a sender takes every ready batch of one
-node's partitions and sends them in one round trip (``Client.produce_many``), as Kafka's
-sender makes one request per broker. A partition's batches go in order: an idempotent
-producer's, up to PRODUCER_PARTITION_IN_FLIGHT of them, in one such round trip on one
-connection (numbered one after another: should one fail, the leader refuses those after
-it for the gap, and they are retried after it, as Kafka's with
-max.in.flight.requests.per.connection up to 5); otherwise one at a time. A batch's answer settles all its records at once: a record's offset is the batch's
-base offset plus its index. ``send`` blocks while ``buffer_bytes`` of records wait
+once and append them with acks=quorum by default: a sender takes ready batches of one
+node's partitions and sends them in one call (``Client.produce_send``), as Kafka's sender
+makes one request per broker, and sends up to SENDER_WINDOW calls to that node before it
+reads the oldest one's answers (``Client.produce_wait``), so the node appends the next
+while the last waits for its quorum. A partition's batches go in order, on one
+connection: an idempotent producer's up to PRODUCER_PARTITION_IN_FLIGHT at once,
+numbered one after another (should one fail, the leader refuses those after it for the
+gap and they are retried after it, as Kafka's with max.in.flight.requests.per.connection
+up to 5); otherwise one at a time. A batch's answer settles all its records at once: a
+record's offset is the batch's base offset plus its index. ``send`` blocks while ``buffer_bytes`` of records wait
 (back-pressure), at most ``max_block_ms``, then raises TimeoutError.
 
 Partitions: a record without a partition goes where its key hashes to, by ``partitioner``
@@ -50,7 +52,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -70,7 +72,7 @@ from .batches import (
     _Outcome,
     _Pending,
 )
-from .client import Client, ProduceResult
+from .client import Client, ProduceCall, ProduceResult
 from .errors import InvalidProducerEpochError, RecordTooLargeError, UnknownProducerIdError
 from .partitioner import DEFAULT_PARTITIONER, PARTITIONERS
 
@@ -84,11 +86,43 @@ _SEQUENCES = 1 << 31
 SENDER_IDLE_S = 1.0
 
 
+#: Calls a sender has in flight (to one node) before it reads the oldest one's answers.
+SENDER_WINDOW = 3
+
+
 class _NotSent(Exception):
     """A batch held back: an earlier batch of its partition was too large to send."""
 
 
 _NOT_SENT = _NotSent()
+
+
+class _Started(NamedTuple):
+    """Entries sent by ``_send_entries``: the results known already (failed before
+    sending, or _NOT_SENT), the indexes of those sent, and their call."""
+
+    entries: list[tuple[str, int, Encoder, int]]
+    results: list[ProduceResult | Exception | None]
+    sent: list[int]
+    call: ProduceCall | None
+    renewed: bool
+
+    @property
+    def held(self) -> bool:
+        return any(r is _NOT_SENT for r in self.results)
+
+
+class _Flight(NamedTuple):
+    """A sender's call in flight: its batches, what was sent, and to which node."""
+
+    batches: list[_Batch]
+    started: _Started
+    leader: int | None
+
+    @property
+    def held(self) -> bool:
+        return self.started.held
+
 
 _time_ns = time.time_ns
 _monotonic = time.monotonic
@@ -141,6 +175,9 @@ class Producer(Accumulator):
         self.idempotent = idempotent
         self.max_in_flight = max_in_flight
         self._partition_in_flight = defaults.PRODUCER_PARTITION_IN_FLIGHT if idempotent else 1
+        # A call takes at most this many of a partition's batches, so that a window of
+        # calls shares its allowance.
+        self._call_batches = -(-self._partition_in_flight // SENDER_WINDOW)
         self.buffer_bytes = buffer_bytes
         self.max_block_s = max_block_ms / 1000
         self.partitioner = partitioner
@@ -152,7 +189,8 @@ class Producer(Accumulator):
         self._open: dict[str, dict[int, _Batch]] = {}  # topic -> partition -> filling
         self._pending: dict[str, _Pending] = {}  # topic -> records waiting for a partition
         self._closed: deque[_Batch] = deque()  # in the order they closed
-        self._busy: set[tuple[str, int]] = set()  # partitions with a batch in flight
+        # Partitions with batches in flight: (the sender's thread id, how many).
+        self._busy: dict[tuple[str, int], tuple[int, int]] = {}
         self._buffered = 0
         self._unfinished = 0  # batches closed and not yet answered
         self._results: list[ProduceResult] = []
@@ -387,14 +425,24 @@ class Producer(Accumulator):
             t.start()
 
     def _sender(self) -> None:
+        """Take ready batches, send them, and read their answers, with up to SENDER_WINDOW
+        calls in flight to one node (a second call goes out while the first waits for
+        its quorum, on the same connection, so a partition's batches stay in order)."""
         client = self.client.clone()
         me = threading.current_thread()
+        sender = threading.get_ident()
+        flights: deque[_Flight] = deque()
         try:
             while True:
                 with self._lock:
-                    batches = self._next_batches(client)
+                    batches: list[_Batch] = []
+                    leader = flights[-1].leader if flights else None
+                    if not flights or (
+                        len(flights) < SENDER_WINDOW and leader is not None and not flights[-1].held
+                    ):
+                        batches = self._next_batches(client, sender, leader)
                     idle_since = _monotonic()
-                    while not batches:
+                    while not batches and not flights:
                         linger = self._linger_wait()
                         idle = linger is None and _monotonic() - idle_since >= SENDER_IDLE_S
                         if self._stopping or idle:
@@ -408,45 +456,70 @@ class Producer(Accumulator):
                                 self._cond.wait(linger)
                             finally:
                                 self._timed_waiters -= 1
-                        batches = self._next_batches(client)
-                    if not self._timed_waiters and (self._pending or self._any_open()):
+                        batches = self._next_batches(client, sender, None)
+                    if batches:
+                        leader = client.cached_leader(batches[0].topic, batches[0].partition)
+                    if batches and not self._timed_waiters and (self._pending or self._any_open()):
                         self._cond.notify()  # another sender keeps time while this one sends
-                answers: list[ProduceResult | BaseException] = []
-                self._deliver(client, batches, answers)
-                with self._lock:
-                    for answer in answers:
-                        if isinstance(answer, BaseException):
-                            self._errors.append(answer)
-                        else:
-                            self._results.append(answer)
-                    for batch in batches:
-                        self._busy.discard(batch.key)
-                        self._buffered -= batch.size
-                        self._unfinished -= 1
-                    self._cond.notify_all()
+                if batches:
+                    flights.append(_Flight(batches, self._start(client, batches), leader))
+                    if len(flights) < SENDER_WINDOW and not flights[-1].held:
+                        continue  # more to send before this call's answers are read
+                # The oldest call's answers; all calls', in order, if the newest holds
+                # batches back (they go after a batch of theirs that is split).
+                land_all = flights[-1].held
+                while flights:
+                    flight = flights.popleft()
+                    answers: list[ProduceResult | BaseException] = []
+                    self._land(client, flight, answers)
+                    self._handed_over(flight.batches, answers)
+                    if not land_all:
+                        break
         finally:
             client.close()
 
-    def _deliver(
-        self,
-        client: Client,
-        batches: list[_Batch],
-        answers: list[ProduceResult | BaseException],
+    def _handed_over(
+        self, batches: list[_Batch], answers: list[ProduceResult | BaseException]
     ) -> None:
-        """Append closed batches together (Client.produce_many; a partition's in order)
-        and settle their futures; a batch too large is split and sent again in halves,
-        before the batches of its partition after it. Each append's result or error is
-        added to ``answers`` (for ``flush``; the sender hands them over with the batches,
-        under one lock)."""
-        results = self._append_many(
+        """``batches`` are answered: their results to ``flush``, their partitions free."""
+        with self._lock:
+            for answer in answers:
+                if isinstance(answer, BaseException):
+                    self._errors.append(answer)
+                else:
+                    self._results.append(answer)
+            busy = self._busy
+            for batch in batches:
+                owner, count = busy[batch.key]
+                if count > 1:
+                    busy[batch.key] = (owner, count - 1)
+                else:
+                    del busy[batch.key]
+                self._buffered -= batch.size
+                self._unfinished -= 1
+            self._cond.notify_all()
+
+    def _start(self, client: Client, batches: list[_Batch]) -> _Started:
+        """Encode closed batches and send them together (Client.produce_send; a
+        partition's in order)."""
+        return self._send_entries(
             client,
             [
                 (b.topic, b.partition, _encoder(b, compression=_stored_codec(client, b)), b.rows)
                 for b in batches
             ],
         )
+
+    def _land(
+        self, client: Client, flight: _Flight, answers: list[ProduceResult | BaseException]
+    ) -> None:
+        """Read the answers of a call (``_start``) and settle its batches' futures; a
+        batch too large is split and sent again in halves, before the batches of its
+        partition after it. Each append's result or error is added to ``answers`` (for
+        ``flush``; the sender hands them over with the batches, under one lock)."""
+        results = self._wait_entries(client, flight.started)
         held: list[_Batch] = []
-        for batch, result in zip(batches, results, strict=True):
+        for batch, result in zip(flight.batches, results, strict=True):
             if result is _NOT_SENT:
                 held.append(batch)  # after an earlier batch of its partition, split below
                 continue
@@ -468,7 +541,7 @@ class Producer(Accumulator):
                 elif o.result is not None:
                     answers.append(o.result)
         if held:
-            self._deliver(client, held, answers)
+            self._land(client, _Flight(held, self._start(client, held), None), answers)
 
     def _rows_done(
         self,
@@ -508,42 +581,42 @@ class Producer(Accumulator):
 
     # ------------------------------------------------------------------ idempotence
     def _append_many(
-        self, client: Client, entries: list[tuple[str, int, Encoder, int]], renewed: bool = False
+        self, client: Client, entries: list[tuple[str, int, Encoder, int]]
     ) -> list[ProduceResult | Exception]:
+        """``_send_entries`` then ``_wait_entries``: each entry's result, in order."""
+        return self._wait_entries(client, self._send_entries(client, entries))
+
+    def _send_entries(
+        self, client: Client, entries: list[tuple[str, int, Encoder, int]], renewed: bool = False
+    ) -> _Started:
         """Entries of (topic, partition, ``encode``, record count), a partition's in the
-        order they are to be appended (its only ones in flight), appended together under
-        this producer's identity, each partition's numbered on from its next sequence;
-        each one's ProduceResult or error, in order (a batch that cannot be encoded, or a
-        producer that gets no identity, fails without being sent). A batch over the
+        order they are to be appended (after its batches in flight, which this sender
+        sent), sent together under this producer's identity, each partition's numbered
+        on from its next sequence (which moves on as they are sent, so a call sent
+        before the last one's answers follows it). A batch that cannot be encoded, or a
+        producer that gets no identity, fails without being sent. A batch over the
         topic's max.message.bytes (as the client knows it) is not sent, nor are its
         partition's after it: they are _NOT_SENT, for the caller to send once it has
-        split the large one (sent with it, they would be refused for the gap). A batch
-        refused as UNKNOWN_PRODUCER_ID (its partition no longer holds this producer's
-        batches) was not appended: it is sent once more under the next epoch, from
-        sequence 0."""
+        split the large one (sent with it, they would be refused for the gap)."""
         results: list[ProduceResult | Exception | None] = [None] * len(entries)
         identity: tuple[int, int] | None = None
         if self.idempotent:
             try:
                 identity = self._current_identity(client)
             except Exception as exc:
-                return [exc] * len(entries)
-        firsts = [0] * len(entries)
+                return _Started(entries, [exc] * len(entries), [], None, renewed)
         items: list[tuple[str, int, bytes]] = []
         sent: list[int] = []
-        following: dict[tuple[str, int], int] = {}  # a partition's next sequence in this call
         held: set[tuple[str, int]] = set()  # partitions with a batch too large in this call
         for i, (topic, partition, encode, count) in enumerate(entries):
             key = (topic, partition)
             if key in held:
                 results[i] = _NOT_SENT
                 continue
-            first = following.get(key)
-            if first is None:
-                first = 0
-                if identity is not None:
-                    known, first = self._sequences.get(key, (identity, 0))
-                    first = 0 if known != identity else first  # a new epoch starts at 0
+            first = 0
+            if identity is not None:
+                known, first = self._sequences.get(key, (identity, 0))
+                first = 0 if known != identity else first  # a new epoch starts at 0
             try:
                 fields = None if identity is None else ProducerFields(*identity, first)
                 records = encode(fields)
@@ -555,30 +628,34 @@ class Producer(Accumulator):
             except Exception as exc:
                 results[i] = exc
                 continue
-            firsts[i] = first
-            following[key] = (last_sequence(first, count) + 1) % _SEQUENCES
+            if identity is not None:
+                self._sequences[key] = (identity, (last_sequence(first, count) + 1) % _SEQUENCES)
             items.append((topic, partition, records))
             sent.append(i)
+        call = client.produce_send(items, acks=self.acks) if items else None
+        return _Started(entries, results, sent, call, renewed)
+
+    def _wait_entries(self, client: Client, started: _Started) -> list[ProduceResult | Exception]:
+        """The answers of ``_send_entries``' call: each entry's ProduceResult or error, in
+        order. A batch that failed leaves its sequence numbers in doubt (or skipped): the
+        next batch moves to the next epoch of the producer id. One refused as
+        UNKNOWN_PRODUCER_ID (its partition no longer holds this producer's batches) was
+        not appended: it is sent once more under the next epoch, from sequence 0."""
+        results = started.results
+        entries = started.entries
         unknown: list[int] = []
-        for i, result in zip(sent, client.produce_many(items, acks=self.acks), strict=True):
+        answers = [] if started.call is None else client.produce_wait(started.call)
+        for i, result in zip(started.sent, answers, strict=True):
             results[i] = result
-            if isinstance(result, UnknownProducerIdError) and not renewed:
-                self._renew = True
+            if not isinstance(result, Exception) or not self.idempotent:
+                continue
+            if isinstance(result, UnknownProducerIdError) and not started.renewed:
                 unknown.append(i)
-                continue
-            if identity is None or isinstance(
-                result, (RecordTooLargeError, InvalidProducerEpochError)
-            ):
-                continue  # nothing appended / fenced: no sequence is in doubt
-            if isinstance(result, Exception):
+            if not isinstance(result, InvalidProducerEpochError):  # fenced: stays so
                 self._renew = True  # appended or not, unknown: the next batch moves epoch
-                continue
-            topic, partition, _, count = entries[i]
-            next_seq = (last_sequence(firsts[i], count) + 1) % _SEQUENCES
-            self._sequences[(topic, partition)] = (identity, next_seq)
         if unknown:
-            again = self._append_many(client, [entries[i] for i in unknown], renewed=True)
-            for i, result in zip(unknown, again, strict=True):
+            again = self._send_entries(client, [entries[i] for i in unknown], renewed=True)
+            for i, result in zip(unknown, self._wait_entries(client, again), strict=True):
                 results[i] = result
         out = [r for r in results if r is not None]
         assert len(out) == len(entries)

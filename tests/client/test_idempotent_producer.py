@@ -54,13 +54,17 @@ def test_the_producer_numbers_each_partitions_batches(cluster: LocalCluster) -> 
         ]
 
 
-def test_every_record_is_written_once_across_stalls_and_leader_kills(
-    cluster: LocalCluster,
+@pytest.mark.parametrize("flush_every", [50, 500])
+def test_every_record_is_written_once_in_order_across_stalls_and_leader_kills(
+    cluster: LocalCluster, flush_every: int
 ) -> None:
     """The client resends a batch whose answer did not come in time: to a leader whose
-    followers stall (it holds the batch, uncommitted) or to the next leader."""
+    followers stall (it holds the batch, uncommitted) or to the next leader. Flushed
+    every 500 records, 25 batches wait at once: the sender has several calls and five
+    of the partition's batches in flight when the faults land, and they stay in order."""
     c = cluster
-    c.create_topic("nidemkill", 1)
+    topic = f"nidemkill{flush_every}"
+    c.create_topic(topic, 1)
     total = 3000
     sent: list[bytes] = []
     failures: list[BaseException] = []
@@ -71,8 +75,8 @@ def test_every_record_is_written_once_across_stalls_and_leader_kills(
             try:
                 for i in range(total):
                     value = f"r{i}".encode()
-                    producer.send("nidemkill", value, partition=0)
-                    if i % 50 == 49:
+                    producer.send(topic, value, partition=0)
+                    if i % flush_every == flush_every - 1:
                         producer.flush()  # paced by its acks, so faults land mid-stream
                     sent.append(value)
                 producer.close()
@@ -86,15 +90,16 @@ def test_every_record_is_written_once_across_stalls_and_leader_kills(
             deadline = time.monotonic() + 60
             while len(sent) < total // 4 * (n + 1) and time.monotonic() < deadline:
                 time.sleep(0.01)
-            leader_fault(c, "nidemkill", 0, fault)
+            leader_fault(c, topic, 0, fault)
         worker.join(180)
     finally:
         c.wait_ready()
     assert not worker.is_alive() and not failures, failures[:1]
-    logged = [v for _, _, v in read_all(c.client, "nidemkill", 0)]
+    logged = [v for _, _, v in read_all(c.client, topic, 0)]
     twice = [v for v, n in Counter(logged).items() if n > 1]
     assert not twice, f"{len(twice)} records written twice, e.g. {twice[:3]}"
     assert set(logged) == set(sent) and len(sent) == total
+    assert logged == sent, "the partition's records are not in the order sent"
 
 
 def test_a_producer_whose_batches_retention_deleted_moves_to_its_next_epoch(

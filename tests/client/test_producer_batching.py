@@ -19,7 +19,13 @@ from quorumlog.replica import defaults
 from quorumlog.replica.client import OutOfOrderSequenceError, ProduceResult, RecordTooLargeError
 from quorumlog.replica.client.batches import RECORD_OVERHEAD, record_sizes
 from quorumlog.replica.client.partitioner import murmur2
-from quorumlog.replica.client.producer import ManyFuture, Producer, RecordFuture, RecordMetadata
+from quorumlog.replica.client.producer import (
+    SENDER_WINDOW,
+    ManyFuture,
+    Producer,
+    RecordFuture,
+    RecordMetadata,
+)
 from quorumlog.replica.storage.producers import BATCHES_KEPT
 from quorumlog.replica.storage.records import (
     RECORD_SCHEMA,
@@ -41,7 +47,9 @@ class MemoryClient:
     node 1, each batch given the partition's next offsets, an idempotent producer's
     batches checked for their sequence as a leader does. ``hold``: while clear, produce
     calls wait (a partition with a batch in flight). ``limit``: max.message.bytes.
-    ``calls``: each produce_many call's (topic, partition) items."""
+    ``calls``: each call's (topic, partition) items (``produce_send``, answered by
+    ``produce_wait``); ``most_flying``: the most batches of a partition in flight;
+    ``most_calls``: the most calls in flight."""
 
     def __init__(self, partitions: dict[str, int], limit: int = 0) -> None:
         self.partitions = partitions
@@ -49,6 +57,9 @@ class MemoryClient:
         self.logs: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         self.batches: list[tuple[str, int, int]] = []  # topic, partition, records
         self.calls: list[list[tuple[str, int]]] = []
+        self.flying: Counter[tuple[str, int]] = Counter()  # batches sent, not yet answered
+        self.most_flying = 0
+        self.calls_flying = self.most_calls = 0  # calls sent and not yet waited for
         # (topic, partition) -> (producer id, epoch, next sequence)
         self.sequences: dict[tuple[str, int], tuple[int, int, int]] = {}
         self.lock = threading.Lock()
@@ -77,12 +88,23 @@ class MemoryClient:
         if self.limit and len(records) > self.limit:
             raise RecordTooLargeError(f"{len(records)} > {self.limit}")
 
-    def produce_many(self, items: list[tuple[str, int, bytes]], acks: int = -1) -> list[Any]:
+    def produce_send(
+        self, items: list[tuple[str, int, bytes]], acks: int = -1
+    ) -> list[tuple[str, int, bytes]]:
         with self.lock:
             self.calls.append([(topic, partition) for topic, partition, _ in items])
+            self.flying.update((topic, partition) for topic, partition, _ in items)
+            self.most_flying = max(self.most_flying, *self.flying.values())
+            self.calls_flying += 1
+            self.most_calls = max(self.most_calls, self.calls_flying)
+        return items
+
+    def produce_wait(self, items: list[tuple[str, int, bytes]]) -> list[Any]:
         self.hold.wait(30)
         out: list[Any] = []
         with self.lock:
+            self.flying.subtract((topic, partition) for topic, partition, _ in items)
+            self.calls_flying -= 1
             for topic, partition, records in items:
                 if self.limit and len(records) > self.limit:
                     out.append(RecordTooLargeError(f"{len(records)} > {self.limit}"))
@@ -326,17 +348,25 @@ def _held_backlog(client: MemoryClient, producer: Producer, values: list[bytes])
 
 
 @pytest.mark.parametrize("idempotent", [True, False])
-def test_a_partitions_backlog_goes_in_one_round_trip_in_order(idempotent: bool) -> None:
-    """An idempotent producer sends up to PRODUCER_PARTITION_IN_FLIGHT ready batches of
-    one partition in one call, numbered one after another; without idempotence (a retry
-    could reorder them) one at a time."""
+def test_a_partitions_backlog_goes_in_calls_in_flight_together_in_order(
+    idempotent: bool,
+) -> None:
+    """An idempotent producer's sender sends a partition's ready batches several to a
+    call, and a second call before the first is answered (SENDER_WINDOW), numbered one
+    after another, never more in flight than PRODUCER_PARTITION_IN_FLIGHT; without
+    idempotence (a retry could reorder them) one batch at a time."""
     client = MemoryClient({"t": 1})
-    values = [b"%03d" % i for i in range(60)]
+    values = [b"%03d" % i for i in range(90)]
     with _producer(client, linger_ms=60_000, max_batch_records=10, idempotent=idempotent) as p:
         _held_backlog(client, p, values)
     assert [r["value"] for r in client.logs[("t", 0)]] == [b"first"] * 10 + values
-    most = max(len(call) for call in client.calls)
-    assert most == (defaults.PRODUCER_PARTITION_IN_FLIGHT if idempotent else 1)
+    per_call = max(len(call) for call in client.calls)
+    if idempotent:
+        assert per_call == -(-defaults.PRODUCER_PARTITION_IN_FLIGHT // SENDER_WINDOW) > 1
+        assert client.most_flying == defaults.PRODUCER_PARTITION_IN_FLIGHT
+        assert client.most_calls == SENDER_WINDOW > 1
+    else:
+        assert per_call == client.most_flying == client.most_calls == 1
     assert defaults.PRODUCER_PARTITION_IN_FLIGHT <= BATCHES_KEPT
 
 
