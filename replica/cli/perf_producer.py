@@ -36,6 +36,8 @@ from .perfutil import Progress, emit
 POLL_EVERY = 1_000
 #: Each phase's flush must end within this (the run fails otherwise).
 FLUSH_TIMEOUT_S = 300.0
+#: How long a phase's slowest replicas may take to catch up before the next phase.
+SETTLE_TIMEOUT_S = 60.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,21 +75,27 @@ def main(argv: list[str] | None = None) -> int:
             for p in range(partitions):
                 c.wait_for_leader(topic, p, 60)
         with Client(c.bootstrap) as client:
-            # Each native phase next to the librdkafka one it is compared with.
+            # Each native phase next to the librdkafka one it is compared with; each on
+            # a quiet cluster (acks=quorum answers before the slowest replica has the
+            # records: it catches up after the phase, not during the next one).
             phases["native"] = _native(
                 client, "native", args, lambda p, t: _per_record(p, t, value, args.records)
             )
+            _settle(client, "native", 1)
             if ck is not None:
                 phases["librdkafka"] = _librdkafka(
                     ck, c.kafka_bootstrap, "librdkafka", value, args, None
                 )
+                _settle(client, "librdkafka", 1)
             phases["native_keyed"] = _native(
                 client, "native_keyed", args, lambda p, t: _keyed(p, t, value, keys)
             )
+            _settle(client, "native_keyed", args.keyed_partitions)
             if ck is not None:
                 phases["librdkafka_keyed"] = _librdkafka(
                     ck, c.kafka_bootstrap, "librdkafka_keyed", value, args, keys
                 )
+                _settle(client, "librdkafka_keyed", args.keyed_partitions)
             phases["native_many"] = _native(
                 client, "native_many", args, lambda p, t: _many(p, t, value, args)
             )
@@ -158,6 +166,18 @@ def _native(
     if acked != args.records:
         raise SystemExit(f"quorumlog perf producer: {topic}: {acked} of {args.records} acked")
     return acked, elapsed, cpu
+
+
+def _settle(client: Client, topic: str, partitions: int) -> None:
+    """Wait (at most SETTLE_TIMEOUT_S) until every replica of ``topic`` has every record
+    its leader has."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    for p in range(partitions):
+        while time.monotonic() < deadline:
+            quorum = client.describe_quorum(topic, p)
+            if all(v.end_offset >= quorum.high_watermark for v in quorum.voters):
+                break
+            time.sleep(0.05)
 
 
 def _per_record(producer: Producer, topic: str, value: bytes, records: int) -> None:

@@ -32,6 +32,8 @@ from .partitioner import UNKEYED, key_partitions
 
 #: The lane of a routing's records without a key: the topic's sticky partition.
 _STICKY = UNKEYED
+#: ``_next_batches``' count for a partition that may not go in this call.
+_BARRED = 1 << 30
 
 _monotonic = time.monotonic
 _new = object.__new__
@@ -359,7 +361,9 @@ class Accumulator:
                 self._close(batch)
         return pieces
 
-    def _next_batches(self, client: Client, sender: int, leader: int | None) -> list[_Batch]:
+    def _next_batches(
+        self, client: Client, sender: int, leader: int | None
+    ) -> tuple[list[_Batch], bool]:
         """Closed batches for sender ``sender`` to send next, in the order they closed
         (up to PIPELINE, under the lock): of partitions with nothing in flight or with
         only this sender's in flight, up to ``_partition_in_flight`` in flight each and
@@ -367,8 +371,10 @@ class Accumulator:
         leader (``leader``, if the sender has calls in flight to it), as Kafka's sender
         makes one request per broker, so a node that hangs holds up only the sender of
         its own partitions. A partition's batches thus go in order on one connection.
-        Pending records and open batches past their linger are routed and closed here
-        (an open batch whose partition has one in flight goes on filling)."""
+        Also whether more are ready that another call could take now (a backlog: this
+        call took as many as one call may). Pending records and open batches past their
+        linger are routed and closed here (an open batch whose partition has one in
+        flight goes on filling)."""
         now = _monotonic()
         linger = self.linger_s
         for topic in [t for t, p in self._pending.items() if now - p.opened >= linger]:
@@ -379,6 +385,7 @@ class Accumulator:
                     self._close(batch, wake=False)
         taken: list[_Batch] = []
         kept: deque[_Batch] = deque()
+        more = False
         here: dict[tuple[str, int], int] = {}  # partitions looked at: batches taken here
         most, per_call, busy = self._partition_in_flight, self._call_batches, self._busy
         for batch in self._closed:
@@ -393,16 +400,18 @@ class Accumulator:
                     free = node is not None and node == leader
                 else:
                     free, leader = True, node
-                count = 0 if free else per_call
-            if count >= per_call or len(taken) >= PIPELINE or busy.get(key, (0, 0))[1] >= most:
-                here[key] = per_call  # the rest of this partition's wait (their order)
-                kept.append(batch)
+                count = here[key] = 0 if free else _BARRED
+            flying = busy.get(key, (0, 0))[1]
+            if count < per_call and len(taken) < PIPELINE and flying < most:
+                here[key] = count + 1
+                busy[key] = (sender, flying + 1)
+                taken.append(batch)
                 continue
-            here[key] = count + 1
-            busy[key] = (sender, busy.get(key, (sender, 0))[1] + 1)
-            taken.append(batch)
+            # Kept, and so are the partition's later ones (the conditions only tighten).
+            more = more or (count < _BARRED and flying < most)
+            kept.append(batch)
         self._closed = kept
-        return taken
+        return taken, more
 
     def _any_open(self) -> bool:
         return any(self._open.values())

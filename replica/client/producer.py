@@ -19,8 +19,9 @@ connection: an idempotent producer's up to PRODUCER_PARTITION_IN_FLIGHT at once,
 numbered one after another (should one fail, the leader refuses those after it for the
 gap and they are retried after it, as Kafka's with max.in.flight.requests.per.connection
 up to 5); otherwise one at a time. A batch's answer settles all its records at once: a
-record's offset is the batch's base offset plus its index. ``send`` blocks while ``buffer_bytes`` of records wait
-(back-pressure), at most ``max_block_ms``, then raises TimeoutError.
+record's offset is the batch's base offset plus its index. ``send`` blocks while
+``buffer_bytes`` of records wait (back-pressure), at most ``max_block_ms``, then raises
+TimeoutError.
 
 Partitions: a record without a partition goes where its key hashes to, by ``partitioner``
 (``partitioner.py``: ``murmur2_random``, the Java client's and the default, or
@@ -426,8 +427,10 @@ class Producer(Accumulator):
 
     def _sender(self) -> None:
         """Take ready batches, send them, and read their answers, with up to SENDER_WINDOW
-        calls in flight to one node (a second call goes out while the first waits for
-        its quorum, on the same connection, so a partition's batches stay in order)."""
+        calls in flight to one node when batches wait beyond what one call may take (a
+        second call goes out while the first waits for its quorum, on the same
+        connection, so a partition's batches stay in order); otherwise one at a time, so
+        that calls carry all that is ready."""
         client = self.client.clone()
         me = threading.current_thread()
         sender = threading.get_ident()
@@ -436,11 +439,12 @@ class Producer(Accumulator):
             while True:
                 with self._lock:
                     batches: list[_Batch] = []
+                    more = False
                     leader = flights[-1].leader if flights else None
                     if not flights or (
                         len(flights) < SENDER_WINDOW and leader is not None and not flights[-1].held
                     ):
-                        batches = self._next_batches(client, sender, leader)
+                        batches, more = self._next_batches(client, sender, leader)
                     idle_since = _monotonic()
                     while not batches and not flights:
                         linger = self._linger_wait()
@@ -456,15 +460,15 @@ class Producer(Accumulator):
                                 self._cond.wait(linger)
                             finally:
                                 self._timed_waiters -= 1
-                        batches = self._next_batches(client, sender, None)
+                        batches, more = self._next_batches(client, sender, None)
                     if batches:
                         leader = client.cached_leader(batches[0].topic, batches[0].partition)
                     if batches and not self._timed_waiters and (self._pending or self._any_open()):
                         self._cond.notify()  # another sender keeps time while this one sends
                 if batches:
                     flights.append(_Flight(batches, self._start(client, batches), leader))
-                    if len(flights) < SENDER_WINDOW and not flights[-1].held:
-                        continue  # more to send before this call's answers are read
+                    if more and len(flights) < SENDER_WINDOW and not flights[-1].held:
+                        continue  # a backlog: another call goes before this one's answers
                 # The oldest call's answers; all calls', in order, if the newest holds
                 # batches back (they go after a batch of theirs that is split).
                 land_all = flights[-1].held

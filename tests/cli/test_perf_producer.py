@@ -4,9 +4,13 @@ the final JSON line carries each figure."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from quorumlog.replica.cli import perf_producer
+from quorumlog.replica.client import Client
+from quorumlog.replica.client.producer import Producer
+from quorumlog.replica.node.cluster import LocalCluster
 
 pytest.importorskip("confluent_kafka")
 
@@ -36,3 +40,27 @@ def test_the_native_phases_run_without_librdkafka(capsys: pytest.CaptureFixture[
     figures = json.loads(out.strip().splitlines()[-1])
     assert rc == 0 and "librdkafka_rec_per_s" not in figures and figures["native_rec_per_s"] > 0
     assert "native send, partition=0" in out
+
+
+def test_a_phase_ends_with_every_replica_caught_up(tmp_path: Path) -> None:
+    """Between phases every replica has every record: acks=quorum answers with two of
+    three, and the third (here paused while the records were written) catches up
+    before the next phase, not during it."""
+    with LocalCluster(3, tmp_path, log_level="WARNING") as c:
+        c.create_topic("t", 1)
+        leader = c.wait_for_leader("t", 0, 60)
+        behind = next(n for n in (1, 2, 3) if n != leader)
+        with Client(c.bootstrap) as client:
+            producer = Producer(client)
+            c.pause(behind)
+            try:
+                for _ in range(20_000):
+                    producer.send("t", b"v" * 100, partition=0)
+                producer.flush(60)
+            finally:
+                c.resume(behind)
+            producer.close(60)
+            perf_producer._settle(client, "t", 1)
+            quorum = client.describe_quorum("t", 0)
+            assert quorum.high_watermark > 20_000  # the records and a leader's mark
+            assert [v.end_offset for v in quorum.voters] == [quorum.high_watermark] * 3
