@@ -17,7 +17,11 @@ final flush (every record acknowledged, or the run fails):
   count (``partitioner=murmur2_random``), for reference.
 
 Besides records/s, each phase's client CPU (this process: the caller and the client's own
-threads) per million records. Needs confluent-kafka (the project's dev extra)."""
+threads) per million records, and the machine's limit beside them: how fast it writes new
+pages into its page cache (``page_cache_write_mb_per_s``; each replica's append is such a
+copy, and on a virtual machine whose host takes back freed memory it can be a fraction
+of the rate into reused pages). Each phase starts once every replica has the last
+phase's records. Needs confluent-kafka (the project's dev extra)."""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from typing import Any
 from ..client import Client
 from ..client.producer import Producer
 from ..node.cluster import LocalCluster
-from .perfutil import Progress, emit
+from .perfutil import Progress, emit, page_cache_write_mb_per_s
 
 #: Records between two ``poll(0)`` calls of the librdkafka loop (its delivery reports).
 POLL_EVERY = 1_000
@@ -99,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             phases["native_many"] = _native(
                 client, "native_many", args, lambda p, t: _many(p, t, value, args)
             )
+        # The machine's limit beside the figures (measured last, so that the pages it
+        # frees are not the ones the phases write into).
+        page_cache = page_cache_write_mb_per_s(c.data_dir)
     figures: dict[str, Any] = {
         "bench": "producer",
         "nodes": args.nodes,
@@ -106,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         "value_size": args.value_size,
         "keyed_partitions": args.keyed_partitions,
         "many_chunk": args.many_chunk,
+        "page_cache_write_mb_per_s": round(page_cache),
     }
     for name, (records, seconds, cpu) in phases.items():
         figures[f"{name}_rec_per_s"] = round(records / seconds)
@@ -139,6 +147,11 @@ def _lines(figures: dict[str, Any], args: argparse.Namespace) -> list[str]:
             )
     if "native_vs_librdkafka" in figures:
         out.append(f"native / librdkafka (per-record loop): {figures['native_vs_librdkafka']}")
+    out.append(
+        f"the machine writes new pages into its page cache at "
+        f"{figures['page_cache_write_mb_per_s']:,} MB/s (every replica of a record, "
+        f"{args.nodes} here, copies it so)"
+    )
     return out
 
 

@@ -1,5 +1,5 @@
 """Shared bits of the perf commands: a progress bar on a terminal, RSS, CPU time,
-percentiles, and the many-producer load loop."""
+percentiles, the machine's page-cache write rate, and the many-producer load loop."""
 
 from __future__ import annotations
 
@@ -84,6 +84,25 @@ def _stat_fields(pid: int) -> list[str]:
     with open(f"/proc/{pid}/stat") as f:
         stat = f.read()
     return stat[stat.rindex(")") + 2 :].split()
+
+
+def page_cache_write_mb_per_s(directory: str | os.PathLike[str], mb: int = 256) -> float:
+    """How fast this machine takes writes into a new file in ``directory`` (1 MiB at a
+    time, no fsync): the page-cache copy every replica's append pays. On a virtual
+    machine whose host takes back the memory it frees, new pages cost a first touch
+    (several times the cost of reused ones), so this varies with the machine's state."""
+    path = os.path.join(directory, f".page-cache-probe-{os.getpid()}")
+    chunk = os.urandom(1 << 20)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    try:
+        start = time.monotonic()
+        for _ in range(mb):
+            os.write(fd, chunk)
+        elapsed = time.monotonic() - start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return mb * (1 << 20) / 1e6 / elapsed if elapsed > 0 else 0.0
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -28,6 +28,7 @@ def test_every_phase_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> Non
     for name in ("native", "native_keyed", "native_many", "librdkafka", "librdkafka_keyed"):
         assert figures[f"{name}_rec_per_s"] > 0
         assert figures[f"{name}_cpu_s_per_m"] > 0
+    assert figures["page_cache_write_mb_per_s"] > 0
     ratio = figures["native_rec_per_s"] / figures["librdkafka_rec_per_s"]
     assert figures["native_vs_librdkafka"] == pytest.approx(ratio, abs=0.001)
 
