@@ -427,6 +427,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow plaintext on a non-loopback address, and Kafka SASL without TLS",
     )
     p.add_argument(
+        "--page-cache",
+        choices=("keep", "drop"),
+        default="keep",
+        help="drop: once a log's writes are synced, ask the kernel to drop their pages "
+        "from the page cache, so that the memory is reused at once (on a virtual machine "
+        "whose host takes back freed memory, a new page costs several times a reused "
+        "one); reads past the in-memory tail then come from the disk. keep: the kernel "
+        "decides, as Kafka's brokers do (default)",
+    )
+    p.add_argument(
         "--no-quiesce",
         dest="quiesce",
         action="store_false",

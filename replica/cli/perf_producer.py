@@ -52,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keyed-partitions", type=int, default=64)
     ap.add_argument("--many-chunk", type=int, default=10_000, help="values per send_many call")
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument(
+        "--page-cache",
+        choices=("keep", "drop"),
+        default="keep",
+        help="the nodes' serve --page-cache (drop: synced pages leave the page cache)",
+    )
     ap.add_argument("--json", action="store_true", help="print only the final JSON line")
     ap.add_argument(
         "--skip-librdkafka", action="store_true", help="the native phases only (no baseline)"
@@ -70,7 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     keys = [b"%016d" % i for i in range(args.records)]
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
     phases: dict[str, tuple[int, float, float]] = {}  # records, seconds, CPU seconds
-    with LocalCluster(args.nodes, data_dir, log_level="WARNING", kafka=ck is not None) as c:
+    node_args = ["--page-cache", args.page_cache]
+    with LocalCluster(
+        args.nodes, data_dir, log_level="WARNING", kafka=ck is not None, node_args=node_args
+    ) as c:
         topics = {"native": 1, "native_keyed": args.keyed_partitions, "native_many": 1}
         if ck is not None:
             topics |= {"librdkafka": 1, "librdkafka_keyed": args.keyed_partitions}
@@ -113,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         "value_size": args.value_size,
         "keyed_partitions": args.keyed_partitions,
         "many_chunk": args.many_chunk,
+        "page_cache": args.page_cache,
         "page_cache_write_mb_per_s": round(page_cache),
     }
     for name, (records, seconds, cpu) in phases.items():
@@ -137,7 +147,7 @@ def _lines(figures: dict[str, Any], args: argparse.Namespace) -> list[str]:
     }
     out = [
         f"records a phase       {args.records:,} ({args.value_size} B values, {args.nodes} "
-        "replicas, acks=quorum, fsync on)"
+        f"replicas, acks=quorum, fsync on, page cache: {args.page_cache})"
     ]
     for name, label in labels.items():
         if f"{name}_rec_per_s" in figures:

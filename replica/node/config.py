@@ -104,6 +104,8 @@ class NodeConfig:
     segment_bytes: int = defaults.SEGMENT_BYTES
     retention_bytes: int | None = defaults.RETENTION_BYTES
     retention_ms: int | None = defaults.RETENTION_MS
+    # Drop the logs' pages from the page cache once synced (--page-cache drop).
+    drop_synced_pages: bool = False
     # Transport.
     max_frame_bytes: int = defaults.MAX_FRAME_BYTES
     # max.message.bytes for topics that set none.
@@ -292,6 +294,7 @@ class NodeConfig:
             segment_bytes=args.segment_bytes,
             retention_bytes=args.retention_bytes,
             retention_ms=args.retention_ms,
+            drop_synced_pages=getattr(args, "page_cache", "keep") == "drop",
             max_message_bytes=args.max_message_bytes,
             scrub_bytes_per_second=args.scrub_bytes_per_second,
             catch_up_bytes_per_second=getattr(

@@ -288,6 +288,7 @@ class Node:
             segment_bytes=config.segment_bytes,
             retention_bytes=config.retention_bytes,
             retention_ms=config.retention_ms,
+            drop_synced_pages=config.drop_synced_pages,
         )
         self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         self.driver = Driver(

@@ -30,6 +30,7 @@ __all__ = [
     "FaultyFileOps",
     "FileOps",
     "close",
+    "drop_cached",
     "fdatasync",
     "fsync",
     "fsync_dir",
@@ -196,6 +197,16 @@ def fsync_dir(path: str) -> None:
 
 def syncfs(call: Any, fd: int) -> int:
     return _ops.syncfs(call, fd)
+
+
+def drop_cached(fd: int, length: int) -> None:
+    """Ask the kernel to drop the clean page-cache pages of the file's first ``length``
+    bytes (POSIX_FADV_DONTNEED). Advice, not a change of the file: no ``FileOps`` method
+    (nothing a crash or a fault could leave differently); a platform without it ignores
+    it."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None and length > 0:
+        advise(fd, 0, length, os.POSIX_FADV_DONTNEED)
 
 
 # -- faults --------------------------------------------------------------------------

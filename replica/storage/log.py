@@ -113,6 +113,7 @@ class LogConfig:
     retention_bytes: int | None = defaults.RETENTION_BYTES
     retention_ms: int | None = defaults.RETENTION_MS
     validate_records: bool = True
+    drop_synced_pages: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= 1 << 31:
@@ -888,6 +889,9 @@ class Log:
                 # A roll: everything below target is durable and was checked when it
                 # was appended (the active segment's tail is rescanned after a crash).
                 self._set_recovery_point(pending.target)
+            if self.config.drop_synced_pages:
+                for seg, size, _gen in pending.work:
+                    seg.drop_cached(size)
             with self._lock:
                 for seg, size, _gen in pending.work:
                     seg.synced_size = max(seg.synced_size, size)

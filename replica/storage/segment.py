@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 
 from . import fileio
 from .crc import crc32
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, StorageError
 from .fdcache import FdCache
 from .records import HEADER_SIZE, BatchHeader, parse_header
 
@@ -108,6 +108,16 @@ class Segment:
         """fdatasync what was written since the last sync (nothing to do if the cache
         closed the file since: it synced it first). Raises StorageError."""
         self._files.sync(self._file)
+
+    def drop_cached(self, length: int) -> None:
+        """Drop the page-cache pages of the file's first ``length`` bytes (synced ones:
+        the kernel keeps dirty pages). Advice: a file that cannot be opened (deleted by
+        retention meanwhile) is left as it is."""
+        try:
+            with self._files.pin(self._file) as fd:
+                fileio.drop_cached(fd, length)
+        except (OSError, StorageError):
+            pass
 
     def sync_now(self) -> None:
         """fdatasync the file whatever was written through this process (recovery: what

@@ -20,6 +20,7 @@ from quorumlog.replica.storage import (
 from quorumlog.replica.storage import log as log_module
 from quorumlog.replica.storage import syncfs as syncfs_module
 
+from tests.support.pages import resident_pages
 from tests.support.spies import record_calls
 
 from .helpers import client_batch, crash, read_all_values, values_for
@@ -219,4 +220,29 @@ def test_changed_epoch_checkpoints_cost_no_fsync_of_their_own(
         path = os.path.join(lg.directory, "leader-epoch-checkpoint")
         assert open(path).read().split("\n")[1] == "1"  # one epoch entry, on disk
         assert not os.path.exists(path + ".tmp")
+        lg.close()
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_drop_synced_pages_takes_a_flushed_segment_out_of_the_page_cache(
+    tmp_path: Path, drop: bool
+) -> None:
+    """With ``drop_synced_pages`` (serve --page-cache drop) a flush leaves none of what it
+    synced in the page cache, so that the memory is reused at once; the records read back
+    from the disk the same. Without it the kernel keeps the pages."""
+    lg = Log(str(tmp_path / "p"), LogConfig(drop_synced_pages=drop))
+    try:
+        for _ in range(40):
+            append(lg, 500)
+        [outcome] = flush_logs([lg]).outcomes
+        assert not isinstance(outcome, BaseException)
+        [segment] = sorted((tmp_path / "p").glob("*.log"))
+        resident, pages = resident_pages(segment)
+        assert pages > 100
+        if drop:
+            assert resident <= 1, f"{resident} of {pages} pages still cached"
+        else:
+            assert resident == pages
+        assert read_all_values(lg) == values_for(0, 40 * 500)
+    finally:
         lg.close()
