@@ -34,7 +34,13 @@ from typing import Any
 from ..client import Client
 from ..client.producer import Producer
 from ..node.cluster import LocalCluster
-from .perfutil import Progress, emit, page_cache_write_mb_per_s
+from .perfutil import (
+    Progress,
+    add_page_cache_option,
+    emit,
+    page_cache_args,
+    page_cache_write_mb_per_s,
+)
 
 #: Records between two ``poll(0)`` calls of the librdkafka loop (its delivery reports).
 POLL_EVERY = 1_000
@@ -52,12 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keyed-partitions", type=int, default=64)
     ap.add_argument("--many-chunk", type=int, default=10_000, help="values per send_many call")
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument(
-        "--page-cache",
-        choices=("keep", "drop"),
-        default="keep",
-        help="the nodes' serve --page-cache (drop: synced pages leave the page cache)",
-    )
+    add_page_cache_option(ap)
     ap.add_argument("--json", action="store_true", help="print only the final JSON line")
     ap.add_argument(
         "--skip-librdkafka", action="store_true", help="the native phases only (no baseline)"
@@ -76,9 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     keys = [b"%016d" % i for i in range(args.records)]
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
     phases: dict[str, tuple[int, float, float]] = {}  # records, seconds, CPU seconds
-    node_args = ["--page-cache", args.page_cache]
     with LocalCluster(
-        args.nodes, data_dir, log_level="WARNING", kafka=ck is not None, node_args=node_args
+        args.nodes,
+        data_dir,
+        log_level="WARNING",
+        kafka=ck is not None,
+        node_args=page_cache_args(args),
     ) as c:
         topics = {"native": 1, "native_keyed": args.keyed_partitions, "native_many": 1}
         if ck is not None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from .. import defaults
 from ..node.cluster import LocalCluster
 from ..storage.records import encode_batch
-from .perfutil import ProduceJob, emit, run_producers
+from .perfutil import ProduceJob, add_page_cache_option, emit, page_cache_args, run_producers
 from .reassign import Move, move_status
 
 TOPIC = "reassign"
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         help="each node's --catch-up-bytes-per-second (default: the node's default, %(default)s)",
     )
     ap.add_argument("--data-dir", default=None)
+    add_page_cache_option(ap)
     args = ap.parse_args(argv)
 
     value = b"x" * args.record_bytes
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         NODES,
         args.data_dir,
         log_level="WARNING",
-        node_args=["--catch-up-bytes-per-second", str(args.throttle)],
+        node_args=["--catch-up-bytes-per-second", str(args.throttle), *page_cache_args(args)],
     ) as cluster:
         cluster.create_topic(TOPIC, args.partitions, 2)
         client = cluster.client
@@ -193,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "partitions": args.partitions,
         "topic_mb": args.topic_mb,
         "throttle_bytes_per_s": args.throttle,
+        "page_cache": args.page_cache,
         "in_flight": args.in_flight,
         "moved": done,
         "moved_bytes": moved,

@@ -86,6 +86,21 @@ def _stat_fields(pid: int) -> list[str]:
     return stat[stat.rindex(")") + 2 :].split()
 
 
+def add_page_cache_option(ap: Any) -> None:
+    """``--page-cache``: the nodes' ``serve --page-cache`` (``node_args(args)``)."""
+    ap.add_argument(
+        "--page-cache",
+        choices=("keep", "drop"),
+        default="keep",
+        help="the nodes' serve --page-cache (drop: synced pages leave the page cache)",
+    )
+
+
+def page_cache_args(args: Any) -> list[str]:
+    """The node arguments of ``--page-cache``."""
+    return ["--page-cache", args.page_cache]
+
+
 def page_cache_write_mb_per_s(directory: str | os.PathLike[str], mb: int = 256) -> float:
     """How fast this machine takes writes into a new file in ``directory`` (1 MiB at a
     time, no fsync): the page-cache copy every replica's append pays. On a virtual
