@@ -87,7 +87,7 @@ def _stat_fields(pid: int) -> list[str]:
 
 
 def add_page_cache_option(ap: Any) -> None:
-    """``--page-cache``: the nodes' ``serve --page-cache`` (``node_args(args)``)."""
+    """``--page-cache``: the nodes' ``serve --page-cache`` (``page_cache_args(args)``)."""
     ap.add_argument(
         "--page-cache",
         choices=("keep", "drop"),

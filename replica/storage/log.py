@@ -105,6 +105,8 @@ class LogConfig:
       never the active one.
     validate_records: the leader decodes each client batch's Arrow metadata to check its
       schema and row count (CRCs are always checked).
+    drop_synced_pages (serve --page-cache drop): once a flush has synced a segment's
+      bytes, ask the kernel to drop their pages from the page cache.
     """
 
     segment_bytes: int = defaults.SEGMENT_BYTES
