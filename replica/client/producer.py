@@ -435,6 +435,7 @@ class Producer(Accumulator):
         me = threading.current_thread()
         sender = threading.get_ident()
         flights: deque[_Flight] = deque()
+        taken: list[_Batch] = []  # taken and not yet handed over
         try:
             while True:
                 with self._lock:
@@ -461,6 +462,7 @@ class Producer(Accumulator):
                             finally:
                                 self._timed_waiters -= 1
                         batches, more = self._next_batches(client, sender, None)
+                    taken += batches
                     if batches:
                         leader = client.cached_leader(batches[0].topic, batches[0].partition)
                     if batches and not self._timed_waiters and (self._pending or self._any_open()):
@@ -473,14 +475,41 @@ class Producer(Accumulator):
                 # batches back (they go after a batch of theirs that is split).
                 land_all = flights[-1].held
                 while flights:
-                    flight = flights.popleft()
+                    flight = flights[0]
                     answers: list[ProduceResult | BaseException] = []
                     self._land(client, flight, answers)
+                    flights.popleft()
                     self._handed_over(flight.batches, answers)
+                    del taken[: len(flight.batches)]
                     if not land_all:
                         break
+        except Exception as exc:
+            # A fault of this thread's own, not an answer (a bug, or connections left
+            # mid-frame): its batches fail with it, and a new sender on new connections
+            # takes what waits (Kafka's sender logs such an error and goes on).
+            log.exception("producer sender failed; its %d batch(es) fail with it", len(taken))
+            self._abandon(taken, exc, me)
         finally:
             client.close()
+
+    def _abandon(self, batches: list[_Batch], exc: Exception, sender: threading.Thread) -> None:
+        """Settle ``batches`` (those not answered yet) with ``exc``, hand them over, and
+        put a new sender in place of the ``sender`` that ends."""
+        answers: list[ProduceResult | BaseException] = []
+        for batch in batches:
+            if batch.outcome is not None:
+                continue  # answered before the fault
+            answers.append(exc)
+            if batch.table is not None:
+                batch.table_future.set_exception(exc)
+            self._settle(batch, [_Outcome(0, batch.rows, None, exc)])
+        if self.idempotent:
+            self._renew = True  # their sequence numbers are in doubt
+        self._handed_over(batches, answers)
+        with self._lock:
+            self._senders.remove(sender)
+            if self._unfinished and not self._stopping:
+                self._start_senders()
 
     def _handed_over(
         self, batches: list[_Batch], answers: list[ProduceResult | BaseException]

@@ -461,3 +461,48 @@ def test_record_sizes_count_key_and_value_bytes_of_a_slice_and_nulls_as_none() -
     overhead = RECORD_OVERHEAD
     assert record_sizes(chunk).tolist() == [overhead + 3, overhead, overhead + 4, overhead + 3]
     assert record_sizes(chunk.slice(1, 2)).tolist() == [overhead, overhead + 4]
+
+
+class _BreakingClient(MemoryClient):
+    """A MemoryClient whose ``broken`` method raises once, as a fault of the sender's own
+    (a bug, or a connection left half-read) rather than an answer would."""
+
+    def __init__(self, broken: str) -> None:
+        super().__init__({"t": 1})
+        self.broken = broken
+
+    def _fault(self, name: str) -> None:
+        if self.broken == name:
+            self.broken = ""
+            raise RuntimeError(f"{name} broke")
+
+    def produce_send(
+        self, items: list[tuple[str, int, bytes]], acks: int = -1
+    ) -> list[tuple[str, int, bytes]]:
+        self._fault("produce_send")
+        return super().produce_send(items, acks)
+
+    def produce_wait(self, items: list[tuple[str, int, bytes]]) -> list[Any]:
+        self._fault("produce_wait")
+        return super().produce_wait(items)
+
+
+@pytest.mark.parametrize("broken", ["produce_send", "produce_wait"])
+def test_a_sender_that_fails_answers_its_batches_with_the_error_and_sending_goes_on(
+    broken: str,
+) -> None:
+    client = _BreakingClient(broken)
+    called: list[BaseException | None] = []
+    with _producer(client, linger_ms=0) as producer:
+        lost = producer.send("t", b"lost", partition=0, on_delivery=lambda e, m: called.append(e))
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match=f"{broken} broke"):
+            producer.flush(30)
+        assert time.monotonic() - t0 < 10  # answered, not left to a timeout
+        with pytest.raises(RuntimeError, match=f"{broken} broke"):
+            lost.result(0)
+        assert [type(e) for e in called] == [RuntimeError]
+        later = [producer.send("t", b"later", partition=0) for _ in range(3)]
+        producer.flush(30)
+    assert [f.result(0).offset for f in later] == [0, 1, 2]
+    assert [r["value"] for r in client.logs[("t", 0)]] == [b"later"] * 3
