@@ -11,7 +11,8 @@ A plan file is Kafka's reassignment JSON (what ``kafka-reassign-partitions`` rea
 Each partition's first replica becomes its preferred leader. ``--status`` reads, for each
 partition of the plan, its voters from its leader (DescribeQuorum) and prints how far
 each move is, with a progress bar on a terminal; ``--wait`` repeats that until every
-move is done (or ``--timeout-s``).
+move is done (or ``--timeout-s``). ``--throttle`` sets every node's catch-up throttle in
+the cluster's metadata, for the moves under way too (alone, it changes only that).
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-__all__ = ["Move", "add_cluster_parsers", "add_parser", "apply_plan", "load_plan", "move_status"]
+__all__ = [
+    "Move",
+    "add_cluster_parsers",
+    "add_parser",
+    "apply_plan",
+    "load_plan",
+    "move_status",
+    "throttle_rate",
+]
 
 
 class Move(NamedTuple):
@@ -244,15 +253,55 @@ def alter_replication_factor(client: Any, topic: str, factor: int, timeout_s: fl
     return apply_plan(client, plan, wait=True, timeout_s=timeout_s)
 
 
+_UNITS = {
+    "": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+}
+
+
+def throttle_rate(text: str) -> int | None:
+    """``--throttle``'s value: bytes per second (``16MiB``, ``512k``, ``0`` for none), or
+    None for ``default`` (each node's own --catch-up-bytes-per-second)."""
+    value = text.strip().lower()
+    if value == "default":
+        return None
+    digits = value.rstrip("abcdefghijklmnopqrstuvwxyz/")
+    unit = value[len(digits) :].removesuffix("/s")
+    if not digits.isdigit() or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give bytes per second (e.g. 52428800, 50MiB, 512k, 0 for none) or 'default'"
+        )
+    return int(digits) * _UNITS[unit]
+
+
 def cmd_reassign(args: argparse.Namespace) -> int:
     from .main import _client
 
+    only_throttle = args.throttle is not None and args.plan is None and args.topic is None
     try:
-        moves = _moves(args)
-    except ValueError as exc:
+        rate = None if args.throttle is None else throttle_rate(args.throttle)
+        moves = [] if only_throttle else _moves(args)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
         print(f"quorumlog partition reassign: {exc}", file=sys.stderr)
         return 2
     with _client(args) as c:
+        if args.throttle is not None:
+            c.set_catch_up_throttle(rate)
+            shown = (
+                "each node's own"
+                if rate is None
+                else f"{rate:,} bytes/s a node"
+                if rate
+                else "none (unthrottled)"
+            )
+            print(f"catch-up throttle: {shown} (moves under way included)")
+            if only_throttle:
+                return 0
         if args.status:
             rows = wait_moves(c, moves, args.timeout_s) if args.wait else move_status(c, moves)
             print_status(rows, sys.stdout)
@@ -291,6 +340,14 @@ def add_parser(psub: Any, add_bootstrap: Any) -> None:
     ra.add_argument("--timeout-s", type=float, default=600.0, help="with --wait: give up after")
     ra.add_argument(
         "--cancel", action="store_true", help="move those still under way back where they were"
+    )
+    ra.add_argument(
+        "--throttle",
+        default=None,
+        metavar="RATE",
+        help="bytes per second each node's leaders send the replicas moves add (e.g. 50MiB; "
+        "0: unthrottled; 'default': each node's --catch-up-bytes-per-second), for every "
+        "node at once, the moves under way included; alone, it changes only the throttle",
     )
     add_bootstrap(ra)
     ra.set_defaults(func=cmd_reassign)

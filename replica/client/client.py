@@ -796,6 +796,17 @@ class Client:
             controller=True,
         )
 
+    def set_catch_up_throttle(self, bytes_per_s: int | None) -> None:
+        """Set the bytes per second every node's leaders send the replicas moves add (0:
+        unthrottled), at once for the moves under way too, kept in the cluster's metadata;
+        None: each node's own --catch-up-bytes-per-second again."""
+        self._admin(
+            ApiKey.CATCH_UP_THROTTLE,
+            m.CatchUpThrottleRequest(bytes_per_s=m.UNKNOWN if bytes_per_s is None else bytes_per_s),
+            m.CatchUpThrottleResponse,
+            controller=True,
+        )
+
     def change_voter(self, node_id: int, *, add: bool) -> list[int]:
         """Add ``node_id`` to the metadata quorum's voters (``add``) or remove it; returns
         the voter set the quorum moves to (one voter at a time, online)."""

@@ -223,6 +223,21 @@ class Driver:
         p.counted_voters = voters
 
     # ------------------------------------------------------------------ reassignment
+    def set_catch_up_rate(self, bytes_per_s: int, now: int) -> None:
+        """The catch-up throttle this node's leaders pace observers by from now on
+        (0: none), as the cluster's metadata sets it while moves run. Answers held under
+        the old rate go at once: each waited for a rate that no longer holds, and the new
+        one counts from now."""
+        current = self.throttle.bytes_per_s if self.throttle is not None else 0
+        if bytes_per_s == current:
+            return
+        self.throttle = Throttle(bytes_per_s) if bytes_per_s > 0 else None
+        for p in self.partitions.values():
+            p.throttle = self.throttle
+            if p.paced:
+                p.paced = {replica: (now, resp) for replica, (_, resp) in p.paced.items()}
+                self._schedule(p)
+
     def set_target(self, key: PartitionKey, target: Iterable[int], now: int) -> None:
         """A reassignment moves partition ``key`` to the voters ``target`` (a
         cancellation's target is its voters before the move). While this node leads it,
@@ -232,7 +247,9 @@ class Driver:
         p = self.get(key)
         if p is None:
             return
-        p.target = tuple(sorted(set(target)))
+        wanted = tuple(sorted(set(target)))
+        if wanted != p.target:
+            p.target, p.target_since = wanted, now
         p.assignment = list(dict.fromkeys(target))
         self._targeted.add(key)
         if self._reassign_at is None or (p.moving and self._reassign_at > now):

@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..constants import or_unknown
+from ..constants import UNKNOWN, or_unknown
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..raft import (
@@ -169,6 +169,8 @@ class PartitionDriver:
         # The voters a reassignment moves this partition to (None: none asked); its leader
         # changes the voter set towards it one voter at a time (``Driver.set_target``).
         self.target: tuple[int, ...] | None = None
+        # When ``target`` was set: a replica it adds must have caught up since.
+        self.target_since = UNKNOWN
         # The voters this node's peer counts were last taken from (``Driver._sync_peers``).
         self.counted_voters: tuple[int, ...] = ()
         # The (leader, epoch) this replica was last told refuses connections
@@ -198,7 +200,7 @@ class PartitionDriver:
             self.run(self.core.write_epoch_record(now), now, ready)
             step = self.next_voters(now)
             if step is not None:
-                self.run(self.core.change_voters(step, now), now, ready)
+                self.run(self.core.change_voters(step, now, asked_ms=self.target_since), now, ready)
         except DiskError as exc:
             self.run(self.core.on_disk_fault(now, str(exc)), now, ready)
 
@@ -213,7 +215,7 @@ class PartitionDriver:
         adding = sorted(set(target) - current)
         for voter in adding:
             step = tuple(sorted(current | {voter}))
-            if core.voter_change_problem(step, now) is None:
+            if core.voter_change_problem(step, now, asked_ms=self.target_since) is None:
                 return step
         if adding:
             return None  # the rest are still catching up

@@ -70,6 +70,7 @@ class Api:
             ApiKey.CHANGE_VOTER: controller.change_voter,
             ApiKey.REGISTER_NODE: changes.register_node,
             ApiKey.RETIRE_NODE: controller.retire_node,
+            ApiKey.CATCH_UP_THROTTLE: controller.catch_up_throttle,
             ApiKey.LIST_TOPICS: self.list_topics,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.PRODUCE_MANY: self.produce_many,

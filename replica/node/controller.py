@@ -158,6 +158,7 @@ class MetadataController:
         self.partitions.reconcile(state)
         if state.quorum_voters is not None:
             self.driver.set_target(METADATA_KEY, state.quorum_voters, self.now_ms())
+        self.driver.set_catch_up_rate(self.catch_up_rate(), self.now_ms())
         self.maybe_end_catch_up_pending()
         self._applied.set()
 
@@ -483,6 +484,33 @@ class MetadataController:
         if not req.add and len(current) == 1:
             return None, (ErrorCode.INVALID_REQUEST, "the last voter cannot be removed")
         return {"op": "quorum_voters", "voters": sorted(current ^ {req.node_id})}, None
+
+    async def catch_up_throttle(self, req: m.CatchUpThrottleRequest) -> m.CatchUpThrottleResponse:
+        """Set every node's catch-up throttle (or give each its own again): a
+        ``catch_up_throttle`` record, which each node's leaders pace new replicas by once
+        applied, moves under way included."""
+        record, problem = await self._change(lambda: self._throttle_set(req))
+        if problem is not None:
+            return _answer(m.CatchUpThrottleResponse, problem)
+        if record is not None:
+            rate = record["bytes_per_s"]
+            log.info("catch-up throttle: %s", "each node's own" if rate is None else rate)
+        return m.CatchUpThrottleResponse(error=0, error_message="")
+
+    def _throttle_set(self, req: m.CatchUpThrottleRequest) -> Decision:
+        if req.bytes_per_s < UNKNOWN:
+            text = f"a throttle is bytes per second, 0 or more, not {req.bytes_per_s}"
+            return None, (ErrorCode.INVALID_REQUEST, text)
+        rate = None if req.bytes_per_s == UNKNOWN else req.bytes_per_s
+        if rate == self.state.catch_up_bytes_per_s:
+            return None, None
+        return {"op": "catch_up_throttle", "bytes_per_s": rate}, None
+
+    def catch_up_rate(self) -> int:
+        """The throttle this node's leaders pace new replicas by: the cluster's, where an
+        operator set one, else this node's own."""
+        rate = self.state.catch_up_bytes_per_s
+        return self.config.catch_up_bytes_per_second if rate is None else rate
 
     # ------------------------------------------------------------------ nodes
     def _unknown_node(self, node_id: int) -> Problem | None:

@@ -6,9 +6,10 @@ Records (msgpack maps): ``create_topic`` (name, replicas, configs), ``alter_topi
 the whole new replicas and configs: applying one twice changes nothing), ``reassign``
 (name, ``moves``: [partition, new replicas, replicas before] each), ``quorum_voters``
 (the metadata quorum's new voters), ``delete_topic`` (name), ``register_node`` (a node's
-id, data directory and listeners: ``NodeRegistration``) and ``retire_node`` (node id, and
-whether it is given no new replicas from now on, or again some). A ``create_topic`` of an earlier version carries
-``max_message_bytes`` instead of configs."""
+id, data directory and listeners: ``NodeRegistration``), ``retire_node`` (node id, and
+whether it is given no new replicas from now on, or again some) and ``catch_up_throttle``
+(``bytes_per_s`` every node's leaders send new replicas, or None for each node's own). A
+``create_topic`` of an earlier version carries ``max_message_bytes`` instead of configs."""
 
 from __future__ import annotations
 
@@ -130,6 +131,9 @@ class MetadataState:
     nodes: dict[int, NodeRegistration] = field(default_factory=dict)
     # Decommissioned nodes: placement gives them no new replicas.
     retired: set[int] = field(default_factory=set)
+    # The catch-up throttle an operator set for every node (``partition reassign
+    # --throttle``; 0: none); None: each node's own --catch-up-bytes-per-second.
+    catch_up_bytes_per_s: int | None = None
 
     def apply(self, record: dict[str, Any]) -> None:
         op = record.get("op")
@@ -163,6 +167,9 @@ class MetadataState:
                 self.retired.add(int(record["node_id"]))
             else:
                 self.retired.discard(int(record["node_id"]))
+        elif op == "catch_up_throttle":
+            rate = record.get("bytes_per_s")
+            self.catch_up_bytes_per_s = None if rate is None else max(0, int(rate))
         elif op == "delete_topic":
             name = str(record["name"])
             self.topics.pop(name, None)

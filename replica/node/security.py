@@ -72,6 +72,7 @@ _ADMIN_ONLY = _TOPIC_CHANGES | {
     ApiKey.CHANGE_VOTER,
     ApiKey.FORCE_LEADER,
     ApiKey.RETIRE_NODE,
+    ApiKey.CATCH_UP_THROTTLE,
 }
 #: Only a node may say where it listens: on every listener, plaintext ones included.
 NODE_ONLY = frozenset({ApiKey.REGISTER_NODE})

@@ -60,6 +60,9 @@ class ApiKey(IntEnum):
     CHANGE_VOTER = 105  # add or remove a metadata quorum voter (Kafka: AddRaftVoter, ...)
     REGISTER_NODE = 106  # a node joins or starts (Kafka: BrokerRegistration)
     RETIRE_NODE = 107  # no new replicas on a node (Kafka: UnregisterBroker, ...)
+    # every node's catch-up throttle (Kafka: leader.replication.throttled.rate, a dynamic
+    # broker config)
+    CATCH_UP_THROTTLE = 108
     ERROR = 127
 
 
@@ -311,6 +314,20 @@ class ReassignResponse(Response):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CatchUpThrottleRequest:
+    """Set the bytes per second every node's leaders send the replicas moves add (0:
+    unthrottled), for the moves under way and those to come; ``UNKNOWN``: each node's own
+    --catch-up-bytes-per-second again."""
+
+    bytes_per_s: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatchUpThrottleResponse(Response):
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ChangeVoterRequest:
     """Add ``node_id`` to the metadata quorum's voters (``add``) or remove it."""
 
@@ -545,6 +562,7 @@ REQUESTS: dict[ApiKey, tuple[type, type]] = {
     ApiKey.CHANGE_VOTER: (ChangeVoterRequest, ChangeVoterResponse),
     ApiKey.REGISTER_NODE: (RegisterNodeRequest, RegisterNodeResponse),
     ApiKey.RETIRE_NODE: (RetireNodeRequest, RetireNodeResponse),
+    ApiKey.CATCH_UP_THROTTLE: (CatchUpThrottleRequest, CatchUpThrottleResponse),
     ApiKey.LIST_TOPICS: (ListTopicsRequest, ListTopicsResponse),
     ApiKey.FORCE_LEADER: (ForceLeaderRequest, ForceLeaderResponse),
     ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),

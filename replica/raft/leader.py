@@ -95,6 +95,10 @@ class LeaderRole(CoreFields):
         if diverging is None:
             rows = st.progress if is_voter else st.observers
             row = rows.setdefault(req.replica_id, ReplicaProgress(req.replica_id))
+            if req.fetch_offset < row.end_offset:
+                # Its log lost its end (truncated, or a replica made anew): what it
+                # caught up before is gone (raft.membership).
+                row.caught_up_ms = row.fetch_leader_end = UNKNOWN
             # fetch_offset is durable on the fetcher and matches our log below it.
             row.end_offset = req.fetch_offset
             leader_end = self.log.end_offset

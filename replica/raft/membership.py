@@ -13,9 +13,13 @@ A leader appends a change (``change_voters``) only when:
 * the previous change is committed (at most one uncommitted change in any log);
 * the new set differs from the current one by exactly one voter (any majority of the
   one overlaps any majority of the other: two leaders of one epoch stay impossible);
-* a voter it adds has caught up within a fetch timeout: a fetch of it, as an observer,
-  reached the leader's end offset, or the end the leader had at its previous fetch
-  (``ReplicaProgress.caught_up_ms``; adding a far-behind voter would stall commits).
+* a voter it adds has caught up within a fetch timeout, and since the change was asked
+  for: a fetch of it, as an observer, reached the leader's end offset, or the end the
+  leader had at its previous fetch (``ReplicaProgress.caught_up_ms``; adding a
+  far-behind voter would stall commits). What the leader knows of a replica may predate
+  it: a voter removed keeps its row as an observer, and its node may delete the replica
+  and make it anew, empty, when a move brings it back; a fetch from below the offset the
+  row holds (a log that lost its end) clears the row's catch-up too.
 
 A replica removed by a change it does not know to be committed may still stand
 (``electable``); any replica not catching up answers votes (``_may_vote``). A leader
@@ -85,20 +89,25 @@ class MembershipRole(CoreFields):
         """A voter-set record in the log is not committed yet (as this replica knows)."""
         return self.log.voters_offset >= self._high_watermark
 
-    def voter_change_problem(self: RaftReplica, voters: Sequence[int], now_ms: int) -> str | None:
+    def voter_change_problem(
+        self: RaftReplica, voters: Sequence[int], now_ms: int, *, asked_ms: int = UNKNOWN
+    ) -> str | None:
         """Why ``change_voters(voters)`` would be refused now (None: it would not)."""
         try:
-            self._check_voter_change(tuple(sorted(set(voters))), now_ms)
+            self._check_voter_change(tuple(sorted(set(voters))), now_ms, asked_ms)
         except VoterChangeError as exc:
             return str(exc)
         return None
 
-    def change_voters(self: RaftReplica, voters: Sequence[int], now_ms: int) -> Output:
+    def change_voters(
+        self: RaftReplica, voters: Sequence[int], now_ms: int, *, asked_ms: int = UNKNOWN
+    ) -> Output:
         """Append a voter-set record naming ``voters`` (the current set with one voter
         added or removed). Raises ``VoterChangeError`` when it may not (see the module
-        docstring); the change is in force at once, and done once committed."""
+        docstring); the change is in force at once, and done once committed. ``asked_ms``:
+        when the change was asked for; a voter it adds must have caught up since then."""
         new = tuple(sorted(set(voters)))
-        st = self._check_voter_change(new, now_ms)
+        st = self._check_voter_change(new, now_ms, asked_ms)
         out = Output(fetch_wakeup=True)
         old = self.voters
         self.log.append_voters(self._epoch, self.node_id, list(new), now_ms)
@@ -125,7 +134,9 @@ class MembershipRole(CoreFields):
         self._resign_if_removed(st, now_ms, out)
         return out
 
-    def _check_voter_change(self: RaftReplica, new: tuple[int, ...], now_ms: int) -> LeaderState:
+    def _check_voter_change(
+        self: RaftReplica, new: tuple[int, ...], now_ms: int, asked_ms: int = UNKNOWN
+    ) -> LeaderState:
         st = self._state
         if not isinstance(st, LeaderState) or self._shutting_down:
             raise VoterChangeError(ErrorCode.NOT_LEADER, "not the leader")
@@ -154,7 +165,7 @@ class MembershipRole(CoreFields):
         (voter,) = changed
         if voter in new and voter != self.node_id:
             row = st.observers.get(voter)
-            recent = now_ms - self.config.fetch_timeout_ms
+            recent = max(now_ms - self.config.fetch_timeout_ms, asked_ms)
             if row is None or row.caught_up_ms == UNKNOWN or row.caught_up_ms < recent:
                 raise VoterChangeError(
                     ErrorCode.REQUEST_TIMED_OUT,

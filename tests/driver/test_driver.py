@@ -374,6 +374,38 @@ def test_answers_with_records_to_an_observer_are_paced_by_the_throttle() -> None
     assert any(isinstance(msg, FetchResponse) and msg.dst == follower for _, msg in ready.send)
 
 
+def test_a_catch_up_rate_set_while_an_answer_waits_takes_effect_at_once() -> None:
+    """The cluster's metadata may change the throttle while moves run (``partition
+    reassign --throttle``): an answer held under the old rate goes on the next tick, and
+    observers are paced by the new rate from then on (none: answered at once)."""
+    from tests.raft.harness import fetch as raft_fetch
+
+    nodes = ThrottledNodes(3)
+    leader = nodes.leader()
+    nodes.request(leader, produce(list(range(50))))
+    nodes.advance(200)
+    driver = nodes.drivers[leader]
+    p = driver.partitions[KEY]
+    epoch = p.core.epoch
+
+    def observer_fetch(replica: int) -> list[FetchResponse]:
+        req = raft_fetch(replica, epoch, 0, -1, cluster="c", dst=leader)
+        ready = driver.raft(KEY, req, nodes.now)
+        return [msg for _, msg in ready.send if isinstance(msg, FetchResponse)]
+
+    assert observer_fetch(9) and observer_fetch(8) == []  # 8 waits behind 9's answer
+    assert len(p.paced) == 1
+    driver.set_catch_up_rate(0, nodes.now)  # the throttle lifted
+    assert driver.throttle is None and p.throttle is None
+    nodes.now += 1
+    sent = driver.tick(nodes.now).send
+    assert [msg.dst for _, msg in sent if isinstance(msg, FetchResponse)] == [8] and not p.paced
+    assert observer_fetch(7)  # unthrottled: at once
+    driver.set_catch_up_rate(1000, nodes.now)  # and back on
+    assert p.throttle is driver.throttle and driver.throttle is not None
+    assert observer_fetch(6) and observer_fetch(5) == []  # paced again
+
+
 def test_what_producers_append_during_a_catch_up_reaches_the_observer_unpaced() -> None:
     """The throttle paces an observer's backlog, not the writes that arrive while it
     catches up: an answer holding only records appended since that observer's previous

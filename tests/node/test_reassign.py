@@ -166,3 +166,50 @@ def test_decommission_rebalance_and_replication_factor_on_a_running_cluster(
         assert all(voters_of(c, p) == sorted(meta.partitions[p].replicas) for p in range(8))
         got = [v for p in range(8) for _, _, v in read_all(c.client, TOPIC, p)]
         assert got == sent
+
+
+def test_the_throttle_changes_on_every_node_while_a_move_runs(tmp_path: Path) -> None:
+    """``partition reassign --throttle`` sets every node's catch-up throttle through the
+    metadata log, and the moves under way take it at once: a move crawling under the
+    nodes' own 32 KiB/s ends in seconds once the throttle is lifted, and with the nodes'
+    own rate back (``default``) the next move crawls again."""
+    args = ["--catch-up-bytes-per-second", str(32 << 10)]
+    with LocalCluster(4, tmp_path / "c", node_args=args) as c:
+        c.create_topic(TOPIC, 1, 2)
+        with Client(c.bootstrap) as client:
+            producer = Producer(client)
+            for i in range(4000):
+                producer.send(TOPIC, b"%05d" % i + b"x" * 995, partition=0)
+            producer.flush(timeout_s=60)  # ~4 MB: two minutes a new replica at 32 KiB/s
+        before = client_replicas(c, 0)
+        others = [n for n in c.ports if n not in before]
+
+        def moved(target: list[int]) -> bool:
+            return voters_of(c, 0) == sorted(target)
+
+        c.client.reassign(TOPIC, {0: others})
+        time.sleep(3)
+        assert not moved(others)  # crawling under the nodes' own throttle
+        lifted = cli(c, "--throttle", "0")
+        assert lifted.returncode == 0, lifted.stderr
+        assert "catch-up throttle: none (unthrottled)" in lifted.stdout
+        t0 = time.monotonic()
+        wait_until(lambda: moved(others), timeout=60, what="the move, unthrottled")
+        assert time.monotonic() - t0 < 30
+        wait_until(
+            lambda: not any((c.node_dir(n) / f"{TOPIC}-0").exists() for n in before),
+            timeout=30,
+            what="the old replicas deleted (a move back copies everything again)",
+        )
+        back = cli(c, "--throttle", "default", "--topic", TOPIC, "--partition", "0")
+        assert back.returncode == 2  # --replicas missing: nothing was changed
+        assert "--replicas" in back.stderr
+        back = cli(c, "--throttle", "default")
+        assert back.returncode == 0, back.stderr
+        assert "catch-up throttle: each node's own" in back.stdout
+        c.client.reassign(TOPIC, {0: before})
+        time.sleep(3)
+        assert not moved(before)  # 32 KiB/s again
+        assert "bad" in cli(c, "--throttle", "bad").stderr
+        records = [value[:5] for _, _, value in read_all(c.client, TOPIC, 0)]
+        assert records == [b"%05d" % i for i in range(4000)]

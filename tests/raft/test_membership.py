@@ -75,6 +75,33 @@ def test_an_observer_that_keeps_up_under_steady_appends_is_added() -> None:
     assert "has not caught up" in (leader.voter_change_problem([1, 2, 3, 4], later) or "")
 
 
+def test_a_replica_is_added_only_on_a_catch_up_of_the_replica_there_is_now() -> None:
+    """What the leader knows of a replica may be of one that no longer exists: a removed
+    voter keeps its row (caught up) as an observer, and its node deletes the replica and
+    makes it anew, empty, if a move brings it back within a fetch timeout. Added on that
+    row, an empty voter would hold up every commit that needs it (a majority of four is
+    three) for as long as it copies the partition, unthrottled. So a voter added must
+    have caught up since the change was asked for (``asked_ms``), and a fetch from below
+    the row's offset (a log that lost its end) clears its catch-up."""
+    leader = leader_with_records()
+    end = leader.log.end_offset
+    answer(leader, fetch(2, 2, end, 2), 50)  # a voter: the epoch's entries commit
+    answer(leader, fetch(4, 2, end, 2), 100)  # observer 4 at the end: caught up at 100
+    assert leader.voter_change_problem([1, 2, 3, 4], 200) is None
+    # The move back is asked for at 150, after that catch-up: not counted.
+    problem = leader.voter_change_problem([1, 2, 3, 4], 200, asked_ms=150)
+    assert "has not caught up" in (problem or "")
+    with pytest.raises(VoterChangeError, match="has not caught up"):
+        leader.change_voters([1, 2, 3, 4], 200, asked_ms=150)
+    answer(leader, fetch(4, 2, end, 2), 250)  # a fetch at the end since: added
+    assert leader.voter_change_problem([1, 2, 3, 4], 300, asked_ms=150) is None
+    # Replica 5 caught up, then its log starts over (a replica made anew, empty).
+    answer(leader, fetch(5, 2, end, 2), 300)
+    assert leader.voter_change_problem([1, 2, 3, 5], 300) is None
+    answer(leader, fetch(5, 2, 0, -1), 350)
+    assert "has not caught up" in (leader.voter_change_problem([1, 2, 3, 5], 400) or "")
+
+
 def test_a_leader_that_removes_itself_leads_until_that_commits_then_resigns() -> None:
     c = Cluster(voters=(1, 2, 3))
     leader = c.elect()
