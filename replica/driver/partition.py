@@ -169,8 +169,10 @@ class PartitionDriver:
         # The voters a reassignment moves this partition to (None: none asked); its leader
         # changes the voter set towards it one voter at a time (``Driver.set_target``).
         self.target: tuple[int, ...] | None = None
-        # When ``target`` was set: a replica it adds must have caught up since.
+        # When ``target`` was set: a replica it adds must have caught up since, on a fetch
+        # that arrived since (a parked fetch handled again reports the time it is handled).
         self.target_since = UNKNOWN
+        self.fetched_at: dict[int, int] = {}  # replica -> when its latest fetch arrived
         # The voters this node's peer counts were last taken from (``Driver._sync_peers``).
         self.counted_voters: tuple[int, ...] = ()
         # The (leader, epoch) this replica was last told refuses connections
@@ -214,6 +216,8 @@ class PartitionDriver:
         current = set(core.voters)
         adding = sorted(set(target) - current)
         for voter in adding:
+            if self.fetched_at.get(voter, UNKNOWN) < self.target_since:
+                continue  # no fetch of it since the move was asked for
             step = tuple(sorted(current | {voter}))
             if core.voter_change_problem(step, now, asked_ms=self.target_since) is None:
                 return step
@@ -311,6 +315,9 @@ class PartitionDriver:
         if was_leader and not core.is_leader:
             # Their records may be truncated by the next leader: fail them.
             self._fail_waiters(NotLeaderError(core.leader_id, core.epoch), ready)
+            # Answers held under the throttle speak as the leader this replica no longer
+            # is (their records read then): the observers fetch again from the next one.
+            self.paced.clear()
             self._wake(now, ready, force=True)
         elif self.consumers:
             self._wake_consumers(now, ready, force=False)
@@ -318,6 +325,13 @@ class PartitionDriver:
     # ------------------------------------------------------------------ replica fetches
     def on_raft(self, msg: Message, now: int, ready: Ready) -> None:
         msg = self._capped(msg)
+        if isinstance(msg, FetchRequest):
+            self.fetched_at[msg.replica_id] = now
+            if self.parked:
+                # A replica's new fetch supersedes one of its fetches parked here: handled
+                # again later, the old one would report the replica as it was then (a
+                # copy since deleted, say) as of that later time.
+                self.parked = [p for p in self.parked if p.request.replica_id != msg.replica_id]
         out = self.core.handle(msg, now)
         if self.ticks_from_ms and self.core.epoch > 0:
             self.ticks_from_ms = 0  # someone stood: the new partition's hold is over

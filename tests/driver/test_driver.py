@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from quorumlog.replica.driver import Driver, Limits, Ready
@@ -404,6 +405,60 @@ def test_a_catch_up_rate_set_while_an_answer_waits_takes_effect_at_once() -> Non
     driver.set_catch_up_rate(1000, nodes.now)  # and back on
     assert p.throttle is driver.throttle and driver.throttle is not None
     assert observer_fetch(6) and observer_fetch(5) == []  # paced again
+
+
+def test_answers_held_under_the_throttle_are_dropped_when_the_leader_stops_leading() -> None:
+    """An answer paced for an observer speaks as the leader that read its records: once
+    that replica no longer leads, it is not sent (the observer fetches from the next
+    leader), as a produce waiting for its quorum is failed then."""
+    from tests.raft.harness import fetch as raft_fetch
+
+    nodes = ThrottledNodes(3)
+    leader = nodes.leader()
+    nodes.request(leader, produce(list(range(50))))
+    nodes.advance(200)
+    driver = nodes.drivers[leader]
+    p = driver.partitions[KEY]
+    epoch = p.core.epoch
+    for observer in (9, 8):
+        req = raft_fetch(observer, epoch, 0, -1, cluster="c", dst=leader)
+        driver.raft(KEY, req, nodes.now)
+    assert len(p.paced) == 1  # 8's answer waits behind 9's
+    ready = driver.begin_shutdown(nodes.now)  # it resigns
+    assert not p.core.is_leader and not p.paced
+    nodes.now += 60_000
+    sent = ready.send + driver.tick(nodes.now).send
+    assert not [msg for _, msg in sent if isinstance(msg, FetchResponse) and msg.dst == 8]
+
+
+def test_a_replicas_new_fetch_supersedes_its_fetch_parked_at_the_leader() -> None:
+    """A fetch parked (long-poll) is handled again when records arrive. A newer fetch of
+    the same replica supersedes it: handled after that one, the old fetch would report
+    the replica where it was (a copy its node has since deleted and made anew, empty)
+    as of the later time, and the leader could add the empty copy as a caught-up voter."""
+    from tests.raft.harness import fetch as raft_fetch
+
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    nodes.request(leader, produce(list(range(5))))
+    nodes.advance(200)
+    driver = nodes.drivers[leader]
+    p = driver.partitions[KEY]
+    epoch, end = p.core.epoch, p.log.end_offset
+
+    def observer_fetch(offset: int, last_epoch: int) -> None:
+        req = raft_fetch(9, epoch, offset, last_epoch, cluster="c", dst=leader)
+        driver.raft(KEY, dataclasses.replace(req, max_wait_ms=500), nodes.now)
+
+    observer_fetch(end, epoch)
+    observer_fetch(end, epoch)  # nothing new: parked
+    assert 9 in [f.request.replica_id for f in p.parked]
+    observer_fetch(0, -1)  # the copy made anew, from nothing
+    assert 9 not in [f.request.replica_id for f in p.parked]
+    nodes.request(leader, produce([7]))  # records wake what is parked
+    nodes.advance(50)
+    row = p.core.describe(nodes.now).observers
+    assert [(r.replica_id, r.end_offset) for r in row] == [(9, 0)]
 
 
 def test_what_producers_append_during_a_catch_up_reaches_the_observer_unpaced() -> None:

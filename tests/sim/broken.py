@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from quorumlog.replica.constants import UNKNOWN
 from quorumlog.replica.driver import Driver, PartitionDriver, Ready
 from quorumlog.replica.protocol import ErrorCode
 from quorumlog.replica.protocol import messages as m
@@ -148,6 +149,19 @@ class _SendsBeforePersist(PartitionDriver):
         super().run(out, now, ready)
 
 
+class _AddsOnStaleCatchUp(PartitionDriver):
+    """Counts a replica's catch-up from before its move was asked for: a copy its node
+    deleted after its removal, while the leader kept its row."""
+
+    @property
+    def target_since(self) -> int:
+        return UNKNOWN
+
+    @target_since.setter
+    def target_since(self, value: int) -> None:
+        pass
+
+
 def _driver(partition: type[PartitionDriver]) -> type[Driver]:
     return type(partition.__name__.lstrip("_"), (Driver,), {"partition_class": partition})
 
@@ -166,6 +180,7 @@ AcksBeforeCommit = _driver(_AcksBeforeCommit)
 SendsBeforeFlush = _driver(_SendsBeforeFlush)
 ServesAboveHwm = _driver(_ServesAboveHwm)
 SendsBeforePersist = _driver(_SendsBeforePersist)
+AddsOnStaleCatchUp = _driver(_AddsOnStaleCatchUp)
 
 BROKEN_DRIVERS = {
     "acks-before-commit": AcksBeforeCommit,

@@ -282,6 +282,11 @@ class SimNode:
     flush_keys: set[tuple[str, int]] = field(default_factory=set)
     # Disk faults: flushes are slow until then; when its full disk first refused an
     # append; refusals seen; (when, log end) of the oldest flush asked and not done.
+    # The voters its replica opens with (None: the partition's first ones): a replica a
+    # move makes anew opens with the voters before the move, not among them.
+    open_voters: tuple[int, ...] | None = None
+    # Its voter-set records checked as its own adds while it led: (offset, epoch).
+    adds_checked: set[tuple[int, int]] = field(default_factory=set)
     slow_until: int = 0
     refused_at: tuple[int, int] | None = None  # (when, in which epoch it led)
     refusals_seen: int = 0
@@ -560,9 +565,8 @@ class Simulation:
             lg = node.extra_logs.setdefault(key, MemLog())
             persisted = node.extra_persisted.get(key)
             opened.merge(node.driver.open(key, self.voter_ids, lg, persisted, self.local(node)))
-        opened.merge(
-            node.driver.open(KEY, self.voter_ids, node.log, node.persisted, self.local(node))
-        )
+        voters = list(node.open_voters or self.voter_ids)
+        opened.merge(node.driver.open(KEY, voters, node.log, node.persisted, self.local(node)))
         if self.target != tuple(self.voter_ids):
             node.driver.set_target(KEY, self.target, self.local(node))
         self.execute(node, opened)
@@ -990,11 +994,42 @@ class Simulation:
             new = (now_in - {self.rng.choice(sorted(now_in))}) | {self.rng.choice(out)}
         else:
             return
-        self.target = tuple(sorted(new))
+        before, self.target = self.target, tuple(sorted(new))
         self.fault(f"reassign to voters {list(self.target)}")
+        for node_id in sorted(set(self.target) - set(before)):
+            self.maybe_made_anew(self.nodes[node_id], before)
         for node in self.alive_nodes():
             if node.driver is not None:
                 node.driver.set_target(KEY, self.target, self.local(node))
+
+    def maybe_made_anew(self, node: SimNode, before: tuple[int, ...]) -> None:
+        """A node a move brings back may have deleted its copy once its removal was
+        committed (``PartitionManager.drop_removed``): then the move makes it anew, empty,
+        opening with the voters ``before`` the move (an observer), while the leader may
+        still hold the removed voter's row for it."""
+        core = node.core
+        if core is None or core.is_voter or core.electable or node.log.end_offset == 0:
+            return
+        if self.rng.random() < 0.5:
+            return
+        self.fault(f"node {node.id} deleted its copy after its removal: made anew, empty")
+        self.stats["made_anew"] = self.stats.get("made_anew", 0) + 1
+        # The copy went when its removal committed, longer ago than any message takes:
+        # what it sent is no longer in flight. (A fetch of it delayed past the move back
+        # would still count for the new copy: only an id of each copy in its fetches and
+        # in the voter-set record, as KIP-853's directory id, tells them apart.)
+        for i, (at, seq, kind, data) in enumerate(self.events):
+            if kind == DELIVER:
+                msgs, inc = data
+                kept = tuple((k, msg) for k, msg in msgs if k != KEY or msg.src != node.id)
+                self.events[i] = (at, seq, kind, (kept, inc))
+        self.stop(node, lose_unflushed=True)
+        node.log = self.log_factory()
+        node.persisted = None
+        node.max_epoch = 0  # its epoch went with the copy
+        node.open_voters = before
+        node.adds_checked.clear()
+        self.start(node)
 
     def inject_disk_fault(self) -> None:
         node = self.nodes[self.rng.choice(self.voter_ids)]
@@ -1118,6 +1153,8 @@ class Simulation:
                             f"committed history has {rec}",
                         )
             node.checked_upto = hwm
+        if core.role is Role.LEADER:
+            self.check_added_voters(node, core)
         pending = [o for o, _ in node.log.voter_sets if o >= len(self.committed)]
         if len(pending) > 1:
             raise Violation(
@@ -1125,6 +1162,30 @@ class Simulation:
                 f"node {node.id}'s log holds voter-set records at {pending} above the "
                 f"committed offset {len(self.committed)}",
             )
+
+    def check_added_voters(self, node: SimNode, core: RaftReplica) -> None:
+        """A voter a leader adds holds, durably, what the leader counts it for: the
+        leader's row for it is of the replica there is now, not of one that was deleted
+        (a row it kept from before would count records the new, empty replica lacks)."""
+        sets = node.log.voter_sets
+        st = core._state
+        if not isinstance(st, LeaderState) or not sets:
+            return
+        for i in range(len(sets) - 1, -1, -1):
+            offset, voters = sets[i]
+            if offset < st.epoch_start_offset or (offset, core.epoch) in node.adds_checked:
+                break  # not this leader's change, or checked already (and those before)
+            node.adds_checked.add((offset, core.epoch))
+            prior = sets[i - 1][1] if i else tuple(node.open_voters or self.voter_ids)
+            for added in sorted(set(voters) - set(prior)):
+                row = st.progress.get(added)
+                held = self.nodes[added].log.durable_end_offset
+                if row is not None and row.end_offset > held:
+                    raise Violation(
+                        "added-voter-holds",
+                        f"leader {node.id} added voter {added} at offset {offset} counting "
+                        f"it at {row.end_offset}; its log holds {held}",
+                    )
 
     def voters_at(self, offset: int) -> tuple[int, ...]:
         """The voter set in force at committed ``offset``."""
