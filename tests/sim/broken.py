@@ -188,6 +188,7 @@ BROKEN_DRIVERS = {
     "serves-above-hwm": ServesAboveHwm,
     "sends-before-persist": SendsBeforePersist,
     "tells-news-one-tick-only": TellsNewsOneTickOnly,
+    "adds-on-stale-catch-up": AddsOnStaleCatchUp,
 }
 
 

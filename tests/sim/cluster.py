@@ -280,13 +280,13 @@ class SimNode:
     extra_logs: dict[tuple[str, int], MemLog] = field(default_factory=dict)
     extra_persisted: dict[tuple[str, int], ElectionState] = field(default_factory=dict)
     flush_keys: set[tuple[str, int]] = field(default_factory=set)
-    # Disk faults: flushes are slow until then; when its full disk first refused an
-    # append; refusals seen; (when, log end) of the oldest flush asked and not done.
     # The voters its replica opens with (None: the partition's first ones): a replica a
     # move makes anew opens with the voters before the move, not among them.
     open_voters: tuple[int, ...] | None = None
     # Its voter-set records checked as its own adds while it led: (offset, epoch).
     adds_checked: set[tuple[int, int]] = field(default_factory=set)
+    # Disk faults: flushes are slow until then; when its full disk first refused an
+    # append; refusals seen; (when, log end) of the oldest flush asked and not done.
     slow_until: int = 0
     refused_at: tuple[int, int] | None = None  # (when, in which epoch it led)
     refusals_seen: int = 0
