@@ -334,33 +334,46 @@ class ThrottledNodes(Nodes):
         return Driver(i, "c", self.config, limits, random.Random(i))
 
 
+class Leading:
+    """The leader of ``nodes`` once ``records`` records are written and replicated, and
+    a fetch of partition KEY sent to it by a replica (its answers in that step)."""
+
+    def __init__(self, nodes: Nodes, records: int = 50) -> None:
+        self.nodes = nodes
+        self.id = nodes.leader()
+        nodes.request(self.id, produce(list(range(records))))
+        nodes.advance(200)
+        self.driver = nodes.drivers[self.id]
+        self.p = self.driver.partitions[KEY]
+        self.epoch = self.p.core.epoch
+
+    def fetch(
+        self, replica: int, offset: int = 0, last_epoch: int = -1, max_wait_ms: int = 0
+    ) -> list[FetchResponse]:
+        from tests.raft.harness import fetch as raft_fetch
+
+        req = raft_fetch(replica, self.epoch, offset, last_epoch, cluster="c", dst=self.id)
+        if max_wait_ms:
+            req = dataclasses.replace(req, max_wait_ms=max_wait_ms)
+        ready = self.driver.raft(KEY, req, self.nodes.now)
+        return [msg for _, msg in ready.send if isinstance(msg, FetchResponse)]
+
+
 def test_answers_with_records_to_an_observer_are_paced_by_the_throttle() -> None:
     """A replica a reassignment is adding (an observer) catches up at the node's
     catch-up rate: each answer that carries records waits for the ones before it to have
     had their time; the voters' answers never wait."""
-    from tests.raft.harness import fetch as raft_fetch
-
     nodes = ThrottledNodes(3)
-    leader = nodes.leader()
-    nodes.request(leader, produce(list(range(50))))
-    nodes.advance(200)
-    driver = nodes.drivers[leader]
-    epoch = driver.partitions[KEY].core.epoch
-
-    def observer_fetch(offset: int) -> list[FetchResponse]:
-        req = raft_fetch(9, epoch, offset, -1, cluster="c", dst=leader)
-        ready = driver.raft(KEY, req, nodes.now)
-        return [msg for _, msg in ready.send if isinstance(msg, FetchResponse)]
-
-    first = observer_fetch(0)
+    led = Leading(nodes)
+    driver, p = led.driver, led.p
+    first = led.fetch(9)
     assert len(first) == 1 and first[0].records  # the bucket was empty: at once
     size = len(first[0].records)
-    assert observer_fetch(0) == []  # paced: held for size / 1000 s
-    p = driver.partitions[KEY]
+    assert led.fetch(9) == []  # paced: held for size / 1000 s
     assert [at for at, _ in p.paced.values()] == [nodes.now + size]  # 1,000 bytes a second
     # The observer asks again (its request timed out): the same turn, counted once.
     free_at = driver.throttle.free_at if driver.throttle else 0
-    assert observer_fetch(0) == [] and len(p.paced) == 1
+    assert led.fetch(9) == [] and len(p.paced) == 1
     assert driver.throttle is not None and driver.throttle.free_at == free_at
     deadline = p.next_deadline_ms()
     assert deadline is not None and deadline <= nodes.now + size
@@ -369,60 +382,39 @@ def test_answers_with_records_to_an_observer_are_paced_by_the_throttle() -> None
     released = [msg for _, msg in sent if isinstance(msg, FetchResponse) and msg.dst == 9]
     assert len(released) == 1 and released[0].records and not p.paced
     # A voter's fetch is answered at once, throttle or not.
-    follower = next(i for i in nodes.voters if i != leader)
-    req = raft_fetch(follower, epoch, 0, -1, cluster="c", dst=leader)
-    ready = driver.raft(KEY, req, nodes.now)
-    assert any(isinstance(msg, FetchResponse) and msg.dst == follower for _, msg in ready.send)
+    follower = next(i for i in nodes.voters if i != led.id)
+    assert any(msg.dst == follower for msg in led.fetch(follower))
 
 
 def test_a_catch_up_rate_set_while_an_answer_waits_takes_effect_at_once() -> None:
     """The cluster's metadata may change the throttle while moves run (``partition
     reassign --throttle``): an answer held under the old rate goes on the next tick, and
     observers are paced by the new rate from then on (none: answered at once)."""
-    from tests.raft.harness import fetch as raft_fetch
-
     nodes = ThrottledNodes(3)
-    leader = nodes.leader()
-    nodes.request(leader, produce(list(range(50))))
-    nodes.advance(200)
-    driver = nodes.drivers[leader]
-    p = driver.partitions[KEY]
-    epoch = p.core.epoch
-
-    def observer_fetch(replica: int) -> list[FetchResponse]:
-        req = raft_fetch(replica, epoch, 0, -1, cluster="c", dst=leader)
-        ready = driver.raft(KEY, req, nodes.now)
-        return [msg for _, msg in ready.send if isinstance(msg, FetchResponse)]
-
-    assert observer_fetch(9) and observer_fetch(8) == []  # 8 waits behind 9's answer
+    led = Leading(nodes)
+    driver, p = led.driver, led.p
+    assert led.fetch(9) and led.fetch(8) == []  # 8 waits behind 9's answer
     assert len(p.paced) == 1
     driver.set_catch_up_rate(0, nodes.now)  # the throttle lifted
     assert driver.throttle is None and p.throttle is None
     nodes.now += 1
     sent = driver.tick(nodes.now).send
     assert [msg.dst for _, msg in sent if isinstance(msg, FetchResponse)] == [8] and not p.paced
-    assert observer_fetch(7)  # unthrottled: at once
+    assert led.fetch(7)  # unthrottled: at once
     driver.set_catch_up_rate(1000, nodes.now)  # and back on
     assert p.throttle is driver.throttle and driver.throttle is not None
-    assert observer_fetch(6) and observer_fetch(5) == []  # paced again
+    assert led.fetch(6) and led.fetch(5) == []  # paced again
 
 
 def test_answers_held_under_the_throttle_are_dropped_when_the_leader_stops_leading() -> None:
     """An answer paced for an observer speaks as the leader that read its records: once
     that replica no longer leads, it is not sent (the observer fetches from the next
     leader), as a produce waiting for its quorum is failed then."""
-    from tests.raft.harness import fetch as raft_fetch
-
     nodes = ThrottledNodes(3)
-    leader = nodes.leader()
-    nodes.request(leader, produce(list(range(50))))
-    nodes.advance(200)
-    driver = nodes.drivers[leader]
-    p = driver.partitions[KEY]
-    epoch = p.core.epoch
-    for observer in (9, 8):
-        req = raft_fetch(observer, epoch, 0, -1, cluster="c", dst=leader)
-        driver.raft(KEY, req, nodes.now)
+    led = Leading(nodes)
+    driver, p = led.driver, led.p
+    led.fetch(9)
+    led.fetch(8)
     assert len(p.paced) == 1  # 8's answer waits behind 9's
     ready = driver.begin_shutdown(nodes.now)  # it resigns
     assert not p.core.is_leader and not p.paced
@@ -436,26 +428,16 @@ def test_a_replicas_new_fetch_supersedes_its_fetch_parked_at_the_leader() -> Non
     the same replica supersedes it: handled after that one, the old fetch would report
     the replica where it was (a copy its node has since deleted and made anew, empty)
     as of the later time, and the leader could add the empty copy as a caught-up voter."""
-    from tests.raft.harness import fetch as raft_fetch
-
     nodes = Nodes(3)
-    leader = nodes.leader()
-    nodes.request(leader, produce(list(range(5))))
-    nodes.advance(200)
-    driver = nodes.drivers[leader]
-    p = driver.partitions[KEY]
-    epoch, end = p.core.epoch, p.log.end_offset
-
-    def observer_fetch(offset: int, last_epoch: int) -> None:
-        req = raft_fetch(9, epoch, offset, last_epoch, cluster="c", dst=leader)
-        driver.raft(KEY, dataclasses.replace(req, max_wait_ms=500), nodes.now)
-
-    observer_fetch(end, epoch)
-    observer_fetch(end, epoch)  # nothing new: parked
+    led = Leading(nodes, records=5)
+    p = led.p
+    end = p.log.end_offset
+    led.fetch(9, end, led.epoch, max_wait_ms=500)
+    led.fetch(9, end, led.epoch, max_wait_ms=500)  # nothing new: parked
     assert 9 in [f.request.replica_id for f in p.parked]
-    observer_fetch(0, -1)  # the copy made anew, from nothing
+    led.fetch(9, max_wait_ms=500)  # the copy made anew, from nothing
     assert 9 not in [f.request.replica_id for f in p.parked]
-    nodes.request(leader, produce([7]))  # records wake what is parked
+    nodes.request(led.id, produce([7]))  # records wake what is parked
     nodes.advance(50)
     row = p.core.describe(nodes.now).observers
     assert [(r.replica_id, r.end_offset) for r in row] == [(9, 0)]
@@ -467,34 +449,21 @@ def test_what_producers_append_during_a_catch_up_reaches_the_observer_unpaced() 
     answer goes at once though the throttle's turn is still ahead, so a throttle below
     the write rate slows a move but never stops it from ending. Without the rule, the
     answer below waits for the turn."""
-    from tests.raft.harness import fetch as raft_fetch
-
     nodes = ThrottledNodes(3)
-    leader = nodes.leader()
-    nodes.request(leader, produce(list(range(50))))
-    nodes.advance(200)
-    driver = nodes.drivers[leader]
-    p = driver.partitions[KEY]
-    epoch = p.core.epoch
-
-    def observer_fetch(offset: int) -> list[FetchResponse]:
-        last_epoch = epoch if offset else -1
-        req = raft_fetch(9, epoch, offset, last_epoch, cluster="c", dst=leader)
-        ready = driver.raft(KEY, req, nodes.now)
-        return [msg for _, msg in ready.send if isinstance(msg, FetchResponse)]
-
-    first = observer_fetch(0)
+    led = Leading(nodes)
+    driver, p = led.driver, led.p
+    first = led.fetch(9)
     assert len(first) == 1 and first[0].records  # the whole backlog, charged
     caught_up = p.log.end_offset
     assert driver.throttle is not None and driver.throttle.free_at > nodes.now
-    nodes.request(leader, produce(list(range(5))))  # written during the catch-up
+    nodes.request(led.id, produce(list(range(5))))  # written during the catch-up
     nodes.advance(50)
     assert p.log.end_offset > caught_up
     assert driver.throttle.free_at > nodes.now  # the backlog's turn is still ahead
-    answer = observer_fetch(caught_up)
+    answer = led.fetch(9, caught_up, led.epoch)
     assert len(answer) == 1 and answer[0].records and not p.paced  # sent at once
     # A backlog again (the observer asks from the start): paced as before.
-    assert observer_fetch(0) == [] and len(p.paced) == 1
+    assert led.fetch(9) == [] and len(p.paced) == 1
 
 
 def test_a_new_replica_of_a_move_looks_for_the_leader_at_once() -> None:
