@@ -173,6 +173,7 @@ class PartitionDriver:
         # that arrived since (a parked fetch handled again reports the time it is handled).
         self.target_since = UNKNOWN
         self.fetched_at: dict[int, int] = {}  # replica -> when its latest fetch arrived
+        self.copier: int | None = None  # the new replica that copies now (``copying``)
         # The voters this node's peer counts were last taken from (``Driver._sync_peers``).
         self.counted_voters: tuple[int, ...] = ()
         # The (leader, epoch) this replica was last told refuses connections
@@ -208,27 +209,60 @@ class PartitionDriver:
 
     def next_voters(self, now: int) -> tuple[int, ...] | None:
         """The next single-voter step towards ``target`` its leader may take now (None:
-        none): add a target replica that has caught up, else, once every one is added,
-        remove a voter not in the target (itself last: it leads until that commits)."""
+        none). While the voters outnumber the target, remove one not in it (itself
+        last: it leads until that commits); else add the target replica that copies
+        (``copying``) once it has caught up; else, with every one added, remove. So a
+        partition never has more than one voter beyond its target's count, and one new
+        replica copies at a time: with 1 leading, [1, 2] -> [3, 4] goes [1, 2, 3],
+        [1, 3], [1, 3, 4], [3, 4]."""
         core, target = self.core, self.target
         if target is None or not core.is_leader or core.voter_change_pending:
             return None
         current = set(core.voters)
-        adding = sorted(set(target) - current)
-        for voter in adding:
-            if self.fetched_at.get(voter, UNKNOWN) < self.target_since:
-                continue  # no fetch of it since the move was asked for
+        if len(current) <= len(target) and set(target) - current:
+            voter = self.copying(now)
+            if voter is None:
+                return None  # no new replica fetches
             step = tuple(sorted(current | {voter}))
             if core.voter_change_problem(step, now, asked_ms=self.target_since) is None:
                 return step
-        if adding:
-            return None  # the rest are still catching up
-        removing = sorted(current - set(target), key=lambda v: (v == core.node_id, v))
-        for voter in removing:
+            return None  # still catching up
+        for voter in sorted(current - set(target), key=lambda v: (v == core.node_id, v)):
             step = tuple(sorted(current - {voter}))
             if core.voter_change_problem(step, now) is None:
                 return step
         return None
+
+    def copying(self, now: int) -> int | None:
+        """The one new replica of a move that copies the partition now (its leader's
+        view; None: none may), chosen among the target replicas to add that fetched
+        within a fetch timeout, and since the move was asked for: the one chosen before
+        while it still fetches, else the first of them. The others' fetches get no
+        records (``waits_turn``): every record reaches one replica more than the
+        voters, not one more per new replica, and the throttle's bytes go to one copy
+        that then joins, not to many that all join late. None while the voters
+        outnumber the target (a removal comes first)."""
+        core, target = self.core, self.target
+        if target is None or not core.is_leader or len(core.voters) > len(target):
+            self.copier = None
+            return None
+        since = max(self.target_since, now - core.config.fetch_timeout_ms)
+        live = [
+            r
+            for r in sorted(set(target) - set(core.voters))
+            if self.fetched_at.get(r, UNKNOWN) >= since
+        ]
+        if self.copier not in live:
+            self.copier = live[0] if live else None
+        return self.copier
+
+    def waits_turn(self, replica: int, now: int) -> bool:
+        """A new replica of a move that may not copy yet (``copying``): its fetches are
+        held as long-polls and answered with no records."""
+        target = self.target
+        if target is None or replica in self.core.voters or replica not in target:
+            return False
+        return self.core.is_leader and self.copying(now) != replica
 
     # ------------------------------------------------------------------ the rules
     def run(self, out: Output, now: int, ready: Ready) -> None:
@@ -335,12 +369,14 @@ class PartitionDriver:
         out = self.core.handle(msg, now)
         if self.ticks_from_ms and self.core.epoch > 0:
             self.ticks_from_ms = 0  # someone stood: the new partition's hold is over
-        if isinstance(msg, FetchRequest) and msg.max_wait_ms > 0:
-            resp = _answer_to(out, msg)
+        if isinstance(msg, FetchRequest):
+            waits = self.waits_turn(msg.replica_id, now)
+            resp = _without_records(out, msg) if waits else _answer_to(out, msg)
             if (
-                resp is not None
+                msg.max_wait_ms > 0
+                and resp is not None
                 and resp.is_empty()
-                and self.sent_hwm.get(msg.replica_id) == resp.high_watermark
+                and (waits or self.sent_hwm.get(msg.replica_id) == resp.high_watermark)
             ):
                 # Long-poll: nothing new for this replica; hold the answer.
                 out.messages.remove(resp)
@@ -415,7 +451,13 @@ class PartitionDriver:
     def _wake_replicas(self, now: int, ready: Ready, *, force: bool) -> None:
         parked, self.parked = self.parked, []
         for p in parked:
+            waits = self.waits_turn(p.request.replica_id, now)
+            if waits and now < p.deadline_ms and not force:
+                self.parked.append(p)  # a new replica waiting its turn to copy
+                continue
             out = self.core.handle(p.request, now)  # re-handling is idempotent
+            if waits:
+                _without_records(out, p.request)
             self._pace(out, p.request, now)
             resp = _answer_to(out, p.request)
             if resp is not None and resp.is_empty():
@@ -671,6 +713,17 @@ def _answer_to(out: Output, req: FetchRequest) -> FetchResponse | None:
         if isinstance(msg, FetchResponse) and msg.dst == req.replica_id:
             return msg
     return None
+
+
+def _without_records(out: Output, req: FetchRequest) -> FetchResponse | None:
+    """The answer to ``req`` in ``out``, its records taken out (a new replica waiting
+    its turn to copy)."""
+    resp = _answer_to(out, req)
+    if resp is None or not resp.records:
+        return resp
+    bare = dataclasses.replace(resp, records=b"")
+    out.messages[out.messages.index(resp)] = bare
+    return bare
 
 
 def _produce_error(code: ErrorCode, text: str, exc: NotLeaderError | None = None) -> Any:

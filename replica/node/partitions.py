@@ -161,8 +161,11 @@ class PartitionManager:
         # re-fetched from the leader (see RaftReplica.on_corruption), not fatal.
         lg = WallClockLog(str(d), self.log_config_of(topic), repair=True, space=self.space)
         fresh = not lg.existed
-        if fresh and self.datadir.catch_up_pending:
-            # This node's directory replaced a lost one that may have held this replica.
+        if fresh and (self.datadir.catch_up_pending or self.node_id not in voters):
+            # This node's directory replaced a lost one that may have held this replica;
+            # or a move adds it (an observer), and this node may have held a copy it
+            # deleted once removed, which a stale voter still counts as a voter: either
+            # way no vote until it is durably past the leader's end at its first answer.
             lg.mark_catch_up(CATCH_UP_UNKNOWN)
         key = (topic, partition)
         state = self.journal.get(key)

@@ -482,3 +482,52 @@ def test_a_new_replica_of_a_move_looks_for_the_leader_at_once() -> None:
         nodes.advance(10)
     assert observer.leader_id == leader
     assert nodes.now - opened <= CONFIG.retry_backoff_ms + CONFIG.request_timeout_ms
+
+
+def test_a_move_copies_to_one_new_replica_at_a_time() -> None:
+    """Of the new replicas a move adds, one copies the partition at a time: the first
+    to fetch gets records, the other's fetches are held as long-polls and answered with
+    none; the other copies once the first stops fetching (a fetch timeout)."""
+    nodes = Nodes(3)
+    led = Leading(nodes)
+    nodes.down |= {8, 9}  # replicas without a driver here: their messages are dropped
+    led.driver.set_target(KEY, [led.id, 8, 9], nodes.now)
+    assert led.fetch(8)[0].records  # the first new replica to fetch copies
+    assert led.fetch(9, max_wait_ms=500) == []  # held: not its turn
+    nodes.now += 500
+    sent = led.driver.tick(nodes.now).send
+    assert [m.records for _, m in sent if isinstance(m, FetchResponse) and m.dst == 9] == [b""]
+    nodes.now += 100
+    assert [a.records for a in led.fetch(9)] == [b""]
+    nodes.now += CONFIG.fetch_timeout_ms  # 8 has stopped fetching: 9's turn
+    assert led.fetch(9)[0].records
+    assert [a.records for a in led.fetch(8)] == [b""]  # and it stays 9's
+
+
+def test_a_move_keeps_at_most_one_voter_beyond_its_target() -> None:
+    """A move of two replicas alternates: the copying replica is added once caught up,
+    then a voter leaving is removed, and only then does the next new replica copy: the
+    voters never outnumber the target by more than one."""
+    nodes = Nodes(3)
+    led = Leading(nodes)
+    nodes.down |= {8, 9}  # replicas without a driver here: their messages are dropped
+    first_out, second_out = sorted(i for i in nodes.voters if i != led.id)
+    led.driver.set_target(KEY, [led.id, 8, 9], nodes.now)
+    assert led.fetch(8)[0].records and not led.fetch(9)[0].records
+    seen = [led.p.core.voters]
+    for _ in range(100):
+        for new in (8, 9):  # each fetches to the end of what it was sent (a voter too)
+            for a in led.fetch(new, offset=led.p.log.end_offset, last_epoch=led.epoch):
+                assert not a.records or new == led.p.copier or new in led.p.core.voters
+        nodes.advance(50)
+        if led.p.core.voters != seen[-1]:
+            seen.append(led.p.core.voters)
+        if seen[-1] == tuple(sorted([led.id, 8, 9])):
+            break
+    assert seen == [
+        tuple(sorted(nodes.voters)),
+        tuple(sorted([*nodes.voters, 8])),
+        tuple(sorted([led.id, second_out, 8])),
+        tuple(sorted([led.id, second_out, 8, 9])),
+        tuple(sorted([led.id, 8, 9])),
+    ], seen

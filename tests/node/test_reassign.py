@@ -18,6 +18,7 @@ from quorumlog.replica.client import Client
 from quorumlog.replica.client.errors import QuorumLogError
 from quorumlog.replica.client.producer import Producer
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.storage.log import CATCH_UP_FILE
 
 from tests.support.cli import cluster_cli
 from tests.support.cluster import find_leader, read_all
@@ -168,6 +169,11 @@ def test_decommission_rebalance_and_replication_factor_on_a_running_cluster(
         assert got == sent
 
 
+def catching_up(c: LocalCluster, node: int) -> bool:
+    """Node ``node``'s replica of the partition holds the catch-up mark (no vote yet)."""
+    return (c.node_dir(node) / f"{TOPIC}-0" / CATCH_UP_FILE).exists()
+
+
 def test_the_throttle_changes_on_every_node_while_a_move_runs(tmp_path: Path) -> None:
     """``partition reassign --throttle`` sets every node's catch-up throttle through the
     metadata log, and the moves under way take it at once: a move crawling under the
@@ -190,12 +196,16 @@ def test_the_throttle_changes_on_every_node_while_a_move_runs(tmp_path: Path) ->
         c.client.reassign(TOPIC, {0: others})
         time.sleep(3)
         assert not moved(others)  # crawling under the nodes' own throttle
+        # A move's new replicas vote only once caught up (``catch-up`` mark): a stale
+        # voter may still count a copy their node held before and deleted.
+        assert all(catching_up(c, n) for n in others)
         lifted = cli(c, "--throttle", "0")
         assert lifted.returncode == 0, lifted.stderr
         assert "catch-up throttle: none (unthrottled)" in lifted.stdout
         t0 = time.monotonic()
         wait_until(lambda: moved(others), timeout=60, what="the move, unthrottled")
         assert time.monotonic() - t0 < 30
+        assert not any(catching_up(c, n) for n in others)
         wait_until(
             lambda: not any((c.node_dir(n) / f"{TOPIC}-0").exists() for n in before),
             timeout=30,
@@ -210,6 +220,7 @@ def test_the_throttle_changes_on_every_node_while_a_move_runs(tmp_path: Path) ->
         c.client.reassign(TOPIC, {0: before})
         time.sleep(3)
         assert not moved(before)  # 32 KiB/s again
+        assert all(catching_up(c, n) for n in before)  # their copies made anew
         assert "bad" in cli(c, "--throttle", "bad").stderr
         records = [value[:5] for _, _, value in read_all(c.client, TOPIC, 0)]
         assert records == [b"%05d" % i for i in range(4000)]

@@ -162,6 +162,34 @@ class _AddsOnStaleCatchUp(PartitionDriver):
         pass
 
 
+class _CopiesToAllAtOnce(PartitionDriver):
+    """A move's new replicas all copy at once, and each is added once caught up, before
+    any voter leaves: the voters outnumber the target by as many as it adds."""
+
+    def waits_turn(self, replica: int, now: int) -> bool:
+        return False
+
+    def next_voters(self, now: int) -> tuple[int, ...] | None:
+        core, target = self.core, self.target
+        if target is None or not core.is_leader or core.voter_change_pending:
+            return None
+        current = set(core.voters)
+        adding = sorted(set(target) - current)
+        for voter in adding:
+            if self.fetched_at.get(voter, UNKNOWN) < self.target_since:
+                continue
+            step = tuple(sorted(current | {voter}))
+            if core.voter_change_problem(step, now, asked_ms=self.target_since) is None:
+                return step
+        if adding:
+            return None
+        for voter in sorted(current - set(target), key=lambda v: (v == core.node_id, v)):
+            step = tuple(sorted(current - {voter}))
+            if core.voter_change_problem(step, now) is None:
+                return step
+        return None
+
+
 def _driver(partition: type[PartitionDriver]) -> type[Driver]:
     return type(partition.__name__.lstrip("_"), (Driver,), {"partition_class": partition})
 
@@ -181,6 +209,7 @@ SendsBeforeFlush = _driver(_SendsBeforeFlush)
 ServesAboveHwm = _driver(_ServesAboveHwm)
 SendsBeforePersist = _driver(_SendsBeforePersist)
 AddsOnStaleCatchUp = _driver(_AddsOnStaleCatchUp)
+CopiesToAllAtOnce = _driver(_CopiesToAllAtOnce)
 
 BROKEN_DRIVERS = {
     "acks-before-commit": AcksBeforeCommit,
@@ -189,6 +218,7 @@ BROKEN_DRIVERS = {
     "sends-before-persist": SendsBeforePersist,
     "tells-news-one-tick-only": TellsNewsOneTickOnly,
     "adds-on-stale-catch-up": AddsOnStaleCatchUp,
+    "copies-to-all-at-once": CopiesToAllAtOnce,
 }
 
 

@@ -49,14 +49,17 @@ Invariants, checked after every event:
   client record within ``liveness_bound_ms``.
 
 Membership changes (``membership`` > 0): a fault now and then moves the partition to new
-voters (add an observer, remove a voter, or replace one: two steps), as the controller
-does with every node's driver (``Driver.set_target``); the leader steps the voter set
-there one voter at a time. ``majority-holds`` then counts the voter set in force at the
-committed offset (the latest committed voter-set record below it), and two more hold:
+voters (add an observer, remove a voter, or replace one or two: two or four steps), as
+the controller does with every node's driver (``Driver.set_target``); the leader steps
+the voter set there one voter at a time, its new replicas copying one at a time.
+``majority-holds`` then counts the voter set in force at the committed offset (the
+latest committed voter-set record below it), and more hold:
 
 * ``voter-changes-pending``: no log holds more than one voter-set record above the
   committed history;
-* ``voter-step``: each committed voter set differs from the one before by one voter.
+* ``voter-step``: each committed voter set differs from the one before by one voter;
+* ``voters-within-target``: a leader adds a voter only while the voters do not
+  outnumber its target: never more than one voter beyond it.
 
 Latent corruption (``corruption`` > 0): a fault damages one batch durably held by one
 voter; that voter finds it by a scrub a little later, or sooner when it reads it to serve
@@ -84,6 +87,7 @@ from quorumlog.replica.driver import Driver, Limits, Ready
 from quorumlog.replica.protocol import ErrorCode
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import (
+    CATCH_UP_UNKNOWN,
     UNCLEAN_EPOCH_GAP,
     ElectionState,
     FetchResponse,
@@ -182,9 +186,12 @@ class SimParams:
     # or its flushes become slow, for a while.
     disk_faults: float = 0.0
     # Chance that a fault is a reassignment of the partition to a new voter set (one
-    # voter added, removed or replaced), where no disk loss, unclean election or
-    # corruption runs.
+    # voter added or removed, one or two replaced), where no disk loss, unclean
+    # election or corruption runs.
     membership: float = 0.0
+    # A copy a move makes anew starts catching up (no vote) as PartitionManager.open
+    # marks it; False breaks that on purpose (a teeth test).
+    new_copies_catch_up: bool = True
     # Clients pause now and then (before the heal), long enough for the partition to
     # quiesce; then the next record must wake it.
     pauses: bool = False
@@ -979,8 +986,8 @@ class Simulation:
             self.execute(node, ready)
 
     def reassign(self) -> None:
-        """Move the partition to a new voter set one, or (a replacement) two voters away
-        from the target before, on every running node's driver (the controller's
+        """Move the partition to a new voter set one voter away from the target before
+        (an add, a removal), or two or four (one or two voters replaced), on every running node's driver (the controller's
         record, applied; a node that starts later gets it with its partition)."""
         ids = sorted(self.nodes)
         now_in = set(self.target)
@@ -988,10 +995,12 @@ class Simulation:
         r = self.rng.random()
         if r < 0.4 and out and len(now_in) < 5:
             new = now_in | {self.rng.choice(out)}
-        elif r < 0.7 and len(now_in) > 1:
+        elif r < 0.65 and len(now_in) > 1:
             new = now_in - {self.rng.choice(sorted(now_in))}
-        elif out:
+        elif out and (r < 0.85 or len(out) == 1 or len(now_in) == 1):
             new = (now_in - {self.rng.choice(sorted(now_in))}) | {self.rng.choice(out)}
+        elif out:  # two replaced: the new replicas copy one at a time
+            new = (now_in - set(self.rng.sample(sorted(now_in), 2))) | set(self.rng.sample(out, 2))
         else:
             return
         before, self.target = self.target, tuple(sorted(new))
@@ -1010,6 +1019,13 @@ class Simulation:
         core = node.core
         if core is None or core.is_voter or core.electable or node.log.end_offset == 0:
             return
+        top = len(self.committed)
+        if node.id in self.voters_at(top - 1) or any(
+            o >= top and node.id in voters
+            for n in self.nodes.values()
+            for o, voters in n.log.voter_sets
+        ):
+            return  # its removal is not committed (its own log may just not say so yet)
         if self.rng.random() < 0.5:
             return
         self.fault(f"node {node.id} deleted its copy after its removal: made anew, empty")
@@ -1025,6 +1041,12 @@ class Simulation:
                 self.events[i] = (at, seq, kind, (kept, inc))
         self.stop(node, lose_unflushed=True)
         node.log = self.log_factory()
+        # As PartitionManager.open marks a new replica a move adds: no vote until it has
+        # caught up past its first leader's end. A stale voter still counts the deleted
+        # copy, and the empty one's vote elected it beside the real leader (seed 532 of
+        # the membership mix, 0.4).
+        if self.p.new_copies_catch_up:
+            node.log.mark_catch_up(CATCH_UP_UNKNOWN)
         node.persisted = None
         node.max_epoch = 0  # its epoch went with the copy
         node.open_voters = before
@@ -1177,6 +1199,17 @@ class Simulation:
                 break  # not this leader's change, or checked already (and those before)
             node.adds_checked.add((offset, core.epoch))
             prior = sets[i - 1][1] if i else tuple(node.open_voters or self.voter_ids)
+            target = node.driver.partitions[KEY].target if node.driver is not None else None
+            if (
+                target is not None
+                and node.log.entries[offset][0] == core.epoch  # its own, checked as it is
+                and len(prior) < len(voters) > len(target) + 1
+            ):
+                raise Violation(
+                    "voters-within-target",
+                    f"leader {node.id} added a voter at offset {offset}: {list(voters)}, "
+                    f"more than one beyond the target {list(target)}",
+                )
             for added in sorted(set(voters) - set(prior)):
                 row = st.progress.get(added)
                 held = self.nodes[added].log.durable_end_offset

@@ -14,6 +14,7 @@ from .broken import (
     AcksBeforeCommit,
     AddsOnStaleCatchUp,
     ChecksQuorumNever,
+    CopiesToAllAtOnce,
     DefersEpochRecordOnAnyLog,
     ForgetsProducers,
     HwmCountsObservers,
@@ -115,6 +116,25 @@ def test_simulator_catches_a_voter_added_on_a_deleted_copys_catch_up() -> None:
     result = first_violation("AddsOnStaleCatchUp", driver_class=AddsOnStaleCatchUp, membership=0.5)
     assert result.violation is not None, result.report()
     assert result.violation.invariant == "added-voter-holds", result.report()
+
+
+def test_simulator_catches_a_move_whose_new_replicas_all_join_before_a_voter_leaves() -> None:
+    """A leader that lets every new replica of a move copy at once, and adds each once
+    caught up before any voter leaves, outnumbers the target by two voters when two are
+    replaced: caught."""
+    result = first_violation("CopiesToAllAtOnce", driver_class=CopiesToAllAtOnce, membership=0.5)
+    assert result.violation is not None, result.report()
+    assert result.violation.invariant == "voters-within-target", result.report()
+
+
+def test_simulator_catches_a_copy_made_anew_that_votes_before_it_has_caught_up() -> None:
+    """A node a move brings back, its old copy deleted, that answers votes at once with
+    its new, empty copy: a voter cut off since before the moves, still counting that
+    node's old copy, wins its vote beside the real leader of the epoch (seed 532)."""
+    result = run_seed(532, membership=0.4, new_copies_catch_up=False)
+    assert result.violation is not None, result.report()
+    assert result.violation.invariant == "one-leader-per-epoch", result.report()
+    assert run_seed(532, membership=0.4).violation is None
 
 
 def test_a_seed_replays_identically() -> None:
