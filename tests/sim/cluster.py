@@ -987,8 +987,9 @@ class Simulation:
 
     def reassign(self) -> None:
         """Move the partition to a new voter set one voter away from the target before
-        (an add, a removal), or two or four (one or two voters replaced), on every running node's driver (the controller's
-        record, applied; a node that starts later gets it with its partition)."""
+        (an add, a removal), or two or four (one or two voters replaced), on every
+        running node's driver (the controller's record, applied; a node that starts
+        later gets it with its partition)."""
         ids = sorted(self.nodes)
         now_in = set(self.target)
         out = [i for i in ids if i not in now_in]
