@@ -74,14 +74,16 @@ class LeaderRole(CoreFields):
         )
         if not copy:
             st.wake_unacked.discard(req.replica_id)
+        # A replica that lost data (or a move's new copy) neither counts nor joins the
+        # voters until it says it has caught back up (raft.membership).
+        if req.catching_up:
+            st.catching_up.add(req.replica_id)
+        else:
+            st.catching_up.discard(req.replica_id)
         if is_voter:
             # A fetch in this epoch acknowledges BeginQuorumEpoch (as Kafka's leader
             # counts it): it may be what arrives first, in the frame that carries both.
             st.begin_unacked.discard(req.replica_id)
-            if req.catching_up:
-                st.catching_up.add(req.replica_id)
-            else:
-                st.catching_up.discard(req.replica_id)
             st.fetched_since_check.add(req.replica_id)
             if len(st.fetched_since_check) + self._self_count >= self.majority:
                 self._reset_check_quorum(st, now_ms)

@@ -164,6 +164,13 @@ class MembershipRole(CoreFields):
             )
         (voter,) = changed
         if voter in new and voter != self.node_id:
+            if voter in st.catching_up:
+                # Added, it could not vote nor count until caught back up: with the
+                # voters it joins, no majority might be left to elect or commit.
+                raise VoterChangeError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"replica {voter} is catching up after losing data (no vote yet)",
+                )
             row = st.observers.get(voter)
             recent = max(now_ms - self.config.fetch_timeout_ms, asked_ms)
             if row is None or row.caught_up_ms == UNKNOWN or row.caught_up_ms < recent:

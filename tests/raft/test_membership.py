@@ -134,3 +134,21 @@ def test_a_truncated_change_is_undone_on_the_follower() -> None:
     assert c.cores[follower].voters == (1, 2, 3, 4)
     log.truncate_to(end)
     assert c.cores[follower].voters == (1, 2, 3)
+
+
+def test_a_replica_catching_up_after_losing_data_is_not_added() -> None:
+    """A move's new copy (or one whose data was lost) may not vote until caught back up:
+    added before, a two-voter set could neither elect nor commit (seed 2300 of the sim)."""
+    c = Cluster(voters=(1, 2, 3), observers=(4,))
+    leader = c.elect()
+    produce(c, leader, [1, 2, 3])
+    others = {v for v in (1, 2, 3) if v != leader}
+    c.down |= others  # node 4 gets no floor: it needs the epochs of two voters
+    c.apply(4, c.cores[4].begin_catch_up(c.now))
+    c.advance(200)
+    assert c.cores[4].catching_up and c.cores[leader].is_leader
+    assert "catching up" in (c.cores[leader].voter_change_problem([1, 2, 3, 4], c.now) or "")
+    c.down -= others
+    c.advance(2000)
+    assert not c.cores[4].catching_up
+    assert c.cores[leader].voter_change_problem([1, 2, 3, 4], c.now) is None
