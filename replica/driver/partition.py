@@ -381,7 +381,6 @@ class PartitionDriver:
                 # Long-poll: nothing new for this replica; hold the answer.
                 out.messages.remove(resp)
                 self.parked.append(_ParkedFetch(msg, now + msg.max_wait_ms))
-        if isinstance(msg, FetchRequest):
             self._pace(out, msg, now)
         self.run(out, now, ready)
 
