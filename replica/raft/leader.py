@@ -94,9 +94,20 @@ class LeaderRole(CoreFields):
             if end.epoch != req.last_fetched_epoch or end.end_offset < req.fetch_offset:
                 diverging = (end.epoch, end.end_offset)
 
-        if diverging is None:
-            rows = st.progress if is_voter else st.observers
+        rows = st.progress if is_voter else st.observers
+        row = rows.get(req.replica_id)
+        if row is not None and (row.request_id, row.end_offset) == (
+            req.request_id,
+            req.fetch_offset,
+        ):
+            # The fetch this row was last updated from, handled again (a long-poll
+            # answered later, or a copy delivered twice): it tells nothing of the replica
+            # since it first arrived (a copy deleted meanwhile, say), so the row keeps
+            # what it learned then; only the answer is made anew.
+            pass
+        elif diverging is None:
             row = rows.setdefault(req.replica_id, ReplicaProgress(req.replica_id))
+            row.request_id = req.request_id
             if req.fetch_offset < row.end_offset:
                 # Its log lost its end (truncated, or a replica made anew): what it
                 # caught up before is gone (raft.membership).

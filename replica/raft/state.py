@@ -59,6 +59,7 @@ class ReplicaProgress:
     # replica that keeps up is never at the leader's end when it is checked).
     fetch_leader_end: int = UNKNOWN
     caught_up_ms: int = UNKNOWN
+    request_id: int = UNKNOWN  # of the fetch this row was last updated from
 
 
 @dataclass(slots=True)

@@ -5,6 +5,8 @@ commits; a follower takes the voters from its log and drops them with a truncati
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from quorumlog.replica.protocol.errors import ErrorCode
 from quorumlog.replica.raft import Role, VoterChangeError
@@ -93,7 +95,8 @@ def test_a_replica_is_added_only_on_a_catch_up_of_the_replica_there_is_now() -> 
     assert "has not caught up" in (problem or "")
     with pytest.raises(VoterChangeError, match="has not caught up"):
         leader.change_voters([1, 2, 3, 4], 200, asked_ms=150)
-    answer(leader, fetch(4, 2, end, 2), 250)  # a fetch at the end since: added
+    next_fetch = dataclasses.replace(fetch(4, 2, end, 2), request_id=8)
+    answer(leader, next_fetch, 250)  # its next fetch, at the end since: added
     assert leader.voter_change_problem([1, 2, 3, 4], 300, asked_ms=150) is None
     # Replica 5 caught up, then its log starts over (a replica made anew, empty).
     answer(leader, fetch(5, 2, end, 2), 300)
@@ -152,3 +155,21 @@ def test_a_replica_catching_up_after_losing_data_is_not_added() -> None:
     c.advance(2000)
     assert not c.cores[4].catching_up
     assert c.cores[leader].voter_change_problem([1, 2, 3, 4], c.now) is None
+
+
+def test_a_fetch_handled_again_tells_nothing_new_of_its_replica() -> None:
+    """A long-poll answered later (or a fetch delivered twice) shows the replica as it
+    was when the fetch arrived. In seed 3181 of the sim the old copy's parked fetch,
+    answered after that copy was deleted and a move asked for the node back, had the
+    leader count the new, empty copy as caught up since the move was asked."""
+    leader = leader_with_records()
+    end = leader.log.end_offset
+    answer(leader, fetch(2, 2, end, 2), now=10)  # commits an entry of epoch 2
+    parked = fetch(4, 2, end, 2)
+    answer(leader, parked, now=100)  # observer 4 at the leader's end at t=100
+    asked = 200  # then a move asks for node 4
+    answer(leader, parked, now=300)  # the same fetch, handled again at its expiry
+    problem = leader.voter_change_problem([1, 2, 3, 4], 300, asked_ms=asked)
+    assert "has not caught up" in (problem or "")
+    answer(leader, dataclasses.replace(parked, request_id=8), now=310)  # its next fetch
+    assert leader.voter_change_problem([1, 2, 3, 4], 310, asked_ms=asked) is None
