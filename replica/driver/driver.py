@@ -173,6 +173,10 @@ class Driver:
             else:
                 hold = slot + NEW_PARTITION_HOLD_TIMEOUTS * self.quorum.election_timeout_ms
         core.peer_seen = self.liveness.seen
+        # Until a target names this node (``set_target``: the node's view of a move), a
+        # replica outside the voters it opens with may not be added: a copy a move took
+        # off, reopened before the metadata is applied again, may yet be deleted.
+        core.assigned = self.node_id in voters
         p = self.partition_class(key, core, log_, self.limits, hold)
         p.throttle = self.throttle
         p.assignment = list(voters)
@@ -250,6 +254,7 @@ class Driver:
         wanted = tuple(sorted(set(target)))
         if wanted != p.target:
             p.target, p.target_since = wanted, now
+        p.core.assigned = self.node_id in wanted
         p.assignment = list(dict.fromkeys(target))
         self._targeted.add(key)
         if self._reassign_at is None or (p.moving and self._reassign_at > now):

@@ -88,6 +88,7 @@ class FollowerRole(CoreFields):
             max_bytes=max_bytes,
             request_id=request_id,
             catching_up=self.catching_up if catching_up is None else catching_up,
+            assigned=self.assigned,
         )
 
     def _send_fetch(self: RaftReplica, st: FollowerState, now_ms: int, out: Output) -> None:

@@ -74,12 +74,22 @@ class LeaderRole(CoreFields):
         )
         if not copy:
             st.wake_unacked.discard(req.replica_id)
-        # A replica that lost data (or a move's new copy) neither counts nor joins the
-        # voters until it says it has caught back up (raft.membership).
-        if req.catching_up:
-            st.catching_up.add(req.replica_id)
-        else:
-            st.catching_up.discard(req.replica_id)
+        rows = st.progress if is_voter else st.observers
+        row = rows.get(req.replica_id)
+        # The fetch this row was last updated from, handled again (a long-poll answered
+        # later, or a copy delivered twice): it tells nothing of the replica since it
+        # first arrived (a copy deleted meanwhile, say), so what the leader knows of the
+        # replica stays what it learned then; only the answer is made anew.
+        again = row is not None and (row.request_id, row.end_offset) == (
+            req.request_id,
+            req.fetch_offset,
+        )
+        if not again:
+            # A replica that lost data (or a move's new copy) neither counts nor joins
+            # the voters until it says it has caught back up, nor one whose node does
+            # not host it yet on its view of the move (raft.membership).
+            _flag(st.catching_up, req.replica_id, req.catching_up)
+            _flag(st.unassigned, req.replica_id, not req.assigned)
         if is_voter:
             # A fetch in this epoch acknowledges BeginQuorumEpoch (as Kafka's leader
             # counts it): it may be what arrives first, in the frame that carries both.
@@ -94,18 +104,7 @@ class LeaderRole(CoreFields):
             if end.epoch != req.last_fetched_epoch or end.end_offset < req.fetch_offset:
                 diverging = (end.epoch, end.end_offset)
 
-        rows = st.progress if is_voter else st.observers
-        row = rows.get(req.replica_id)
-        if row is not None and (row.request_id, row.end_offset) == (
-            req.request_id,
-            req.fetch_offset,
-        ):
-            # The fetch this row was last updated from, handled again (a long-poll
-            # answered later, or a copy delivered twice): it tells nothing of the replica
-            # since it first arrived (a copy deleted meanwhile, say), so the row keeps
-            # what it learned then; only the answer is made anew.
-            pass
-        elif diverging is None:
+        if diverging is None and not again:
             row = rows.setdefault(req.replica_id, ReplicaProgress(req.replica_id))
             row.request_id = req.request_id
             if req.fetch_offset < row.end_offset:
@@ -176,14 +175,20 @@ class LeaderRole(CoreFields):
 
     def _counted_offsets(self: RaftReplica, st: LeaderState) -> list[int]:
         """What counts towards the HWM: the leader's durable end (while it is a voter) and
-        each voter's fetch offset (durable there), except voters catching up; observers
-        never count."""
+        each voter's fetch offset (durable there) that ``counts``; observers never
+        count."""
         own = [self.log.durable_end_offset] if self.is_voter else []
-        return own + [
-            r.end_offset for r in st.progress.values() if r.replica_id not in st.catching_up
-        ]
+        return own + [r.end_offset for r in st.progress.values() if self.counts(r)]
 
     def _commit_floor(self: RaftReplica, st: LeaderState) -> int:
         """The HWM must pass this first: the leader's own epoch start (Raft commits
         earlier epochs' entries only through one of its own)."""
         return st.epoch_start_offset
+
+
+def _flag(members: set[int], replica: int, on: bool) -> None:
+    """Put ``replica`` in ``members`` or take it out."""
+    if on:
+        members.add(replica)
+    else:
+        members.discard(replica)

@@ -19,7 +19,21 @@ A leader appends a change (``change_voters``) only when:
   far-behind voter would stall commits). What the leader knows of a replica may predate
   it: a voter removed keeps its row as an observer, and its node may delete the replica
   and make it anew, empty, when a move brings it back; a fetch from below the offset the
-  row holds (a log that lost its end) clears the row's catch-up too.
+  row holds (a log that lost its end) clears the row's catch-up too;
+* a replica it adds is hosted by its node on that node's own view of the moves: its
+  latest fetch says ``assigned``. A node whose view lags the leader's may still delete
+  the old copy as moved off (``PartitionManager.drop_removed``) after the leader added
+  it on that copy's fetches, leaving a new, empty copy the voter: one that neither votes
+  nor counts until it has caught up (of two voters, the other could then neither lead
+  nor commit).
+
+A voter the latest change added counts towards the high watermark only once its fetch
+is past that record (``counts``): until its log holds it, its log does not say it is a
+voter, and its node may still delete it as moved off (``PartitionManager.drop_removed``
+on a view of the move that lags the leader's), so what it was counted for would rest on
+a copy that is gone. A voter an earlier change added counts as any other: the latest
+change was appended only once that one committed, so what such a voter lacks below it
+is committed already.
 
 A replica removed by a change it does not know to be committed may still stand
 (``electable``); any replica not catching up answers votes (``_may_vote``). A leader
@@ -78,6 +92,18 @@ class MembershipRole(CoreFields):
         if not self.voter_change_pending:
             return False
         return self.node_id in (self.log.voters_before or self._base_voters)
+
+    def counts(self: RaftReplica, row: ReplicaProgress) -> bool:
+        """Whether a voter's row counts towards the high watermark: not while it is
+        catching up, and, for a voter the latest voter-set record added, not before its
+        fetch is past that record (see the module docstring)."""
+        st = self._state
+        if isinstance(st, LeaderState) and row.replica_id in st.catching_up:
+            return False
+        at = self.log.voters_offset
+        if at < 0 or row.end_offset > at:
+            return True
+        return row.replica_id in (self.log.voters_before or self._base_voters)
 
     def _tally(self: RaftReplica, ids: set[int]) -> int:
         """How many of ``ids`` are voters of the voter set in force."""
@@ -170,6 +196,13 @@ class MembershipRole(CoreFields):
                 raise VoterChangeError(
                     ErrorCode.REQUEST_TIMED_OUT,
                     f"replica {voter} is catching up after losing data (no vote yet)",
+                )
+            if voter in st.unassigned:
+                # Its node has not seen the move yet: it may still delete this copy as
+                # moved off, and a new, empty one would be the voter added.
+                raise VoterChangeError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"node {voter} does not host its replica yet (it has not seen the move)",
                 )
             row = st.observers.get(voter)
             recent = max(now_ms - self.config.fetch_timeout_ms, asked_ms)

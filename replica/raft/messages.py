@@ -125,7 +125,9 @@ class FetchRequest:
     driver flushes before sending it); ``last_fetched_epoch`` is the epoch of the record
     before it. ``current_leader_epoch`` UNKNOWN (consumers only) skips the epoch check.
     ``catching_up``: the fetcher lost data it may have acknowledged and has not yet
-    re-fetched past its old log end, so the leader must not count it towards the HWM."""
+    re-fetched past its old log end, so the leader must not count it towards the HWM.
+    ``assigned``: the fetcher's node, on its own view of the partition's moves, hosts
+    this replica (it will not delete it as moved off), so the leader may add it."""
 
     cluster_id: str
     replica_id: int
@@ -137,6 +139,7 @@ class FetchRequest:
     max_bytes: int
     request_id: int = 0
     catching_up: bool = False
+    assigned: bool = True
 
     @property
     def src(self) -> int:

@@ -101,6 +101,9 @@ class RaftReplica(
         self.log = log
         self._rng = rng
         self._shutting_down = False
+        # Whether this node, on its view of the partition's moves, hosts this replica:
+        # said in its fetches (``FetchRequest.assigned``); the driver sets it.
+        self.assigned = True
         # The log could not be written or made durable in time: no candidacy until a
         # write succeeds (``on_disk_fault``).
         self._disk_fault = False

@@ -125,6 +125,7 @@ class LeaderState:
     begin_resend_at: int | None = None
     fetched_since_check: set[int] = field(default_factory=set)
     catching_up: set[int] = field(default_factory=set)  # voters not counted for the HWM
+    unassigned: set[int] = field(default_factory=set)  # replicas not to be added yet
     # Forced by an unclean election: check-quorum waits until a majority has followed.
     forced: bool = False
     last_append_ms: int = 0  # when records were last appended (quiesce after a while)

@@ -531,3 +531,26 @@ def test_a_move_keeps_at_most_one_voter_beyond_its_target() -> None:
         tuple(sorted([led.id, second_out, 8, 9])),
         tuple(sorted([led.id, 8, 9])),
     ], seen
+
+
+def test_a_replica_says_in_its_fetches_whether_its_node_hosts_it_on_that_nodes_view() -> None:
+    """``set_target`` is the node's view of a move: a replica whose node it leaves out
+    says so in its fetches (its node may delete it as moved off, so the leader must not
+    add it), and says the opposite once a target names its node again."""
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    node = next(i for i in nodes.voters if i != leader)
+    others = [i for i in nodes.voters if i != node]
+
+    def fetches_say() -> set[bool]:
+        start = len(nodes.sent)
+        nodes.request(leader, produce([len(nodes.sent)]))  # records: followers fetch
+        nodes.advance(CONFIG.fetch_max_wait_ms + 100)
+        sent = nodes.sent[start:]
+        return {f.assigned for f in sent if isinstance(f, FetchRequest) and f.src == node}
+
+    assert fetches_say() == {True}
+    nodes.drivers[node].set_target(KEY, [*others, 9], nodes.now)
+    assert fetches_say() == {False}
+    nodes.drivers[node].set_target(KEY, nodes.voters, nodes.now)
+    assert fetches_say() == {True}

@@ -173,3 +173,40 @@ def test_a_fetch_handled_again_tells_nothing_new_of_its_replica() -> None:
     assert "has not caught up" in (problem or "")
     answer(leader, dataclasses.replace(parked, request_id=8), now=310)  # its next fetch
     assert leader.voter_change_problem([1, 2, 3, 4], 310, asked_ms=asked) is None
+
+
+def test_a_voter_just_added_counts_once_it_holds_the_record_that_added_it() -> None:
+    """Until its log holds the voter-set record that added it, a replica does not know it
+    is a voter, and its node, on a view of the move that lags the leader's, may delete
+    it as moved off: the leader does not count it before then. Counted, it would commit
+    records that only the leader and node 2 hold, on a copy about to be gone."""
+    leader = leader_with_records()
+    end = leader.log.end_offset
+    answer(leader, fetch(2, 2, end, 2), 10)  # commits an entry of epoch 2
+    leader.append(client_batch([4, 5]), 20)
+    leader.log.flush()
+    leader.on_log_flushed(20)
+    top = leader.log.end_offset
+    answer(leader, fetch(4, 2, top, 2), 30)  # observer 4 holds them, caught up
+    leader.change_voters([1, 2, 3, 4], 40)
+    added_at = leader.log.voters_offset
+    leader.log.flush()
+    leader.on_log_flushed(40)
+    answer(leader, dataclasses.replace(fetch(2, 2, top, 2), request_id=8), 50)
+    assert leader.high_watermark == end  # node 4 (at the record's offset) does not count
+    answer(leader, dataclasses.replace(fetch(4, 2, added_at + 1, 2), request_id=8), 60)
+    assert leader.high_watermark == top  # it holds the record now: 1, 2 and 4 hold top
+
+
+def test_a_replica_whose_node_does_not_host_it_yet_is_not_added() -> None:
+    """A node whose view of a move lags the leader's still takes its copy for one the
+    move took off, and may delete it: until its fetches say ``assigned`` the leader does
+    not add it (it would add a copy about to be gone, and then an empty one)."""
+    leader = leader_with_records()
+    end = leader.log.end_offset
+    answer(leader, fetch(2, 2, end, 2), 10)  # commits an entry of epoch 2
+    lagging = dataclasses.replace(fetch(4, 2, end, 2), assigned=False)
+    answer(leader, lagging, 20)  # at the leader's end, but its node has not seen the move
+    assert "has not seen the move" in (leader.voter_change_problem([1, 2, 3, 4], 30) or "")
+    answer(leader, dataclasses.replace(lagging, request_id=8, assigned=True), 40)
+    assert leader.voter_change_problem([1, 2, 3, 4], 50) is None

@@ -37,6 +37,27 @@ class HwmCountsObservers(RaftReplica):
         return super()._counted_offsets(st) + [r.end_offset for r in st.observers.values()]
 
 
+class AddsUnassigned(RaftReplica):
+    """Adds a replica whose node does not host it yet on its view of the move (its
+    fetches say ``assigned=False``)."""
+
+    def _check_voter_change(
+        self, new: tuple[int, ...], now_ms: int, asked_ms: int = UNKNOWN
+    ) -> Any:
+        if isinstance(self._state, LeaderState):
+            self._state.unassigned.clear()
+        return super()._check_voter_change(new, now_ms, asked_ms)
+
+
+class CountsNewVotersAtOnce(AddsUnassigned):
+    """Also counts a voter the latest change added before it holds that change: the
+    rule that keeps a copy its node deletes uncounted when a leader added it anyway."""
+
+    def counts(self, row: Any) -> bool:
+        st = self._state
+        return not (isinstance(st, LeaderState) and row.replica_id in st.catching_up)
+
+
 class HwmCountsUnflushed(RaftReplica):
     """The leader counts its own log end, flushed or not."""
 

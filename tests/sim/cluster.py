@@ -51,7 +51,9 @@ Invariants, checked after every event:
 Membership changes (``membership`` > 0): a fault now and then moves the partition to new
 voters (add an observer, remove a voter, or replace one or two: two or four steps), as
 the controller does with every node's driver (``Driver.set_target``); the leader steps
-the voter set there one voter at a time, its new replicas copying one at a time.
+the voter set there one voter at a time, its new replicas copying one at a time. A node
+a move adds may learn of it late (``target_lag``): its old copy, removed, follows on
+meanwhile, and the node may then delete it as moved off and make it anew.
 ``majority-holds`` then counts the voter set in force at the committed offset (the
 latest committed voter-set record below it), and more hold:
 
@@ -59,7 +61,10 @@ latest committed voter-set record below it), and more hold:
   committed history;
 * ``voter-step``: each committed voter set differs from the one before by one voter;
 * ``voters-within-target``: a leader adds a voter only while the voters do not
-  outnumber its target: never more than one voter beyond it.
+  outnumber its target: never more than one voter beyond it;
+* ``deleted-copy-uncounted``: a node that learns of a move late (``target_lag``) may
+  delete its old copy as moved off; no leader counts such a copy for records above its
+  high watermark.
 
 Latent corruption (``corruption`` > 0): a fault damages one batch durably held by one
 voter; that voter finds it by a scrub a little later, or sooner when it reads it to serve
@@ -127,7 +132,8 @@ FRESH = ElectionState(0)
     REFUSED,
     IDEMPOTENT,
     PAUSE,
-) = range(14)
+    LEARN,
+) = range(15)
 KIND_NAMES = [
     "deliver",
     "tick",
@@ -143,6 +149,7 @@ KIND_NAMES = [
     "refused",
     "idempotent",
     "pause",
+    "learn",
 ]
 #: An idempotent producer resends a batch left unanswered this long (the node may have
 #: died with it): longer than the produce timeout a leader answers within.
@@ -192,6 +199,11 @@ class SimParams:
     # A copy a move makes anew starts catching up (no vote) as PartitionManager.open
     # marks it; False breaks that on purpose (a teeth test).
     new_copies_catch_up: bool = True
+    # Chance that a node a move adds learns of the move late (its view of the
+    # controller's records lags the leader's): until then its old copy, removed, still
+    # follows as an observer, and then it may delete that copy as moved off
+    # (``PartitionManager.drop_removed``, on its own log's view) and make it anew.
+    target_lag: float = 0.0
     # Clients pause now and then (before the heal), long enough for the partition to
     # quiesce; then the next record must wake it.
     pauses: bool = False
@@ -208,6 +220,7 @@ class SimParams:
         corruption = random.Random(seed * 7919 + 2).choice([0.0, 0.0, 0.2])
         disk_faults = random.Random(seed * 7919 + 4).choice([0.0, 0.0, 0.25])
         membership = random.Random(seed * 7919 + 5).choice([0.0, 0.0, 0.3])
+        target_lag = random.Random(seed * 7919 + 6).choice([0.0, 0.5])
         idle = random.Random(seed * 7919 + 3)
         quiesce, pauses = idle.random() < 0.8, idle.random() < 0.6
         extra = idle.choice([0, 1, 2])
@@ -234,6 +247,7 @@ class SimParams:
             corruption=corruption,
             disk_faults=disk_faults,
             membership=membership,
+            target_lag=target_lag,
             pauses=pauses,
             extra_partitions=extra,
         )
@@ -400,6 +414,10 @@ class Simulation:
         # The voters the partition is being moved to (the controller's target), and the
         # committed voter-set records: (offset, voters).
         self.target: tuple[int, ...] = tuple(self.voter_ids)
+        # Nodes that have not learnt the target yet (``target_lag``) -> the target they
+        # know, drawn from a stream of their own so that seeds without lag run as before.
+        self.lagging: dict[int, tuple[int, ...]] = {}
+        self.lag_rng = random.Random(seed * 7919 + 7)
         self.committed_voters: list[tuple[int, tuple[int, ...]]] = []
 
     # ------------------------------------------------------------------ plumbing
@@ -541,6 +559,8 @@ class Simulation:
             if self.now < self.p.fault_ms:
                 self.paused_until = min(self.now + self.rng.randint(400, 2500), self.p.fault_ms)
                 self.push(self.paused_until + self.rng.randint(300, 2000), PAUSE, None)
+        elif kind == LEARN:
+            self.learn_target(*data)
         elif kind == IDEMPOTENT:
             if self.now >= self.paused_until:
                 for producer in self.producers:
@@ -574,8 +594,9 @@ class Simulation:
             opened.merge(node.driver.open(key, self.voter_ids, lg, persisted, self.local(node)))
         voters = list(node.open_voters or self.voter_ids)
         opened.merge(node.driver.open(KEY, voters, node.log, node.persisted, self.local(node)))
-        if self.target != tuple(self.voter_ids):
-            node.driver.set_target(KEY, self.target, self.local(node))
+        known = self.lagging.get(node.id, self.target)  # the target this node knows
+        if known != tuple(self.voter_ids) or node.id in self.lagging:
+            node.driver.set_target(KEY, known, self.local(node))
         self.execute(node, opened)
         for other in self.nodes.values():
             if not other.alive and other is not node:
@@ -1007,10 +1028,52 @@ class Simulation:
         before, self.target = self.target, tuple(sorted(new))
         self.fault(f"reassign to voters {list(self.target)}")
         for node_id in sorted(set(self.target) - set(before)):
-            self.maybe_made_anew(self.nodes[node_id], before)
+            if self.lag_rng.random() < self.p.target_lag:
+                self.lagging.setdefault(node_id, before)
+                self.push(self.now + self.lag_rng.randint(20, 600), LEARN, (node_id, before))
+            else:
+                self.maybe_made_anew(self.nodes[node_id], before)
         for node in self.alive_nodes():
-            if node.driver is not None:
+            if node.driver is not None and node.id not in self.lagging:
                 node.driver.set_target(KEY, self.target, self.local(node))
+
+    def learn_target(self, node_id: int, before: tuple[int, ...]) -> None:
+        """A node whose view of a move lagged learns it: first, as
+        ``PartitionManager.drop_removed`` may on that view, it may delete its copy if its
+        own log says it is no voter (the leader may have added it meanwhile, on that
+        copy's fetches, were its fetches not saying that the node does not host it
+        yet: ``FetchRequest.assigned``), then it takes the target."""
+        if self.lagging.pop(node_id, None) is None:
+            return
+        node = self.nodes[node_id]
+        core = node.core
+        if (
+            node_id in self.target
+            and core is not None
+            and not core.electable
+            and node.log.end_offset > 0
+            and self.lag_rng.random() < 0.5
+        ):
+            self.check_deleted_copy_uncounted(node)
+            self.make_anew(node, before, "as moved off, on a view of the move that lagged")
+        if node.driver is not None:
+            node.driver.set_target(KEY, self.target, self.local(node))
+
+    def check_deleted_copy_uncounted(self, node: SimNode) -> None:
+        """``deleted-copy-uncounted``: no leader counts a copy that its node deletes for
+        records above its high watermark (they would be committed on a copy gone)."""
+        for other in self.alive_nodes():
+            core = other.core
+            st = core._state if core is not None else None
+            if core is None or not isinstance(st, LeaderState):
+                continue
+            row = st.progress.get(node.id)
+            if row is not None and core.counts(row) and row.end_offset > core.high_watermark:
+                raise Violation(
+                    "deleted-copy-uncounted",
+                    f"node {node.id} deleted its copy while leader {other.id} counts it at "
+                    f"{row.end_offset}, above its high watermark {core.high_watermark}",
+                )
 
     def maybe_made_anew(self, node: SimNode, before: tuple[int, ...]) -> None:
         """A node a move brings back may have deleted its copy once its removal was
@@ -1029,12 +1092,15 @@ class Simulation:
             return  # its removal is not committed (its own log may just not say so yet)
         if self.rng.random() < 0.5:
             return
-        self.fault(f"node {node.id} deleted its copy after its removal: made anew, empty")
+        self.make_anew(node, before, "after its removal")
+
+    def make_anew(self, node: SimNode, before: tuple[int, ...], why: str) -> None:
+        self.fault(f"node {node.id} deleted its copy {why}: made anew, empty")
         self.stats["made_anew"] = self.stats.get("made_anew", 0) + 1
-        # The copy went when its removal committed, longer ago than any message takes:
-        # what it sent is no longer in flight. (A fetch of it delayed past the move back
-        # would still count for the new copy: only an id of each copy in its fetches and
-        # in the voter-set record, as KIP-853's directory id, tells them apart.)
+        # What the copy sent is taken as no longer in flight: when its removal committed
+        # long before, it is not. (A fetch of it delayed past the new copy's start would
+        # still count for the new copy: only an id of each copy in its fetches and in the
+        # voter-set record, as KIP-853's directory id, tells them apart.)
         for i, (at, seq, kind, data) in enumerate(self.events):
             if kind == DELIVER:
                 msgs, inc = data

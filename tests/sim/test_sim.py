@@ -13,8 +13,10 @@ from .background import CI_SEEDS, collect
 from .broken import (
     AcksBeforeCommit,
     AddsOnStaleCatchUp,
+    AddsUnassigned,
     ChecksQuorumNever,
     CopiesToAllAtOnce,
+    CountsNewVotersAtOnce,
     DefersEpochRecordOnAnyLog,
     ForgetsProducers,
     HwmCountsObservers,
@@ -112,8 +114,15 @@ def test_voter_changes_under_faults_keep_every_invariant() -> None:
 
 def test_simulator_catches_a_voter_added_on_a_deleted_copys_catch_up() -> None:
     """A leader that counts a replica's catch-up from before its move was asked for adds
-    a copy made anew, empty, on the row of the one its node deleted: caught."""
-    result = first_violation("AddsOnStaleCatchUp", driver_class=AddsOnStaleCatchUp, membership=0.5)
+    a copy made anew, empty, on the row of the one its node deleted: caught. (That old
+    copy's fetches also said its node did not host it: the leader breaks that rule too,
+    each alone keeping such a copy out.)"""
+    result = first_violation(
+        "AddsOnStaleCatchUp",
+        driver_class=AddsOnStaleCatchUp,
+        factory=AddsUnassigned,
+        membership=0.5,
+    )
     assert result.violation is not None, result.report()
     assert result.violation.invariant == "added-voter-holds", result.report()
 
@@ -131,10 +140,34 @@ def test_simulator_catches_a_copy_made_anew_that_votes_before_it_has_caught_up()
     """A node a move brings back, its old copy deleted, that answers votes at once with
     its new, empty copy: a voter cut off since before the moves, still counting that
     node's old copy, wins its vote beside the real leader of the epoch (seed 532)."""
-    result = run_seed(532, membership=0.4, new_copies_catch_up=False)
+    mix = {"membership": 0.4, "target_lag": 0.0}  # as found: no node learns a move late
+    result = run_seed(532, new_copies_catch_up=False, **mix)
     assert result.violation is not None, result.report()
     assert result.violation.invariant == "one-leader-per-epoch", result.report()
-    assert run_seed(532, membership=0.4).violation is None
+    assert run_seed(532, **mix).violation is None
+
+
+def test_simulator_catches_a_leader_adding_a_replica_its_node_does_not_host_yet() -> None:
+    """A node that learns of a move late may delete its old copy as moved off: a leader
+    that adds it on that copy's fetches, though they say its node does not host it yet,
+    adds a copy that is then gone, and the new, empty one is the voter."""
+    result = first_violation(
+        "AddsUnassigned", factory=AddsUnassigned, membership=0.5, target_lag=0.8
+    )
+    assert result.violation is not None, result.report()
+    assert result.violation.invariant == "added-voter-holds", result.report()
+
+
+def test_simulator_catches_a_leader_counting_a_voter_before_it_holds_its_addition() -> None:
+    """Were such a copy added anyway, its log not yet holding the voter-set record that
+    added it, a leader that counts a voter from the moment it adds it would count that
+    copy, deleted, for records above its high watermark (seed 2004, with lags, of a core
+    that breaks both rules)."""
+    lagging = {"membership": 0.5, "target_lag": 0.8}
+    result = run_seed(2004, factory=CountsNewVotersAtOnce, **lagging)
+    assert result.violation is not None, result.report()
+    assert result.violation.invariant == "deleted-copy-uncounted", result.report()
+    assert run_seed(2004, **lagging).violation is None
 
 
 def test_a_seed_replays_identically() -> None:
