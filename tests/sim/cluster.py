@@ -1050,6 +1050,7 @@ class Simulation:
         if (
             node_id in self.target
             and core is not None
+            and node.log.voters is not None  # it has seen a voter set (without it)
             and not core.electable
             and node.log.end_offset > 0
             and self.lag_rng.random() < 0.5
