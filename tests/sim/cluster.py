@@ -1098,10 +1098,12 @@ class Simulation:
     def make_anew(self, node: SimNode, before: tuple[int, ...], why: str) -> None:
         self.fault(f"node {node.id} deleted its copy {why}: made anew, empty")
         self.stats["made_anew"] = self.stats.get("made_anew", 0) + 1
-        # What the copy sent is taken as no longer in flight: when its removal committed
-        # long before, it is not. (A fetch of it delayed past the new copy's start would
-        # still count for the new copy: only an id of each copy in its fetches and in the
-        # voter-set record, as KIP-853's directory id, tells them apart.)
+        # What the copy sent leaves the network: deleted long after its removal
+        # committed, nothing of it is in flight; deleted on a view that lagged, its last
+        # fetches said its node did not host it, so the leader adds nothing on them. (A
+        # fetch of it delayed past the new copy's first would still stand for the new
+        # copy's row: only an id of each copy in its fetches, as KIP-853's directory id,
+        # tells them apart.)
         for i, (at, seq, kind, data) in enumerate(self.events):
             if kind == DELIVER:
                 msgs, inc = data
