@@ -1046,13 +1046,10 @@ class Simulation:
         if self.lagging.pop(node_id, None) is None:
             return
         node = self.nodes[node_id]
-        core = node.core
         if (
             node_id in self.target
-            and core is not None
             and node.log.voters is not None  # it has seen a voter set (without it)
-            and not core.electable
-            and node.log.end_offset > 0
+            and _holds_a_removed_copy(node)
             and self.lag_rng.random() < 0.5
         ):
             self.check_deleted_copy_uncounted(node)
@@ -1081,8 +1078,7 @@ class Simulation:
         committed (``PartitionManager.drop_removed``): then the move makes it anew, empty,
         opening with the voters ``before`` the move (an observer), while the leader may
         still hold the removed voter's row for it."""
-        core = node.core
-        if core is None or core.is_voter or core.electable or node.log.end_offset == 0:
+        if not _holds_a_removed_copy(node):
             return
         top = len(self.committed)
         if node.id in self.voters_at(top - 1) or any(
@@ -1489,3 +1485,10 @@ def run_seed(
         setattr(params, key, value)
     sim = Simulation(seed, params, factory, driver_class=driver_class, log_factory=log_factory)
     return sim.run()
+
+
+def _holds_a_removed_copy(node: SimNode) -> bool:
+    """The node runs a copy that is no voter, nor may stand, and holds records: one
+    ``PartitionManager.drop_removed`` may delete."""
+    core = node.core
+    return core is not None and not core.electable and node.log.end_offset > 0
