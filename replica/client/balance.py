@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-__all__ = ["Plan", "decommission_plan", "rebalance_plan", "replication_factor_plan"]
+__all__ = ["Plan", "decommission_plan", "even_leaders", "rebalance_plan", "replication_factor_plan"]
 
 Assignments = Mapping[str, Sequence[Sequence[int]]]
 #: topic -> partition -> its new replicas (the first: preferred leader).
@@ -90,7 +90,7 @@ def rebalance_plan(assignments: Assignments, nodes: Iterable[int]) -> Plan:
                 break
         if not moved:
             break
-    _even_leaders(current, ids)
+    even_leaders(current, ids)
     plan: Plan = {}
     for topic in sorted(current):
         for p, replicas in enumerate(current[topic]):
@@ -98,7 +98,7 @@ def rebalance_plan(assignments: Assignments, nodes: Iterable[int]) -> Plan:
     return plan
 
 
-def _even_leaders(current: dict[str, list[list[int]]], ids: list[int]) -> None:
+def even_leaders(current: dict[str, list[list[int]]], ids: list[int]) -> None:
     """Reorder replicas so each node is first (preferred leader) about equally often."""
     firsts: Counter[int] = Counter(dict.fromkeys(ids, 0))
     for parts in current.values():

@@ -252,10 +252,13 @@ class Driver:
         if p is None:
             return
         wanted = tuple(sorted(set(target)))
+        assignment = list(dict.fromkeys(target))
+        if wanted != p.target or assignment != p.assignment:
+            p.settle_leader = True
         if wanted != p.target:
             p.target, p.target_since = wanted, now
         p.core.assigned = self.node_id in wanted
-        p.assignment = list(dict.fromkeys(target))
+        p.assignment = assignment
         self._targeted.add(key)
         if self._reassign_at is None or (p.moving and self._reassign_at > now):
             self._reassign_at = now
@@ -271,6 +274,8 @@ class Driver:
                 self._targeted.discard(key)
                 continue
             if not p.moving:
+                if p.settle_leader and self._settle_leader(p, now, ready):
+                    moving = True  # its hand-over waits: look again soon
                 continue
             moving = True
             if p.core.is_leader:
@@ -282,6 +287,25 @@ class Driver:
             self._reassign_at = None
         else:
             self._reassign_at = now + (REASSIGN_STEP_MS if moving else REASSIGN_IDLE_MS)
+
+    def _settle_leader(self, p: PartitionDriver, now: int, ready: Ready) -> bool:
+        """A partition a reassignment brought to its target ends with its preferred
+        replica (the first of the target) leading, as Kafka's reassignment elects it:
+        its leader hands over (``RaftReplica.hand_over``, once that replica holds
+        everything, all of it committed) at once, not at the next imbalance check
+        (``_rebalance``), which may be half a minute away and leaves a node that led
+        nothing meanwhile, another leading double. Done once the preferred replica is
+        seen leading; True while this node leads and waits to hand over."""
+        core = p.core
+        if core.leader_id == p.preferred or p.preferred not in core.voters:
+            p.settle_leader = False
+            return False
+        if not core.is_leader:
+            return False
+        if not self._hand_over(p, now, ready):
+            return True  # not caught up yet
+        p.settle_leader = False
+        return False
 
     # ------------------------------------------------------------------ timers
     def _schedule(self, p: PartitionDriver) -> None:
@@ -453,19 +477,27 @@ class Driver:
         for p in self:
             if p.closed or not p.core.is_leader or p.preferred not in imbalanced:
                 continue
-            assert p.preferred is not None
-            epoch = p.core.epoch
-            with about(p.key):
-                out = p.core.hand_over(p.preferred, now)
-            if p.core.is_leader:
-                continue  # not handed over (the preferred replica is not caught up)
-            with about(p.key):
-                p.run(out, now, ready)
-            self._schedule(p)
-            self._handing[p.key] = (epoch, now)
+            if not self._hand_over(p, now, ready):
+                continue  # the preferred replica is not caught up
             if len(self._handing) >= REBALANCE_BATCH:
                 return True
         return False
+
+    def _hand_over(self, p: PartitionDriver, now: int, ready: Ready) -> bool:
+        """``p``'s leader hands over to its preferred replica (``RaftReplica.hand_over``)
+        and the hand-over counts as in flight; False if it did not (that replica does
+        not hold everything yet, or is not heard)."""
+        assert p.preferred is not None
+        epoch = p.core.epoch
+        with about(p.key):
+            out = p.core.hand_over(p.preferred, now)
+        if p.core.is_leader:
+            return False
+        with about(p.key):
+            p.run(out, now, ready)
+        self._schedule(p)
+        self._handing[p.key] = (epoch, now)
+        return True
 
     def _imbalanced(self) -> set[int]:
         """The peers whose preferred partitions go back to them (Kafka's per-broker

@@ -174,6 +174,9 @@ class PartitionDriver:
         self.target_since = UNKNOWN
         self.fetched_at: dict[int, int] = {}  # replica -> when its latest fetch arrived
         self.copier: int | None = None  # the new replica that copies now (``copying``)
+        # A reassignment changed the assignment and its preferred replica has not led
+        # since (``Driver._settle_leader``).
+        self.settle_leader = False
         # The voters this node's peer counts were last taken from (``Driver._sync_peers``).
         self.counted_voters: tuple[int, ...] = ()
         # The (leader, epoch) this replica was last told refuses connections

@@ -504,6 +504,36 @@ def test_a_move_copies_to_one_new_replica_at_a_time() -> None:
     assert [a.records for a in led.fetch(8)] == [b""]  # and it stays 9's
 
 
+def test_a_reassignment_ends_with_its_preferred_replica_leading() -> None:
+    """Kafka's reassignment elects the first replica of the new assignment: a partition
+    a reassignment brought to its target is handed over to its preferred replica as
+    soon as that one holds everything, not at the next imbalance check (none here:
+    these nodes never rebalance), which left a node leading nothing and another double
+    for up to half a minute after a move. Once the preferred replica has led, a later
+    change of leader is left to the imbalance check."""
+    nodes = Nodes(3)
+    led = Leading(nodes)
+    assert nodes.config.rebalance_interval_ms is None
+    preferred = next(i for i in nodes.voters if i != led.id)
+    target = [preferred, *(i for i in nodes.voters if i != preferred)]  # same voters
+    for d in nodes.drivers.values():
+        d.set_target(KEY, target, nodes.now)
+    nodes.advance(2000)
+    leaders = [i for i, d in nodes.drivers.items() if d.partitions[KEY].core.is_leader]
+    assert leaders == [preferred]
+    token = nodes.request(preferred, produce([9]))
+    nodes.advance(200)
+    assert nodes.answers[token].error == 0
+    # Another replica takes over (as after a failover): the move does not take it back.
+    p = nodes.drivers[preferred].partitions[KEY]
+    ready = Ready()
+    p.run(p.core.hand_over(led.id, nodes.now), nodes.now, ready)
+    nodes.run(preferred, ready)
+    nodes.advance(3000)
+    leaders = [i for i, d in nodes.drivers.items() if d.partitions[KEY].core.is_leader]
+    assert leaders == [led.id]
+
+
 def test_a_move_keeps_at_most_one_voter_beyond_its_target() -> None:
     """A move of two replicas alternates: the copying replica is added once caught up,
     then a voter leaving is removed, and only then does the next new replica copy: the
