@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from .. import defaults
+from ..client.balance import even_leaders
 from ..node.cluster import LocalCluster
 from ..storage.records import encode_batch
 from .perfutil import ProduceJob, add_page_cache_option, emit, page_cache_args, run_producers
@@ -164,7 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         client.delete_topic(ALL_NODES_TOPIC)
         meta = client.metadata([TOPIC])[TOPIC].partitions
-        moves = [Move(TOPIC, p, sorted(set(cluster.ports) - set(meta[p].replicas))) for p in parts]
+        # Each partition to the two nodes that hold none of it, ordered so every node is
+        # the preferred leader of as many partitions (as a plan of ``cluster
+        # rebalance`` is).
+        plan = {TOPIC: [sorted(set(cluster.ports) - set(meta[p].replicas)) for p in parts]}
+        even_leaders(plan, sorted(cluster.ports))
+        moves = [Move(TOPIC, p, plan[TOPIC][p]) for p in parts]
         watch = LeaderWatch(cluster, args.partitions, args.sample_ms / 1000)
         watch.start()
         during_records = 0
