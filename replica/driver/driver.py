@@ -253,9 +253,10 @@ class Driver:
             return
         wanted = tuple(sorted(set(target)))
         assignment = list(dict.fromkeys(target))
-        if wanted != p.target or assignment != p.assignment:
+        retargeted = wanted != p.target
+        if retargeted or assignment != p.assignment:
             p.settle_leader = True
-        if wanted != p.target:
+        if retargeted:
             p.target, p.target_since = wanted, now
         p.core.assigned = self.node_id in wanted
         p.assignment = assignment
