@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -328,13 +327,14 @@ class PartitionManager:
         )
 
     def _delete(self, keys: list[PartitionKey], why: str) -> None:
-        """Close these replicas and delete their directories, then forget their election
-        states (after the directories: a crash in between leaves states without a
-        directory, which reopen_local skips)."""
+        """Close these replicas and delete their directories (renamed into the trash,
+        their files unlinked in the background: ``DataDir.discard``), then forget their
+        election states (after the directories: a crash in between leaves states without
+        a directory, which reopen_local skips)."""
         for key in keys:
             f = self.close(key)
             if f is not None:
-                shutil.rmtree(f.directory, ignore_errors=True)
+                self.datadir.discard(Path(f.directory))
             log.info("deleted replica %s/%d: %s", *key, why)
         self.journal.forget_many(keys)
 
