@@ -5,7 +5,9 @@ A 4-node cluster, a topic of ``--partitions`` partitions with 2 replicas each, f
 with ``--topic-mb`` MB; the produce rate is measured alone, then during the move of every
 partition to the two nodes that held none of it (so every replica is copied). Meanwhile
 each partition's leader is sampled every ``--sample-ms``: the longest time any was
-without one is ``max_leaderless_s``. Figures: ``moved_bytes`` (bytes the new replicas
+without one is ``max_leaderless_s``, and each node is asked for its ApiVersions as often:
+the longest answer is ``max_node_answer_ms`` (how long a node's event loop was held, all
+its partitions waiting). Figures: ``moved_bytes`` (bytes the new replicas
 copied), ``moved_mb_per_s`` (over the move's wall time), ``produce_rec_per_s_before`` and
 ``produce_rec_per_s_during``. Beside them, a reference on the same machine: the produce
 rate into a topic of as many partitions replicated on all four nodes
@@ -84,6 +86,40 @@ class LeaderWatch(threading.Thread):
                     else:
                         since.pop(p, None)
                 self.samples += 1
+                self.stop_event.wait(self.every_s)
+
+
+class NodeProbe(threading.Thread):
+    """Asks each node in turn for its ApiVersions every ``every_s`` until stopped; keeps
+    the longest answer: how long a node's event loop was held (by a deletion, a large
+    copy) while every partition it hosts waited."""
+
+    def __init__(self, cluster: LocalCluster, every_s: float) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.every_s = every_s
+        self.stop_event = threading.Event()
+        self.max_answer_s = 0.0
+        self.slowest_node = -1
+        self.answers = 0
+
+    def run(self) -> None:
+        from ..client import Client
+
+        with Client(self.cluster.bootstrap) as c:
+            c.metadata()  # learns the nodes' addresses
+            nodes = sorted(self.cluster.ports)
+            while not self.stop_event.is_set():
+                for node in nodes:
+                    began = time.monotonic()
+                    try:
+                        c.api_versions(node)
+                    except Exception:
+                        continue  # a node not answering at all: the leader watch says so
+                    took = time.monotonic() - began
+                    self.answers += 1
+                    if took > self.max_answer_s:
+                        self.max_answer_s, self.slowest_node = took, node
                 self.stop_event.wait(self.every_s)
 
 
@@ -173,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         moves = [Move(TOPIC, p, plan[TOPIC][p]) for p in parts]
         watch = LeaderWatch(cluster, args.partitions, args.sample_ms / 1000)
         watch.start()
+        probe = NodeProbe(cluster, args.sample_ms / 1000)
+        probe.start()
         during_records = 0
         during_s = 0.0
         t0 = time.monotonic()
@@ -185,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             during_s += load.seconds
             done = all(r.done for r in move_status(client, moves))
         move_s = time.monotonic() - t0
-        watch.stop_event.set()
-        watch.join(timeout=10)
+        for sampler in (watch, probe):
+            sampler.stop_event.set()
+            sampler.join(timeout=10)
         moved = sum(
             _dir_bytes(cluster.node_dir(n) / f"{TOPIC}-{mv.partition}")
             for mv in moves
@@ -215,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "leaderless_partition": watch.worst_partition,
         "leader_samples": watch.samples,
         "metadata_slow_samples": watch.slow_samples,
+        "max_node_answer_ms": round(probe.max_answer_s * 1000),
     }
     emit(
         figures,
@@ -232,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{watch.samples} samples, "
             f"{watch.slow_samples} of them failed or waited the whole {METADATA_TIMEOUT_S:g} s "
             "for the nodes' Metadata)",
+            f"longest a node took to answer ApiVersions: {probe.max_answer_s * 1000:.0f} ms "
+            f"(node {probe.slowest_node}; {probe.answers} answers)",
         ],
     )
     return 0
