@@ -42,7 +42,20 @@ def _dir_bytes(d: Path) -> int:
     return sum(f.stat().st_size for f in d.glob("*.log")) if d.is_dir() else 0
 
 
-class LeaderWatch(threading.Thread):
+class Sampler(threading.Thread):
+    """A thread that takes a sample every ``every_s`` until ``stop``."""
+
+    def __init__(self, every_s: float) -> None:
+        super().__init__(daemon=True)
+        self.every_s = every_s
+        self.stop_event = threading.Event()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.stop_event.set()
+        self.join(timeout=timeout_s)
+
+
+class LeaderWatch(Sampler):
     """Samples every partition's leader of ``topic`` (each node's own view, merged by the
     client) until stopped; keeps the longest stretch any partition had none (a leader
     whose process is not running counts as none)."""
@@ -50,12 +63,10 @@ class LeaderWatch(threading.Thread):
     def __init__(
         self, cluster: LocalCluster, partitions: int, every_s: float, topic: str = TOPIC
     ) -> None:
-        super().__init__(daemon=True)
+        super().__init__(every_s)
         self.cluster = cluster
         self.topic = topic
         self.partitions = partitions
-        self.every_s = every_s
-        self.stop_event = threading.Event()
         self.max_leaderless_s = 0.0
         self.worst_partition = -1  # the partition of that longest stretch
         self.samples = 0
@@ -89,16 +100,14 @@ class LeaderWatch(threading.Thread):
                 self.stop_event.wait(self.every_s)
 
 
-class NodeProbe(threading.Thread):
+class NodeProbe(Sampler):
     """Asks each node in turn for its ApiVersions every ``every_s`` until stopped; keeps
     the longest answer: how long a node's event loop was held (by a deletion, a large
     copy) while every partition it hosts waited."""
 
     def __init__(self, cluster: LocalCluster, every_s: float) -> None:
-        super().__init__(daemon=True)
+        super().__init__(every_s)
         self.cluster = cluster
-        self.every_s = every_s
-        self.stop_event = threading.Event()
         self.max_answer_s = 0.0
         self.slowest_node = -1
         self.asked = 0
@@ -223,9 +232,8 @@ def main(argv: list[str] | None = None) -> int:
             during_s += load.seconds
             done = all(r.done for r in move_status(client, moves))
         move_s = time.monotonic() - t0
-        for sampler in (watch, probe):
-            sampler.stop_event.set()
-            sampler.join(timeout=10)
+        watch.stop()
+        probe.stop()
         moved = sum(
             _dir_bytes(cluster.node_dir(n) / f"{TOPIC}-{mv.partition}")
             for mv in moves

@@ -51,18 +51,17 @@ class Trash:
         self._again = False
         self.deleted = 0  # entries deleted (tests)
 
-    def put(self, directory: Path) -> bool:
+    def put(self, directory: Path) -> None:
         """Rename ``directory`` in (at once: its name is free when this returns) and have
-        it deleted; False if it was not there."""
+        it deleted; nothing if it is not there."""
         fileio.makedirs(str(self.root), durable=False)
         try:
             fileio.replace(
                 str(directory), str(self.root / f"{directory.name}.{uuid.uuid4().hex[:12]}")
             )
         except FileNotFoundError:
-            return False
+            return
         self.empty()
-        return True
 
     def empty(self) -> None:
         """Delete everything in the trash, in the background."""
@@ -74,7 +73,7 @@ class Trash:
             self._thread.start()
 
     def wait(self, timeout: float) -> bool:
-        """Until no deletion runs (tests, shutdown); False on timeout."""
+        """Until no deletion runs (tests); False on timeout."""
         with self._lock:
             thread = self._thread
         if thread is not None:

@@ -145,8 +145,7 @@ def test_grow_shrink_and_heal_a_running_cluster_under_load(spark: Any, tmp_path:
             producer.stop_event.set()
             producer.join(timeout=180)
             watched_s = time.monotonic() - watched_from
-            watch.stop_event.set()
-            watch.join(timeout=10)
+            watch.stop()
 
         assert not producer.errors, producer.errors[:3]
         assert producer.acked
