@@ -8,7 +8,11 @@ their own, as Kafka renames a log to ``-delete`` and deletes it later: unlinking
 replica's segments takes long (about 0.27 s a GiB of cached segments on a 2-core virtual
 machine), and on the event loop every partition of the node would wait for it, its
 leaders long enough at a few GiB to lose their quorums. What a crash leaves in ``.trash``
-is deleted when the node starts again."""
+is deleted when the node starts again.
+
+A segment retention or truncation deletes is unlinked on the spot, but its file's last
+descriptor is closed by the same thread (``Trash.close_later``): that close is what frees
+its cached pages and blocks, as slow as a directory's unlink a GiB."""
 
 from __future__ import annotations
 
@@ -41,14 +45,15 @@ TRASH_DIR = ".trash"
 
 
 class Trash:
-    """Deletes what is renamed into ``root`` in a thread of its own, one pass after
-    another while more comes meanwhile."""
+    """Deletes what is renamed into ``root``, and closes the descriptors of files unlinked,
+    in a thread of its own, one pass after another while more comes meanwhile."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._again = False
+        self._fds: list[int] = []  # to close, under _lock
         self.deleted = 0  # entries deleted (tests)
 
     def put(self, directory: Path) -> None:
@@ -61,6 +66,13 @@ class Trash:
             )
         except FileNotFoundError:
             return
+        self.empty()
+
+    def close_later(self, fd: int) -> None:
+        """Close ``fd``, the last descriptor of a file unlinked since (a segment that
+        retention or a truncation deleted), in the background."""
+        with self._lock:
+            self._fds.append(fd)
         self.empty()
 
     def empty(self) -> None:
@@ -83,6 +95,13 @@ class Trash:
 
     def _run(self) -> None:
         while True:
+            with self._lock:
+                fds, self._fds = self._fds, []
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    log.warning("cannot close a deleted file's descriptor", exc_info=True)
             try:
                 entries = list(self.root.iterdir())
             except FileNotFoundError:

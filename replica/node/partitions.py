@@ -158,7 +158,13 @@ class PartitionManager:
         d = self._directory((topic, partition))
         # repair=True: damage recovery finds mid-log is cut, with the catch-up mark, and
         # re-fetched from the leader (see RaftReplica.on_corruption), not fatal.
-        lg = WallClockLog(str(d), self.log_config_of(topic), repair=True, space=self.space)
+        lg = WallClockLog(
+            str(d),
+            self.log_config_of(topic),
+            repair=True,
+            space=self.space,
+            close_deleted=self.datadir.trash.close_later,
+        )
         fresh = not lg.existed
         if fresh and (self.datadir.catch_up_pending or self.node_id not in voters):
             # This node's directory replaced a lost one that may have held this replica;

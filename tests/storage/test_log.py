@@ -242,6 +242,33 @@ def test_retention_by_size_and_age(tmp_path: Path) -> None:
     assert Log(str(tmp_path), config).start_offset == log.start_offset
 
 
+def test_a_deleted_segments_last_descriptor_goes_to_close_deleted(tmp_path: Path) -> None:
+    """With ``close_deleted``, retention and truncation unlink a segment but hand over a
+    descriptor that still holds its file, so that whoever closes it (a node: a thread of
+    its own) pays for freeing the pages, not the caller."""
+    held: list[int] = []
+    log = Log(
+        str(tmp_path),
+        LogConfig(segment_bytes=3000, retention_bytes=3000),
+        close_deleted=held.append,
+    )
+    fill(log, 12, 1)
+    bases = log.segment_base_offsets
+    deleted = log.apply_retention()
+    assert deleted > 0 and len(held) == deleted
+    try:
+        for fd, base in zip(held, bases, strict=False):
+            assert os.fstat(fd).st_nlink == 0  # unlinked, still open
+            assert os.fstat(fd).st_size > 0
+            assert not os.path.exists(os.path.join(str(tmp_path), f"{base:020d}.log"))
+        log.truncate_to(log.segment_base_offsets[-1] - 1)  # deletes the active segment
+        assert len(held) == deleted + 1 and os.fstat(held[-1]).st_nlink == 0
+    finally:
+        for fd in held:
+            os.close(fd)
+    log.close()
+
+
 def test_segment_roll_by_time(tmp_path: Path) -> None:
     log = Log(str(tmp_path), LogConfig(segment_ms=0))
     fill(log, 3, 1)
