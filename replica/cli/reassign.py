@@ -9,8 +9,10 @@ A plan file is Kafka's reassignment JSON (what ``kafka-reassign-partitions`` rea
      "partitions": [{"topic": "events", "partition": 0, "replicas": [2, 4, 5]}]}
 
 Each partition's first replica becomes its preferred leader. ``--status`` reads, for each
-partition of the plan, its voters from its leader (DescribeQuorum) and prints how far
-each move is, with a progress bar on a terminal; ``--wait`` repeats that until every
+partition of the plan (or the one named; without ``--replicas``, its target is what the
+metadata assigns it), its voters from its leader (DescribeQuorum) and prints how far
+each move is: the new replica copying, those waiting their turn, the leader's throttle,
+with a progress bar on a terminal; ``--wait`` repeats that until every
 move is done (or ``--timeout-s``). ``--throttle`` sets every node's catch-up throttle in
 the cluster's metadata, for the moves under way too (alone, it changes only that).
 """
@@ -47,6 +49,7 @@ class MoveStatus(NamedTuple):
     voters: list[int]  # the partition's voters now (its leader's view); [] unknown
     done: bool
     detail: str
+    throttle: int | None = None  # the leader's node's catch-up bytes/s (0: none); unknown
 
 
 def load_plan(path: str) -> list[Move]:
@@ -82,7 +85,8 @@ def _moves(args: argparse.Namespace) -> list[Move]:
 
 def move_status(client: Any, moves: list[Move]) -> list[MoveStatus]:
     """How far each move is: done when the partition's voters are its new replicas; else
-    which replicas are still catching up (their lag) or still to leave."""
+    which replicas are still to join (the one copying now and its lag, those waiting
+    their turn, those not fetching yet) or still to leave."""
     out = []
     for mv in moves:
         try:
@@ -97,11 +101,7 @@ def move_status(client: Any, moves: list[Move]) -> list[MoveStatus]:
             detail = "done"
         else:
             lags = {o.replica_id: o.lag for o in q.observers}
-            joining = [
-                f"{r} (lag {lags[r]})" if r in lags else f"{r} (not fetching yet)"
-                for r in target
-                if r not in voters
-            ]
+            joining = [_joining(r, lags, q.copying) for r in target if r not in voters]
             leaving = [r for r in voters if r not in target]
             parts = []
             if joining:
@@ -109,8 +109,38 @@ def move_status(client: Any, moves: list[Move]) -> list[MoveStatus]:
             if leaving:
                 parts.append(f"leaving {leaving}")
             detail = "; ".join(parts)
-        out.append(MoveStatus(mv, voters, done, detail))
+        out.append(MoveStatus(mv, voters, done, detail, q.catch_up_bytes_per_s))
     return out
+
+
+def _joining(replica: int, lags: dict[int, int], copying: int) -> str:
+    if replica not in lags:
+        return f"{replica} (not fetching yet)"
+    if replica == copying:
+        return f"{replica} (copying, lag {lags[replica]})"
+    return f"{replica} (waits its turn to copy, lag {lags[replica]})"
+
+
+def throttle_text(rate: int | None) -> str:
+    """A catch-up throttle as ``--status`` and ``--throttle`` say it (None: each
+    node's own)."""
+    if rate is None:
+        return "each node's own"
+    return f"{rate:,} bytes/s a node" if rate else "none (unthrottled)"
+
+
+def _with_targets(client: Any, moves: list[Move]) -> list[Move]:
+    """Moves given without ``--replicas`` (``--status`` of one partition) take the
+    replicas the cluster's metadata assigns it: the target of its move under way."""
+    if all(mv.replicas for mv in moves):
+        return moves
+    topics = client.metadata(sorted({mv.topic for mv in moves if not mv.replicas}))
+    return [
+        mv
+        if mv.replicas
+        else mv._replace(replicas=list(topics[mv.topic].partitions[mv.partition].replicas))
+        for mv in moves
+    ]
 
 
 def _bar(done: int, total: int, width: int = 30) -> str:
@@ -125,6 +155,10 @@ def print_status(rows: list[MoveStatus], stream: TextIO) -> None:
             f"{mv.topic}/{mv.partition}: voters {row.voters} -> {mv.replicas}: {row.detail}",
             file=stream,
         )
+    rates = sorted({r.throttle for r in rows if not r.done and r.throttle is not None})
+    if rates:
+        shown = ", ".join(throttle_text(rate) for rate in rates)
+        print(f"catch-up throttle at the leaders: {shown}", file=stream)
     done = sum(r.done for r in rows)
     if stream.isatty():
         print(_bar(done, len(rows)), file=stream)
@@ -292,17 +326,11 @@ def cmd_reassign(args: argparse.Namespace) -> int:
     with _client(args) as c:
         if args.throttle is not None:
             c.set_catch_up_throttle(rate)
-            shown = (
-                "each node's own"
-                if rate is None
-                else f"{rate:,} bytes/s a node"
-                if rate
-                else "none (unthrottled)"
-            )
-            print(f"catch-up throttle: {shown} (moves under way included)")
+            print(f"catch-up throttle: {throttle_text(rate)} (moves under way included)")
             if only_throttle:
                 return 0
         if args.status:
+            moves = _with_targets(c, moves)
             rows = wait_moves(c, moves, args.timeout_s) if args.wait else move_status(c, moves)
             print_status(rows, sys.stdout)
             return 0 if all(r.done for r in rows) or not args.wait else 1

@@ -83,5 +83,7 @@ def describe(p: PartitionDriver, token: int, now: int, ready: Ready) -> None:
             high_watermark=d.high_watermark,
             voters=[row(p) for p in d.voters],
             observers=[row(p) for p in d.observers],
+            copying=or_unknown(p.copier if p.copier not in core.voters else None),
+            catch_up_bytes_per_s=p.throttle.bytes_per_s if p.throttle is not None else 0,
         )
     ready.answers.append((token, resp))

@@ -255,6 +255,11 @@ class DescribeQuorumResponse(LeaderResponse):
     high_watermark: int
     voters: list[ReplicaStateInfo] = field(default_factory=list)
     observers: list[ReplicaStateInfo] = field(default_factory=list)
+    # The new replica a move copies the partition to now (the others wait their turn);
+    # UNKNOWN: none.
+    copying: int = UNKNOWN
+    # The catch-up throttle the leader's node paces copies by (0: unthrottled).
+    catch_up_bytes_per_s: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

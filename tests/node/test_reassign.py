@@ -199,6 +199,14 @@ def test_the_throttle_changes_on_every_node_while_a_move_runs(tmp_path: Path) ->
         # A move's new replicas vote only once caught up (``catch-up`` mark): a stale
         # voter may still count a copy their node held before and deleted.
         assert all(catching_up(c, n) for n in others)
+        # --status says which new replica copies now, which waits its turn (one copies at
+        # a time), and the throttle the leader paces the copy by.
+        status = cli(c, "--topic", TOPIC, "--partition", "0", "--status")
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.count("(copying, lag ") == 1, status.stdout
+        assert status.stdout.count("(waits its turn to copy, lag ") == 1, status.stdout
+        assert "catch-up throttle at the leaders: 32,768 bytes/s a node" in status.stdout
+        assert "0/1 moved" in status.stdout
         lifted = cli(c, "--throttle", "0")
         assert lifted.returncode == 0, lifted.stderr
         assert "catch-up throttle: none (unthrottled)" in lifted.stdout
