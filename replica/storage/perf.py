@@ -1,5 +1,6 @@
-"""``quorumlog perf storage``: append throughput with group-commit fsync, and read and
-decode throughput, on one local log; with ``--quorum-states N``, also the time to make N
+"""``quorumlog perf storage``: append throughput with group-commit fsync, read and
+decode throughput, and how long retention holds its caller deleting cached segments, on
+one local log; with ``--quorum-states N``, also the time to make N
 replicas' election states durable as one quorum-journal write against N per-replica
 quorum-state files (what 10,000 partitions electing at once cost a node); with
 ``--flush``, only the cost of one node flush job over 1, 8, 64 and 1000 dirty logs, one
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import shutil
 import statistics
 import tempfile
@@ -102,6 +104,42 @@ def _read_run(directory: str, max_bytes: int) -> dict[str, float]:
         "read_and_decode_mb_per_s": total / MIB / decode_s,
         "decode_records_per_s": rows / decode_s,
     }
+
+
+def _close_each(fds: queue.SimpleQueue[int | None]) -> None:
+    while (fd := fds.get()) is not None:
+        os.close(fd)
+
+
+def _retention_run(root: str, total_bytes: int) -> dict[str, float]:
+    """Retention deleting ``total_bytes`` of cached segments (four): how long
+    ``apply_retention`` holds its caller (a node's event loop) when the unlinks free the
+    pages there (``inline``), against a node's way, the segments' last descriptors handed
+    to a thread of their own that closes them (``background``, ``close_deleted``). Each
+    mode its own log, filled alike."""
+    batch = encode_batch([os.urandom(RECORD_BYTES) for _ in range(10_000)])
+    figures: dict[str, float] = {"segment_mib": max(MIB, total_bytes // 4) / MIB}
+    for mode in ("inline", "background"):
+        directory = os.path.join(root, f"retention-{mode}")
+        shutil.rmtree(directory, ignore_errors=True)
+        fds: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+
+        thread = threading.Thread(target=_close_each, args=(fds,), name="perf-closer")
+        thread.start()
+        config = LogConfig(segment_bytes=max(MIB, total_bytes // 4), retention_bytes=1)
+        log = Log(directory, config, close_deleted=fds.put if mode == "background" else None)
+        for _ in range(max(2, total_bytes // len(batch))):
+            log.append_as_leader(batch, 1)
+        log.flush()
+        started = time.perf_counter()
+        deleted = log.apply_retention()
+        figures[f"{mode}_hold_ms"] = (time.perf_counter() - started) * 1000
+        fds.put(None)
+        thread.join()
+        figures["segments"] = deleted
+        log.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    return figures
 
 
 def flush_benchmark(
@@ -235,6 +273,15 @@ def main(argv: list[str] | None = None) -> int:
                     f"{figures['append_only_mb_per_s']:.0f} MiB/s; "
                     f"encode {figures['encode_mb_per_s']:.0f} MiB/s)"
                 )
+        retention = _retention_run(root, args.mb * MIB)
+        result["retention"] = retention
+        if not args.json:
+            print(
+                f"retention deleting {retention['segments']:.0f} cached "
+                f"{retention['segment_mib']:.0f} MiB segments holds "
+                f"its caller {retention['inline_hold_ms']:.1f} ms freeing their pages there, "
+                f"{retention['background_hold_ms']:.1f} ms handing them to a thread (a node)"
+            )
         for max_bytes in (MIB, 8 * MIB):
             figures = _read_run(os.path.join(root, "append-10000"), max_bytes)
             result[f"read_{max_bytes // MIB}mib"] = figures

@@ -290,6 +290,19 @@ def test_perf_storage_times_quorum_states(
     assert figures["journal_write_s"] > 0 and figures["per_file_writes_s"] > 0
 
 
+def test_perf_storage_times_what_retention_holds_its_caller(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from quorumlog.replica.storage import perf
+
+    assert perf.main(["--mb", "40", "--dir", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    figures = json.loads(lines[-1])["retention"]
+    assert figures["segments"] >= 3  # 40 MiB in 10 MiB segments, the active one kept
+    assert figures["inline_hold_ms"] > 0 and figures["background_hold_ms"] > 0
+    assert any(line.startswith("retention deleting ") for line in lines[:-1])
+
+
 _key = st.tuples(st.sampled_from(["a", "b", "topic.é"]), st.integers(0, 3))
 _state = st.builds(
     QuorumState,
