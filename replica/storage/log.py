@@ -236,10 +236,10 @@ class Log:
     ) -> None:
         self.directory = directory
         self.config = config or LogConfig()
-        # Takes a descriptor of a segment file just deleted, its last: closing it frees
-        # the file's cached pages and blocks, the slow part of a deletion (60-70 ms for
-        # 256 MiB cached), which a node does in the background (``Trash.close_later``).
-        # None: a deleted segment's pages are freed by its unlink, here.
+        # Given the last descriptor of each segment file deleted (opened before its
+        # unlink): closing it frees the file's cached pages and blocks, the slow part of a
+        # deletion (60-70 ms for 256 MiB cached), which a node does in the background
+        # (``Trash.close_later``). None: the unlink frees them, here.
         self._close_deleted = close_deleted
         # Segment descriptors come from the node-wide cache: no descriptor per idle log.
         self._files = files if files is not None else shared_cache()
@@ -839,11 +839,13 @@ class Log:
 
     def _delete_segment(self, seg: Segment) -> None:
         held = self._hold_for_close(seg.path)
-        seg.close()
-        _unlink(seg.path)
-        _unlink(seg.index_path)
-        if held is not None and self._close_deleted is not None:
-            self._close_deleted(held)
+        try:
+            seg.close()
+            _unlink(seg.path)
+            _unlink(seg.index_path)
+        finally:
+            if held is not None and self._close_deleted is not None:
+                self._close_deleted(held)
 
     def _hold_for_close(self, path: str) -> int | None:
         """A descriptor of ``path`` that outlives its unlink, so the unlink only drops
