@@ -625,7 +625,7 @@ class _Bench:
             round((minor_faults(self.cluster.procs[i].pid) - faults0[i]) / load.seconds)
             for i in nodes
         ]
-        rate = load.records / load.seconds if load.seconds > 0 else 0.0
+        rate = load.rate
         self.figures.update(
             produce_rec_per_s=round(rate),
             produce_records=load.records,

@@ -241,10 +241,10 @@ def main(argv: list[str] | None = None) -> int:
             for mv in moves
             for n in mv.replicas
         )
-    before_rate = before.records / before.seconds if before.seconds else 0.0
+    before_rate = before.rate
     during_rate = during_records / during_s if during_s else 0.0
-    ceiling_rate = ceiling.records / ceiling.seconds if ceiling.seconds else 0.0
-    after_rate = after.records / after.seconds if after.seconds else 0.0
+    ceiling_rate = ceiling.rate
+    after_rate = after.rate
     figures = {
         "bench": "reassign",
         "partitions": args.partitions,

@@ -170,6 +170,11 @@ class ProduceLoad:
     # their processes'): near 100 % in threads mode means one GIL bounds the figure.
     client_cpu_pct: float = 0.0
 
+    @property
+    def rate(self) -> float:
+        """Acknowledged records a second (0 when no time was measured)."""
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
 
 class _Cell:
     def __init__(self, value: float = 0) -> None:
