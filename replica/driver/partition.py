@@ -362,6 +362,7 @@ class PartitionDriver:
     # ------------------------------------------------------------------ replica fetches
     def on_raft(self, msg: Message, now: int, ready: Ready) -> None:
         msg = self._capped(msg)
+        handled, waits = msg, False
         if isinstance(msg, FetchRequest):
             self.fetched_at[msg.replica_id] = now
             if self.parked:
@@ -369,12 +370,13 @@ class PartitionDriver:
                 # again later, the old one would report the replica as it was then (a
                 # copy since deleted, say) as of that later time.
                 self.parked = [p for p in self.parked if p.request.replica_id != msg.replica_id]
-        out = self.core.handle(msg, now)
+            waits = self.waits_turn(msg.replica_id, now)
+            handled = _no_records(msg) if waits else msg
+        out = self.core.handle(handled, now)
         if self.ticks_from_ms and self.core.epoch > 0:
             self.ticks_from_ms = 0  # someone stood: the new partition's hold is over
         if isinstance(msg, FetchRequest):
-            waits = self.waits_turn(msg.replica_id, now)
-            resp = _without_records(out, msg) if waits else _answer_to(out, msg)
+            resp = _answer_to(out, msg)
             if (
                 msg.max_wait_ms > 0
                 and resp is not None
@@ -457,9 +459,8 @@ class PartitionDriver:
             if waits and now < p.deadline_ms and not force:
                 self.parked.append(p)  # a new replica waiting its turn to copy
                 continue
-            out = self.core.handle(p.request, now)  # re-handling is idempotent
-            if waits:
-                _without_records(out, p.request)
+            # Re-handling is idempotent.
+            out = self.core.handle(_no_records(p.request) if waits else p.request, now)
             self._pace(out, p.request, now)
             resp = _answer_to(out, p.request)
             if resp is not None and resp.is_empty():
@@ -717,15 +718,10 @@ def _answer_to(out: Output, req: FetchRequest) -> FetchResponse | None:
     return None
 
 
-def _without_records(out: Output, req: FetchRequest) -> FetchResponse | None:
-    """The answer to ``req`` in ``out``, its records taken out (a new replica waiting
-    its turn to copy)."""
-    resp = _answer_to(out, req)
-    if resp is None or not resp.records:
-        return resp
-    bare = dataclasses.replace(resp, records=b"")
-    out.messages[out.messages.index(resp)] = bare
-    return bare
+def _no_records(req: FetchRequest) -> FetchRequest:
+    """``req`` asking for no records: the fetch of a new replica waiting its turn to copy
+    (``waits_turn``), which the core answers without reading the log."""
+    return dataclasses.replace(req, max_bytes=0)
 
 
 def _produce_error(code: ErrorCode, text: str, exc: NotLeaderError | None = None) -> Any:

@@ -124,7 +124,10 @@ class LeaderRole(CoreFields):
                 self._maybe_advance_high_watermark(st, out)
 
         records = b""
-        if diverging is None and req.fetch_offset < self.log.end_offset:
+        # A fetch asking for no bytes (a new replica waiting its turn to copy, which its
+        # leader's driver answers with none) reads nothing: the log would read, check
+        # and copy at least one batch only to throw it away.
+        if diverging is None and req.fetch_offset < self.log.end_offset and req.max_bytes > 0:
             try:
                 records = self.log.read(req.fetch_offset, req.max_bytes)
             except CorruptDataError as exc:

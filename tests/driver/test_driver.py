@@ -563,6 +563,36 @@ def test_a_move_keeps_at_most_one_voter_beyond_its_target() -> None:
     ], seen
 
 
+def test_a_new_replica_waiting_its_turn_is_answered_without_a_read_of_the_log() -> None:
+    """While one new replica of a move copies, the next one's fetches get no records,
+    and its leader reads none for them: on each such fetch, and each time one parked
+    ends, it read up to a fetch's worth of batches, checked them and threw them away
+    (in ``perf reassign``, more bytes than the copy itself)."""
+    nodes = Nodes(3)
+    led = Leading(nodes)
+    nodes.down |= {8, 9}
+    led.driver.set_target(KEY, [led.id, 8, 9], nodes.now)
+    assert led.fetch(8)[0].records  # 8 copies; 9 waits its turn
+    log = led.p.core.log
+    read = log.read
+    reads: list[int] = []
+
+    def counted(offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        reads.append(offset)
+        return read(offset, max_bytes, max_offset)
+
+    log.read = counted  # type: ignore[method-assign]
+    assert [a.records for a in led.fetch(9)] == [b""]
+    assert led.fetch(9, max_wait_ms=100) == []  # a long-poll: parked
+    nodes.now += 101
+    sent = led.driver.tick(nodes.now).send
+    expired = [msg for _, msg in sent if isinstance(msg, FetchResponse) and msg.dst == 9]
+    assert [a.records for a in expired] == [b""]
+    assert reads == []
+    nodes.now += CONFIG.fetch_timeout_ms  # 8 has stopped fetching: 9's turn
+    assert led.fetch(9)[0].records and reads == [0]
+
+
 def test_a_replica_says_in_its_fetches_whether_its_node_hosts_it_on_that_nodes_view() -> None:
     """``set_target`` is the node's view of a move: a replica whose node it leaves out
     says so in its fetches (its node may delete it as moved off, so the leader must not

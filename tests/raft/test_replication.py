@@ -183,6 +183,30 @@ def test_observers_never_count_and_hwm_never_goes_back() -> None:
     assert rows[9].end_offset == 4 and rows[9].lag == 0
 
 
+def test_a_fetch_of_no_bytes_reads_nothing_and_still_reports_the_replica() -> None:
+    """A fetch asking for 0 bytes (a new replica waiting its turn to copy, as its
+    leader's driver asks for it) is answered with no records, without a read of the log,
+    and still reports where the replica is: a voter's offset counts toward the HWM."""
+    leader = new_leader(epoch=2, voters=(1, 2, 3))
+    leader.append(client_batch([1, 2, 3]), 0)
+    leader.log.flush()
+    leader.on_log_flushed(0)
+    read = leader.log.read
+    reads: list[int] = []
+
+    def counted(offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
+        reads.append(offset)
+        return read(offset, max_bytes, max_offset)
+
+    leader.log.read = counted  # type: ignore[method-assign]
+    probe = dataclasses.replace(fetch(9, 2, 0, -1), max_bytes=0)
+    resp = answer(leader, probe)
+    assert resp.error == ErrorCode.NONE and resp.records == b"" and reads == []
+    assert not answer(leader, fetch(9, 2, 0, -1)).is_empty() and reads == [0]
+    answer(leader, dataclasses.replace(fetch(2, 2, 4, 2), max_bytes=0))
+    assert leader.high_watermark == 4
+
+
 def test_a_fetch_without_a_replica_id_is_refused() -> None:
     """Consumers are served by the driver (tests/driver); the core serves replicas only."""
     leader = leader_with_records()
