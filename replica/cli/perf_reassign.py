@@ -15,6 +15,8 @@ voters), so the produce rate into a topic of as many partitions with three repli
 (``produce_rec_per_s_three_replicas``) is what the move could give at best, copying
 nothing; ``during_vs_three_replicas`` is their ratio. ``produce_rec_per_s_after``, the
 rate alone once the topic has moved, shows how far the machine itself drifted meanwhile.
+``elections``: the leader epochs the move took over all partitions (each ends led by a
+replica it added: one a partition at best).
 """
 
 from __future__ import annotations
@@ -236,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         watch.stop()
         probe.stop()
         after = run_producers(timed, args.producers, label="produce alone, moved")
+        final = client.metadata([TOPIC])[TOPIC].partitions
+        elections = sum(final[p].leader_epoch - meta[p].leader_epoch for p in parts)
         moved = sum(
             _dir_bytes(cluster.node_dir(n) / f"{TOPIC}-{mv.partition}")
             for mv in moves
@@ -262,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "produce_rec_per_s_three_replicas": round(ceiling_rate),
         "during_vs_three_replicas": round(during_rate / ceiling_rate, 2) if ceiling_rate else None,
         "produce_rec_per_s_after": round(after_rate),
+        "elections": elections,
         "max_leaderless_s": round(watch.max_leaderless_s, 2),
         "leaderless_partition": watch.worst_partition,
         "leader_samples": watch.samples,
@@ -280,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             f"copy): {ceiling_rate:,.0f} records/s; during the move "
             f"{figures['during_vs_three_replicas']} of it; alone once moved "
             f"{after_rate:,.0f} records/s",
+            f"elections: {elections} over {args.partitions} partitions (each move ends "
+            "with a new leader: one election a partition at best)",
             f"longest time a partition had no leader: {watch.max_leaderless_s:.2f} s "
             f"(partition {watch.worst_partition if watch.worst_partition >= 0 else 'none'}; "
             f"{watch.samples} samples, "
