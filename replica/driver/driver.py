@@ -8,7 +8,6 @@ import random
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 
-from ..constants import UNKNOWN
 from ..logcontext import about
 from ..protocol import ErrorCode
 from ..protocol import messages as m
@@ -56,10 +55,6 @@ PEER_NEWS_PARTITIONS = 500
 REASSIGN_STEP_MS = 100
 # With every target reached, how often it looks whether one moved off its target again.
 REASSIGN_IDLE_MS = 1000
-# A leader a reassignment moves off hands leadership to the target's preferred replica
-# before it goes (``Driver._hand_over_first``), waiting at most this long for that replica
-# to hold everything; then it removes itself and resigns to the longest log.
-LEAVE_HAND_OVER_WAIT_MS = 2000
 
 # The client requests a partition serves, by type; each is answered through Ready.answers.
 Request = (
@@ -284,7 +279,7 @@ class Driver:
                     moving = True  # its hand-over waits: look again soon
                 continue
             moving = True
-            if p.core.is_leader and not self._hand_over_first(p, now, ready):
+            if p.core.is_leader:
                 with about(key):
                     p.step_voters(now, ready)
                 self._sync_peers(p, now)
@@ -293,28 +288,6 @@ class Driver:
             self._reassign_at = None
         else:
             self._reassign_at = now + (REASSIGN_STEP_MS if moving else REASSIGN_IDLE_MS)
-
-    def _hand_over_first(self, p: PartitionDriver, now: int, ready: Ready) -> bool:
-        """A leader whose next step towards its target removes itself first hands
-        leadership to the target's preferred replica, as Kafka's reassignment elects a
-        leader from the target before the old replicas go: the new leader then removes
-        it as a follower, and the move ends with one election, not a resignation to the
-        longest log followed by a hand-over to the preferred replica. True while it
-        hands over or waits to (``RaftReplica.hand_over``: that replica holds
-        everything, all of it committed); after LEAVE_HAND_OVER_WAIT_MS it removes
-        itself instead, so a preferred replica that lags under load cannot hold the
-        move."""
-        with about(p.key):
-            step = p.next_voters(now)
-        if step is None or p.core.node_id in step or p.preferred not in step:
-            p.leaving_since = UNKNOWN
-            return False
-        if p.leaving_since == UNKNOWN:
-            p.leaving_since = now
-        if now - p.leaving_since >= LEAVE_HAND_OVER_WAIT_MS:
-            return False
-        self._hand_over(p, now, ready)
-        return True
 
     def _settle_leader(self, p: PartitionDriver, now: int, ready: Ready) -> bool:
         """A partition a reassignment brought to its target ends with its preferred

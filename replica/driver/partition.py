@@ -174,8 +174,6 @@ class PartitionDriver:
         self.target_since = UNKNOWN
         self.fetched_at: dict[int, int] = {}  # replica -> when its latest fetch arrived
         self.copier: int | None = None  # the new replica that copies now (``copying``)
-        # When this leader first could have removed itself (``Driver._hand_over_first``).
-        self.leaving_since = UNKNOWN
         # A reassignment changed the assignment and its preferred replica has not led
         # since (``Driver._settle_leader``).
         self.settle_leader = False

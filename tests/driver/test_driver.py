@@ -7,7 +7,7 @@ import dataclasses
 import random
 
 from quorumlog.replica.driver import Driver, Limits, Ready
-from quorumlog.replica.driver.driver import LEAVE_HAND_OVER_WAIT_MS, NEW_PARTITION_SPREAD_US
+from quorumlog.replica.driver.driver import NEW_PARTITION_SPREAD_US
 from quorumlog.replica.protocol import ErrorCode
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import (
@@ -532,56 +532,6 @@ def test_a_reassignment_ends_with_its_preferred_replica_leading() -> None:
     nodes.advance(3000)
     leaders = [i for i, d in nodes.drivers.items() if d.partitions[KEY].core.is_leader]
     assert leaders == [led.id]
-
-
-def test_a_leader_moved_off_hands_over_to_the_preferred_replica_before_it_goes() -> None:
-    """A leader a move takes off first hands leadership to the target's preferred
-    replica, which then removes it (Kafka's reassignment elects a leader from the target
-    before the old replicas go): the move costs one election. Removing itself first,
-    it resigned to the longest log (the lower id on a tie), and the move ended with a
-    second election when that was not the preferred replica."""
-    nodes = Nodes(3)
-    old = nodes.leader()
-    first, preferred = sorted(i for i in nodes.voters if i != old)
-    token = nodes.request(old, produce([1, 2, 3]))
-    nodes.advance(200)
-    assert nodes.answers[token].error == 0  # type: ignore[attr-defined]
-    epoch = nodes.drivers[old].partitions[KEY].core.epoch
-    for d in nodes.drivers.values():
-        d.set_target(KEY, [preferred, first], nodes.now)
-    led_by: list[int] = [old]
-    for _ in range(60):
-        nodes.advance(100)
-        leaders = [i for i, d in nodes.drivers.items() if d.partitions[KEY].core.is_leader]
-        if leaders and leaders[0] != led_by[-1]:
-            led_by.append(leaders[0])
-    cores = {i: d.partitions[KEY].core for i, d in nodes.drivers.items()}
-    assert cores[preferred].is_leader and cores[preferred].voters == (first, preferred)
-    assert led_by == [old, preferred]
-    assert cores[preferred].epoch == epoch + 1
-    token = nodes.request(preferred, produce([4]))
-    nodes.advance(200)
-    assert nodes.answers[token].error == 0  # type: ignore[attr-defined]
-
-
-def test_a_leader_moved_off_goes_by_itself_when_the_preferred_replica_cannot_lead() -> None:
-    """The preferred replica of the target is silent: the leader waits
-    LEAVE_HAND_OVER_WAIT_MS for it, then removes itself as before and resigns to the
-    replica that can lead, so a replica that cannot take over does not hold the move."""
-    nodes = Nodes(4)
-    old = nodes.leader()
-    *stay, preferred = sorted(i for i in nodes.voters if i != old)
-    nodes.down.add(preferred)
-    nodes.advance(CONFIG.fetch_timeout_ms + 100)  # no longer heard
-    p = nodes.drivers[old].partitions[KEY]
-    for d in nodes.drivers.values():
-        d.set_target(KEY, [preferred, *stay], nodes.now)
-    nodes.advance(LEAVE_HAND_OVER_WAIT_MS - 200)
-    assert p.core.is_leader and old in p.core.voters  # it waits for the hand-over
-    nodes.advance(1500)
-    leaders = [i for i in stay if nodes.drivers[i].partitions[KEY].core.is_leader]
-    assert len(leaders) == 1
-    assert nodes.drivers[leaders[0]].partitions[KEY].core.voters == (*stay, preferred)
 
 
 def test_a_move_keeps_at_most_one_voter_beyond_its_target() -> None:
