@@ -118,15 +118,15 @@ def _retention_run(root: str, total_bytes: int) -> dict[str, float]:
     to a thread of their own that closes them (``background``, ``close_deleted``). Each
     mode its own log, filled alike."""
     batch = encode_batch([os.urandom(RECORD_BYTES) for _ in range(10_000)])
-    figures: dict[str, float] = {"segment_mib": max(MIB, total_bytes // 4) / MIB}
+    segment_bytes = max(MIB, total_bytes // 4)
+    figures: dict[str, float] = {"segment_mib": segment_bytes / MIB}
     for mode in ("inline", "background"):
         directory = os.path.join(root, f"retention-{mode}")
         shutil.rmtree(directory, ignore_errors=True)
         fds: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-
         thread = threading.Thread(target=_close_each, args=(fds,), name="perf-closer")
         thread.start()
-        config = LogConfig(segment_bytes=max(MIB, total_bytes // 4), retention_bytes=1)
+        config = LogConfig(segment_bytes=segment_bytes, retention_bytes=1)
         log = Log(directory, config, close_deleted=fds.put if mode == "background" else None)
         for _ in range(max(2, total_bytes // len(batch))):
             log.append_as_leader(batch, 1)
