@@ -106,7 +106,13 @@ class LogConfig:
     validate_records: the leader decodes each client batch's Arrow metadata to check its
       schema and row count (CRCs are always checked).
     drop_synced_pages (serve --page-cache drop): once a flush has synced a segment's
-      bytes, ask the kernel to drop their pages from the page cache.
+      bytes, ask the kernel to drop their pages from the page cache. A log catching up
+      (``Log.catch_up_offset`` set: a copy a move adds, a replica re-fetching what it
+      lost) drops them whatever this says: it writes history no reader asks of it soon,
+      as fast as its leader sends it, and would otherwise push the node's recent data
+      out of the page cache and, on a virtual machine whose host takes back freed memory,
+      pay a first touch for every new page (a move's copies then cost its node several
+      times the CPU of the same bytes written into reused memory).
     """
 
     segment_bytes: int = defaults.SEGMENT_BYTES
@@ -912,7 +918,7 @@ class Log:
                 # A roll: everything below target is durable and was checked when it
                 # was appended (the active segment's tail is rescanned after a crash).
                 self._set_recovery_point(pending.target)
-            if self.config.drop_synced_pages:
+            if self.config.drop_synced_pages or self._catch_up_offset != UNKNOWN:
                 for seg, size, _gen in pending.work:
                     seg.drop_cached(size)
             with self._lock:

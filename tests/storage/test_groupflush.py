@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from quorumlog.replica.storage import (
+    CATCH_UP_UNKNOWN,
     FdCache,
     Log,
     LogConfig,
@@ -243,6 +244,37 @@ def test_drop_synced_pages_takes_a_flushed_segment_out_of_the_page_cache(
             assert resident <= 1, f"{resident} of {pages} pages still cached"
         else:
             assert resident == pages
+        assert read_all_values(lg) == values_for(0, 40 * 500)
+    finally:
+        lg.close()
+
+
+def test_a_log_catching_up_drops_what_it_synced_and_keeps_its_pages_once_caught_up(
+    tmp_path: Path,
+) -> None:
+    """A copy a move adds (catching up, as ``PartitionManager.open`` marks it) writes
+    history as fast as its leader sends it: each flush drops what it synced from the page
+    cache even with ``drop_synced_pages`` off, so that the copy reuses the same memory and
+    leaves the node's recent data cached. Once caught up, the log keeps its pages."""
+    lg = Log(str(tmp_path / "p"), LogConfig(drop_synced_pages=False))
+    try:
+        lg.mark_catch_up(CATCH_UP_UNKNOWN)
+        for _ in range(20):
+            append(lg, 500)
+        [outcome] = flush_logs([lg]).outcomes
+        assert not isinstance(outcome, BaseException)
+        [segment] = sorted((tmp_path / "p").glob("*.log"))
+        resident, copied = resident_pages(segment)
+        assert copied > 50
+        assert resident <= 1, f"{resident} of {copied} pages of the copy still cached"
+        lg.mark_catch_up(lg.end_offset)  # its leader's end: reached, so caught up
+        assert lg.catch_up_offset == -1
+        for _ in range(20):
+            append(lg, 500)
+        [outcome] = flush_logs([lg]).outcomes
+        assert not isinstance(outcome, BaseException)
+        resident, pages = resident_pages(segment)
+        assert resident >= pages - copied - 1, (resident, pages, copied)
         assert read_all_values(lg) == values_for(0, 40 * 500)
     finally:
         lg.close()
