@@ -25,14 +25,54 @@ from ..storage.types import OffsetAndEpoch
 log = logging.getLogger(__name__)
 
 
-def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    socks = []
+#: Where the kernel's ephemeral ports start when /proc does not say (Linux's default).
+EPHEMERAL_LOW_DEFAULT = 32768
+#: The lowest port ``free_ports`` hands out (below it: well-known and registered services
+#: more often listen).
+LOWEST_PORT = 10000
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel picks from for a socket bound to port 0 or connected without a
+    bind (``net.ipv4.ip_local_port_range``)."""
     try:
-        for _ in range(n):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return EPHEMERAL_LOW_DEFAULT, 60999
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct ports of ``host`` that nothing is bound to now, for processes to
+    listen on later. They are taken below the kernel's ephemeral range where it leaves
+    room: a port from that range, free when chosen, may be the kernel's pick for another
+    socket's bind to port 0 or outgoing connection before the process binds it (a node
+    then exits with "address already in use"); the range's own ports otherwise."""
+    low, _high = ephemeral_range()
+    candidates = list(range(LOWEST_PORT, low))
+    if len(candidates) < 8 * n:
+        candidates = []  # no room below: the kernel's picks
+    else:
+        secrets.SystemRandom().shuffle(candidates)
+    socks: list[socket.socket] = []
+    try:
+        for port in candidates:
+            if len(socks) == n:
+                break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((host, 0))
+            try:
+                s.bind((host, port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
+        while len(socks) < n:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            socks.append(s)
+            s.bind((host, 0))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
