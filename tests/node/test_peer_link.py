@@ -11,6 +11,7 @@ import asyncio
 import random
 import socket
 
+from quorumlog.replica.node.cluster import free_ports
 from quorumlog.replica.node.peers import RENEW_AFTER_S, PeerLink
 
 
@@ -28,16 +29,10 @@ class LongestPauses(random.Random):
         return 0.999
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _reconnect_after_restart(poke: bool) -> float:
     """Seconds from the peer listening again (a back-off having just begun) until the
     link connects."""
-    port = _free_port()
+    (port,) = free_ports(1)
     rng = LongestPauses()
     refused: list[int] = []
     link = PeerLink(2, "127.0.0.1", port, "node-1", rng, on_refused=refused.append)
