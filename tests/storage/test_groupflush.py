@@ -224,6 +224,17 @@ def test_changed_epoch_checkpoints_cost_no_fsync_of_their_own(
         lg.close()
 
 
+def append_and_flush(lg: Log, batches: int) -> tuple[int, int]:
+    """Append ``batches`` batches of 500 records to ``lg`` and flush it alone: (pages of
+    its one segment in the page cache, pages of it)."""
+    for _ in range(batches):
+        append(lg, 500)
+    [outcome] = flush_logs([lg]).outcomes
+    assert not isinstance(outcome, BaseException)
+    [segment] = sorted(Path(lg.directory).glob("*.log"))
+    return resident_pages(segment)
+
+
 @pytest.mark.parametrize("drop", [False, True])
 def test_drop_synced_pages_takes_a_flushed_segment_out_of_the_page_cache(
     tmp_path: Path, drop: bool
@@ -233,12 +244,7 @@ def test_drop_synced_pages_takes_a_flushed_segment_out_of_the_page_cache(
     from the disk the same. Without it the kernel keeps the pages."""
     lg = Log(str(tmp_path / "p"), LogConfig(drop_synced_pages=drop))
     try:
-        for _ in range(40):
-            append(lg, 500)
-        [outcome] = flush_logs([lg]).outcomes
-        assert not isinstance(outcome, BaseException)
-        [segment] = sorted((tmp_path / "p").glob("*.log"))
-        resident, pages = resident_pages(segment)
+        resident, pages = append_and_flush(lg, 40)
         assert pages > 100
         if drop:
             assert resident <= 1, f"{resident} of {pages} pages still cached"
@@ -259,21 +265,12 @@ def test_a_log_catching_up_drops_what_it_synced_and_keeps_its_pages_once_caught_
     lg = Log(str(tmp_path / "p"), LogConfig(drop_synced_pages=False))
     try:
         lg.mark_catch_up(CATCH_UP_UNKNOWN)
-        for _ in range(20):
-            append(lg, 500)
-        [outcome] = flush_logs([lg]).outcomes
-        assert not isinstance(outcome, BaseException)
-        [segment] = sorted((tmp_path / "p").glob("*.log"))
-        resident, copied = resident_pages(segment)
+        resident, copied = append_and_flush(lg, 20)
         assert copied > 50
         assert resident <= 1, f"{resident} of {copied} pages of the copy still cached"
         lg.mark_catch_up(lg.end_offset)  # its leader's end: reached, so caught up
         assert lg.catch_up_offset == -1
-        for _ in range(20):
-            append(lg, 500)
-        [outcome] = flush_logs([lg]).outcomes
-        assert not isinstance(outcome, BaseException)
-        resident, pages = resident_pages(segment)
+        resident, pages = append_and_flush(lg, 20)
         assert resident >= pages - copied - 1, (resident, pages, copied)
         assert read_all_values(lg) == values_for(0, 40 * 500)
     finally:
