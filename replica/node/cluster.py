@@ -32,15 +32,28 @@ EPHEMERAL_LOW_DEFAULT = 32768
 LOWEST_PORT = 10000
 
 
-def ephemeral_range() -> tuple[int, int]:
-    """The ports the kernel picks from for a socket bound to port 0 or connected without a
-    bind (``net.ipv4.ip_local_port_range``)."""
+def ephemeral_low() -> int:
+    """The first port the kernel picks from for a socket bound to port 0 or connected
+    without a bind (``net.ipv4.ip_local_port_range``)."""
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low, high = (int(x) for x in f.read().split())
-        return low, high
-    except (OSError, ValueError):
-        return EPHEMERAL_LOW_DEFAULT, 60999
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_LOW_DEFAULT
+
+
+def _bound(host: str, port: int) -> socket.socket | None:
+    """A socket bound to ``host``:``port`` (0: the kernel's pick), None if it is taken."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, port))
+    except OSError:
+        s.close()
+        if port == 0:
+            raise
+        return None
+    return s
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -49,30 +62,18 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     room: a port from that range, free when chosen, may be the kernel's pick for another
     socket's bind to port 0 or outgoing connection before the process binds it (a node
     then exits with "address already in use"); the range's own ports otherwise."""
-    low, _high = ephemeral_range()
-    candidates = list(range(LOWEST_PORT, low))
+    candidates = list(range(LOWEST_PORT, ephemeral_low()))
     if len(candidates) < 8 * n:
         candidates = []  # no room below: the kernel's picks
-    else:
-        secrets.SystemRandom().shuffle(candidates)
+    secrets.SystemRandom().shuffle(candidates)
     socks: list[socket.socket] = []
     try:
-        for port in candidates:
+        for port in [*candidates, *[0] * n]:
             if len(socks) == n:
                 break
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host, port))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-        while len(socks) < n:
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            socks.append(s)
-            s.bind((host, 0))
+            s = _bound(host, port)
+            if s is not None:
+                socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
