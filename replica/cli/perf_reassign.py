@@ -3,20 +3,26 @@ producers write to it.
 
 A 4-node cluster, a topic of ``--partitions`` partitions with 2 replicas each, filled
 with ``--topic-mb`` MB; the produce rate is measured alone, then during the move of every
-partition to the two nodes that held none of it (so every replica is copied). Meanwhile
-each partition's leader is sampled every ``--sample-ms``: the longest time any was
+partition to the two nodes that held none of it (so every replica is copied). From the
+first measure to the last, each partition's leader is sampled every ``--sample-ms``: the longest time any was
 without one is ``max_leaderless_s``, and each node is asked for its ApiVersions as often:
 the longest answer is ``max_node_answer_ms`` (how long a node's event loop was held, all
 its partitions waiting). Figures: ``moved_bytes`` (bytes the new replicas
 copied), ``moved_mb_per_s`` (over the move's wall time), ``produce_rec_per_s_before`` and
-``produce_rec_per_s_during``. Beside them, the machine's limit: during the move each
+``produce_rec_per_s_during`` (and ``produce_rec_per_s_during_windows``, the rate in each
+5 s the move took). Beside them, the machine's limit: during the move each
 record reaches three replicas (two voters and the one new replica copying, or three
 voters), so the produce rate into a topic of as many partitions with three replicas
 (``produce_rec_per_s_three_replicas``) is what the move could give at best, copying
 nothing; ``during_vs_three_replicas`` is their ratio. ``produce_rec_per_s_after``, the
 rate alone once the topic has moved, shows how far the machine itself drifted meanwhile.
 ``elections``: the leader epochs the move took over all partitions (each ends led by a
-replica it added: one a partition at best).
+replica it added: one a partition at best). The leader watch and the node probe run
+through every measure (alone, into three replicas, during the move, alone once moved), so
+each rate is taken under the same sampling load. On a virtual machine the host may take a
+share of the CPUs (steal time, from /proc/stat): ``steal_pct_before``, ``_during`` and so
+on give it for each measure, and ``during_vs_before_given_cpu`` compares the two rates
+each over the share of the machine it was given.
 """
 
 from __future__ import annotations
@@ -31,7 +37,15 @@ from .. import defaults
 from ..client.balance import even_leaders
 from ..node.cluster import LocalCluster
 from ..storage.records import encode_batch
-from .perfutil import ProduceJob, add_page_cache_option, emit, page_cache_args, run_producers
+from .perfutil import (
+    MachineCpu,
+    ProduceJob,
+    ProduceLoad,
+    add_page_cache_option,
+    emit,
+    page_cache_args,
+    run_producers,
+)
 from .reassign import Move, move_status
 
 TOPIC = "reassign"
@@ -135,6 +149,13 @@ class NodeProbe(Sampler):
                 self.stop_event.wait(self.every_s)
 
 
+def _measured(job: ProduceJob, producers: int, label: str) -> tuple[ProduceLoad, float]:
+    """``run_producers``, and the share of the machine's CPU time the host took meanwhile."""
+    cpu0 = MachineCpu.now()
+    load = run_producers(job, producers, label=label)
+    return load, MachineCpu.now().steal_share_since(cpu0)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="quorumlog perf reassign", description=__doc__)
     ap.add_argument("--topic-mb", type=int, default=1024, help="data in the topic before it moves")
@@ -204,12 +225,16 @@ def main(argv: list[str] | None = None) -> int:
             batches_per_s=pace,
             in_flight=args.in_flight,
         )
-        before = run_producers(timed, args.producers, label="produce alone")
+        watch = LeaderWatch(cluster, args.partitions, args.sample_ms / 1000)
+        watch.start()
+        probe = NodeProbe(cluster, args.sample_ms / 1000)
+        probe.start()
+        before, steal_before = _measured(timed, args.producers, "produce alone")
         cluster.create_topic(THREE_REPLICAS_TOPIC, args.partitions, 3)
-        ceiling = run_producers(
+        ceiling, steal_ceiling = _measured(
             dataclasses.replace(timed, topic=THREE_REPLICAS_TOPIC),
             args.producers,
-            label="produce to 3 replicas",
+            "produce to 3 replicas",
         )
         client.delete_topic(THREE_REPLICAS_TOPIC)
         meta = client.metadata([TOPIC])[TOPIC].partitions
@@ -219,25 +244,20 @@ def main(argv: list[str] | None = None) -> int:
         plan = {TOPIC: [sorted(set(cluster.ports) - set(meta[p].replicas)) for p in parts]}
         even_leaders(plan, sorted(cluster.ports))
         moves = [Move(TOPIC, p, plan[TOPIC][p]) for p in parts]
-        watch = LeaderWatch(cluster, args.partitions, args.sample_ms / 1000)
-        watch.start()
-        probe = NodeProbe(cluster, args.sample_ms / 1000)
-        probe.start()
-        during_records = 0
-        during_s = 0.0
+        windows: list[ProduceLoad] = []  # the produce load during the move, 5 s at a time
+        cpu0 = MachineCpu.now()
         t0 = time.monotonic()
         client.reassign(TOPIC, {mv.partition: mv.replicas for mv in moves})
         done = False
         while not done and time.monotonic() - t0 < args.timeout_s:
             window = dataclasses.replace(timed, duration_s=5.0)
-            load = run_producers(window, args.producers, label="produce during the move")
-            during_records += load.records
-            during_s += load.seconds
+            windows.append(run_producers(window, args.producers, label="produce during the move"))
             done = all(r.done for r in move_status(client, moves))
         move_s = time.monotonic() - t0
+        steal_during = MachineCpu.now().steal_share_since(cpu0)
+        after, steal_after = _measured(timed, args.producers, "produce alone, moved")
         watch.stop()
         probe.stop()
-        after = run_producers(timed, args.producers, label="produce alone, moved")
         final = client.metadata([TOPIC])[TOPIC].partitions
         elections = sum(final[p].leader_epoch - meta[p].leader_epoch for p in parts)
         moved = sum(
@@ -246,9 +266,13 @@ def main(argv: list[str] | None = None) -> int:
             for n in mv.replicas
         )
     before_rate = before.rate
-    during_rate = during_records / during_s if during_s else 0.0
+    during_s = sum(w.seconds for w in windows)
+    during_rate = sum(w.records for w in windows) / during_s if during_s else 0.0
     ceiling_rate = ceiling.rate
     after_rate = after.rate
+    # Each rate over the share of the machine the host left it.
+    given_before = before_rate / (1 - steal_before) if steal_before < 1 else 0.0
+    given_during = during_rate / (1 - steal_during) if steal_during < 1 else 0.0
     figures = {
         "bench": "reassign",
         "partitions": args.partitions,
@@ -263,9 +287,17 @@ def main(argv: list[str] | None = None) -> int:
         "produce_rec_per_s_before": round(before_rate),
         "produce_rec_per_s_during": round(during_rate),
         "during_vs_before": round(during_rate / before_rate, 2) if before_rate else None,
+        "produce_rec_per_s_during_windows": [round(w.rate) for w in windows],
         "produce_rec_per_s_three_replicas": round(ceiling_rate),
         "during_vs_three_replicas": round(during_rate / ceiling_rate, 2) if ceiling_rate else None,
         "produce_rec_per_s_after": round(after_rate),
+        "steal_pct_before": round(100 * steal_before, 1),
+        "steal_pct_three_replicas": round(100 * steal_ceiling, 1),
+        "steal_pct_during": round(100 * steal_during, 1),
+        "steal_pct_after": round(100 * steal_after, 1),
+        "during_vs_before_given_cpu": round(given_during / given_before, 2)
+        if given_before
+        else None,
         "elections": elections,
         "max_leaderless_s": round(watch.max_leaderless_s, 2),
         "leaderless_partition": watch.worst_partition,
@@ -281,10 +313,18 @@ def main(argv: list[str] | None = None) -> int:
             + ("" if done else " (NOT finished: timed out)"),
             f"produce: {before_rate:,.0f} records/s alone, {during_rate:,.0f} during the move "
             f"({figures['during_vs_before']} of alone)",
+            "during the move, 5 s at a time: "
+            + ", ".join(f"{w.rate / 1000:.1f}k" for w in windows)
+            + " records/s",
             f"produce into 3 replicas a partition (as a record during the move, with no "
             f"copy): {ceiling_rate:,.0f} records/s; during the move "
             f"{figures['during_vs_three_replicas']} of it; alone once moved "
             f"{after_rate:,.0f} records/s",
+            f"the host's share of the CPUs (steal): {figures['steal_pct_before']}% alone, "
+            f"{figures['steal_pct_three_replicas']}% into 3 replicas, "
+            f"{figures['steal_pct_during']}% during the move, {figures['steal_pct_after']}% "
+            f"alone once moved; during the move over alone, each over the CPU it was "
+            f"given: {figures['during_vs_before_given_cpu']}",
             f"elections: {elections} over {args.partitions} partitions (each move ends "
             "with a new leader: one election a partition at best)",
             f"longest time a partition had no leader: {watch.max_leaderless_s:.2f} s "

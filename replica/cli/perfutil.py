@@ -84,6 +84,35 @@ def _process_cpu_clock(pid: int) -> int:
     return ((~pid) << 3) | 2
 
 
+@dataclass(frozen=True, slots=True)
+class MachineCpu:
+    """The machine's CPU time since boot over all its CPUs, in clock ticks, from the
+    first line of /proc/stat: ``steal`` is the time a virtual machine's CPUs were ready to
+    run while its host ran something else (the share of the machine a benchmark did not
+    get), ``total`` every state's time. Both 0 where /proc/stat cannot be read."""
+
+    steal: int = 0
+    total: int = 0
+
+    @classmethod
+    def now(cls) -> MachineCpu:
+        try:
+            with open("/proc/stat") as f:
+                fields = f.readline().split()
+        except OSError:
+            return cls()
+        # cpu user nice system idle iowait irq softirq steal [guest guest_nice]: guest
+        # time is counted in user's already.
+        ticks = [int(v) for v in fields[1:9]]
+        return cls(ticks[7] if len(ticks) > 7 else 0, sum(ticks))
+
+    def steal_share_since(self, earlier: MachineCpu) -> float:
+        """The share of the machine's CPU time the host took since ``earlier`` (0.0 to
+        1.0; 0.0 when no time was counted)."""
+        total = self.total - earlier.total
+        return (self.steal - earlier.steal) / total if total > 0 else 0.0
+
+
 def minor_faults(pid: int) -> int:
     """Page faults a live process has taken so far without I/O (minflt: a fresh page
     mapped and zeroed, most often), from /proc/<pid>/stat."""

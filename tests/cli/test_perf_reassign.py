@@ -30,11 +30,17 @@ def test_perf_reassign_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert figures["moved_bytes"] >= 2 * 2 * 1024 * 1024
     assert figures["moved_mb_per_s"] > 0
     assert figures["produce_rec_per_s_before"] > 0 and figures["produce_rec_per_s_during"] > 0
+    windows = figures["produce_rec_per_s_during_windows"]
+    assert windows and min(windows) <= figures["produce_rec_per_s_during"] <= max(windows)
     # The machine's limit beside them: the rate into a topic of three replicas; and the
     # rate alone again once moved.
     assert figures["produce_rec_per_s_three_replicas"] > 0
     assert figures["during_vs_three_replicas"] > 0
     assert figures["produce_rec_per_s_after"] > 0
+    # The host's share of the CPUs in each measure, and the rates compared over what is left.
+    for phase in ("before", "three_replicas", "during", "after"):
+        assert 0 <= figures[f"steal_pct_{phase}"] < 100
+    assert figures["during_vs_before_given_cpu"] > 0
     assert figures["produce_rec_per_s_before"] <= 4e6 / 1000 * 1.1  # the rate it was given
     assert 0 <= figures["max_leaderless_s"] <= 2.0
     # Every partition ends led by a replica the move added: an election each at least.

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from quorumlog.replica.cli.perfutil import cpu_seconds
+from quorumlog.replica.cli.perfutil import MachineCpu, cpu_seconds
 
 # Waits for a line, burns 3 ms of CPU, waits for another.
 CHILD = (
@@ -47,3 +47,20 @@ def test_cpu_seconds_counts_a_few_milliseconds_of_another_process() -> None:
         child.stdin.write(b"end\n")
         child.stdin.close()
         child.wait(10)
+
+
+def test_machine_cpu_steal_share_reads_proc_stat() -> None:
+    """The host's share comes from /proc/stat's steal column, over the time between two
+    readings, and is a share: 0 to 1."""
+    earlier = MachineCpu.now()
+    t = time.thread_time()
+    while time.thread_time() - t < 0.05:
+        pass
+    later = MachineCpu.now()
+    assert later.total > earlier.total  # the machine's clock ticks advanced
+    share = later.steal_share_since(earlier)
+    assert 0.0 <= share <= 1.0
+    # Known counts: a third of 300 ticks stolen.
+    assert MachineCpu(110, 1300).steal_share_since(MachineCpu(10, 1000)) == 100 / 300
+    # No time counted (unreadable /proc/stat): no share.
+    assert MachineCpu().steal_share_since(MachineCpu()) == 0.0
