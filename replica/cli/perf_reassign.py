@@ -10,7 +10,7 @@ the longest answer is ``max_node_answer_ms`` (how long a node's event loop was h
 its partitions waiting). Figures: ``moved_bytes`` (bytes the new replicas
 copied), ``moved_mb_per_s`` (over the move's wall time), ``produce_rec_per_s_before`` and
 ``produce_rec_per_s_during`` (and ``produce_rec_per_s_during_windows``, the rate in each
-5 s the move took). Beside them, the machine's limit: during the move each
+5 s the move took, with ``steal_pct_during_windows`` beside it). Beside them, the machine's limit: during the move each
 record reaches three replicas (two voters and the one new replica copying, or three
 voters), so the produce rate into a topic of as many partitions with three replicas
 (``produce_rec_per_s_three_replicas``) is what the move could give at best, copying
@@ -244,14 +244,15 @@ def main(argv: list[str] | None = None) -> int:
         plan = {TOPIC: [sorted(set(cluster.ports) - set(meta[p].replicas)) for p in parts]}
         even_leaders(plan, sorted(cluster.ports))
         moves = [Move(TOPIC, p, plan[TOPIC][p]) for p in parts]
-        windows: list[ProduceLoad] = []  # the produce load during the move, 5 s at a time
+        # The produce load during the move, 5 s at a time, and the host's share of each.
+        windows: list[tuple[ProduceLoad, float]] = []
         cpu0 = MachineCpu.now()
         t0 = time.monotonic()
         client.reassign(TOPIC, {mv.partition: mv.replicas for mv in moves})
         done = False
         while not done and time.monotonic() - t0 < args.timeout_s:
             window = dataclasses.replace(timed, duration_s=5.0)
-            windows.append(run_producers(window, args.producers, label="produce during the move"))
+            windows.append(_measured(window, args.producers, "produce during the move"))
             done = all(r.done for r in move_status(client, moves))
         move_s = time.monotonic() - t0
         steal_during = MachineCpu.now().steal_share_since(cpu0)
@@ -266,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
             for n in mv.replicas
         )
     before_rate = before.rate
-    during_s = sum(w.seconds for w in windows)
-    during_rate = sum(w.records for w in windows) / during_s if during_s else 0.0
+    during_s = sum(w.seconds for w, _ in windows)
+    during_rate = sum(w.records for w, _ in windows) / during_s if during_s else 0.0
     ceiling_rate = ceiling.rate
     after_rate = after.rate
     # Each rate over the share of the machine the host left it.
@@ -287,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         "produce_rec_per_s_before": round(before_rate),
         "produce_rec_per_s_during": round(during_rate),
         "during_vs_before": round(during_rate / before_rate, 2) if before_rate else None,
-        "produce_rec_per_s_during_windows": [round(w.rate) for w in windows],
+        "produce_rec_per_s_during_windows": [round(w.rate) for w, _ in windows],
+        "steal_pct_during_windows": [round(100 * st, 1) for _, st in windows],
         "produce_rec_per_s_three_replicas": round(ceiling_rate),
         "during_vs_three_replicas": round(during_rate / ceiling_rate, 2) if ceiling_rate else None,
         "produce_rec_per_s_after": round(after_rate),
@@ -314,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             f"produce: {before_rate:,.0f} records/s alone, {during_rate:,.0f} during the move "
             f"({figures['during_vs_before']} of alone)",
             "during the move, 5 s at a time: "
-            + ", ".join(f"{w.rate / 1000:.1f}k" for w in windows)
-            + " records/s",
+            + ", ".join(f"{w.rate / 1000:.1f}k ({100 * st:.0f}%)" for w, st in windows)
+            + " records/s (the host's share of the CPUs)",
             f"produce into 3 replicas a partition (as a record during the move, with no "
             f"copy): {ceiling_rate:,.0f} records/s; during the move "
             f"{figures['during_vs_three_replicas']} of it; alone once moved "

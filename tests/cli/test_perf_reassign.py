@@ -32,6 +32,7 @@ def test_perf_reassign_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert figures["produce_rec_per_s_before"] > 0 and figures["produce_rec_per_s_during"] > 0
     windows = figures["produce_rec_per_s_during_windows"]
     assert windows and min(windows) <= figures["produce_rec_per_s_during"] <= max(windows)
+    assert len(figures["steal_pct_during_windows"]) == len(windows)
     # The machine's limit beside them: the rate into a topic of three replicas; and the
     # rate alone again once moved.
     assert figures["produce_rec_per_s_three_replicas"] > 0
