@@ -4,25 +4,27 @@ producers write to it.
 A 4-node cluster, a topic of ``--partitions`` partitions with 2 replicas each, filled
 with ``--topic-mb`` MB; the produce rate is measured alone, then during the move of every
 partition to the two nodes that held none of it (so every replica is copied). From the
-first measure to the last, each partition's leader is sampled every ``--sample-ms``: the longest time any was
-without one is ``max_leaderless_s``, and each node is asked for its ApiVersions as often:
-the longest answer is ``max_node_answer_ms`` (how long a node's event loop was held, all
-its partitions waiting). Figures: ``moved_bytes`` (bytes the new replicas
-copied), ``moved_mb_per_s`` (over the move's wall time), ``produce_rec_per_s_before`` and
+first measure to the last, each partition's leader is sampled every ``--sample-ms``: the
+longest time any was without one is ``max_leaderless_s``, and each node is asked for its
+ApiVersions as often: the longest answer is ``max_node_answer_ms`` (how long a node's
+event loop was held, all its partitions waiting). Both samplers run through every measure
+(alone, into three replicas, during the move, alone once moved), so each rate is taken
+under the same sampling load. Figures: ``moved_bytes`` (bytes the new replicas copied),
+``moved_mb_per_s`` (over the move's wall time), ``produce_rec_per_s_before`` and
 ``produce_rec_per_s_during`` (and ``produce_rec_per_s_during_windows``, the rate in each
-5 s the move took, with ``steal_pct_during_windows`` beside it). Beside them, the machine's limit: during the move each
-record reaches three replicas (two voters and the one new replica copying, or three
-voters), so the produce rate into a topic of as many partitions with three replicas
+5 s the move took). Beside them, the machine's limit: during the move each record reaches
+three replicas (two voters and the one new replica copying, or three voters), so the
+produce rate into a topic of as many partitions with three replicas
 (``produce_rec_per_s_three_replicas``) is what the move could give at best, copying
 nothing; ``during_vs_three_replicas`` is their ratio. ``produce_rec_per_s_after``, the
 rate alone once the topic has moved, shows how far the machine itself drifted meanwhile.
 ``elections``: the leader epochs the move took over all partitions (each ends led by a
-replica it added: one a partition at best). The leader watch and the node probe run
-through every measure (alone, into three replicas, during the move, alone once moved), so
-each rate is taken under the same sampling load. On a virtual machine the host may take a
-share of the CPUs (steal time, from /proc/stat): ``steal_pct_before``, ``_during`` and so
-on give it for each measure, and ``during_vs_before_given_cpu`` compares the two rates
-each over the share of the machine it was given.
+replica it added: one a partition at best). On a virtual machine the host may take a
+share of the CPUs (steal time, from /proc/stat): ``steal_pct_before``,
+``steal_pct_three_replicas``, ``steal_pct_during``, ``steal_pct_after`` and
+``steal_pct_during_windows`` give it for each measure, and ``during_vs_before_given_cpu``
+compares the rates during and before the move, each over the share of the CPUs it was
+given.
 """
 
 from __future__ import annotations
