@@ -1,6 +1,7 @@
 """``perfutil.cpu_seconds``: another process's CPU time to the nanosecond, so that a
 short measure of a process that did little (the nodes of a tiny ``perf kafka`` run)
-reads more than 0; /proc's clock ticks (10 ms) read 0 there."""
+reads more than 0; /proc's clock ticks (10 ms) read 0 there. ``perfutil.MachineCpu``:
+the host's share of the machine's CPU time (steal) between two readings."""
 
 from __future__ import annotations
 
