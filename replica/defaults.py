@@ -76,8 +76,10 @@ DISK_RETRY_MS = 500
 # producers (Kafka's leader.replication.throttled.rate; there, off by default). 0: none.
 # It paces a new replica's backlog only: what producers append meanwhile is sent as well
 # (driver.partition.Throttle), so a move ends at any setting. ``quorumlog perf reassign``
-# on two cores shared by four nodes: producers kept 0.27 of their rate at 100 MiB/s.
-CATCH_UP_BYTES_PER_S = 16 << 20
+# on two cores shared by four nodes: producers kept 0.27 of their rate at 100 MiB/s, 0.63
+# at 16 MiB/s (the move's copies took a quarter of the machine's CPU), 0.76 at 8 MiB/s
+# (median of 3 runs each, interleaved), where the move took 2.3 times as long.
+CATCH_UP_BYTES_PER_S = 8 << 20
 # A node keeps this much disk in a reserve file, released when the data disk fills so
 # that election state stays writable (node/diskspace.py); appends resume once twice the
 # reserve plus the margin is free again.
