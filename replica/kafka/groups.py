@@ -5,7 +5,7 @@ requests and ``tick(now)``; it reads no clock and owns no timer or socket. A Joi
 SyncGroup that must wait is *parked* under the caller's token and answered later (by
 another request or a tick), through ``take_answers()``; every parked request is answered
 by a deadline, so the caller never waits unboundedly. The asyncio shell, the offsets
-and the ``__consumer_offsets`` topic live in ``replica/node/kafka_groups.py``.
+and the ``__consumer_offsets`` topic live in ``replica/kafka_listener/groups.py``.
 
 States and transitions follow Kafka's ``GroupMetadata`` / ``GroupCoordinator``:
 
@@ -81,7 +81,7 @@ class GroupConfig:
     max_size: int = defaults.GROUP_MAX_SIZE  # [group.max.size]
     max_groups: int = defaults.GROUP_MAX_COUNT
     max_rebalance_timeout_ms: int = defaults.GROUP_MAX_REBALANCE_TIMEOUT_MS
-    # Used by the node's offsets side (node/kafka_groups.py).
+    # Used by the node's offsets side (kafka_listener.groups.py).
     offset_metadata_max_bytes: int = (
         defaults.OFFSET_METADATA_MAX_BYTES
     )  # [offset.metadata.max.bytes]

@@ -130,7 +130,7 @@ class NodeConfig:
     # Plaintext clusters (no auth_config): the secret nodes prove membership with before
     # the node accepts their raft traffic (security.node_secret).
     cluster_secret: str | None = field(default=None, repr=False)
-    # The Kafka listener (kafka_api.py; None: off) and every node's Kafka address, as
+    # The Kafka listener (kafka_listener/; None: off) and every node's Kafka address, as
     # Metadata answers it to Kafka clients (this node's listener if not given).
     kafka_listen: tuple[str, int] | None = None
     kafka_voters: dict[int, tuple[str, int]] = field(default_factory=dict)

@@ -23,7 +23,7 @@ import msgpack
 from ..protocol import messages as m
 
 METADATA_TOPIC = "__cluster_metadata"
-# Kafka consumer groups' committed offsets (kafka_groups.py), created on first use.
+# Kafka consumer groups' committed offsets (kafka_listener/groups.py), created on first use.
 OFFSETS_TOPIC = "__consumer_offsets"
 # Listed in Metadata (Kafka: is_internal) but written only by the node itself.
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})

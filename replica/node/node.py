@@ -26,6 +26,8 @@ from typing import Any
 
 from .. import defaults
 from ..driver import Driver, Limits, NodeHeartbeat, PartitionKey, Ready
+from ..kafka_listener.handlers import KafkaHandlers
+from ..kafka_listener.server import KafkaServer
 from ..protocol import (
     ApiKey,
     DecodeError,
@@ -45,7 +47,6 @@ from .datadir import DataDir
 from .directories import DirectoryIds
 from .diskspace import DiskSpace
 from .flusher import Flusher
-from .kafka_api import KafkaHandlers, KafkaServer
 from .maintenance import Maintenance
 from .metadata import NodeRegistration
 from .metrics import NodeMetrics

@@ -26,9 +26,9 @@ from quorumlog.replica.kafka import records as kafka_records
 from quorumlog.replica.kafka.codec import decode_response, encode_request
 from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
+from quorumlog.replica.kafka_listener.handlers import kafka_error
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.node.config import NodeConfig
-from quorumlog.replica.node.kafka_api import kafka_error
 from quorumlog.replica.node.security import TlsFiles
 from quorumlog.replica.protocol import ErrorCode
 

@@ -22,8 +22,8 @@ from quorumlog.replica.kafka.codec import decode_response, encode_request
 from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.schema import Api, Message
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
+from quorumlog.replica.kafka_listener.auth import RESOURCE_TOPIC
 from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.node.kafka_auth import RESOURCE_TOPIC
 from quorumlog.replica.node.transport import AUTH_TIMEOUT_S
 from quorumlog.replica.protocol import scram
 

@@ -29,8 +29,8 @@ from kafka.protocol.admin import (
     CreateTopicsRequest,
     DeleteTopicsRequest,
 )
+from quorumlog.replica.kafka_listener.auth import RESOURCE_TOPIC
 from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.node.kafka_auth import RESOURCE_TOPIC
 
 from tests.support.waits import wait_until
 

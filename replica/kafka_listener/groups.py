@@ -58,12 +58,12 @@ from ..kafka.errors import KafkaError
 from ..kafka.groups import GroupConfig, GroupCoordinator, JoinResult, SyncResult
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
+from ..node.api import Api
+from ..node.metadata import OFFSETS_TOPIC, TopicAssignment
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..storage import batches_to_table
 from ..storage.records import encode_batch, iter_batches
-from .api import Api
-from .metadata import OFFSETS_TOPIC, TopicAssignment
 
 log = logging.getLogger(__name__)
 

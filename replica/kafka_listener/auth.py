@@ -32,9 +32,9 @@ from ..kafka.codec import fetched_partition
 from ..kafka.errors import KafkaError
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
+from ..node.problems import LogBudget
+from ..node.security import AuthConfig, Principal, authorize_api
 from ..protocol import ApiKey, scram
-from .problems import LogBudget
-from .security import AuthConfig, Principal, authorize_api
 
 log = logging.getLogger(__name__)
 

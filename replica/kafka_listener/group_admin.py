@@ -1,5 +1,5 @@
 """The group administration APIs of the Kafka listener: ListGroups, DescribeGroups,
-DeleteGroups and OffsetDelete, over the membership and offsets ``kafka_groups`` keeps.
+DeleteGroups and OffsetDelete, over the membership and offsets ``groups`` keeps.
 
 What tools (kafka-consumer-groups, lag monitors, consoles, admin clients) see:
 
@@ -30,8 +30,8 @@ from ..kafka.errors import KafkaError
 from ..kafka.groups import CONSUMER_PROTOCOL_TYPE, Group, GroupState, Member
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
-from .kafka_groups import Handler, KafkaGroups, OffsetsCache
-from .metadata import OFFSETS_TOPIC
+from ..node.metadata import OFFSETS_TOPIC
+from .groups import Handler, KafkaGroups, OffsetsCache
 
 #: (api, lowest version, highest version) served.
 SERVED: tuple[tuple[KafkaApi, int, int], ...] = tuple(

@@ -1,4 +1,4 @@
-"""What DescribeConfigs answers (``kafka_api``): a topic's configs and this node's, with the
+"""What DescribeConfigs answers (``handlers``): a topic's configs and this node's, with the
 values the node really applies, in Kafka's names.
 
 ``retention.ms``, ``retention.bytes``, ``segment.bytes`` and ``max.message.bytes`` are
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from .. import defaults
 from ..kafka.schema import Message
-from .config import NodeConfig
-from .metadata import TopicAssignment
+from ..node.config import NodeConfig
+from ..node.metadata import TopicAssignment
 
 # org.apache.kafka.common.requests.DescribeConfigsResponse.ConfigSource
 DYNAMIC_TOPIC_CONFIG = 1

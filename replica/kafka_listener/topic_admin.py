@@ -24,13 +24,13 @@ from ..kafka import messages as km
 from ..kafka.errors import KafkaError
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
+from ..node.api import Api
+from ..node.topic_changes import TopicChanges
 from ..protocol import ErrorCode
 from ..protocol import messages as m
-from .api import Api
-from .kafka_auth import RESOURCE_TOPIC
-from .kafka_errors import admin_error
-from .kafka_groups import Handler
-from .topic_changes import TopicChanges
+from .auth import RESOURCE_TOPIC
+from .errors import admin_error
+from .groups import Handler
 
 #: (api, lowest version, highest version) served.
 SERVED: tuple[tuple[KafkaApi, int, int], ...] = tuple(

@@ -6,9 +6,9 @@ Served: ApiVersions, Metadata, Produce (RecordBatch v2; acks 0, 1, all = quorum-
 idempotent batches checked by the partition's producer state), Fetch, ListOffsets,
 OffsetForLeaderEpoch, InitProducerId (idempotence; no transactions), CreateTopics and
 DeleteTopics (decided by the metadata controller, forwarded to it from another node:
-``topic_changes``), DescribeConfigs (``kafka_configs``),
+``topic_changes``), DescribeConfigs (``configs``),
 SaslHandshake and SaslAuthenticate, the consumer-group APIs, and CreatePartitions,
-AlterConfigs and IncrementalAlterConfigs (``kafka_topic_admin``). ApiVersions lists only
+AlterConfigs and IncrementalAlterConfigs (``topic_admin``). ApiVersions lists only
 these, so a client
 does not ask for the rest; a request for an API it does not list is answered with
 UNSUPPORTED_VERSION where its answer has a top-level error code, else the connection
@@ -17,7 +17,7 @@ closes (as a Kafka broker does for an api key it does not know).
 Security is the node's: with TLS the listener serves TLS with the node's certificate
 (clients: ``security.protocol=SSL`` or ``SASL_SSL``); with ``--auth-config`` every
 connection authenticates with SASL/SCRAM first and is then authorized as the native
-listener authorizes its principal (``kafka_auth``). The connection's SASL state and, once
+listener authorizes its principal (``auth``). The connection's SASL state and, once
 authenticated, its principal live in ``KafkaServer._serve``; every request of the
 connection is run through ``TopicGate`` with that principal.
 
@@ -27,18 +27,15 @@ batches back into RecordBatch v2 with the same base offset and leader epoch.
 
 Consumer groups (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 OffsetCommit, OffsetFetch; offsets in ``__consumer_offsets``) are served by
-``kafka_groups``, their administration (ListGroups, DescribeGroups, DeleteGroups,
-OffsetDelete) by ``kafka_group_admin``; both are listed by ApiVersions too, and so is
+``groups``, their administration (ListGroups, DescribeGroups, DeleteGroups,
+OffsetDelete) by ``group_admin``; both are listed by ApiVersions too, and so is
 DescribeCluster.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import ssl
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -46,11 +43,7 @@ from typing import Any
 from ..constants import UNKNOWN, or_unknown
 from ..kafka import messages as km
 from ..kafka.codec import (
-    UnsupportedRequest,
     api_versions_body,
-    decode_request,
-    decode_request_header,
-    encode_response,
     fetched_partition,
 )
 from ..kafka.columnar import iter_batches
@@ -59,33 +52,27 @@ from ..kafka.errors import KafkaError
 from ..kafka.records import check_produced
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
-from ..kafka.wire import FrameDecoder, KafkaDecodeError, frame
+from ..kafka.wire import KafkaDecodeError
+from ..node.api import Api
+from ..node.metadata import INTERNAL_TOPICS, METADATA_TOPIC
+from ..node.topic_changes import TopicChanges
+from ..node.topic_configs import stored_compression
 from ..protocol import ErrorCode
 from ..protocol import messages as m
-from .api import Api
-from .kafka_auth import (
+from .auth import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
-    KafkaSasl,
-    SaslStateError,
-    TopicGate,
     config_result,
 )
-from .kafka_configs import broker_configs, config_entries, topic_configs
-from .kafka_errors import admin_error
-from .kafka_errors import kafka_error as kafka_error
-from .kafka_group_admin import SERVED as GROUP_ADMIN_APIS
-from .kafka_group_admin import GroupAdmin
-from .kafka_groups import REQUEST_CLIENT, KafkaGroups
-from .kafka_groups import SERVED as GROUP_APIS
-from .kafka_topic_admin import SERVED as TOPIC_ADMIN_APIS
-from .kafka_topic_admin import TopicAdmin
-from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
-from .problems import LogBudget
-from .security import AuthConfig, Principal
-from .topic_changes import TopicChanges
-from .topic_configs import stored_compression
-from .transport import AUTH_TIMEOUT_S, cancel_answers, start_server
+from .configs import broker_configs, config_entries, topic_configs
+from .errors import admin_error
+from .errors import kafka_error as kafka_error
+from .group_admin import SERVED as GROUP_ADMIN_APIS
+from .group_admin import GroupAdmin
+from .groups import SERVED as GROUP_APIS
+from .groups import KafkaGroups
+from .topic_admin import SERVED as TOPIC_ADMIN_APIS
+from .topic_admin import TopicAdmin
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +99,7 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = (
     (km.SASL_HANDSHAKE, km.SASL_HANDSHAKE.min_version, km.SASL_HANDSHAKE.max_version),
     (km.SASL_AUTHENTICATE, km.SASL_AUTHENTICATE.min_version, km.SASL_AUTHENTICATE.max_version),
 )
-_SERVED_KEYS = tuple((api.key, low, high) for api, low, high in SERVED)
+SERVED_KEYS = tuple((api.key, low, high) for api, low, high in SERVED)
 
 #: Fixed for every node, so a client's topic ids agree whichever node it asks.
 _TOPIC_ID_NAMESPACE = uuid.UUID("6d1c7c3e-2f4b-4d0e-9a57-0b9b3c5f8e21")
@@ -175,7 +162,7 @@ class KafkaHandlers:
 
     # ------------------------------------------------------------------ cluster
     async def api_versions(self, api: KafkaApi, version: int, body: Message) -> Message:
-        return api_versions_body(version, _SERVED_KEYS)
+        return api_versions_body(version, SERVED_KEYS)
 
     async def metadata(self, api: KafkaApi, version: int, body: Message) -> Message:
         state = self.api.controller.state
@@ -616,215 +603,3 @@ def _partition_produced(index: int, error: int, base_offset: int, message: str) 
         "record_errors": [],
         "error_message": message or None,
     }
-
-
-class KafkaServer:
-    """Accepts Kafka connections; per connection, requests are handled concurrently and
-    answered in the order they came (clients pipeline them). ``ssl_context``: serve TLS;
-    ``auth``: every connection authenticates (SASL/SCRAM) before anything but
-    ApiVersions, one request at a time, within ``AUTH_TIMEOUT_S``."""
-
-    def __init__(
-        self,
-        handlers: KafkaHandlers,
-        host: str,
-        port: int,
-        max_frame: int,
-        *,
-        ssl_context: ssl.SSLContext | None = None,
-        auth: AuthConfig | None = None,
-    ) -> None:
-        self.handlers = handlers
-        self.host = host
-        self.port = port
-        self.max_frame = max_frame
-        self.ssl_context = ssl_context
-        self.auth = auth
-        self.gate = TopicGate(handlers._topic_by_id)
-        self._budget = LogBudget()
-        self._server: asyncio.Server | None = None
-        self._conns: set[asyncio.Task[None]] = set()
-        # For the node's metrics (metrics.py): requests refused by reason, and a hook
-        # told of every answer (API name, perf_counter at its start, the answer).
-        self.rejected: collections.Counter[str] = collections.Counter()
-        self.observe: Callable[[str, float, Message | None], None] | None = None
-
-    @property
-    def open_connections(self) -> int:
-        return len(self._conns)
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self.host, self.port
-
-    async def start(self) -> None:
-        self._server = await start_server(self._serve, self.host, self.port, self.ssl_context)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._conns):
-            task.cancel()
-        await asyncio.gather(*self._conns, return_exceptions=True)
-        await self.handlers.groups.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        peer = writer.get_extra_info("peername")
-        # As Kafka shows a client's host in DescribeGroups: "/" and its address.
-        client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
-        # The connection's authentication: None on a node without --auth-config.
-        sasl = KafkaSasl(self.auth, peer, self._budget) if self.auth is not None else None
-        auth_deadline = asyncio.get_running_loop().time() + AUTH_TIMEOUT_S
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(maxsize=64)
-        responder = asyncio.create_task(self._respond(pending, writer))
-        frames = FrameDecoder(self.max_frame)
-        try:
-            while not responder.done():
-                if sasl is not None and not sasl.authenticated:
-                    left = auth_deadline - asyncio.get_running_loop().time()
-                    data = await asyncio.wait_for(reader.read(1 << 20), max(0.0, left))
-                else:
-                    data = await reader.read(1 << 20)
-                if not data:
-                    break
-                for payload in frames.feed(data):
-                    if sasl is not None and not sasl.authenticated:
-                        # One request at a time: each may change the state the next meets.
-                        if not sasl.failed:
-                            for step in self._before_authenticated(sasl, payload):
-                                await pending.put(step)
-                        continue
-                    principal = sasl.principal if sasl is not None else None
-                    await pending.put(
-                        asyncio.create_task(self._answer(payload, principal, client_host))
-                    )
-        except TimeoutError:
-            self.rejected["authentication_timeout"] += 1
-            self._budget.log(
-                logging.WARNING,
-                "kafka connection from %s did not authenticate within %.0f s; closing",
-                peer,
-                AUTH_TIMEOUT_S,
-            )
-        except KafkaDecodeError as exc:
-            self.rejected["malformed"] += 1
-            log.info("kafka connection from %s: %s", peer, exc)
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            # The client is gone (or the node stops): nobody waits for the answers.
-            await cancel_answers(pending, responder)
-            writer.close()
-            self._conns.discard(task)
-
-    def _before_authenticated(
-        self, sasl: KafkaSasl, payload: bytes
-    ) -> list[asyncio.Task[bytes | None]]:
-        """What answers one request of a connection that has not authenticated yet: its
-        answer, then (if the exchange ends the connection) a step that closes it."""
-        try:
-            if sasl.raw_tokens:
-                answer = sasl.raw_token(payload)
-                encoded = answer.body if isinstance(answer.body, bytes) else None
-            else:
-                header, _, _ = decode_request_header(payload)
-                if header.api_key == km.API_VERSIONS.key and sasl.allows_api_versions():
-                    return [asyncio.create_task(self._answer(payload, None))]
-                if header.api_key not in (km.SASL_HANDSHAKE.key, km.SASL_AUTHENTICATE.key):
-                    api = km.API_BY_KEY.get(header.api_key)
-                    raise sasl.refuse(api.name if api else f"api key {header.api_key}")
-                header, api, body = decode_request(payload, trailing_ok=True)
-                step = sasl.handshake if api.key == km.SASL_HANDSHAKE.key else sasl.authenticate
-                answer = step(header.api_version, body)
-                assert isinstance(answer.body, dict)
-                encoded = encode_response(
-                    api, header.api_version, header.correlation_id, answer.body
-                )
-        except (KafkaDecodeError, SaslStateError) as exc:
-            self.rejected["authentication_failed"] += 1
-            return [asyncio.create_task(_close_connection(exc))]
-        steps = [asyncio.create_task(_ready(encoded))]
-        if answer.close:
-            steps.append(asyncio.create_task(_close_connection(SaslStateError(_CLOSED_BY_SASL))))
-        return steps
-
-    async def _respond(
-        self,
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        # After a request that cannot be answered the connection closes (the reader then
-        # sees its end); requests already queued are cancelled, never left to block it.
-        closed = False
-        while True:
-            item = await pending.get()
-            if item is None:
-                return
-            if closed:
-                item.cancel()
-                continue
-            try:
-                answer = await item
-            except KafkaDecodeError as exc:
-                log.info("kafka request dropped the connection: %s", exc)
-                closed = True
-            except Exception:
-                log.exception("kafka request failed")
-                closed = True
-            if not closed and answer is not None:
-                writer.write(frame(answer))
-                if pending.empty():
-                    try:
-                        await writer.drain()
-                    except ConnectionError:
-                        closed = True
-            if closed:
-                writer.close()
-
-    async def _answer(
-        self, payload: bytes, principal: Principal | None, client_host: str = ""
-    ) -> bytes | None:
-        try:
-            header, api, body = decode_request(payload, trailing_ok=True)
-        except UnsupportedRequest as exc:
-            self.rejected["unsupported_version"] += 1
-            if exc.header.api_key == km.API_VERSIONS.key:
-                answer = api_versions_body(0, _SERVED_KEYS, KafkaError.UNSUPPORTED_VERSION)
-                return encode_response(km.API_VERSIONS, 0, exc.header.correlation_id, answer)
-            raise
-        REQUEST_CLIENT.set((header.client_id or "", client_host))
-        handler = self.handlers.handlers.get(api.key)
-        if handler is None:
-            self.rejected["unsupported_api"] += 1
-            out = api.default_response(header.api_version)
-            if "error_code" not in out:
-                raise KafkaDecodeError(f"{api.name} is not served and has no error code")
-            out["error_code"] = int(KafkaError.UNSUPPORTED_VERSION)
-            return encode_response(api, header.api_version, header.correlation_id, out)
-        began = time.perf_counter()
-        if principal is not None:
-            result = await self.gate(principal, api, header.api_version, body, handler)
-        else:
-            result = await handler(api, header.api_version, body)
-        if self.observe is not None:
-            self.observe(api.name, began, result)
-        if result is None:
-            return None
-        return encode_response(api, header.api_version, header.correlation_id, result)
-
-
-_CLOSED_BY_SASL = "the SASL exchange ended the connection"
-
-
-async def _ready(answer: bytes | None) -> bytes | None:
-    return answer
-
-
-async def _close_connection(why: Exception) -> bytes | None:
-    """A step of the responder's queue that closes the connection (after the answers
-    queued before it)."""
-    raise KafkaDecodeError(str(why))
