@@ -143,6 +143,13 @@ PRODUCE_TIMEOUT_MS = 30000
 # (Kafka: 50). Each is a quorum whose leader coordinates the groups hashed to it; a few
 # spread coordination over the nodes while costing little when idle.
 OFFSETS_TOPIC_NUM_PARTITIONS = 8
+# [transaction.state.log.num.partitions] partitions of __transaction_state, set when it is
+# created (Kafka: 50): each partition's leader coordinates the transactional ids hashed
+# to it, as the offsets topic's do groups.
+TRANSACTION_STATE_NUM_PARTITIONS = 8
+# [transaction.max.timeout.ms] the longest transaction.timeout.ms a producer may ask for
+# (Kafka's: 15 minutes); a transaction open longer is aborted by its coordinator.
+TRANSACTION_MAX_TIMEOUT_MS = 900_000
 # [offsets.commit.timeout.ms] how long an OffsetCommit waits for quorum durability.
 OFFSETS_COMMIT_TIMEOUT_MS = 5000
 # [offset.metadata.max.bytes] the largest metadata string a commit may carry.

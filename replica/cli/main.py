@@ -463,6 +463,21 @@ def build_parser() -> argparse.ArgumentParser:
         "consumer groups commit, when this node creates it (default %(default)s)",
     )
     p.add_argument(
+        "--transaction-state-partitions",
+        type=int,
+        default=defaults.TRANSACTION_STATE_NUM_PARTITIONS,
+        help="transaction.state.log.num.partitions: partitions of __transaction_state, "
+        "where Kafka transactional ids are coordinated, when this node creates it "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-max-timeout-ms",
+        type=int,
+        default=defaults.TRANSACTION_MAX_TIMEOUT_MS,
+        help="transaction.max.timeout.ms: the longest transaction.timeout.ms a Kafka "
+        "producer may ask for (default %(default)s)",
+    )
+    p.add_argument(
         "--metrics-listen",
         default=None,
         metavar="HOST:PORT",
@@ -663,6 +678,7 @@ PERF = {
     "latency": "replica.cli.perf_latency",
     "producer": "replica.cli.perf_producer",
     "reassign": "replica.cli.perf_reassign",
+    "transactions": "replica.cli.perf_transactions",
 }
 
 

@@ -59,6 +59,7 @@ REASSIGN_IDLE_MS = 1000
 # The client requests a partition serves, by type; each is answered through Ready.answers.
 Request = (
     m.ProduceRequest
+    | m.WriteTxnMarkerRequest
     | m.FetchRequest
     | m.ListOffsetsRequest
     | m.OffsetsForLeaderEpochRequest
@@ -556,7 +557,7 @@ class Driver:
                     ),
                 )
             )
-        elif isinstance(req, m.ProduceRequest):
+        elif isinstance(req, (m.ProduceRequest, m.WriteTxnMarkerRequest)):
             with about(key):
                 p.produce(token, req, now, ready)
         elif isinstance(req, m.FetchRequest):

@@ -17,6 +17,8 @@ def error_response(req_type: type, code: ErrorCode, text: str) -> Any:
 
 
 _API_OF: dict[type, m.ApiKey] = {req: api for api, (req, _) in m.REQUESTS.items()}
+# A transaction marker is appended and answered as a produce is.
+_API_OF[m.WriteTxnMarkerRequest] = m.ApiKey.PRODUCE
 _UNKNOWN_FIELDS: dict[type, dict[str, int]] = {
     m.ProduceResponse: dict.fromkeys(
         ("base_offset", "last_offset", "leader_epoch", "leader_id"), UNKNOWN

@@ -32,6 +32,7 @@ from ..storage.producers import (
     ProducerStateError,
     UnknownProducerId,
 )
+from ..storage.records import TxnMarker, encode_txn_marker
 from .errors import error_response
 from .ready import PartitionKey, Ready
 
@@ -476,11 +477,18 @@ class PartitionDriver:
             self.run(out, now, ready)
 
     # ------------------------------------------------------------------ client requests
-    def produce(self, token: int, req: m.ProduceRequest, now: int, ready: Ready) -> None:
+    def produce(
+        self, token: int, req: m.ProduceRequest | m.WriteTxnMarkerRequest, now: int, ready: Ready
+    ) -> None:
+        """A client's batches, or a transaction coordinator's marker (appended and
+        answered alike: a marker always as acks=quorum)."""
+        markers = isinstance(req, m.WriteTxnMarkerRequest)
+        records = _marker_batch(req) if isinstance(req, m.WriteTxnMarkerRequest) else req.records
+        acks = m.ACKS_QUORUM if isinstance(req, m.WriteTxnMarkerRequest) else req.acks
         try:
-            info, epoch, out = self.core.append(req.records, now)
+            info, epoch, out = self.core.append(records, now, markers=markers)
             first, last, written_in = info.first_offset, info.last_offset, epoch
-            self.appended_bytes += len(req.records)
+            self.appended_bytes += len(records)
         except NotLeaderError as exc:
             ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, str(exc), exc)))
             return
@@ -517,7 +525,7 @@ class PartitionDriver:
             err = _produce_error(ErrorCode.CORRUPT_MESSAGE, f"rejected batch: {exc}")
             ready.answers.append((token, err))
             return
-        if req.acks == m.ACKS_QUORUM:
+        if acks == m.ACKS_QUORUM:
             timeout = req.timeout_ms if req.timeout_ms > 0 else self.limits.produce_timeout_ms
             self.waiters.append(_Waiter(token, first, last, epoch, now + timeout, written_in))
             self._answer_waiters(ready)  # a duplicate may be committed already
@@ -602,24 +610,54 @@ class PartitionDriver:
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"offset {req.fetch_offset} is outside [{lg.start_offset}, {lg.end_offset}]",
             )
-        hwm = core.high_watermark
-        if req.fetch_offset >= hwm or self.hwm_unknown() is not None:
+        if self.hwm_unknown() is not None:
             return None
-        # At least one whole batch even above max_bytes (KIP-74), never more than a
-        # frame can carry: any single batch fits that.
-        max_bytes = min(max(1, req.max_bytes), self.limits.max_fetch_bytes)
+        committed = req.isolation_level == m.READ_COMMITTED
         try:
-            data = lg.read(req.fetch_offset, max_bytes, max_offset=hwm)
+            # read_committed reads below the last stable offset only (KIP-98).
+            limit = self.last_stable_offset() if committed else core.high_watermark
+            if req.fetch_offset >= limit:
+                return None
+            # At least one whole batch even above max_bytes (KIP-74), never more than a
+            # frame can carry: any single batch fits that.
+            max_bytes = min(max(1, req.max_bytes), self.limits.max_fetch_bytes)
+            data = lg.read(req.fetch_offset, max_bytes, max_offset=limit)
+            aborted = []
+            if committed:
+                aborted = [
+                    m.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                    for a in lg.transactions().aborted_between(req.fetch_offset, limit)
+                ]
         except CorruptDataError as exc:
             # Never serve damaged bytes: resign, repair, send the client elsewhere.
             self.on_corruption(exc.offset, now, ready)
             return self._fetched(ErrorCode.NOT_LEADER, f"damaged data at offset {exc.offset}")
         except StorageError as exc:
             return self._fetched(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc))
-        return self._fetched(ErrorCode.NONE, "", data)
+        return self._fetched(ErrorCode.NONE, "", data, aborted)
 
-    def _fetched(self, code: ErrorCode, text: str, records: bytes = b"") -> m.FetchResponse:
+    def last_stable_offset(self) -> int:
+        """The first offset an open transaction holds, else the high watermark: what
+        read_committed readers read below (raises ``CorruptDataError`` if the log's
+        headers cannot be read to find it)."""
+        hwm = self.core.high_watermark
+        first = self.log.transactions().first_unstable_offset
+        return hwm if first is None else min(first, hwm)
+
+    def _fetched(
+        self,
+        code: ErrorCode,
+        text: str,
+        records: bytes = b"",
+        aborted: list[m.AbortedTransaction] | None = None,
+    ) -> m.FetchResponse:
         core = self.core
+        lso = UNKNOWN
+        if code == ErrorCode.NONE and core.is_leader:
+            try:
+                lso = self.last_stable_offset()
+            except StorageError:
+                lso = UNKNOWN
         return m.FetchResponse(
             error=int(code),
             error_message=text,
@@ -628,6 +666,8 @@ class PartitionDriver:
             high_watermark=core.high_watermark,
             log_start_offset=self.log.start_offset,
             records=records,
+            last_stable_offset=lso,
+            aborted_transactions=aborted or [],
         )
 
     def _wake_consumers(self, now: int, ready: Ready, *, force: bool) -> None:
@@ -716,6 +756,11 @@ def _answer_to(out: Output, req: FetchRequest) -> FetchResponse | None:
         if isinstance(msg, FetchResponse) and msg.dst == req.replica_id:
             return msg
     return None
+
+
+def _marker_batch(req: m.WriteTxnMarkerRequest) -> bytes:
+    marker = TxnMarker(req.producer_id, req.producer_epoch, req.commit, req.coordinator_epoch)
+    return encode_txn_marker(marker, req.timestamp_ms)
 
 
 def _no_records(req: FetchRequest) -> FetchRequest:

@@ -33,6 +33,12 @@ def list_offsets(
         answer(ErrorCode.NONE, "", lg.start_offset)
     elif unknown is not None:
         answer(ErrorCode.OFFSET_NOT_AVAILABLE, unknown)
+    elif req.timestamp == m.LATEST_TIMESTAMP and req.isolation_level == m.READ_COMMITTED:
+        try:
+            answer(ErrorCode.NONE, "", p.last_stable_offset())
+        except CorruptDataError as exc:
+            p.on_corruption(exc.offset, now, ready)
+            answer(ErrorCode.NOT_LEADER, f"damaged data at offset {exc.offset}")
     elif req.timestamp == m.LATEST_TIMESTAMP:
         answer(ErrorCode.NONE, "", core.high_watermark)
     else:

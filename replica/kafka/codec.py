@@ -140,17 +140,27 @@ def fetched_partition(
     high_watermark: int = -1,
     log_start_offset: int = -1,
     records: bytes = b"",
+    *,
+    last_stable_offset: int | None = None,
+    aborted_transactions: list[tuple[int, int]] | None = None,
 ) -> Message:
-    """One partition of a Fetch response body. No transactions, so the last stable offset
-    is the high watermark; no preferred read replica. An error answer leaves the offsets
-    at -1 and the records empty."""
+    """One partition of a Fetch response body. ``last_stable_offset``: the first offset
+    an open transaction holds (default: the high watermark); ``aborted_transactions``:
+    (producer id, first offset) of those aborted in the records, for a read_committed
+    fetch (None: a null list). No preferred read replica. An error answer leaves the
+    offsets at -1 and the records empty."""
+    aborted = (
+        None
+        if aborted_transactions is None
+        else [{"producer_id": pid, "first_offset": first} for pid, first in aborted_transactions]
+    )
     return {
         "partition_index": index,
         "error_code": int(error_code),
         "high_watermark": high_watermark,
-        "last_stable_offset": high_watermark,
+        "last_stable_offset": high_watermark if last_stable_offset is None else last_stable_offset,
         "log_start_offset": log_start_offset,
-        "aborted_transactions": None,
+        "aborted_transactions": aborted,
         "preferred_read_replica": -1,
         "records": records,
     }

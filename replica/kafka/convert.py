@@ -9,7 +9,9 @@ quorumlog -> Kafka: every stored batch becomes one RecordBatch v2 with the same 
 offset and leader epoch (partitionLeaderEpoch), offsets base + row, and a CRC32C. A
 quorumlog control batch (the leader-change record a new leader appends) becomes a Kafka
 control batch of type LEADER_CHANGE (2), as KRaft writes one, so offsets stay contiguous
-and consumers skip it. Records without headers map to a null headers list and back to
+and consumers skip it. A batch written in a transaction keeps Kafka's isTransactional
+attribute both ways, and a transaction marker becomes the Kafka control batch it was
+(its record is Kafka's control record, stored as is). Records without headers map to a null headers list and back to
 zero headers.
 """
 
@@ -37,7 +39,7 @@ from .columnar import (
     encode_columns,
     encode_many,
 )
-from .records import ATTR_CONTROL, KafkaRecordBatch
+from .records import ATTR_CONTROL, ATTR_TRANSACTIONAL, KafkaRecordBatch
 
 __all__ = [
     "LEADER_CHANGE_CONTROL_KEY",
@@ -89,7 +91,11 @@ def kafka_to_quorumlog(
     if produced.producer_id >= 0:
         producer = Producer(produced.producer_id, produced.producer_epoch, produced.base_sequence)
     return encode_arrow(
-        produced.records, leader_epoch=leader_epoch, producer=producer, compression=compression
+        produced.records,
+        leader_epoch=leader_epoch,
+        producer=producer,
+        compression=compression,
+        transactional=produced.is_transactional,
     )
 
 
@@ -192,9 +198,14 @@ def quorumlog_to_kafka(buf: bytes | bytearray | memoryview, *, verify_crc: bool 
             producer.producer_epoch if producer else -1,
             producer.base_sequence if producer else -1,
         )
-        if header.is_control:  # the leader-change record, under Kafka's control key
+        if header.marker is not None:
+            # A transaction marker: its record is Kafka's control record already.
+            fields = fields._replace(attributes=ATTR_CONTROL | ATTR_TRANSACTIONAL)
+        elif header.is_control:  # the leader-change record, under Kafka's control key
             keys = pa.array([LEADER_CHANGE_CONTROL_KEY] * records.num_rows, pa.binary())
             records = records.set_column(0, RECORD_SCHEMA.field("key"), keys)
             fields = fields._replace(attributes=ATTR_CONTROL)
+        elif header.is_transactional:
+            fields = fields._replace(attributes=ATTR_TRANSACTIONAL)
         batches.append((records, fields))
     return encode_many(batches)

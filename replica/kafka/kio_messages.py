@@ -361,6 +361,145 @@ INCREMENTAL_ALTER_CONFIGS = Api(44, "IncrementalAlterConfigs", 0, 1, flexible="1
         )),
     ),
 )
+ADD_PARTITIONS_TO_TXN = Api(24, "AddPartitionsToTxn", 0, 3, flexible="3+",
+    request=(
+        F("v3_and_below_transactional_id", "string", "0+"),
+        F("v3_and_below_producer_id", "int64", "0+"),
+        F("v3_and_below_producer_epoch", "int16", "0+"),
+        F("v3_and_below_topics", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("partitions", "[]int32", "0+", default=[]),
+        )),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "0+"),
+        F("results_by_topic_v3_and_below", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("results_by_partition", "[]", "0+", fields=(
+                F("partition_index", "int32", "0+"),
+                F("partition_error_code", "int16", "0+"),
+            )),
+        )),
+    ),
+)
+ADD_OFFSETS_TO_TXN = Api(25, "AddOffsetsToTxn", 0, 3, flexible="3+",
+    request=(
+        F("transactional_id", "string", "0+"),
+        F("producer_id", "int64", "0+"),
+        F("producer_epoch", "int16", "0+"),
+        F("group_id", "string", "0+"),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "0+"),
+        F("error_code", "int16", "0+"),
+    ),
+)
+END_TXN = Api(26, "EndTxn", 0, 3, flexible="3+",
+    request=(
+        F("transactional_id", "string", "0+"),
+        F("producer_id", "int64", "0+"),
+        F("producer_epoch", "int16", "0+"),
+        F("committed", "bool", "0+"),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "0+"),
+        F("error_code", "int16", "0+"),
+    ),
+)
+TXN_OFFSET_COMMIT = Api(28, "TxnOffsetCommit", 0, 3, flexible="3+",
+    request=(
+        F("transactional_id", "string", "0+"),
+        F("group_id", "string", "0+"),
+        F("producer_id", "int64", "0+"),
+        F("producer_epoch", "int16", "0+"),
+        F("generation_id", "int32", "3+", default=-1),
+        F("member_id", "string", "3+", default=''),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+        F("topics", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("partitions", "[]", "0+", fields=(
+                F("partition_index", "int32", "0+"),
+                F("committed_offset", "int64", "0+"),
+                F("committed_leader_epoch", "int32", "2+", default=-1),
+                F("committed_metadata", "string", "0+", nullable="0+"),
+            )),
+        )),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "0+"),
+        F("topics", "[]", "0+", fields=(
+            F("name", "string", "0+"),
+            F("partitions", "[]", "0+", fields=(
+                F("partition_index", "int32", "0+"),
+                F("error_code", "int16", "0+"),
+            )),
+        )),
+    ),
+)
+WRITE_TXN_MARKERS = Api(27, "WriteTxnMarkers", 1, 1, flexible="1+",
+    request=(
+        F("markers", "[]", "1+", fields=(
+            F("producer_id", "int64", "1+"),
+            F("producer_epoch", "int16", "1+"),
+            F("transaction_result", "bool", "1+"),
+            F("topics", "[]", "1+", fields=(
+                F("name", "string", "1+"),
+                F("partition_indexes", "[]int32", "1+", default=[]),
+            )),
+            F("coordinator_epoch", "int32", "1+"),
+        )),
+    ),
+    response=(
+        F("markers", "[]", "1+", fields=(
+            F("producer_id", "int64", "1+"),
+            F("topics", "[]", "1+", fields=(
+                F("name", "string", "1+"),
+                F("partitions", "[]", "1+", fields=(
+                    F("partition_index", "int32", "1+"),
+                    F("error_code", "int16", "1+"),
+                )),
+            )),
+        )),
+    ),
+)
+DESCRIBE_TRANSACTIONS = Api(65, "DescribeTransactions", 0, 0, flexible="0+",
+    request=(
+        F("transactional_ids", "[]string", "0+", default=[]),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "0+"),
+        F("transaction_states", "[]", "0+", fields=(
+            F("error_code", "int16", "0+"),
+            F("transactional_id", "string", "0+"),
+            F("transaction_state", "string", "0+"),
+            F("transaction_timeout_ms", "int32", "0+"),
+            F("transaction_start_time_ms", "int64", "0+"),
+            F("producer_id", "int64", "0+"),
+            F("producer_epoch", "int16", "0+"),
+            F("topics", "[]", "0+", fields=(
+                F("topic", "string", "0+"),
+                F("partitions", "[]int32", "0+", default=[]),
+            )),
+        )),
+    ),
+)
+LIST_TRANSACTIONS = Api(66, "ListTransactions", 0, 1, flexible="0+",
+    request=(
+        F("state_filters", "[]string", "0+", default=[]),
+        F("producer_id_filters", "[]int64", "0+", default=[]),
+        F("duration_filter", "int64", "1+", default=-1),
+    ),
+    response=(
+        F("throttle_time_ms", "int32", "0+"),
+        F("error_code", "int16", "0+"),
+        F("unknown_state_filters", "[]string", "0+", default=[]),
+        F("transaction_states", "[]", "0+", fields=(
+            F("transactional_id", "string", "0+"),
+            F("producer_id", "int64", "0+"),
+            F("transaction_state", "string", "0+"),
+        )),
+    ),
+)
 # fmt: on
 
 __all__ = [
@@ -382,4 +521,11 @@ __all__ = [
     "CREATE_PARTITIONS",
     "ALTER_CONFIGS",
     "INCREMENTAL_ALTER_CONFIGS",
+    "ADD_PARTITIONS_TO_TXN",
+    "ADD_OFFSETS_TO_TXN",
+    "END_TXN",
+    "TXN_OFFSET_COMMIT",
+    "WRITE_TXN_MARKERS",
+    "DESCRIBE_TRANSACTIONS",
+    "LIST_TRANSACTIONS",
 ]

@@ -18,12 +18,16 @@ from __future__ import annotations
 from typing import Any
 
 # Re-exported: every API's schema is reached through this module.
+from .kio_messages import ADD_OFFSETS_TO_TXN as ADD_OFFSETS_TO_TXN
+from .kio_messages import ADD_PARTITIONS_TO_TXN as ADD_PARTITIONS_TO_TXN
 from .kio_messages import ALTER_CONFIGS as ALTER_CONFIGS
 from .kio_messages import API_VERSIONS as API_VERSIONS
 from .kio_messages import CREATE_PARTITIONS as CREATE_PARTITIONS
 from .kio_messages import DELETE_GROUPS as DELETE_GROUPS
 from .kio_messages import DESCRIBE_CLUSTER as DESCRIBE_CLUSTER
 from .kio_messages import DESCRIBE_GROUPS as DESCRIBE_GROUPS
+from .kio_messages import DESCRIBE_TRANSACTIONS as DESCRIBE_TRANSACTIONS
+from .kio_messages import END_TXN as END_TXN
 from .kio_messages import FIND_COORDINATOR as FIND_COORDINATOR
 from .kio_messages import HEARTBEAT as HEARTBEAT
 from .kio_messages import INCREMENTAL_ALTER_CONFIGS as INCREMENTAL_ALTER_CONFIGS
@@ -31,11 +35,14 @@ from .kio_messages import INIT_PRODUCER_ID as INIT_PRODUCER_ID
 from .kio_messages import JOIN_GROUP as JOIN_GROUP
 from .kio_messages import LEAVE_GROUP as LEAVE_GROUP
 from .kio_messages import LIST_GROUPS as LIST_GROUPS
+from .kio_messages import LIST_TRANSACTIONS as LIST_TRANSACTIONS
 from .kio_messages import OFFSET_DELETE as OFFSET_DELETE
 from .kio_messages import OFFSET_FOR_LEADER_EPOCH as OFFSET_FOR_LEADER_EPOCH
 from .kio_messages import SASL_AUTHENTICATE as SASL_AUTHENTICATE
 from .kio_messages import SASL_HANDSHAKE as SASL_HANDSHAKE
 from .kio_messages import SYNC_GROUP as SYNC_GROUP
+from .kio_messages import TXN_OFFSET_COMMIT as TXN_OFFSET_COMMIT
+from .kio_messages import WRITE_TXN_MARKERS as WRITE_TXN_MARKERS
 from .schema import Api, F
 
 # fmt: off
@@ -382,7 +389,8 @@ ALL_APIS: tuple[Api, ...] = (
     CREATE_TOPICS, DELETE_TOPICS, INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH,
     DESCRIBE_CONFIGS, SASL_AUTHENTICATE, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS,
     OFFSET_DELETE, DESCRIBE_CLUSTER, CREATE_PARTITIONS, ALTER_CONFIGS,
-    INCREMENTAL_ALTER_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN,
+    TXN_OFFSET_COMMIT, WRITE_TXN_MARKERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS,
 )  # fmt: skip
 API_BY_KEY: dict[int, Api] = {api.key: api for api in ALL_APIS}
 # (api key, min version, max version): what an ApiVersions response advertises.

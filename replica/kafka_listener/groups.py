@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgpack
+import pyarrow as pa
 
 from ..kafka import messages as km
 from ..kafka.errors import KafkaError
@@ -62,8 +63,8 @@ from ..node.api import Api
 from ..node.metadata import OFFSETS_TOPIC, TopicAssignment
 from ..protocol import ErrorCode
 from ..protocol import messages as m
-from ..storage import batches_to_table
-from ..storage.records import encode_batch, iter_batches
+from ..storage.records import BatchHeader, encode_batch
+from .internal_topics import InternalTopic, read_partition
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = tuple(
         km.HEARTBEAT,
         km.LEAVE_GROUP,
         km.SYNC_GROUP,
+        km.TXN_OFFSET_COMMIT,
     )
 )
 
@@ -98,7 +100,9 @@ LOAD_WAIT_S = 5.0
 #: Bytes per read while loading a partition.
 LOAD_READ_BYTES = 1 << 20
 OFFSET_KEY_VERSION = 1
+TXN_OFFSET_KEY_VERSION = 2
 GROUP_KEY_TYPE = 0  # FindCoordinator key_type: 0 group, 1 transaction
+TXN_KEY_TYPE = 1
 
 Handler = Callable[[KafkaApi, int, Message], Awaitable[Message | None]]
 
@@ -152,6 +156,34 @@ def encode_offset_value(c: Committed) -> bytes:
     return out
 
 
+def encode_txn_offset_key(
+    group_id: str, topic: str, partition: int, producer_id: int, producer_epoch: int
+) -> bytes:
+    """The key of a transactional offset commit: it counts once its transaction's
+    commit marker follows it in the partition."""
+    out: bytes = msgpack.packb(
+        [TXN_OFFSET_KEY_VERSION, group_id, topic, partition, producer_id, producer_epoch]
+    )
+    return out
+
+
+def decode_txn_offset_record(
+    key: bytes | None, value: bytes | None
+) -> tuple[int, int, tuple[str, str, int], Committed] | None:
+    """(producer id, producer epoch, (group, topic, partition), offset) of a
+    transactional offset commit; None for a record of another kind."""
+    if key is None or value is None:
+        return None
+    k = msgpack.unpackb(key, raw=False)
+    if not isinstance(k, list) or len(k) != 6 or k[0] != TXN_OFFSET_KEY_VERSION:
+        return None
+    v = msgpack.unpackb(value, raw=False)
+    committed = Committed(
+        int(v["offset"]), int(v["leader_epoch"]), str(v["metadata"]), int(v["commit_timestamp"])
+    )
+    return int(k[4]), int(k[5]), (str(k[1]), str(k[2]), int(k[3])), committed
+
+
 def decode_offset_record(
     key: bytes | None, value: bytes | None
 ) -> tuple[tuple[str, str, int], Committed | None] | None:
@@ -181,6 +213,11 @@ class OffsetsCache:
     groups: dict[str, dict[tuple[str, int], Committed]] = field(default_factory=dict)
     task: asyncio.Task[bool] | None = None
     stale: bool = False  # a commit's outcome is unknown: reload before the next use
+    # Transactional offset commits (TxnOffsetCommit) waiting for their transaction's
+    # marker: producer id -> (producer epoch, offsets).
+    pending: dict[int, tuple[int, dict[tuple[str, str, int], Committed]]] = field(
+        default_factory=dict
+    )
 
     @property
     def ready(self) -> bool:
@@ -202,6 +239,25 @@ class OffsetsCache:
         else:
             self.groups.setdefault(group, {})[(topic, partition)] = committed
 
+    def add_pending(
+        self, producer_id: int, producer_epoch: int, ident: tuple[str, str, int], c: Committed
+    ) -> None:
+        epoch, offsets = self.pending.get(producer_id, (producer_epoch, {}))
+        if producer_epoch > epoch:
+            offsets = {}  # a new epoch's transaction: the older one's were aborted
+        elif producer_epoch < epoch:
+            return  # a fenced producer's
+        offsets[ident] = c
+        self.pending[producer_id] = (producer_epoch, offsets)
+
+    def end_pending(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """A transaction marker of ``producer_id``: its pending offsets become committed
+        (only those of the marker's epoch: a fenced producer's never are) or are dropped."""
+        epoch, offsets = self.pending.pop(producer_id, (producer_epoch, {}))
+        if commit and epoch == producer_epoch:
+            for ident, c in offsets.items():
+                self.apply(ident, c)
+
 
 class KafkaGroups:
     """The group handlers of one node's Kafka listener (``handlers``: api key -> handler)."""
@@ -220,7 +276,11 @@ class KafkaGroups:
         self._tokens = itertools.count(1)
         self._ticker: asyncio.Task[None] | None = None
         self._busy = asyncio.Event()
-        self._creating: asyncio.Task[None] | None = None
+        self.offsets = InternalTopic(
+            api, OFFSETS_TOPIC, lambda: api.config.offsets_topic_partitions
+        )
+        # Where FindCoordinator for a transactional id goes (``txn_coordinator``).
+        self.transactions: InternalTopic | None = None
         self.handlers: dict[int, Handler] = {
             km.FIND_COORDINATOR.key: self.find_coordinator,
             km.JOIN_GROUP.key: self.join_group,
@@ -229,34 +289,20 @@ class KafkaGroups:
             km.LEAVE_GROUP.key: self.leave_group,
             km.OFFSET_COMMIT.key: self.offset_commit,
             km.OFFSET_FETCH.key: self.offset_fetch,
+            km.TXN_OFFSET_COMMIT.key: self.txn_offset_commit,
         }
 
     async def close(self) -> None:
-        tasks: list[asyncio.Task[Any]] = [t for t in (self._ticker, self._creating) if t]
+        tasks: list[asyncio.Task[Any]] = [t for t in (self._ticker,) if t]
         tasks += [c.task for c in self.caches.values() if c.task is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.offsets.close()
 
     # ------------------------------------------------------------------ coordination
     def _offsets_topic(self) -> TopicAssignment | None:
         return self.api.controller.state.topics.get(OFFSETS_TOPIC)
-
-    async def _create_offsets_topic(self) -> None:
-        """On the metadata leader: create ``__consumer_offsets`` (one attempt at a time)."""
-        if self._creating is None or self._creating.done():
-            self._creating = asyncio.create_task(self._create())
-        await asyncio.shield(self._creating)
-
-    async def _create(self) -> None:
-        req = m.CreateTopicRequest(
-            name=OFFSETS_TOPIC,
-            partitions=self.api.config.offsets_topic_partitions,
-            replication_factor=0,  # min(3, nodes)
-        )
-        resp = await self.api.controller.create_topic(req, internal=True)
-        if resp.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-            log.warning("could not create %s: %s", OFFSETS_TOPIC, resp.error_message)
 
     async def _coordinate(self, group_id: str) -> tuple[OffsetsCache | None, KafkaError]:
         """The loaded offsets of ``group_id``'s partition if this node coordinates it,
@@ -265,7 +311,7 @@ class KafkaGroups:
         topic = self._offsets_topic()
         if topic is None:
             if self.api.controller.is_leader():
-                await self._create_offsets_topic()
+                await self.offsets.create()
             return None, KafkaError.COORDINATOR_NOT_AVAILABLE
         return await self._loaded(partition_for(group_id, len(topic.replicas)))
 
@@ -302,40 +348,36 @@ class KafkaGroups:
 
     async def _load(self, p: int, cache: OffsetsCache, start: int, upto: int) -> bool:
         """Read partition ``p`` from ``start`` to ``upto`` (its high watermark) into
-        ``cache``; False if the leadership moved meanwhile."""
-        offset, records = start, 0
+        ``cache``; False if the leadership moved meanwhile. Transactional offset commits
+        wait in ``cache.pending`` for their transaction's marker."""
+        records = 0
+
+        def on_batch(header: BatchHeader, rows: pa.Table | None) -> None:
+            nonlocal records
+            if rows is None:
+                if header.marker is not None:
+                    cache.end_pending(header.producer_id, header.producer_epoch, header.marker)
+                return
+            keys = rows.column("key").to_pylist()
+            values = rows.column("value").to_pylist()
+            for key, value in zip(keys, values, strict=True):
+                try:
+                    decoded = decode_offset_record(key, value)
+                    pending = decode_txn_offset_record(key, value) if decoded is None else None
+                except (ValueError, TypeError, KeyError, msgpack.UnpackException):
+                    log.warning("%s/%d: bad record near %d", OFFSETS_TOPIC, p, header.base_offset)
+                    continue
+                if decoded is not None:
+                    cache.apply(*decoded)
+                    records += 1
+                elif pending is not None:
+                    cache.add_pending(*pending)
+
         try:
-            while offset < upto:
-                req = m.FetchRequest(
-                    topic=OFFSETS_TOPIC,
-                    partition=p,
-                    current_leader_epoch=cache.epoch,
-                    fetch_offset=offset,
-                    max_wait_ms=0,
-                    min_bytes=1,
-                    max_bytes=LOAD_READ_BYTES,
-                )
-                resp = await self.api.submit((OFFSETS_TOPIC, p), req)
-                if resp.error or not resp.records:
-                    log.info("%s/%d: loading stopped at %d: %s", OFFSETS_TOPIC, p, offset, resp)
-                    return False
-                table = batches_to_table(resp.records)
-                keys = table.column("key").to_pylist()
-                values = table.column("value").to_pylist()
-                for where, key, value in zip(
-                    table.column("offset").to_pylist(), keys, values, strict=True
-                ):
-                    if where >= upto:
-                        continue
-                    try:
-                        decoded = decode_offset_record(key, value)
-                    except (ValueError, TypeError, KeyError, msgpack.UnpackException):
-                        log.warning("%s/%d: bad record at offset %d", OFFSETS_TOPIC, p, where)
-                        continue
-                    if decoded is not None:
-                        cache.apply(*decoded)
-                        records += 1
-                offset = max(h.next_offset for h in iter_batches(resp.records))
+            if not await read_partition(
+                self.api, (OFFSETS_TOPIC, p), cache.epoch, start, upto, on_batch
+            ):
+                return False
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -457,26 +499,33 @@ class KafkaGroups:
         def error(code: KafkaError, text: str) -> tuple[KafkaError, str | None, int, str, int]:
             return code, text, -1, "", -1
 
-        if key_type != GROUP_KEY_TYPE:
-            return error(KafkaError.INVALID_REQUEST, "only group coordinators are served")
-        topic = self._offsets_topic()
-        if topic is None:
+        if key_type == GROUP_KEY_TYPE:
+            internal = self.offsets
+        elif key_type == TXN_KEY_TYPE and self.transactions is not None:
+            internal = self.transactions
+        else:
+            return error(
+                KafkaError.INVALID_REQUEST, f"coordinator key type {key_type} is not served"
+            )
+        count = internal.count()
+        if count is None:
             controller = self.api.controller
             if controller.is_leader():
-                await self._create_offsets_topic()
+                await internal.create()
             elif controller.leader_id() in self.advertised:
-                # Only the metadata leader creates it: the client's group request goes
-                # there, creates it and is told NOT_COORDINATOR, so it looks again.
+                # Only the metadata leader creates it: the client's request goes there,
+                # creates it and is told NOT_COORDINATOR, so it looks again.
                 return node(controller.leader_id())
-            return error(KafkaError.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} is being created")
-        p = partition_for(key, len(topic.replicas))
-        leader = self.api.partition_info(OFFSETS_TOPIC, p, topic.replicas[p]).leader_id
-        if self.api.driver.get((OFFSETS_TOPIC, p)) is None and topic.replicas[p]:
+            return error(KafkaError.COORDINATOR_NOT_AVAILABLE, f"{internal.name} is being created")
+        topic = self.api.controller.state.topics[internal.name]
+        p = partition_for(key, count)
+        leader = self.api.partition_info(internal.name, p, topic.replicas[p]).leader_id
+        if self.api.driver.get((internal.name, p)) is None and topic.replicas[p]:
             # Not a replica here, so the leader is unknown here: name the preferred replica,
             # usually the leader (if not, the client is told NOT_COORDINATOR and asks again).
             leader = topic.replicas[p][0]
         if leader not in self.advertised:
-            return error(KafkaError.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC}/{p} has no leader")
+            return error(KafkaError.COORDINATOR_NOT_AVAILABLE, f"{internal.name}/{p} has no leader")
         return node(leader)
 
     # ------------------------------------------------------------------ membership
@@ -596,12 +645,31 @@ class KafkaGroups:
 
     # ------------------------------------------------------------------ offsets
     async def offset_commit(self, api: KafkaApi, version: int, body: Message) -> Message:
+        return await self._commit(api, version, body, body["generation_id_or_member_epoch"])
+
+    async def txn_offset_commit(self, api: KafkaApi, version: int, body: Message) -> Message:
+        """Offsets committed inside a transaction (KIP-98, KIP-447): written now, counted
+        once the transaction's commit marker reaches this partition (dropped by an abort
+        marker, or by any marker of a later producer epoch). From v3 the member's
+        generation is checked as an OffsetCommit's is (KIP-447)."""
+        txn = (body["producer_id"], body["producer_epoch"])
+        generation = body["generation_id"] if version >= 3 else -1
+        return await self._commit(api, version, body, generation, txn)
+
+    async def _commit(
+        self,
+        api: KafkaApi,
+        version: int,
+        body: Message,
+        generation: int,
+        txn: tuple[int, int] | None = None,
+    ) -> Message:
         group_id = body["group_id"]
         cache, code = await self._coordinate(group_id)
-        if cache is not None:
+        if cache is not None and (txn is None or generation >= 0):
             code = self.machine.commit_error(
                 group_id,
-                body["generation_id_or_member_epoch"],
+                generation,
                 body["member_id"],
                 now_ms(),
                 body["group_instance_id"],
@@ -634,7 +702,7 @@ class KafkaGroups:
                         p["committed_offset"], p["committed_leader_epoch"], metadata, commit_ts
                     )
         if rows and cache is not None:
-            written = await self._write(group_id, cache, rows)
+            written = await self._write(group_id, cache, rows, txn)
             codes.update(dict.fromkeys(rows, int(written)))
         out = api.default_response(version)
         out["topics"] = [
@@ -653,14 +721,23 @@ class KafkaGroups:
         return out
 
     async def _write(
-        self, group_id: str, cache: OffsetsCache, rows: dict[tuple[str, int], Committed | None]
+        self,
+        group_id: str,
+        cache: OffsetsCache,
+        rows: dict[tuple[str, int], Committed | None],
+        txn: tuple[int, int] | None = None,
     ) -> KafkaError:
         """Append ``rows`` as one batch, durable on a quorum, then into the cache (None:
-        a tombstone, which deletes that partition's committed offset)."""
+        a tombstone, which deletes that partition's committed offset). ``txn``: the
+        (producer id, epoch) of a transaction they are committed in: they wait in the
+        cache for its marker."""
         p = cache.partition
+        if txn is None:
+            keys = [encode_offset_key(group_id, topic, part) for topic, part in rows]
+        else:
+            keys = [encode_txn_offset_key(group_id, topic, part, *txn) for topic, part in rows]
         records = encode_batch(
-            [None if c is None else encode_offset_value(c) for c in rows.values()],
-            keys=[encode_offset_key(group_id, topic, part) for topic, part in rows],
+            [None if c is None else encode_offset_value(c) for c in rows.values()], keys=keys
         )
         req = m.ProduceRequest(
             topic=OFFSETS_TOPIC,
@@ -686,7 +763,10 @@ class KafkaGroups:
         current = self.caches.get(p)
         if current is cache and resp.leader_epoch == cache.epoch:
             for (topic, part), c in rows.items():
-                cache.apply((group_id, topic, part), c)
+                if txn is None:
+                    cache.apply((group_id, topic, part), c)
+                elif c is not None:
+                    cache.add_pending(*txn, (group_id, topic, part), c)
         elif current is not None:
             # The cache was replaced (or read in another epoch) while this was written:
             # it may have been read before this commit was; read it again.

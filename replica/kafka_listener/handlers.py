@@ -54,7 +54,7 @@ from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
 from ..kafka.wire import KafkaDecodeError
 from ..node.api import Api
-from ..node.metadata import INTERNAL_TOPICS, METADATA_TOPIC
+from ..node.metadata import INTERNAL_TOPICS, METADATA_TOPIC, OFFSETS_TOPIC
 from ..node.topic_changes import TopicChanges
 from ..node.topic_configs import stored_compression
 from ..protocol import ErrorCode
@@ -73,6 +73,9 @@ from .groups import SERVED as GROUP_APIS
 from .groups import KafkaGroups
 from .topic_admin import SERVED as TOPIC_ADMIN_APIS
 from .topic_admin import TopicAdmin
+from .txn_coordinator import SERVED as TXN_APIS
+from .txn_coordinator import TransactionCoordinator
+from .txn_markers import MarkerWriter
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,8 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = (
         km.OFFSET_FOR_LEADER_EPOCH.max_version,
     ),
     *GROUP_APIS,
+    *TXN_APIS,
+    (km.WRITE_TXN_MARKERS, km.WRITE_TXN_MARKERS.min_version, km.WRITE_TXN_MARKERS.max_version),
     *GROUP_ADMIN_APIS,
     *TOPIC_ADMIN_APIS,
     (km.DESCRIBE_CLUSTER, km.DESCRIBE_CLUSTER.min_version, km.DESCRIBE_CLUSTER.max_version),
@@ -147,6 +152,11 @@ class KafkaHandlers:
         }
         self.groups = KafkaGroups(api, advertised)
         self.handlers.update(self.groups.handlers)
+        self.transactions = TransactionCoordinator(api, MarkerWriter(api, changes))
+        self.groups.transactions = self.transactions.topic
+        self.handlers.update(self.transactions.handlers)
+        self.handlers[km.WRITE_TXN_MARKERS.key] = self.write_txn_markers
+        api.marker_written.append(self._marker_written)
         self.handlers.update(GroupAdmin(self.groups).handlers)
         self.handlers.update(TopicAdmin(api, self.changes).handlers)
 
@@ -345,11 +355,19 @@ class KafkaHandlers:
         return out
 
     async def init_producer_id(self, api: KafkaApi, version: int, body: Message) -> Message:
-        """An idempotent producer's id and epoch (the native api draws them). Transactions
-        are not served: a transactional id is refused as not authorised."""
+        """An idempotent producer's id and epoch (the native api draws them), or with a
+        transactional id, its transaction coordinator's answer (``txn_coordinator``)."""
         out = api.default_response(version)
         if body["transactional_id"] is not None:
-            out["error_code"] = int(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            code, pid, epoch = await self.transactions.init_producer_id(
+                body["transactional_id"],
+                body["transaction_timeout_ms"],
+                body["producer_id"],
+                body["producer_epoch"],
+            )
+            if code == KafkaError.PRODUCER_FENCED and version < 4:
+                code = KafkaError.INVALID_PRODUCER_EPOCH  # PRODUCER_FENCED is v4's (KIP-588)
+            out.update(error_code=int(code), producer_id=pid, producer_epoch=epoch)
             return out
         resp = await self.api.init_producer_id(
             m.InitProducerIdRequest(
@@ -358,6 +376,40 @@ class KafkaHandlers:
         )
         out["producer_id"], out["producer_epoch"] = resp.producer_id, resp.producer_epoch
         return out
+
+    async def write_txn_markers(self, api: KafkaApi, version: int, body: Message) -> Message:
+        """Markers are written between nodes, over the native listener as a node
+        principal: a Kafka client asking for them is refused."""
+        out = api.default_response(version)
+        out["markers"] = [
+            {
+                "producer_id": mk["producer_id"],
+                "topics": [
+                    {
+                        "name": t["name"],
+                        "partitions": [
+                            {
+                                "partition_index": p,
+                                "error_code": int(KafkaError.CLUSTER_AUTHORIZATION_FAILED),
+                            }
+                            for p in t["partition_indexes"]
+                        ],
+                    }
+                    for t in mk["topics"]
+                ],
+            }
+            for mk in body["markers"]
+        ]
+        return out
+
+    def _marker_written(self, marker: m.WriteTxnMarkerRequest) -> None:
+        """A marker this node's leader committed: on an offsets partition, it completes
+        (or drops) the producer's transactional offset commits there."""
+        if marker.topic != OFFSETS_TOPIC:
+            return
+        cache = self.groups.caches.get(marker.partition)
+        if cache is not None:
+            cache.end_pending(marker.producer_id, marker.producer_epoch, marker.commit)
 
     # ------------------------------------------------------------------ partitions
     async def produce(self, api: KafkaApi, version: int, body: Message) -> Message | None:
@@ -404,9 +456,6 @@ class KafkaHandlers:
             batches = []
             for batch in iter_batches(pd["records"] or b""):
                 check_produced(batch)
-                if batch.is_transactional:
-                    text = "transactions are not supported"
-                    return _partition_produced(index, int(KafkaError.INVALID_TXN_STATE), -1, text)
                 codec = stored_compression(configs, batch.compression)
                 batches.append(kafka_to_quorumlog(batch, compression=codec))
         except KafkaDecodeError as exc:
@@ -449,6 +498,7 @@ class KafkaHandlers:
             raise KafkaDecodeError(
                 f"Fetch names {len(wanted)} partitions; at most {MAX_FETCH_PARTITIONS} served"
             )
+        isolation = m.READ_COMMITTED if body["isolation_level"] == 1 else m.READ_UNCOMMITTED
 
         async def one(
             name: str, p: Message, max_wait_ms: int, max_bytes: int
@@ -461,18 +511,25 @@ class KafkaHandlers:
                 max_wait_ms=max_wait_ms,
                 min_bytes=1,
                 max_bytes=max(1, max_bytes),
+                isolation_level=isolation,
             )
             resp = await self.api.partition_request(req)
             records = b""
             if resp.error == 0 and resp.records:
                 records = quorumlog_to_kafka(resp.records, verify_crc=False)
-            hwm = resp.high_watermark if resp.error == 0 else -1
+            ok = resp.error == 0
             answer = fetched_partition(
                 p["partition"],
                 kafka_error(resp.error),
-                hwm,
-                resp.log_start_offset if resp.error == 0 else -1,
+                resp.high_watermark if ok else -1,
+                resp.log_start_offset if ok else -1,
                 records,
+                last_stable_offset=resp.last_stable_offset if ok else -1,
+                aborted_transactions=[
+                    (a.producer_id, a.first_offset) for a in resp.aborted_transactions
+                ]
+                if isolation == m.READ_COMMITTED
+                else None,
             )
             if resp.error in (ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.NOT_LEADER):
                 answer["current_leader"] = {
@@ -487,7 +544,9 @@ class KafkaHandlers:
                 code = int(KafkaError.NOT_LEADER_OR_FOLLOWER)
                 return fetched_partition(p["partition"], code, -1, -1, b""), True
             hwm, start = info.high_watermark, info.log_start_offset
-            return fetched_partition(p["partition"], 0, hwm, start, b""), False
+            # Its last stable offset is not looked up: -1 tells the client it is unknown.
+            answer = fetched_partition(p["partition"], 0, hwm, start, b"", last_stable_offset=-1)
+            return answer, False
 
         async def collect() -> list[tuple[Message, bool]]:
             budget = max(1, body["max_bytes"])
@@ -533,12 +592,15 @@ class KafkaHandlers:
         return out
 
     async def list_offsets(self, api: KafkaApi, version: int, body: Message) -> Message:
+        isolation = m.READ_COMMITTED if body["isolation_level"] == 1 else m.READ_UNCOMMITTED
+
         async def one(name: str, p: Message) -> Message:
             req = m.ListOffsetsRequest(
                 topic=name,
                 partition=p["partition_index"],
                 current_leader_epoch=p["current_leader_epoch"],
                 timestamp=p["timestamp"],
+                isolation_level=isolation,
             )
             resp = await self.api.partition_request(req)
             ok = resp.error == 0

@@ -82,6 +82,7 @@ class KafkaServer:
             task.cancel()
         await asyncio.gather(*self._conns, return_exceptions=True)
         await self.handlers.groups.close()
+        await self.handlers.transactions.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()

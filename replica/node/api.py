@@ -74,7 +74,12 @@ class Api:
             ApiKey.LIST_TOPICS: self.list_topics,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.PRODUCE_MANY: self.produce_many,
+            ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
         }
+        # Told of every transaction marker this node's leaders committed: the group
+        # coordinator completes the transactional offset commits of
+        # ``__consumer_offsets`` partitions with it.
+        self.marker_written: list[Callable[[m.WriteTxnMarkerRequest], None]] = []
 
     async def handle(self, frame: Frame) -> tuple[int, Any] | None:
         try:
@@ -146,6 +151,20 @@ class Api:
         for i, result in zip(submitted, results, strict=True):
             answers[i] = result
         return m.ProduceManyResponse(error=0, error_message="", answers=answers)
+
+    async def write_txn_markers(self, req: m.WriteTxnMarkersRequest) -> m.WriteTxnMarkersResponse:
+        """Each marker appended by the partition's leader here and answered once a quorum
+        holds it (the transaction coordinator retries the others elsewhere)."""
+        answers: list[Any] = [_metadata_refused(marker) for marker in req.markers]
+        submitted = [i for i, answer in enumerate(answers) if answer is None]
+        markers = [req.markers[i] for i in submitted]
+        results = await self.submit_many([((mk.topic, mk.partition), mk) for mk in markers])
+        for i, marker, result in zip(submitted, markers, results, strict=True):
+            answers[i] = result
+            if result.error == 0:
+                for hook in self.marker_written:
+                    hook(marker)
+        return m.WriteTxnMarkersResponse(error=0, error_message="", answers=answers)
 
     def _oversized_batch(self, topic: str, records: bytes) -> str | None:
         """Why a produce's records hold a batch over the topic's max.message.bytes, or None.

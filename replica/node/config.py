@@ -136,6 +136,9 @@ class NodeConfig:
     kafka_voters: dict[int, tuple[str, int]] = field(default_factory=dict)
     # offsets.topic.num.partitions: used by the metadata leader creating __consumer_offsets.
     offsets_topic_partitions: int = defaults.OFFSETS_TOPIC_NUM_PARTITIONS
+    # transaction.state.log.num.partitions and transaction.max.timeout.ms.
+    transaction_state_partitions: int = defaults.TRANSACTION_STATE_NUM_PARTITIONS
+    transaction_max_timeout_ms: int = defaults.TRANSACTION_MAX_TIMEOUT_MS
     # --allow-insecure: plaintext on non-loopback addresses, SASL without TLS.
     allow_insecure: bool = False
     # The Prometheus endpoint (metrics.py; None: off): loopback, or over the node's TLS.
@@ -199,6 +202,15 @@ class NodeConfig:
         if not 1 <= self.offsets_topic_partitions <= 10000:
             raise ValueError(
                 f"--offsets-topic-partitions must be 1..10000, got {self.offsets_topic_partitions}"
+            )
+        if not 1 <= self.transaction_state_partitions <= 10000:
+            raise ValueError(
+                "--transaction-state-partitions must be 1..10000, got "
+                f"{self.transaction_state_partitions}"
+            )
+        if self.transaction_max_timeout_ms < 1:
+            raise ValueError(
+                f"--transaction-max-timeout-ms must be >= 1, got {self.transaction_max_timeout_ms}"
             )
         if self.auth_config is None and self.cluster_secret is None and self.join:
             raise ValueError(
@@ -311,6 +323,12 @@ class NodeConfig:
             kafka_voters=kafka_voters or {},
             offsets_topic_partitions=getattr(
                 args, "offsets_topic_partitions", defaults.OFFSETS_TOPIC_NUM_PARTITIONS
+            ),
+            transaction_state_partitions=getattr(
+                args, "transaction_state_partitions", defaults.TRANSACTION_STATE_NUM_PARTITIONS
+            ),
+            transaction_max_timeout_ms=getattr(
+                args, "transaction_max_timeout_ms", defaults.TRANSACTION_MAX_TIMEOUT_MS
             ),
             allow_insecure=bool(args.allow_insecure),
             quiesce=getattr(args, "quiesce", defaults.QUIESCE),

@@ -75,7 +75,7 @@ _ADMIN_ONLY = _TOPIC_CHANGES | {
     ApiKey.CATCH_UP_THROTTLE,
 }
 #: Only a node may say where it listens: on every listener, plaintext ones included.
-NODE_ONLY = frozenset({ApiKey.REGISTER_NODE})
+NODE_ONLY = frozenset({ApiKey.REGISTER_NODE, ApiKey.WRITE_TXN_MARKERS})
 _PRODUCE = frozenset({ApiKey.PRODUCE, ApiKey.PRODUCE_MANY, ApiKey.INIT_PRODUCER_ID})
 _CONSUME = frozenset({ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSETS_FOR_LEADER_EPOCH})
 

@@ -52,6 +52,7 @@ _R = TypeVar(
     m.DeleteTopicResponse,
     m.RegisterNodeResponse,
 )
+_A = TypeVar("_A", bound=m.Response)
 # After the two SCRAM steps (correlation ids 1 and 2) of ``peers.authenticate``.
 _CORRELATION_ID = 3
 
@@ -98,6 +99,15 @@ class TopicChanges:
             resp, ApiKey.REGISTER_NODE, req, credentials=self.node_credentials
         )
 
+    async def ask_node(self, node_id: int, api_key: ApiKey, req: object, answer: type[_A]) -> _A:
+        """One native request to node ``node_id`` as this node's principal (a transaction
+        coordinator's markers to a partition's leader). Raises OSError, TimeoutError,
+        AuthError, FrameError or DecodeError if it gets no answer in time."""
+        if node_id not in self.book.native:
+            raise OSError(f"node {node_id} has no known address")
+        async with asyncio.timeout(self.timeout_s):
+            return await self._ask(node_id, api_key, req, answer, self.node_credentials)
+
     async def _or_forwarded(
         self,
         local: _R,
@@ -132,9 +142,9 @@ class TopicChanges:
         leader: int,
         api_key: ApiKey,
         req: object,
-        answer: type[_R],
+        answer: type[_A],
         credentials: tuple[str, str] | None,
-    ) -> _R:
+    ) -> _A:
         """One request on a connection of its own to node ``leader``'s native listener,
         reached as its raft links reach it, authenticated as ``credentials`` if any."""
         voter_host, voter_port = self.book.native[leader]

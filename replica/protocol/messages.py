@@ -29,6 +29,10 @@ ACKS_LEADER = 1
 ACKS_QUORUM = -1
 
 LATEST_TIMESTAMP = -1
+#: A consumer's isolation level (Kafka's): read_uncommitted reads to the high watermark;
+#: read_committed to the last stable offset, and is told which transactions aborted.
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 EARLIEST_TIMESTAMP = -2
 
 # The current_leader_epoch that skips fencing (KIP-320: a client that knows no epoch).
@@ -63,6 +67,9 @@ class ApiKey(IntEnum):
     # every node's catch-up throttle (Kafka: leader.replication.throttled.rate, a dynamic
     # broker config)
     CATCH_UP_THROTTLE = 108
+    # transaction markers a transaction coordinator writes (Kafka's WriteTxnMarkers):
+    # from nodes only
+    WRITE_TXN_MARKERS = 27
     ERROR = 127
 
 
@@ -203,6 +210,16 @@ class FetchRequest(FencedRequest):
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
+    isolation_level: int = READ_UNCOMMITTED
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AbortedTransaction:
+    """A transaction aborted in a fetched range: its producer and first offset (the
+    reader drops that producer's transactional batches from there to its abort marker)."""
+
+    producer_id: int
+    first_offset: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,11 +227,18 @@ class FetchResponse(LeaderResponse):
     high_watermark: int
     log_start_offset: int
     records: bytes = b""
+    # The first offset a transaction still holds open (else the high watermark); -1
+    # where unknown (an error).
+    last_stable_offset: int = -1
+    # read_committed only: the aborted transactions overlapping the records served.
+    aborted_transactions: list[AbortedTransaction] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ListOffsetsRequest(FencedRequest):
     timestamp: int
+    # read_committed: LATEST is the last stable offset, not the high watermark.
+    isolation_level: int = READ_UNCOMMITTED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -551,6 +575,35 @@ class AuthenticateResponse(Response):
     principal_kind: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteTxnMarkerRequest(PartitionRequest):
+    """The marker that ends producer ``producer_id``'s transaction on one partition, as
+    its transaction coordinator decided it (``commit`` or abort), appended by the
+    partition's leader and answered once a quorum holds it (as an acks=quorum produce)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    timeout_ms: int
+    timestamp_ms: int  # the marker record's (the coordinator's wall clock)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteTxnMarkersRequest:
+    """Markers for partitions this node leads (Kafka's WriteTxnMarkers): each is written
+    and answered as its own ``WriteTxnMarkerRequest``."""
+
+    markers: list[WriteTxnMarkerRequest]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteTxnMarkersResponse(Response):
+    """``answers[i]`` answers marker i (empty with an error of the whole)."""
+
+    answers: list[ProduceResponse] = field(default_factory=list)
+
+
 REQUESTS: dict[ApiKey, tuple[type, type]] = {
     ApiKey.AUTHENTICATE: (AuthenticateRequest, AuthenticateResponse),
     ApiKey.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse),
@@ -572,6 +625,7 @@ REQUESTS: dict[ApiKey, tuple[type, type]] = {
     ApiKey.FORCE_LEADER: (ForceLeaderRequest, ForceLeaderResponse),
     ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),
     ApiKey.PRODUCE_MANY: (ProduceManyRequest, ProduceManyResponse),
+    ApiKey.WRITE_TXN_MARKERS: (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
 }
 
 API_VERSION = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..storage.errors import CorruptDataError, DiskError
+from ..storage.transactions import TransactionIndex
 from ..storage.types import (
     CATCH_UP_UNKNOWN,
     UNDEFINED_EPOCH,
@@ -109,6 +110,17 @@ class ReplicaLog(Protocol):
     ) -> AppendInfo:
         """Append a voter-set change control batch (KIP-853's VotersRecord); ``voters``
         is the voter set from its offset on."""
+        ...
+
+    def append_markers(self, records: bytes, epoch: int) -> AppendInfo:
+        """Append transaction markers as leader (a transaction coordinator's): each ends
+        its producer's open transaction; one of an epoch the producer left raises
+        ``storage.producers.InvalidProducerEpoch`` and nothing is written."""
+        ...
+
+    def transactions(self) -> TransactionIndex:
+        """The open and aborted transactions of the log (``storage.transactions``),
+        rebuilt from the log after a truncation, as the producer state is."""
         ...
 
     def append_as_follower(self, batches: bytes) -> AppendInfo | None:

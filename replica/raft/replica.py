@@ -287,9 +287,12 @@ class RaftReplica(
             self._resign_if_removed(self._state, now_ms, out)
         return out
 
-    def append(self, records: bytes, now_ms: int) -> tuple[AppendInfo, int, Output]:
+    def append(
+        self, records: bytes, now_ms: int, *, markers: bool = False
+    ) -> tuple[AppendInfo, int, Output]:
         """Append client batches as leader; returns (offsets, leader epoch, output).
-        The records are committed once ``high_watermark > info.last_offset``."""
+        The records are committed once ``high_watermark > info.last_offset``.
+        ``markers``: the batches are transaction markers (``ReplicaLog.append_markers``)."""
         if self._role is not Role.LEADER or self._shutting_down:
             leader = None if self._role is Role.LEADER else self._advertised_leader()
             raise NotLeaderError(leader, self._epoch)
@@ -299,7 +302,10 @@ class RaftReplica(
             # Raises DiskError (the driver then calls ``on_disk_fault``), still pending.
             self.log.append_control(self._epoch, self.node_id, list(self.voters), now_ms)
             st.control_pending = False
-        info = self.log.append_as_leader(records, self._epoch)
+        if markers:
+            info = self.log.append_markers(records, self._epoch)
+        else:
+            info = self.log.append_as_leader(records, self._epoch)
         out = Output(fetch_wakeup=True)
         st.last_append_ms = now_ms
         self._wake_quiet(st, now_ms, out)

@@ -60,6 +60,7 @@ from .records import (
 )
 from .segment import Segment, index_path, log_path
 from .tail import Tail, TailBudget, shared_tail_budget
+from .transactions import TransactionIndex
 from .types import CATCH_UP_UNKNOWN, AppendInfo, EpochEndOffset
 from .voters_cache import VOTERS_FILE, VotersCache
 
@@ -265,6 +266,8 @@ class Log:
         # Built from the log when first needed (an idempotent producer's batch), kept
         # up to date by appends, dropped by truncation.
         self._producers: ProducerStateTable | None = None
+        # Open and aborted transactions (``storage.transactions``): built with it.
+        self._txns: TransactionIndex | None = None
         # A new log makes its directory with its first write (``_make_directory``):
         # thousands of partitions nobody has produced to cost no directory or file.
         parent = os.path.dirname(os.path.abspath(directory))
@@ -397,7 +400,9 @@ class Log:
         batch = encode_voters_batch(leader_id, voters, timestamp_ms, leader_epoch=epoch)
         return self._append_leader(batch, epoch, allow_control=True)
 
-    def _append_leader(self, records: bytes, epoch: int, *, allow_control: bool) -> AppendInfo:
+    def _append_leader(
+        self, records: bytes, epoch: int, *, allow_control: bool, markers: bool = False
+    ) -> AppendInfo:
         self._check_open()
         if epoch < 0:
             raise ValueError(f"leader epoch must be >= 0, got {epoch}")
@@ -427,7 +432,13 @@ class Log:
             raise ValueError("append_as_leader needs at least one batch")
         end = self._end_offset
         try:
-            if any(item.header.producer is not None for item in planned):
+            if markers:
+                info = self._write(planned)
+                table = self.producer_state()
+                for item in planned:
+                    table.apply_marker(item.header.producer_id, item.header.producer_epoch)
+                    self._note_transaction(item.header, item.base_offset)
+            elif any(item.header.producer is not None for item in planned):
                 info = self._append_idempotent(planned)
             else:
                 info = self._write(planned)
@@ -437,6 +448,20 @@ class Log:
             raise
         self._tail.extend(kept)
         return info
+
+    def append_markers(self, records: bytes, epoch: int) -> AppendInfo:
+        """Append transaction markers (a coordinator's, through the partition's leader):
+        each must be one, of an epoch its producer has not left (``InvalidProducerEpoch``);
+        each ends its producer's open transaction here (``transactions``)."""
+        table = self.producer_state()
+        for header in iter_batches(memoryview(records)):
+            if header.marker is None:
+                raise CorruptRecordError(
+                    f"batch at position {header.position} is not a transaction marker"
+                )
+            table.check_marker(header.producer_id, header.producer_epoch)
+        self.transactions()  # built before the markers land, so they update it
+        return self._append_leader(records, epoch, allow_control=True, markers=True)
 
     def _append_idempotent(self, planned: list[_Planned]) -> AppendInfo:
         """An idempotent producer's batch: checked against the producer state first (a
@@ -450,7 +475,14 @@ class Log:
         table.check(pid, batch.producer_epoch, batch.first_sequence, batch.last_sequence)
         info = self._write(planned)
         table.apply(pid, batch)
+        self._note_transaction(item.header, item.base_offset)
         return info
+
+    def _note_transaction(self, header: BatchHeader, base_offset: int) -> None:
+        if self._txns is not None:
+            self._txns.apply(
+                header.producer_id, base_offset, header.is_transactional, header.marker
+            )
 
     def append_as_follower(self, batches: bytes) -> AppendInfo | None:
         """Append whole batches fetched from the leader, byte for byte. Base offsets must
@@ -487,6 +519,7 @@ class Log:
             for item in planned:
                 if item.header.producer is not None:
                     self._apply_producer(self._producers, item.header, item.base_offset)
+                    self._note_transaction(item.header, item.base_offset)
         return info
 
     # -- idempotent producers ----------------------------------------------------------
@@ -497,6 +530,7 @@ class Log:
         way raises ``CorruptDataError`` (the state past it is unknown), as a read does."""
         if self._producers is None:
             table = ProducerStateTable(complete=self.start_offset == 0)
+            txns = TransactionIndex()
             for seg in self._segments:
                 position, expected = 0, seg.base_offset
                 while position < seg.size:
@@ -508,9 +542,19 @@ class Log:
                         ) from exc
                     if header.producer is not None:
                         self._apply_producer(table, header, header.base_offset)
+                        txns.apply_header(header)
                     position, expected = header.end, header.next_offset
-            self._producers = table
+            self._producers, self._txns = table, txns
         return self._producers
+
+    def transactions(self) -> TransactionIndex:
+        """The open and aborted transactions as this log holds them, built with the
+        producer state (``producer_state``) and kept up to date alike."""
+        if self._txns is None or self._producers is None:
+            self._producers = None
+            self.producer_state()
+        assert self._txns is not None
+        return self._txns
 
     @staticmethod
     def _apply_producer(table: ProducerStateTable, header: BatchHeader, base: int) -> None:
@@ -596,7 +640,7 @@ class Log:
         of the first one (None: there is none)."""
         first = None
         for item in group:
-            if item.header.is_control:
+            if item.header.is_control and item.header.marker is None:
                 record = decode_control(b"".join(bytes(b) for b in item.buffers))
                 if record.key == VOTERS_KEY:
                     self._voters.assign(item.base_offset, tuple(record.voters))
@@ -703,7 +747,7 @@ class Log:
         if offset >= self._end_offset:
             return
         self._tail.clear()
-        self._producers = None  # rebuilt from what is left when next needed
+        self._producers = self._txns = None  # rebuilt from what is left when next needed
         if offset < self.start_offset:
             self._truncate_fully(offset)
             return
@@ -826,6 +870,8 @@ class Log:
                 return 0
             victims = self._segments[:doomed]
             self._set_log_start(victims[-1].end_offset)
+            if self._txns is not None:
+                self._txns.drop_before(victims[-1].end_offset)
             with self._lock:
                 del self._segments[:doomed]
                 del self._bases[:doomed]
@@ -1275,7 +1321,7 @@ class Log:
         position = 0
         while position < seg.size:
             header = seg.header_at(position)
-            if header.is_control:
+            if header.is_control and header.marker is None:
                 self._recover_voters(seg.pread(header.size, position), header)
             position = header.end
 
@@ -1317,7 +1363,7 @@ class Log:
             while True:
                 if header.leader_epoch > self._cache.latest_epoch:
                     self._cache.assign(header.leader_epoch, header.base_offset)
-                if header.is_control:
+                if header.is_control and header.marker is None:
                     self._recover_voters(view[local : local + header.size], header)
                 seg.track(
                     position + local,

@@ -26,6 +26,12 @@ by the leader before it appends (Kafka's ``ProducerAppendInfo.checkSequence``):
 * ``e`` above: a new epoch starts at sequence 0 (``OutOfOrderSequence``).
 
 Sequences wrap from 2**31 - 1 to 0, as Kafka's do.
+
+A transaction marker (``check_marker`` / ``apply_marker``) carries the producer's epoch
+and no sequence: one of an epoch below the producer's is refused
+(``InvalidProducerEpoch``: a coordinator's marker of a fenced epoch); one of a higher
+epoch moves the producer there with no batches, so its next batch starts at sequence 0
+(a coordinator bumps the epoch to fence a producer whose transaction it aborts).
 """
 
 from __future__ import annotations
@@ -145,7 +151,7 @@ class ProducerStateTable:
                 f"producer {producer_id} epoch {producer_epoch} is fenced: "
                 f"the partition has epoch {entry.epoch}"
             )
-        if producer_epoch > entry.epoch:
+        if producer_epoch > entry.epoch or not entry.batches:
             if first != 0:
                 raise OutOfOrderSequence(
                     f"producer {producer_id} starts epoch {producer_epoch} at sequence "
@@ -162,6 +168,21 @@ class ProducerStateTable:
                     f"producer {producer_id} epoch {producer_epoch} sent sequence {first}, "
                     f"expected {expected}"
                 )
+
+    def check_marker(self, producer_id: int, producer_epoch: int) -> None:
+        """Raise ``InvalidProducerEpoch`` for a marker of an epoch the producer left."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise InvalidProducerEpoch(
+                f"transaction marker of producer {producer_id} epoch {producer_epoch} is "
+                f"fenced: the partition has epoch {entry.epoch}"
+            )
+
+    def apply_marker(self, producer_id: int, producer_epoch: int) -> None:
+        """Record an appended marker: the producer is in its epoch from here."""
+        entry = self._producers.get(producer_id)
+        if entry is None or producer_epoch > entry.epoch:
+            self._producers[producer_id] = _Producer(producer_epoch)
 
     def apply(self, producer_id: int, batch: ProducerBatch) -> None:
         """Record an appended batch (no checks: a follower copies what its leader

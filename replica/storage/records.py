@@ -11,7 +11,9 @@ length is a multiple of 8, so Arrow reads the payload zero-copy)::
    24  max_timestamp  i64 largest record timestamp in ms (-1 if none)
    32  payload_length u32 bytes of the Arrow IPC stream (multiple of 8)
    36  payload_crc    u32 CRC32 of the payload
-   40  flags          u16 bit 0: control batch
+   40  flags          u16 bit 0: control batch; bit 1: transactional (a batch written
+                          inside a transaction, or with bit 0 a transaction marker);
+                          bit 2: on a marker, commit (clear: abort)
    42  producer_epoch i16 -1, or the idempotent producer's epoch
    44  base_sequence  i32 -1, or the producer's sequence number of the first record
    48  producer_id    i64 -1, or the idempotent producer's id (``storage.producers``)
@@ -27,7 +29,12 @@ Format 1 (magic ``QLB\\x01``, 48 bytes, no producer fields; its header CRC check
 recognised only to refuse it with ``UnsupportedFormatError`` rather than take it for damage.
 
 The payload is an Arrow IPC stream with schema ``RECORD_SCHEMA``. Offsets are implicit.
-A control batch carries one record whose value is a msgpack leader-change record.
+A control batch carries one record whose value is a msgpack leader-change record, or
+(flags control and transactional) a transaction marker: Kafka's control record as it is
+on Kafka's wire (key: version INT16 0, type INT16 0 abort / 1 commit; value: version
+INT16 0, coordinator epoch INT32), with the producer id and epoch in the header and no
+sequence. Whether a marker commits or aborts is in the header too (bit 2), so the
+transaction state is rebuilt from headers alone.
 """
 
 from __future__ import annotations
@@ -47,7 +54,12 @@ from .crc import crc32
 from .errors import CorruptRecordError, UnsupportedFormatError
 
 __all__ = [
+    "COMMIT_FLAG",
     "CONTROL_FLAG",
+    "TRANSACTIONAL_FLAG",
+    "TxnMarker",
+    "decode_txn_marker",
+    "encode_txn_marker",
     "HEADER_SIZE",
     "MAGIC",
     "MAGIC_V1",
@@ -86,7 +98,10 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 CONTROL_FLAG = 0x1
-_KNOWN_FLAGS = CONTROL_FLAG
+TRANSACTIONAL_FLAG = 0x2
+COMMIT_FLAG = 0x4
+_KNOWN_FLAGS = CONTROL_FLAG | TRANSACTIONAL_FLAG | COMMIT_FLAG
+_MARKER_FLAGS = CONTROL_FLAG | TRANSACTIONAL_FLAG
 MAX_PAYLOAD = 1 << 30
 _CONTROL_KEY = b"LeaderChange"
 #: The key of a voter-set change's control record (KIP-853's VotersRecord): the whole
@@ -144,6 +159,19 @@ class BatchHeader(NamedTuple):
         return bool(self.flags & CONTROL_FLAG)
 
     @property
+    def is_transactional(self) -> bool:
+        """Written inside a transaction (a data batch), or a transaction marker."""
+        return bool(self.flags & TRANSACTIONAL_FLAG)
+
+    @property
+    def marker(self) -> bool | None:
+        """For a transaction marker: True if it commits, False if it aborts; None for
+        any other batch."""
+        if self.flags & _MARKER_FLAGS != _MARKER_FLAGS:
+            return None
+        return bool(self.flags & COMMIT_FLAG)
+
+    @property
     def producer(self) -> Producer | None:
         """The idempotent producer fields, or None for a batch written without them."""
         if self.producer_id == NO_PRODUCER_ID:
@@ -166,6 +194,16 @@ class LeaderChange(NamedTuple):
     leader_id: int
     voters: list[int]
     timestamp_ms: int
+
+
+class TxnMarker(NamedTuple):
+    """A transaction marker: the producer whose transaction it ends, whether it commits,
+    and the epoch of the transaction coordinator that wrote it."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
 
 
 class ControlRecord(NamedTuple):
@@ -207,10 +245,15 @@ def _pack_header(
 
 def _sane_producer(pid: int, pepoch: int, seq: int, flags: int) -> bool:
     """No producer (all three -1), or an id with an epoch and a first sequence; a
-    control batch never has one."""
+    control batch has none, but for a transaction marker (an id and an epoch, no
+    sequence). Only a batch with a producer is transactional; only a marker commits."""
+    if flags & COMMIT_FLAG and flags & _MARKER_FLAGS != _MARKER_FLAGS:
+        return False
     if pid == NO_PRODUCER_ID:
-        return pepoch == NO_PRODUCER_EPOCH and seq == NO_SEQUENCE
-    return pid >= 0 and pepoch >= 0 and seq >= 0 and not flags & CONTROL_FLAG
+        return pepoch == NO_PRODUCER_EPOCH and seq == NO_SEQUENCE and not flags & TRANSACTIONAL_FLAG
+    if flags & CONTROL_FLAG:
+        return flags & TRANSACTIONAL_FLAG != 0 and pid >= 0 and pepoch >= 0 and seq == NO_SEQUENCE
+    return pid >= 0 and pepoch >= 0 and seq >= 0
 
 
 def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
@@ -386,14 +429,22 @@ def encode_arrow(
     compression: str | None = None,
     control: bool = False,
     producer: Producer | None = None,
+    transactional: bool = False,
+    flags: int | None = None,
 ) -> bytes:
     """Encode a Table/RecordBatch as one batch. ``value`` is required; ``key`` and
     ``headers`` default to null and ``timestamp`` to now. Columns are cast to
     ``RECORD_SCHEMA`` (in C, no per-record Python). ``compression``: None, "lz4" or
     "zstd" (Arrow IPC buffer compression; readers decompress transparently).
-    ``producer``: the idempotent producer's id, epoch and first sequence number."""
-    if producer is not None and not _sane_producer(*producer, CONTROL_FLAG if control else 0):
-        raise ValueError(f"invalid producer fields {producer}")
+    ``producer``: the idempotent producer's id, epoch and first sequence number;
+    ``transactional``: written inside that producer's open transaction. ``flags``: the
+    header flags whole (a transaction marker's), instead of ``control`` and
+    ``transactional``."""
+    if flags is None:
+        flags = (CONTROL_FLAG if control else 0) | (TRANSACTIONAL_FLAG if transactional else 0)
+    pid, pepoch, seq = producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+    if flags & ~_KNOWN_FLAGS or not _sane_producer(pid, pepoch, seq, flags):
+        raise ValueError(f"invalid producer fields {producer} for flags {flags:#x}")
     rows = data.num_rows
     if rows < 1:
         raise ValueError("a batch needs at least one record")
@@ -422,7 +473,7 @@ def encode_arrow(
         max_timestamp=_max_timestamp(table.column("timestamp")),
         base_offset=base_offset,
         leader_epoch=leader_epoch,
-        flags=CONTROL_FLAG if control else 0,
+        flags=flags,
         producer=producer,
     )
 
@@ -437,9 +488,11 @@ def encode_batch(
     leader_epoch: int = UNKNOWN,
     compression: str | None = None,
     producer: Producer | None = None,
+    transactional: bool = False,
 ) -> bytes:
     """Encode Python lists as one batch (what a producer sends). ``timestamps`` are ms
-    since the epoch (default now); ``headers`` per record a list of (key, value)."""
+    since the epoch (default now); ``headers`` per record a list of (key, value);
+    ``transactional``: inside ``producer``'s open transaction."""
     rows = len(values)
     columns: dict[str, pa.Array] = {"value": pa.array(values, pa.binary())}
     if keys is not None:
@@ -457,7 +510,46 @@ def encode_batch(
         leader_epoch=leader_epoch,
         compression=compression,
         producer=producer,
+        transactional=transactional,
     )
+
+
+#: A transaction marker's record as on Kafka's wire (Kafka's ControlRecordType: 0 abort,
+#: 1 commit; EndTransactionMarker: version 0, coordinator epoch).
+_MARKER_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+
+
+def encode_txn_marker(
+    marker: TxnMarker, timestamp_ms: int, *, leader_epoch: int = UNKNOWN, base_offset: int = 0
+) -> bytes:
+    """The control batch that ends ``marker.producer_id``'s open transaction."""
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "key": pa.array([_MARKER_KEY.pack(0, 1 if marker.commit else 0)], pa.binary()),
+            "value": pa.array([_MARKER_VALUE.pack(0, marker.coordinator_epoch)], pa.binary()),
+            "timestamp": pa.array([timestamp_ms], pa.int64()).cast(pa.timestamp("ms")),
+        }
+    )
+    flags = _MARKER_FLAGS | (COMMIT_FLAG if marker.commit else 0)
+    producer = Producer(marker.producer_id, marker.producer_epoch, NO_SEQUENCE)
+    return encode_arrow(
+        batch, base_offset=base_offset, leader_epoch=leader_epoch, producer=producer, flags=flags
+    )
+
+
+def decode_txn_marker(batch: bytes | bytearray | memoryview) -> TxnMarker:
+    """The transaction marker a single control batch holds (ValueError if it is not one)."""
+    header = parse_header(batch, 0)
+    if header.marker is None:
+        raise ValueError(f"batch at offset {header.base_offset} is not a transaction marker")
+    validate_payload(batch, header)
+    rows = pa.Table.from_batches(_read_payload(pa.py_buffer(batch), header))
+    value = rows.column("value")[0].as_py()
+    if value is None or len(value) != _MARKER_VALUE.size:
+        raise CorruptRecordError(f"transaction marker at {header.base_offset}: bad value")
+    _, coordinator_epoch = _MARKER_VALUE.unpack(value)
+    return TxnMarker(header.producer_id, header.producer_epoch, header.marker, coordinator_epoch)
 
 
 def encode_control_batch(

@@ -65,6 +65,15 @@ GENERATED: tuple[tuple[str, str, int, int], ...] = (
     ("CREATE_PARTITIONS", "CreatePartitions", 0, 3),
     ("ALTER_CONFIGS", "AlterConfigs", 0, 2),
     ("INCREMENTAL_ALTER_CONFIGS", "IncrementalAlterConfigs", 0, 1),
+    # Transactions (KIP-98, KIP-447), at the clients' versions: AddPartitionsToTxn v4+ is
+    # KIP-890's broker-side form; WriteTxnMarkers is between brokers (kio has no v0).
+    ("ADD_PARTITIONS_TO_TXN", "AddPartitionsToTxn", 0, 3),
+    ("ADD_OFFSETS_TO_TXN", "AddOffsetsToTxn", 0, 3),
+    ("END_TXN", "EndTxn", 0, 3),
+    ("TXN_OFFSET_COMMIT", "TxnOffsetCommit", 0, 3),
+    ("WRITE_TXN_MARKERS", "WriteTxnMarkers", 1, 1),
+    ("DESCRIBE_TRANSACTIONS", "DescribeTransactions", 0, 0),
+    ("LIST_TRANSACTIONS", "ListTransactions", 0, 1),
 )
 TARGET = Path(__file__).resolve().parents[2] / "replica" / "kafka" / "kio_messages.py"
 

@@ -45,8 +45,11 @@ def _strategy(plan: _Plan) -> st.SearchStrategy[dict[str, Any]]:
             inner: st.SearchStrategy[Any] = st.deferred(lambda: _strategy(slot.sub))  # type: ignore[arg-type]
             drawn = st.lists(inner, max_size=2) if slot.array else inner
             return st.none() | drawn if slot.nullable else drawn
-        if slot.name == "error_code" and slot.kind == "int16" and not slot.array:
+        if slot.name.endswith("error_code") and slot.kind == "int16" and not slot.array:
             return KNOWN_ERROR_CODES
+        if slot.name.endswith("_start_time_ms") and slot.kind == "int64" and not slot.array:
+            # kio reads such a field as a datetime, which cannot be negative.
+            return st.integers(0, 2**62)
         if slot.kind == "int64" and not slot.array:
             return st.none() | INT64 if slot.nullable else INT64
         return slot_strategy(slot)

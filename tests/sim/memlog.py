@@ -32,11 +32,14 @@ from quorumlog.replica.raft import (
 )
 from quorumlog.replica.raft.log import CorruptDataError, DiskError
 from quorumlog.replica.storage.producers import ProducerBatch, ProducerStateTable, last_sequence
+from quorumlog.replica.storage.transactions import TransactionIndex
 
 HEADER = struct.Struct(">qiiBiqhi")
 RECORD = struct.Struct(">q")
 CONTROL = 1
 VOTERS = 2  # with CONTROL: a voter-set change; one record per voter (``voter_id``)
+TXN = 4  # written in a transaction; with CONTROL a transaction marker (one record)
+COMMIT = 8  # on a marker: it commits (else it aborts)
 Producer = tuple[int, int, int]  # producer id, producer epoch, base sequence
 NO_PRODUCER: Producer = (-1, -1, -1)
 
@@ -62,6 +65,19 @@ def decode_with_producers(data: bytes) -> Iterator[tuple[int, int, int, list[int
         ids = [RECORD.unpack_from(data, pos + 8 * i)[0] for i in range(count)]
         pos += size
         yield base, epoch, flags, ids, (producer[0], producer[1], producer[2])
+
+
+def marker_batch(producer_id: int, producer_epoch: int, commit: bool) -> bytes:
+    """A transaction coordinator's marker: one record, id ``-producer_id - 1``."""
+    flags = CONTROL | TXN | (COMMIT if commit else 0)
+    return encode_batch(
+        0, UNDEFINED_EPOCH, [-producer_id - 1], flags, (producer_id, producer_epoch, -1)
+    )
+
+
+def transactional_batch(ids: list[int], producer: Producer) -> bytes:
+    """A transactional producer's batch (its sequence as an idempotent one's)."""
+    return encode_batch(0, UNDEFINED_EPOCH, ids, TXN, producer)
 
 
 def decode_batches(data: bytes) -> Iterator[tuple[int, int, int, list[int]]]:
@@ -105,6 +121,7 @@ class MemLog:
         # Batch base offset -> (producer fields, record count) of idempotent batches.
         self.producer_of: dict[int, tuple[Producer, int]] = {}
         self.producers = self.table_class()
+        self.txns = TransactionIndex()
         self.epochs: list[tuple[int, int]] = []  # (epoch, start offset), epochs ascending
         self.durable = 0
         self.damaged: set[int] = set()  # base offsets of damaged batches
@@ -176,8 +193,31 @@ class MemLog:
             self.voter_sets.append((base, tuple(sorted(voter_of(i) for i in ids))))
         if producer != NO_PRODUCER:
             self.producer_of[base] = (producer, len(ids))
-            self.producers.apply(producer[0], _producer_batch(producer, base, len(ids)))
+            self._note_producer(base, producer, len(ids), flags)
         return AppendInfo(base, base + len(ids) - 1, len(ids))
+
+    def _note_producer(self, base: int, producer: Producer, count: int, flags: int) -> None:
+        if flags & CONTROL:  # a transaction marker
+            self.producers.apply_marker(producer[0], producer[1])
+            self.txns.apply(producer[0], base, True, bool(flags & COMMIT))
+            return
+        self.producers.apply(producer[0], _producer_batch(producer, base, count))
+        self.txns.apply(producer[0], base, bool(flags & TXN), None)
+
+    def append_markers(self, records: bytes, epoch: int) -> AppendInfo:
+        self._check_room()
+        batches = list(decode_with_producers(records))
+        for _, _, flags, _, producer in batches:
+            if flags & (CONTROL | TXN) != CONTROL | TXN:
+                raise ValueError("not a transaction marker")
+            self.producers.check_marker(producer[0], producer[1])
+        first = self.end_offset
+        for _, _, flags, ids, producer in batches:
+            self._append(self.end_offset, epoch, ids, flags, producer)
+        return AppendInfo(first, self.end_offset - 1, self.end_offset - first)
+
+    def transactions(self) -> TransactionIndex:
+        return self.txns
 
     def _check_room(self) -> None:
         if self.full:
@@ -266,9 +306,10 @@ class MemLog:
         self.damaged = {b for b in self.damaged if b < offset}
         # Rebuilt from what is left, as storage.Log does.
         self.producer_of = {b: p for b, p in self.producer_of.items() if b + p[1] <= offset}
-        self.producers = self.table_class(
-            (p[0], _producer_batch(p, b, n)) for b, (p, n) in sorted(self.producer_of.items())
-        )
+        self.producers = self.table_class()
+        self.txns = TransactionIndex()
+        for b, (p, n) in sorted(self.producer_of.items()):
+            self._note_producer(b, p, n, self.entries[b][3])
 
     def truncate_corrupt(self, offset: int) -> None:
         floor = max(self.catch_up, self.durable)

@@ -1,0 +1,260 @@
+"""Kafka's transaction coordinator, its pure part (KIP-98, KIP-360, KIP-447): what a
+transactional id's state is, how it is written to the transaction-state topic, and what
+each request does to it. The listener (``kafka_listener.txn_coordinator``) does the I/O:
+it writes each new state to the topic (acks=quorum) before acting on it, and sends the
+markers.
+
+States, as Kafka's ``TransactionState``::
+
+    Empty --AddPartitions/AddOffsets--> Ongoing --EndTxn--> PrepareCommit | PrepareAbort
+    PrepareCommit --markers written--> CompleteCommit   (and Abort alike)
+    Complete* --AddPartitions--> Ongoing;  any but Prepare* --InitProducerId--> Empty
+
+A Prepare* state is the decision: once it is in the topic, a new coordinator (a leader
+change of the topic's partition) finishes it, whatever happened to the old one.
+
+Records: key msgpack ``[0, transactional_id]``; value msgpack map (``producer_id``,
+``producer_epoch``, ``timeout_ms``, ``state``, ``partitions`` [[topic, partition]],
+``started_ms``, ``updated_ms``: wall-clock ms). The last record of a key wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import IntEnum
+
+import msgpack
+
+from .errors import KafkaError
+
+__all__ = [
+    "MAX_PRODUCER_EPOCH",
+    "TXN_KEY_VERSION",
+    "Decision",
+    "TxnMetadata",
+    "TxnState",
+    "add_partitions",
+    "begin_abort_on_timeout",
+    "check_producer",
+    "complete",
+    "decode_txn_record",
+    "encode_txn_key",
+    "encode_txn_value",
+    "end_txn",
+    "init_producer_id",
+]
+
+TXN_KEY_VERSION = 0
+#: A producer epoch is an int16; past the last one a transactional id gets a new id.
+MAX_PRODUCER_EPOCH = (1 << 15) - 1
+
+
+class TxnState(IntEnum):
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+
+    @property
+    def kafka_name(self) -> str:
+        """As DescribeTransactions and ListTransactions name it."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
+    @property
+    def preparing(self) -> bool:
+        return self in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+
+Partition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMetadata:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[Partition] = frozenset()
+    started_ms: int = -1  # when the ongoing transaction began (wall clock), else -1
+    updated_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a request does: the error to answer, else the state to write first (None:
+    nothing to write) and, for a transaction to end, its markers' outcome."""
+
+    error: KafkaError = KafkaError.NONE
+    write: TxnMetadata | None = None
+
+
+def encode_txn_key(transactional_id: str) -> bytes:
+    out: bytes = msgpack.packb([TXN_KEY_VERSION, transactional_id])
+    return out
+
+
+def encode_txn_value(meta: TxnMetadata) -> bytes:
+    out: bytes = msgpack.packb(
+        {
+            "producer_id": meta.producer_id,
+            "producer_epoch": meta.producer_epoch,
+            "timeout_ms": meta.timeout_ms,
+            "state": int(meta.state),
+            "partitions": sorted([t, p] for t, p in meta.partitions),
+            "started_ms": meta.started_ms,
+            "updated_ms": meta.updated_ms,
+        }
+    )
+    return out
+
+
+def decode_txn_record(
+    key: bytes | None, value: bytes | None
+) -> tuple[str, TxnMetadata | None] | None:
+    """(transactional id, its state or None for a deletion); None for a record of
+    another kind (a later key version), which loading skips. Raises ValueError,
+    KeyError or msgpack's errors on a damaged record."""
+    if key is None:
+        return None
+    k = msgpack.unpackb(key, raw=False)
+    if not isinstance(k, list) or len(k) != 2 or k[0] != TXN_KEY_VERSION:
+        return None
+    tid = str(k[1])
+    if value is None:
+        return tid, None
+    v = msgpack.unpackb(value, raw=False)
+    return tid, TxnMetadata(
+        tid,
+        int(v["producer_id"]),
+        int(v["producer_epoch"]),
+        int(v["timeout_ms"]),
+        TxnState(int(v["state"])),
+        frozenset((str(t), int(p)) for t, p in v["partitions"]),
+        int(v["started_ms"]),
+        int(v["updated_ms"]),
+    )
+
+
+def check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> KafkaError:
+    """Whether a request naming (``producer_id``, ``producer_epoch``) speaks for the
+    transactional id's current producer: an older epoch is a fenced zombie."""
+    if meta is None or meta.producer_id != producer_id:
+        return KafkaError.INVALID_PRODUCER_ID_MAPPING
+    if producer_epoch != meta.producer_epoch:
+        return KafkaError.PRODUCER_FENCED
+    return KafkaError.NONE
+
+
+def init_producer_id(
+    meta: TxnMetadata | None,
+    transactional_id: str,
+    timeout_ms: int,
+    expected: tuple[int, int],
+    new_producer_id: int,
+    now_ms: int,
+) -> Decision:
+    """InitProducerId with a transactional id. ``expected``: the (id, epoch) the client
+    names (KIP-360; (-1, -1): none); ``new_producer_id``: an id to take if one is needed.
+    An ongoing transaction is not handled here: the caller aborts it first
+    (``begin_abort_on_timeout`` with the epoch bumped), then asks again."""
+    if meta is not None and meta.state.preparing:
+        return Decision(KafkaError.CONCURRENT_TRANSACTIONS)
+    pid, epoch = expected
+    if pid >= 0 and meta is not None and (pid, epoch) != (meta.producer_id, meta.producer_epoch):
+        return Decision(KafkaError.PRODUCER_FENCED)
+    if meta is None or meta.producer_epoch >= MAX_PRODUCER_EPOCH:
+        producer_id, producer_epoch = new_producer_id, 0
+    else:
+        producer_id, producer_epoch = meta.producer_id, meta.producer_epoch + 1
+    return Decision(
+        write=TxnMetadata(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            timeout_ms,
+            TxnState.EMPTY,
+            frozenset(),
+            -1,
+            now_ms,
+        )
+    )
+
+
+def add_partitions(
+    meta: TxnMetadata | None,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: frozenset[Partition],
+    now_ms: int,
+) -> Decision:
+    """AddPartitionsToTxn (and AddOffsetsToTxn, whose partition is the group's offsets
+    partition): the transaction is ongoing from here and holds these partitions."""
+    error = check_producer(meta, producer_id, producer_epoch)
+    if error != KafkaError.NONE:
+        return Decision(error)
+    assert meta is not None
+    if meta.state.preparing:
+        return Decision(KafkaError.CONCURRENT_TRANSACTIONS)
+    if meta.state == TxnState.ONGOING and partitions <= meta.partitions:
+        return Decision()
+    ongoing = meta.state == TxnState.ONGOING
+    return Decision(
+        write=replace(
+            meta,
+            state=TxnState.ONGOING,
+            partitions=(meta.partitions if ongoing else frozenset()) | partitions,
+            started_ms=meta.started_ms if ongoing else now_ms,
+            updated_ms=now_ms,
+        )
+    )
+
+
+def end_txn(
+    meta: TxnMetadata | None, producer_id: int, producer_epoch: int, commit: bool, now_ms: int
+) -> Decision:
+    """EndTxn: the decision (Prepare*) to write; a retry of a transaction already ended
+    the same way succeeds with nothing to write."""
+    error = check_producer(meta, producer_id, producer_epoch)
+    if error != KafkaError.NONE:
+        return Decision(error)
+    assert meta is not None
+    done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+    preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+    if meta.state == done:
+        return Decision()
+    if meta.state == preparing:
+        return Decision(KafkaError.CONCURRENT_TRANSACTIONS)
+    if meta.state != TxnState.ONGOING:
+        return Decision(KafkaError.INVALID_TXN_STATE)
+    return Decision(write=replace(meta, state=preparing, updated_ms=now_ms))
+
+
+def begin_abort_on_timeout(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """The PrepareAbort of an ongoing transaction the coordinator ends itself (its
+    timeout passed, or a new producer of the id initialises): the epoch is bumped, so
+    the markers fence the producer that began it on every partition it wrote."""
+    return replace(
+        meta,
+        producer_epoch=meta.producer_epoch + 1,
+        state=TxnState.PREPARE_ABORT,
+        updated_ms=now_ms,
+    )
+
+
+def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """The Complete* state once every marker of a Prepare* state is written."""
+    assert meta.state.preparing
+    state = (
+        TxnState.COMPLETE_COMMIT
+        if meta.state == TxnState.PREPARE_COMMIT
+        else (TxnState.COMPLETE_ABORT)
+    )
+    return replace(meta, state=state, partitions=frozenset(), started_ms=-1, updated_ms=now_ms)
+
+
+def expired(meta: TxnMetadata, now_ms: int) -> bool:
+    """An ongoing transaction past its timeout (the coordinator aborts it)."""
+    return meta.state == TxnState.ONGOING and now_ms > meta.started_ms + meta.timeout_ms
