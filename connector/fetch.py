@@ -62,6 +62,7 @@ TASK_OPTIONS = (
     "security",
     "attempt_timeout_ms",
     "include_headers",
+    "isolation_level",
 )
 
 
@@ -86,6 +87,7 @@ class QuorumLogPartition(InputPartition):  # type: ignore[misc]
     security: ClientSecurity | None = None
     attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS
     include_headers: bool = False  # option includeHeaders: else the column is NULL
+    isolation_level: str = "read_committed"  # option isolationLevel
 
     def __post_init__(self) -> None:
         self.value = None  # InputPartition's attribute; everything is in the fields
@@ -169,6 +171,7 @@ class _RangeReader:
                     self.pos,
                     current_leader_epoch=self.leader_epoch,
                     max_bytes=p.fetch_max_bytes,
+                    isolation=p.isolation_level,
                 )
             except _RETRY_ERRORS as exc:
                 self._wait(f"{type(exc).__name__}: {exc}")

@@ -77,6 +77,8 @@ OPTION_NAMES = _by_lower_case(
     "maxRecordsPerPartition",
     "onTruncation",
     "failOnDataLoss",
+    "isolationLevel",
+    "kafka.isolation.level",
     "fetchMaxBytes",
     "requestTimeoutMs",
     "attemptTimeoutMs",
@@ -137,6 +139,13 @@ OPTION_DOCS: dict[str, tuple[str, str]] = {
         "`true`",
         "offsets below the log start (retention): fail, or skip to the log start with a warning",
     ),
+    "isolationLevel": (
+        "`read_committed`",
+        "`read_committed`: records of committed transactions and non-transactional ones, "
+        "planned to the last stable offset (aborted records and markers leave offset gaps, "
+        "never truncation); `read_uncommitted`: everything up to the high watermark",
+    ),
+    "kafka.isolation.level": ("none", "Kafka's name for `isolationLevel`"),
     "fetchMaxBytes": ("8 MiB", "bytes per fetch request (a whole batch is always returned)"),
     "requestTimeoutMs": (
         "30000",
@@ -202,6 +211,8 @@ class SourceOptions:
     max_records_per_partition: int | None = None
     on_truncation: Literal["fail", "resume"] = "fail"
     fail_on_data_loss: bool = True
+    # read_committed: plan to the last stable offset, drop aborted transactions' records.
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     attempt_timeout_ms: int = DEFAULT_ATTEMPT_TIMEOUT_MS
@@ -440,7 +451,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
             "offset, logging a warning)",
         )
 
+    isolation = _isolation(opts)
+
     return SourceOptions(
+        isolation_level=isolation,
         security=_security(opts),
         bootstrap=bootstrap,
         topics=topics,
@@ -550,6 +564,34 @@ def _security(opts: Mapping[str, str]) -> ClientSecurity | None:
         secret_env=opts.get("secretenv"),
         secret=opts.get("secret"),
     )
+
+
+def _isolation(opts: Mapping[str, str]) -> Literal["read_committed", "read_uncommitted"]:
+    """Option isolationLevel, or Kafka's name for it (kafka.isolation.level)."""
+    given = {
+        name: opts[key].strip().lower()
+        for name, key in (
+            ("isolationLevel", "isolationlevel"),
+            ("kafka.isolation.level", "kafka.isolation.level"),
+        )
+        if key in opts
+    }
+    if len(set(given.values())) > 1:
+        raise QuorumLogOptionError(
+            "Options 'isolationLevel' and 'kafka.isolation.level' disagree "
+            f"({given['isolationLevel']!r} vs {given['kafka.isolation.level']!r}): give one."
+        )
+    for name, value in given.items():
+        if value == "read_uncommitted":
+            return "read_uncommitted"
+        if value != "read_committed":
+            raise _bad(
+                name,
+                opts["isolationlevel" if name == "isolationLevel" else name],
+                "'read_committed' (only committed transactions' records) or "
+                "'read_uncommitted' (every record up to the high watermark)",
+            )
+    return "read_committed"
 
 
 def _known_options_and_bootstrap(

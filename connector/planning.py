@@ -212,7 +212,11 @@ class Planner:
 
     def latest(self, tp: TopicPartition, pm: PartitionMetadata) -> Position:
         found = self.client.list_offsets(
-            tp.topic, tp.partition, "latest", current_leader_epoch=pm.leader_epoch
+            tp.topic,
+            tp.partition,
+            "latest",
+            current_leader_epoch=pm.leader_epoch,
+            isolation=self.options.isolation_level,
         )
         return Position(found.offset, found.epoch if found.offset > 0 else UNKNOWN_EPOCH)
 

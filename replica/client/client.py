@@ -145,15 +145,21 @@ class FetchResult:
     high_watermark: int
     log_start_offset: int
     records: bytes
+    # read_committed: the aborted transactions (producer id, first offset) the leader
+    # named for these records; None for a read_uncommitted fetch.
+    aborted: list[tuple[int, int]] | None = None
+    last_stable_offset: int = -1
 
     def to_arrow(self, start_offset: int | None = None, end_offset: int | None = None) -> Any:
         """The user records as a pyarrow Table (key, value, timestamp, headers, offset,
-        leaderEpoch): control batches removed, rows outside [start, end) sliced off."""
+        leaderEpoch): control batches removed, and for a read_committed fetch the
+        records of aborted transactions (their offsets are gaps), rows outside
+        [start, end) sliced off."""
         import pyarrow.compute as pc
 
         from ..storage.records import batches_to_table
 
-        table = batches_to_table(self.records)
+        table = batches_to_table(self.records, aborted=self.aborted)
         if start_offset is None and end_offset is None:
             return table
         offsets = table.column("offset")
@@ -173,6 +179,19 @@ class FetchResult:
         for b in iter_batches(self.records):
             last = OffsetAndEpoch(b.last_offset, b.leader_epoch)
         return last
+
+
+#: A consumer's isolation level, by Kafka's names.
+ISOLATION_LEVELS = {"read_uncommitted": m.READ_UNCOMMITTED, "read_committed": m.READ_COMMITTED}
+
+
+def isolation_level(name: str) -> int:
+    try:
+        return ISOLATION_LEVELS[name]
+    except KeyError:
+        raise ValueError(
+            f"isolation must be one of {sorted(ISOLATION_LEVELS)}, got {name!r}"
+        ) from None
 
 
 def check_batch_size(topic: str, partition: int, records: bytes, limit: int) -> None:
@@ -1232,10 +1251,14 @@ class Client:
         current_leader_epoch: int | None = None,
         max_bytes: int = defaults.FETCH_MAX_BYTES,
         max_wait_ms: int = 0,
+        isolation: str = "read_uncommitted",
     ) -> FetchResult:
         """Records from ``offset``. A long poll (``max_wait_ms``) is sent as polls that each
         fit in an attempt, until records come or ``max_wait_ms`` has passed, so a hung
-        leader is noticed within an attempt timeout however long the poll."""
+        leader is noticed within an attempt timeout however long the poll.
+        ``isolation``: ``read_committed`` reads below the last stable offset only (no
+        open transaction's records) and drops aborted transactions' records."""
+        level = isolation_level(isolation)
         now = time.monotonic()
         wait_until = now + max(0, max_wait_ms) / 1000
         call_deadline = now + max(self.request_timeout_ms, max_wait_ms + 5000) / 1000
@@ -1251,6 +1274,7 @@ class Client:
                 max_wait_ms=poll_ms,
                 min_bytes=1,
                 max_bytes=max_bytes,
+                isolation_level=level,
             )
 
         while True:
@@ -1273,11 +1297,24 @@ class Client:
             resp.high_watermark,
             resp.log_start_offset,
             resp.records,
+            [(a.producer_id, a.first_offset) for a in resp.aborted_transactions]
+            if level == m.READ_COMMITTED
+            else None,
+            resp.last_stable_offset,
         )
 
     def list_offsets(
-        self, topic: str, partition: int, spec: str | int, current_leader_epoch: int | None = None
+        self,
+        topic: str,
+        partition: int,
+        spec: str | int,
+        current_leader_epoch: int | None = None,
+        *,
+        isolation: str = "read_uncommitted",
     ) -> OffsetAndEpoch:
+        """``latest`` is the high watermark, or with ``isolation="read_committed"`` the
+        last stable offset (below any open transaction)."""
+        level = isolation_level(isolation)
         if spec == "latest":
             ts = m.LATEST_TIMESTAMP
         elif spec == "earliest":
@@ -1293,7 +1330,11 @@ class Client:
             partition,
             ApiKey.LIST_OFFSETS,
             lambda epoch, _: m.ListOffsetsRequest(
-                topic=topic, partition=partition, current_leader_epoch=epoch, timestamp=ts
+                topic=topic,
+                partition=partition,
+                current_leader_epoch=epoch,
+                timestamp=ts,
+                isolation_level=level,
             ),
             m.ListOffsetsResponse,
             current_leader_epoch,

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import msgpack
@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 from ..constants import UNKNOWN
 from .crc import crc32
 from .errors import CorruptRecordError, UnsupportedFormatError
+from .transactions import committed_batches
 
 __all__ = [
     "COMMIT_FLAG",
@@ -702,18 +703,24 @@ def batches_to_table(
     *,
     include_control: bool = False,
     verify_crc: bool = True,
+    aborted: Sequence[tuple[int, int]] | None = None,
 ) -> pa.Table:
     """Fetched batch bytes -> a Table with ``OUTPUT_SCHEMA`` (RECORD_SCHEMA plus
     ``offset: int64`` and ``leaderEpoch: int32``). Payload columns are zero-copy views of
     ``buf``; offset and epoch columns are computed with Arrow kernels over all batches at once.
     Control batches are skipped (by header flag, without decoding) unless
-    ``include_control``."""
+    ``include_control``. ``aborted`` (a read_committed fetch's aborted transactions:
+    producer id, first offset): those transactions' batches are skipped too, and every
+    control batch (``storage.transactions.committed_batches``)."""
     pbuf = pa.py_buffer(buf)
     record_batches: list[pa.RecordBatch] = []
     bases: list[int] = []
     counts: list[int] = []
     epochs: list[int] = []
-    for header in iter_batches(buf, verify_crc=verify_crc):
+    headers: Iterable[BatchHeader] = iter_batches(buf, verify_crc=verify_crc)
+    if aborted is not None:
+        headers = committed_batches(headers, aborted)  # type: ignore[assignment]
+    for header in headers:
         if header.is_control and not include_control:
             continue
         record_batches.extend(_read_payload(pbuf, header))

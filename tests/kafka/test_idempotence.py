@@ -96,15 +96,6 @@ def test_a_retried_produce_is_written_once_and_gaps_and_old_epochs_are_refused(
     assert logged == [b"v0", b"v1", b"v2", b"v3", b"v4", b"v0"]
 
 
-def test_init_producer_id_refuses_transactions(kcluster: LocalCluster) -> None:
-    port = next(iter(kcluster.kafka_ports.values()))
-    body = km.INIT_PRODUCER_ID.default_request(4)
-    body.update(transactional_id="tx-1", transaction_timeout_ms=60000)
-    (raw,) = _exchange(port, [_request(port, km.INIT_PRODUCER_ID, 4, body, 1)])
-    answer = decode_response(km.INIT_PRODUCER_ID, 4, raw)[1]
-    assert answer["error_code"] == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-
-
 def test_an_idempotent_kafka_producer_writes_each_record_once_across_stalls_and_kills(
     kcluster: LocalCluster,
 ) -> None:
