@@ -32,7 +32,7 @@ from ..storage.producers import (
     ProducerStateError,
     UnknownProducerId,
 )
-from ..storage.records import TxnMarker, encode_txn_marker
+from ..storage.records import TxnMarker
 from .errors import error_response
 from .ready import PartitionKey, Ready
 
@@ -482,13 +482,19 @@ class PartitionDriver:
     ) -> None:
         """A client's batches, or a transaction coordinator's marker (appended and
         answered alike: a marker always as acks=quorum)."""
-        markers = isinstance(req, m.WriteTxnMarkerRequest)
-        records = _marker_batch(req) if isinstance(req, m.WriteTxnMarkerRequest) else req.records
-        acks = m.ACKS_QUORUM if isinstance(req, m.WriteTxnMarkerRequest) else req.acks
+        if isinstance(req, m.WriteTxnMarkerRequest):
+            marker = TxnMarker(
+                req.producer_id, req.producer_epoch, req.commit, req.coordinator_epoch
+            )
+            records: bytes | list[TxnMarker] = [marker]
+            acks, timestamp_ms = m.ACKS_QUORUM, req.timestamp_ms
+        else:
+            records, acks, timestamp_ms = req.records, req.acks, -1
         try:
-            info, epoch, out = self.core.append(records, now, markers=markers)
+            info, epoch, out = self.core.append(records, now, timestamp_ms=timestamp_ms)
             first, last, written_in = info.first_offset, info.last_offset, epoch
-            self.appended_bytes += len(records)
+            if isinstance(records, bytes):
+                self.appended_bytes += len(records)
         except NotLeaderError as exc:
             ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, str(exc), exc)))
             return
@@ -637,11 +643,11 @@ class PartitionDriver:
         return self._fetched(ErrorCode.NONE, "", data, aborted)
 
     def last_stable_offset(self) -> int:
-        """The first offset an open transaction holds, else the high watermark: what
-        read_committed readers read below (raises ``CorruptDataError`` if the log's
+        """The first offset of a transaction not decided below the high watermark, else
+        the high watermark: what read_committed readers read below (raises ``CorruptDataError`` if the log's
         headers cannot be read to find it)."""
         hwm = self.core.high_watermark
-        first = self.log.transactions().first_unstable_offset
+        first = self.log.transactions().first_unstable_offset(hwm)
         return hwm if first is None else min(first, hwm)
 
     def _fetched(
@@ -756,11 +762,6 @@ def _answer_to(out: Output, req: FetchRequest) -> FetchResponse | None:
         if isinstance(msg, FetchResponse) and msg.dst == req.replica_id:
             return msg
     return None
-
-
-def _marker_batch(req: m.WriteTxnMarkerRequest) -> bytes:
-    marker = TxnMarker(req.producer_id, req.producer_epoch, req.commit, req.coordinator_epoch)
-    return encode_txn_marker(marker, req.timestamp_ms)
 
 
 def _no_records(req: FetchRequest) -> FetchRequest:

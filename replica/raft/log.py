@@ -9,9 +9,11 @@ it appends them).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..storage.errors import CorruptDataError, DiskError
+from ..storage.records import TxnMarker
 from ..storage.transactions import TransactionIndex
 from ..storage.types import (
     CATCH_UP_UNKNOWN,
@@ -112,10 +114,12 @@ class ReplicaLog(Protocol):
         is the voter set from its offset on."""
         ...
 
-    def append_markers(self, records: bytes, epoch: int) -> AppendInfo:
-        """Append transaction markers as leader (a transaction coordinator's): each ends
-        its producer's open transaction; one of an epoch the producer left raises
-        ``storage.producers.InvalidProducerEpoch`` and nothing is written."""
+    def append_markers(
+        self, markers: Sequence[TxnMarker], epoch: int, timestamp_ms: int
+    ) -> AppendInfo:
+        """Append transaction markers as leader (a transaction coordinator's), a batch
+        each: each ends its producer's open transaction; one of an epoch its producer
+        left raises ``storage.producers.InvalidProducerEpoch`` and nothing is written."""
         ...
 
     def transactions(self) -> TransactionIndex:

@@ -20,6 +20,7 @@ from collections.abc import Set as AbstractSet
 
 from ..constants import UNKNOWN
 from ..protocol.errors import ErrorCode
+from ..storage.records import TxnMarker
 from .announce import AnnounceRole
 from .config import QuorumConfig
 from .disk import DiskRole
@@ -288,11 +289,12 @@ class RaftReplica(
         return out
 
     def append(
-        self, records: bytes, now_ms: int, *, markers: bool = False
+        self, records: bytes | Sequence[TxnMarker], now_ms: int, *, timestamp_ms: int = -1
     ) -> tuple[AppendInfo, int, Output]:
         """Append client batches as leader; returns (offsets, leader epoch, output).
-        The records are committed once ``high_watermark > info.last_offset``.
-        ``markers``: the batches are transaction markers (``ReplicaLog.append_markers``)."""
+        The records are committed once ``high_watermark > info.last_offset``. Given
+        transaction markers instead, they are appended (``ReplicaLog.append_markers``)
+        with record timestamp ``timestamp_ms``."""
         if self._role is not Role.LEADER or self._shutting_down:
             leader = None if self._role is Role.LEADER else self._advertised_leader()
             raise NotLeaderError(leader, self._epoch)
@@ -302,10 +304,10 @@ class RaftReplica(
             # Raises DiskError (the driver then calls ``on_disk_fault``), still pending.
             self.log.append_control(self._epoch, self.node_id, list(self.voters), now_ms)
             st.control_pending = False
-        if markers:
-            info = self.log.append_markers(records, self._epoch)
-        else:
+        if isinstance(records, bytes):
             info = self.log.append_as_leader(records, self._epoch)
+        else:
+            info = self.log.append_markers(records, self._epoch, timestamp_ms)
         out = Output(fetch_wakeup=True)
         st.last_append_ms = now_ms
         self._wake_quiet(st, now_ms, out)

@@ -48,9 +48,11 @@ from .records import (
     MAGIC_V1,
     VOTERS_KEY,
     BatchHeader,
+    TxnMarker,
     batches_to_table,
     decode_control,
     encode_control_batch,
+    encode_txn_marker,
     encode_voters_batch,
     iter_batches,
     parse_header,
@@ -449,18 +451,18 @@ class Log:
         self._tail.extend(kept)
         return info
 
-    def append_markers(self, records: bytes, epoch: int) -> AppendInfo:
-        """Append transaction markers (a coordinator's, through the partition's leader):
-        each must be one, of an epoch its producer has not left (``InvalidProducerEpoch``);
-        each ends its producer's open transaction here (``transactions``)."""
+    def append_markers(
+        self, markers: Sequence[TxnMarker], epoch: int, timestamp_ms: int
+    ) -> AppendInfo:
+        """Append transaction markers (a coordinator's, through the partition's leader),
+        a batch each, of epochs their producers have not left (``InvalidProducerEpoch``,
+        nothing written); each ends its producer's open transaction here
+        (``transactions``)."""
         table = self.producer_state()
-        for header in iter_batches(memoryview(records)):
-            if header.marker is None:
-                raise CorruptRecordError(
-                    f"batch at position {header.position} is not a transaction marker"
-                )
-            table.check_marker(header.producer_id, header.producer_epoch)
+        for marker in markers:
+            table.check_marker(marker.producer_id, marker.producer_epoch)
         self.transactions()  # built before the markers land, so they update it
+        records = b"".join(encode_txn_marker(marker, timestamp_ms) for marker in markers)
         return self._append_leader(records, epoch, allow_control=True, markers=True)
 
     def _append_idempotent(self, planned: list[_Planned]) -> AppendInfo:

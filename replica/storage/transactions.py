@@ -5,8 +5,11 @@ what a read_committed reader may see. Pure: the logs feed it batch headers in lo
   base offset; the producer's next marker (commit or abort) closes it. A marker with no
   open transaction (a coordinator's retry, or a partition the producer never wrote)
   closes nothing.
-* The **last stable offset** is the first offset of the earliest open transaction, else
-  the high watermark: read_committed readers read below it only.
+* The **last stable offset** is the first offset of the earliest transaction not yet
+  decided below the high watermark, else the high watermark: read_committed readers read
+  below it only. A transaction whose marker is in the log but not yet committed counts
+  as open (Kafka's "unreplicated" transactions): a leader deposed before its marker
+  commits may lose the marker, and the transaction may then be aborted.
 * An abort keeps (producer, first offset, marker offset): the aborted-transaction index
   (Kafka's ``.txnindex``). A read_committed fetch is told those overlapping what it
   reads, and drops the producer's transactional batches from the first offset to the
@@ -58,6 +61,10 @@ class TransactionIndex:
         # first offset among them so far (for the overlap search).
         self._aborted: list[AbortedTxn] = []
         self._lasts: list[int] = []
+        # Ended transactions whose markers the high watermark may not have passed yet:
+        # marker offsets (ascending) and their transactions' first offsets.
+        self._ended_markers: list[int] = []
+        self._ended_firsts: list[int] = []
 
     def apply(
         self,
@@ -70,7 +77,11 @@ class TransactionIndex:
         (None: a data batch)."""
         if marker is not None:
             first = self._open.pop(producer_id, None)
-            if first is not None and not marker:
+            if first is None:
+                return
+            self._ended_markers.append(base_offset)
+            self._ended_firsts.append(first)
+            if not marker:
                 self._aborted.append(AbortedTxn(producer_id, first, base_offset))
                 self._lasts.append(base_offset)
             return
@@ -81,15 +92,24 @@ class TransactionIndex:
     def apply_header(self, header: HeaderLike) -> None:
         self.apply(header.producer_id, header.base_offset, header.is_transactional, header.marker)
 
-    @property
-    def first_unstable_offset(self) -> int | None:
-        """The first offset of the earliest open transaction (None: none is open)."""
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the earliest transaction that is open, or whose marker
+        is not below ``high_watermark`` (None: there is none). The high watermark a
+        leader passes only grows once its epoch is committed (the only time it asks):
+        markers below it are forgotten here."""
+        cut = bisect_left(self._ended_markers, high_watermark)
+        if cut:
+            del self._ended_markers[:cut]
+            del self._ended_firsts[:cut]
         while self._firsts:
             first, pid = self._firsts[0]
             if self._open.get(pid) == first:
-                return first
+                break
             heapq.heappop(self._firsts)
-        return None
+        candidates = list(self._ended_firsts)
+        if self._firsts:
+            candidates.append(self._firsts[0][0])
+        return min(candidates) if candidates else None
 
     @property
     def open_transactions(self) -> Mapping[int, int]:

@@ -14,6 +14,7 @@ from quorumlog.replica.raft import CATCH_UP_UNKNOWN, RaftReplica, VoteRequest
 from quorumlog.replica.raft.replica import Output
 from quorumlog.replica.raft.state import FollowerState, LeaderState, Role
 from quorumlog.replica.storage.producers import ProducerStateTable
+from quorumlog.replica.storage.transactions import AbortedTxn, TransactionIndex
 
 from .memlog import MemLog
 
@@ -299,3 +300,32 @@ class TwoVoterChangesInFlight(RaftReplica):
     @property
     def voter_change_pending(self) -> bool:
         return False
+
+
+# The simulator's in-memory log keeps transactions with the product's TransactionIndex;
+# these get a rule of it wrong.
+
+
+class _EndsAtTheMarker(TransactionIndex):
+    """Takes a transaction as decided once its marker is in the log, committed or not:
+    a marker a deposed leader held alone can be lost, and the transaction aborted."""
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        self._ended_markers.clear()
+        self._ended_firsts.clear()
+        return super().first_unstable_offset(high_watermark)
+
+
+class EndsTransactionsAtTheMarker(MemLog):
+    txn_class = _EndsAtTheMarker
+
+
+class _ForgetsAborts(TransactionIndex):
+    """Keeps no aborted-transaction index: readers are never told what to drop."""
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        return []
+
+
+class ForgetsAborts(MemLog):
+    txn_class = _ForgetsAborts

@@ -30,6 +30,18 @@ Invariants, checked after every event:
   answering node's high watermark, nor one the committed history does not hold there;
 * ``consumer-fenced``: a consumer fetch naming a leader epoch is served records only by
   the leader of that very epoch;
+* transactions (``transactions``): transactional producers write batches in
+  transactions that a coordinator (the simulation: its decision is durable at once)
+  ends with a commit or abort marker through the driver, retried until a quorum holds
+  it, with the epoch bumped when a batch's outcome is unknown (as a coordinator fences a
+  producer); read_committed consumers fetch too. ``consumer-above-lso``: a
+  read_committed fetch is served nothing at or above its last stable offset;
+  ``txn-uncommitted-visible``: what it sees, after dropping the aborted transactions it
+  is told of, holds no transactional record whose commit marker is not in the committed
+  history (aborted, or not decided yet: a committed transaction never partly appears
+  before its marker commits); ``txn-committed-hidden``: nor does it miss one whose commit
+  marker is; ``lso-monotonic``: the last stable offset the leaders report never goes
+  back;
 * ``truncated-below-hwm``: a follower never truncates below its HWM;
 * ``corrupt-served``: no damaged batch is ever sent, to a follower or to a consumer
   (consumers fetch through the driver, which reports damage it reads to the core);
@@ -102,8 +114,28 @@ from quorumlog.replica.raft import (
     Role,
 )
 from quorumlog.replica.raft.state import LeaderState
+from quorumlog.replica.storage.transactions import committed_batches
 
-from .memlog import MemLog, client_batch, decode_batches, is_voter_record, voter_of
+from .memlog import (
+    COMMIT as COMMIT_FLAG,
+)
+from .memlog import (
+    CONTROL as CONTROL_FLAG,
+)
+from .memlog import (
+    TXN as TXN_FLAG,
+)
+from .memlog import (
+    MemLog,
+    client_batch,
+    decode_batches,
+    decode_with_producers,
+    is_voter_record,
+    marker_of,
+    marker_record_id,
+    transactional_batch,
+    voter_of,
+)
 
 CLUSTER_ID = "sim-cluster"
 KEY = ("sim", 0)
@@ -133,7 +165,8 @@ FRESH = ElectionState(0)
     IDEMPOTENT,
     PAUSE,
     LEARN,
-) = range(15)
+    TXN,
+) = range(16)
 KIND_NAMES = [
     "deliver",
     "tick",
@@ -150,6 +183,7 @@ KIND_NAMES = [
     "idempotent",
     "pause",
     "learn",
+    "txn",
 ]
 #: An idempotent producer resends a batch left unanswered this long (the node may have
 #: died with it): longer than the produce timeout a leader answers within.
@@ -210,6 +244,8 @@ class SimParams:
     # Idle partitions on the same nodes (no clients; their messages share the frames,
     # their quiescence the heartbeats): the invariants watch the main one (``KEY``).
     extra_partitions: int = 0
+    # Transactional producers and read_committed consumers (``transactions`` above).
+    transactions: bool = False
     config: QuorumConfig = field(default_factory=lambda: QuorumConfig(quiesce=True))
 
     @classmethod
@@ -221,6 +257,7 @@ class SimParams:
         disk_faults = random.Random(seed * 7919 + 4).choice([0.0, 0.0, 0.25])
         membership = random.Random(seed * 7919 + 5).choice([0.0, 0.0, 0.3])
         target_lag = random.Random(seed * 7919 + 6).choice([0.0, 0.5])
+        transactions = random.Random(seed * 7919 + 8).random() < 0.5
         idle = random.Random(seed * 7919 + 3)
         quiesce, pauses = idle.random() < 0.8, idle.random() < 0.6
         extra = idle.choice([0, 1, 2])
@@ -250,6 +287,7 @@ class SimParams:
             target_lag=target_lag,
             pauses=pauses,
             extra_partitions=extra,
+            transactions=transactions,
         )
 
 
@@ -278,6 +316,25 @@ class SimProducer:
     next_sequence: int = 0  # of the next new batch
     batches: list[SimBatch] = field(default_factory=list)  # in sequence order
     acked_batches: int = 0
+
+
+@dataclass
+class SimTxnProducer:
+    """A transactional producer and its coordinator: a few batches (each sent once;
+    one left without a good answer dooms the transaction), then the decision, whose
+    marker is resent until a quorum holds it. A doomed transaction is aborted with the
+    epoch bumped, fencing the batch whose outcome is unknown; the producer then starts
+    the next epoch at sequence 0."""
+
+    producer_id: int
+    epoch: int = 0
+    next_sequence: int = 0
+    batches_left: int = 0  # to send in the open transaction (0: none open)
+    in_flight: tuple[int, int] | None = None  # (token, sent at) of a batch
+    doomed: bool = False
+    # The decision being written: (commit, marker epoch), its marker's (token, sent at).
+    deciding: tuple[bool, int] | None = None
+    marker_in_flight: tuple[int, int] | None = None
 
 
 @dataclass
@@ -419,6 +476,11 @@ class Simulation:
         self.lagging: dict[int, tuple[int, ...]] = {}
         self.lag_rng = random.Random(seed * 7919 + 7)
         self.committed_voters: list[tuple[int, tuple[int, ...]]] = []
+        # Transactions, on a random stream of their own (seeds without them run as
+        # before): producers, and the highest last stable offset reported (epoch, LSO).
+        self.txn_rng = random.Random(seed * 7919 + 9)
+        self.txn_producers = [SimTxnProducer(7), SimTxnProducer(8)]
+        self.max_lso = (-1, -1)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -446,6 +508,8 @@ class Simulation:
             self.push(self.rng.randint(20, 80), IDEMPOTENT, None)
             if self.p.pauses:
                 self.push(self.rng.randint(200, 1500), PAUSE, None)
+            if self.p.transactions:
+                self.push(self.txn_rng.randint(20, 80), TXN, None)
             end = self.p.fault_ms + self.p.liveness_bound_ms
             while self.events:
                 at, _, kind, data = heapq.heappop(self.events)
@@ -561,6 +625,11 @@ class Simulation:
                 self.push(self.paused_until + self.rng.randint(300, 2000), PAUSE, None)
         elif kind == LEARN:
             self.learn_target(*data)
+        elif kind == TXN:
+            if self.now >= self.paused_until:
+                for txn_producer in self.txn_producers:
+                    self.txn_step(txn_producer)
+            self.push(self.now + self.txn_rng.randint(20, 80), TXN, None)
         elif kind == IDEMPOTENT:
             if self.now >= self.paused_until:
                 for producer in self.producers:
@@ -811,6 +880,155 @@ class Simulation:
         else:
             batch.token = None  # resent at the next round
 
+    # ------------------------------------------------------------------ transactions
+
+    def txn_target(self) -> SimNode | None:
+        """As ``pick_producer_target``, on the transactions' own random stream."""
+        alive = [n for n in self.nodes.values() if n.driver is not None]
+        leaders = [n for n in alive if n.core and n.core.role is Role.LEADER]
+        if not alive or (not leaders and self.txn_rng.random() < 0.9):
+            return None
+        return self.txn_rng.choice(leaders if leaders and self.txn_rng.random() < 0.9 else alive)
+
+    def txn_step(self, t: SimTxnProducer) -> None:
+        if t.deciding is not None:
+            if t.marker_in_flight is None or self.now - t.marker_in_flight[1] >= RETRY_AFTER_MS:
+                self.send_marker(t)
+            return
+        if t.in_flight is not None:
+            if self.now - t.in_flight[1] < RETRY_AFTER_MS:
+                return
+            t.in_flight, t.doomed = None, True  # no answer: its outcome is unknown
+        if t.batches_left == 0 and not t.doomed:
+            t.batches_left = self.txn_rng.randint(1, 3)  # a new transaction
+            return
+        if t.doomed or t.batches_left == 0:
+            return self.decide(t, commit=False)
+        node = self.txn_target()
+        if node is None:
+            return
+        ids = [self.next_uid + i for i in range(self.txn_rng.randint(1, 3))]
+        self.next_uid += len(ids)
+        records = transactional_batch(ids, (t.producer_id, t.epoch, t.next_sequence))
+        t.next_sequence += len(ids)
+        t.in_flight = (self.next_token, self.now)
+        t.batches_left -= 1
+        self.submit(node, self.produce_request(records), ("txn-batch", (t, ids, self.next_token)))
+        if t.batches_left == 0 and not t.doomed:
+            t.batches_left = -1  # every batch sent: decide once answered
+
+    def decide(self, t: SimTxnProducer, commit: bool) -> None:
+        """The coordinator's decision, durable at once; aborting a doomed transaction
+        bumps the epoch (its unknown batch is fenced)."""
+        t.deciding = (commit, t.epoch + (1 if t.doomed else 0))
+        self.stats["txn_commits" if commit else "txn_aborts"] = (
+            self.stats.get("txn_commits" if commit else "txn_aborts", 0) + 1
+        )
+        self.send_marker(t)
+
+    def send_marker(self, t: SimTxnProducer) -> None:
+        node = self.txn_target()
+        if node is None or t.deciding is None:
+            return
+        commit, epoch = t.deciding
+        req = m.WriteTxnMarkerRequest(
+            topic=KEY[0],
+            partition=KEY[1],
+            producer_id=t.producer_id,
+            producer_epoch=epoch,
+            commit=commit,
+            coordinator_epoch=0,
+            timeout_ms=LIMITS.produce_timeout_ms,
+            timestamp_ms=self.now,
+        )
+        t.marker_in_flight = (self.next_token, self.now)
+        self.submit(node, req, ("txn-marker", (t, self.next_token)))
+
+    def txn_answered(self, kind: str, resp: m.ProduceResponse, what: Any) -> None:
+        if kind == "txn-batch":
+            t, ids, token = what
+            if resp.error == 0:
+                self.acknowledged(resp, ids)
+            if t.in_flight is None or t.in_flight[0] != token:
+                return  # given up on already: its transaction is doomed
+            t.in_flight = None
+            if resp.error != 0:
+                t.doomed = True
+            if t.batches_left == -1 and not t.doomed:
+                t.batches_left = 0
+                self.decide(t, commit=self.txn_rng.random() < 0.7)
+            elif t.batches_left == -1:
+                t.batches_left = 0
+            return
+        t, token = what
+        if t.marker_in_flight is None or t.marker_in_flight[0] != token:
+            return  # an earlier send of a marker resent since
+        t.marker_in_flight = None
+        # A later epoch's marker there already makes this one moot (as the coordinator
+        # takes INVALID_PRODUCER_EPOCH).
+        if t.deciding is None or resp.error not in (0, ErrorCode.INVALID_PRODUCER_EPOCH):
+            return
+        if resp.error == 0:
+            self.acknowledged(resp, [marker_record_id(t.producer_id, t.deciding[0])])
+        if t.deciding[1] != t.epoch:
+            t.epoch, t.next_sequence = t.deciding[1], 0
+        t.deciding, t.doomed, t.batches_left = None, False, 0
+
+    def check_read_committed(self, node: SimNode, resp: m.FetchResponse) -> None:
+        """What a read_committed fetch was served, against the committed history."""
+        epoch, lso = resp.leader_epoch, resp.last_stable_offset
+        if not self.unclean:
+            if epoch >= self.max_lso[0] and lso < self.max_lso[1]:
+                raise Violation(
+                    "lso-monotonic",
+                    f"node {node.id} reported LSO {lso} in epoch {epoch}; "
+                    f"{self.max_lso[1]} was reported in epoch {self.max_lso[0]}",
+                )
+            if epoch >= self.max_lso[0]:
+                self.max_lso = (epoch, lso)
+        batches = list(decode_with_producers(resp.records))
+        headers = [_SimHeader(b, flags, producer[0]) for b, _, flags, _, producer in batches]
+        aborted = [(a.producer_id, a.first_offset) for a in resp.aborted_transactions]
+        seen = {h.base_offset for h in committed_batches(headers, aborted)}
+        if resp.records:
+            self.stats["read_committed_fetched"] = self.stats.get("read_committed_fetched", 0) + 1
+        if any(
+            h.is_transactional and not h.is_control and h.base_offset not in seen for h in headers
+        ):
+            self.stats["aborted_dropped"] = self.stats.get("aborted_dropped", 0) + 1
+        for base, _, flags, ids, producer in batches:
+            if base + len(ids) > lso:
+                raise Violation(
+                    "consumer-above-lso",
+                    f"node {node.id} served offsets {base}-{base + len(ids) - 1} to a "
+                    f"read_committed fetch with LSO {lso}",
+                )
+            if not flags & TXN_FLAG or flags & CONTROL_FLAG or self.unclean:
+                continue
+            outcome = self.txn_outcome(producer[0], base + len(ids))
+            if base in seen and outcome is not True:
+                raise Violation(
+                    "txn-uncommitted-visible",
+                    f"node {node.id} let a read_committed fetch see producer {producer[0]}'s "
+                    f"batch at {base}, whose transaction is "
+                    f"{'aborted' if outcome is False else 'not committed'}",
+                )
+            if base not in seen and outcome is True:
+                raise Violation(
+                    "txn-committed-hidden",
+                    f"a read_committed fetch from node {node.id} dropped producer "
+                    f"{producer[0]}'s batch at {base} of a committed transaction",
+                )
+
+    def txn_outcome(self, producer_id: int, after: int) -> bool | None:
+        """The outcome of the first marker of ``producer_id`` at or after ``after`` in
+        the committed history (None: none there yet)."""
+        for _, uid in self.committed[after:]:
+            marker = marker_of(uid)
+            if marker is not None and marker[0] == producer_id:
+                return marker[1]
+        return None
+
     def consume(self) -> None:
         """A consumer fetches from any node: at the epoch it knows (now and then a stale
         one, or none), from a committed offset or the HWM (a long-poll)."""
@@ -831,6 +1049,8 @@ class Simulation:
             min_bytes=1,
             max_bytes=64,
         )
+        if self.p.transactions and self.txn_rng.random() < 0.5:
+            req = dataclasses.replace(req, isolation_level=m.READ_COMMITTED)
         self.submit(node, req, ("consume", req))
 
     def answered(self, node: SimNode, token: int, resp: Any) -> None:
@@ -841,6 +1061,9 @@ class Simulation:
         assert node_id == node.id and incarnation == node.incarnation, (asked, node.id)
         if kind == "idempotent":
             self.idempotent_answered(node, resp, what)
+            return
+        if kind in ("txn-batch", "txn-marker"):
+            self.txn_answered(kind, resp, what)
             return
         if resp.error != 0:
             return
@@ -868,6 +1091,8 @@ class Simulation:
 
     def served(self, node: SimNode, req: m.FetchRequest, resp: m.FetchResponse) -> None:
         self.stats["fetches"] = self.stats.get("fetches", 0) + 1
+        if req.isolation_level == m.READ_COMMITTED and resp.error == 0:
+            self.check_read_committed(node, resp)
         if not resp.records:
             return
         self.stats["fetched"] = self.stats.get("fetched", 0) + 1
@@ -1217,7 +1442,8 @@ class Simulation:
                             f"committed history has {self.committed[off]}",
                         )
                 else:
-                    if rec[1] in self.committed_ids:
+                    # A marker's id names its producer and outcome: one per transaction.
+                    if rec[1] in self.committed_ids and marker_of(rec[1]) is None:
                         raise Violation(
                             "duplicate-record",
                             f"record {rec[1]} committed at offset {off} and before it",
@@ -1471,6 +1697,29 @@ class Simulation:
                     f"node {node.id} lost committed offset {off} (epoch {epoch}) but "
                     f"end_offset_for({epoch}) = {answer} hides it",
                 )
+
+
+@dataclass(frozen=True)
+class _SimHeader:
+    """A simulated batch as ``storage.transactions`` reads headers."""
+
+    base_offset: int
+    flags: int
+    producer_id: int
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.flags & CONTROL_FLAG)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.flags & TXN_FLAG)
+
+    @property
+    def marker(self) -> bool | None:
+        if self.flags & (CONTROL_FLAG | TXN_FLAG) != CONTROL_FLAG | TXN_FLAG:
+            return None
+        return bool(self.flags & COMMIT_FLAG)
 
 
 def run_seed(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 import struct
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from quorumlog.replica.raft import (
     CATCH_UP_UNKNOWN,
@@ -32,6 +32,7 @@ from quorumlog.replica.raft import (
 )
 from quorumlog.replica.raft.log import CorruptDataError, DiskError
 from quorumlog.replica.storage.producers import ProducerBatch, ProducerStateTable, last_sequence
+from quorumlog.replica.storage.records import TxnMarker
 from quorumlog.replica.storage.transactions import TransactionIndex
 
 HEADER = struct.Struct(">qiiBiqhi")
@@ -67,12 +68,27 @@ def decode_with_producers(data: bytes) -> Iterator[tuple[int, int, int, list[int
         yield base, epoch, flags, ids, (producer[0], producer[1], producer[2])
 
 
+_MARKER_IDS = 3 * 10**12
+
+
+def marker_record_id(producer_id: int, commit: bool) -> int:
+    """A marker's record id: its producer and outcome, readable from the history."""
+    return -(_MARKER_IDS + 2 * producer_id + int(commit))
+
+
+def marker_of(record_id: int) -> tuple[int, bool] | None:
+    """(producer id, commit) of a marker's record id; None for any other record."""
+    if -2 * _MARKER_IDS < record_id <= -_MARKER_IDS:
+        pid, commit = divmod(-record_id - _MARKER_IDS, 2)
+        return pid, bool(commit)
+    return None
+
+
 def marker_batch(producer_id: int, producer_epoch: int, commit: bool) -> bytes:
-    """A transaction coordinator's marker: one record, id ``-producer_id - 1``."""
+    """A transaction coordinator's marker: one record (``marker_record_id``)."""
     flags = CONTROL | TXN | (COMMIT if commit else 0)
-    return encode_batch(
-        0, UNDEFINED_EPOCH, [-producer_id - 1], flags, (producer_id, producer_epoch, -1)
-    )
+    ids = [marker_record_id(producer_id, commit)]
+    return encode_batch(0, UNDEFINED_EPOCH, ids, flags, (producer_id, producer_epoch, -1))
 
 
 def transactional_batch(ids: list[int], producer: Producer) -> bytes:
@@ -104,7 +120,7 @@ def voter_record_id(base: int, voter: int) -> int:
 
 
 def is_voter_record(record_id: int) -> bool:
-    return record_id <= -_VOTER_IDS
+    return -_MARKER_IDS < record_id <= -_VOTER_IDS
 
 
 def voter_of(record_id: int) -> int:
@@ -115,13 +131,14 @@ class MemLog:
     """Entries are (epoch, record id, batch base offset, flags) per offset from 0."""
 
     table_class = ProducerStateTable
+    txn_class = TransactionIndex
 
     def __init__(self) -> None:
         self.entries: list[tuple[int, int, int, int]] = []
         # Batch base offset -> (producer fields, record count) of idempotent batches.
         self.producer_of: dict[int, tuple[Producer, int]] = {}
         self.producers = self.table_class()
-        self.txns = TransactionIndex()
+        self.txns = self.txn_class()
         self.epochs: list[tuple[int, int]] = []  # (epoch, start offset), epochs ascending
         self.durable = 0
         self.damaged: set[int] = set()  # base offsets of damaged batches
@@ -204,16 +221,17 @@ class MemLog:
         self.producers.apply(producer[0], _producer_batch(producer, base, count))
         self.txns.apply(producer[0], base, bool(flags & TXN), None)
 
-    def append_markers(self, records: bytes, epoch: int) -> AppendInfo:
+    def append_markers(
+        self, markers: Sequence[TxnMarker], epoch: int, timestamp_ms: int
+    ) -> AppendInfo:
         self._check_room()
-        batches = list(decode_with_producers(records))
-        for _, _, flags, _, producer in batches:
-            if flags & (CONTROL | TXN) != CONTROL | TXN:
-                raise ValueError("not a transaction marker")
-            self.producers.check_marker(producer[0], producer[1])
+        for marker in markers:
+            self.producers.check_marker(marker.producer_id, marker.producer_epoch)
         first = self.end_offset
-        for _, _, flags, ids, producer in batches:
-            self._append(self.end_offset, epoch, ids, flags, producer)
+        for marker in markers:
+            batch = marker_batch(marker.producer_id, marker.producer_epoch, marker.commit)
+            for _, _, flags, ids, producer in decode_with_producers(batch):
+                self._append(self.end_offset, epoch, ids, flags, producer)
         return AppendInfo(first, self.end_offset - 1, self.end_offset - first)
 
     def transactions(self) -> TransactionIndex:
@@ -307,7 +325,7 @@ class MemLog:
         # Rebuilt from what is left, as storage.Log does.
         self.producer_of = {b: p for b, p in self.producer_of.items() if b + p[1] <= offset}
         self.producers = self.table_class()
-        self.txns = TransactionIndex()
+        self.txns = self.txn_class()
         for b, (p, n) in sorted(self.producer_of.items()):
             self._note_producer(b, p, n, self.entries[b][3])
 

@@ -18,6 +18,8 @@ from .broken import (
     CopiesToAllAtOnce,
     CountsNewVotersAtOnce,
     DefersEpochRecordOnAnyLog,
+    EndsTransactionsAtTheMarker,
+    ForgetsAborts,
     ForgetsProducers,
     HwmCountsObservers,
     HwmCountsUnflushed,
@@ -248,6 +250,23 @@ def test_simulator_catches_a_log_that_appends_past_a_producers_gap() -> None:
     result = first_violation("TrustsUnknownProducers", log_factory=TrustsUnknownProducers)
     assert result.violation is not None
     assert result.violation.invariant in ("producer-gap", "idempotent-refused"), result.report()
+
+
+def test_simulator_catches_a_log_that_tells_readers_of_no_abort() -> None:
+    """Transactions abort under faults (and by choice): a log without its
+    aborted-transaction index lets read_committed readers see aborted records."""
+    result = first_violation("ForgetsAborts", log_factory=ForgetsAborts)
+    assert result.violation is not None
+    assert result.violation.invariant == "txn-uncommitted-visible", result.report()
+
+
+def test_simulator_catches_a_transaction_taken_as_ended_before_its_marker_commits() -> None:
+    """A last stable offset that passes a transaction as soon as its marker is in the
+    leader's log: a reader sees the transaction's records while the marker may still be
+    lost with the leader (and the transaction then aborted)."""
+    result = first_violation("EndsTransactionsAtTheMarker", log_factory=EndsTransactionsAtTheMarker)
+    assert result.violation is not None
+    assert result.violation.invariant == "txn-uncommitted-visible", result.report()
 
 
 def test_unclean_election_truncation_is_visible_to_readers() -> None:
