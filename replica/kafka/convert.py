@@ -11,8 +11,9 @@ quorumlog control batch (the leader-change record a new leader appends) becomes 
 control batch of type LEADER_CHANGE (2), as KRaft writes one, so offsets stay contiguous
 and consumers skip it. A batch written in a transaction keeps Kafka's isTransactional
 attribute both ways, and a transaction marker becomes the Kafka control batch it was
-(its record is Kafka's control record, stored as is). Records without headers map to a null headers list and back to
-zero headers.
+(its record is Kafka's control record, stored as is); a control batch from a producer
+is refused (INVALID_RECORD), never stored as data. Records without headers map to a
+null headers list and back to zero headers.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from .columnar import (
     encode_columns,
     encode_many,
 )
-from .records import ATTR_CONTROL, ATTR_TRANSACTIONAL, KafkaRecordBatch
+from .records import ATTR_CONTROL, ATTR_TRANSACTIONAL, KafkaRecordBatch, refuse_control_batch
 
 __all__ = [
     "LEADER_CHANGE_CONTROL_KEY",
@@ -66,7 +67,9 @@ class ProducedRecords(NamedTuple):
 
 def from_kafka(batch: KafkaRecordBatch | KafkaColumns) -> ProducedRecords:
     """A decoded Kafka batch -> Arrow columns (keys, values, timestamps, headers) and
-    producer id/epoch/base sequence."""
+    producer id/epoch/base sequence. A control batch raises ``records.InvalidRecord``
+    (a KafkaDecodeError, INVALID_RECORD): markers are written by partition leaders."""
+    refuse_control_batch(batch)
     columns = batch if isinstance(batch, KafkaColumns) else columns_from_lists(batch)
     return ProducedRecords(
         columns.records,

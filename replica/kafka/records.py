@@ -77,6 +77,7 @@ __all__ = [
     "iter_batches",
     "iter_decoded",
     "read_frame",
+    "refuse_control_batch",
 ]
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -466,13 +467,19 @@ def check_produced(batch: ProducedBatch) -> None:
             f"offset deltas of the {count} records are not 0..{count - 1} "
             f"(lastOffsetDelta {batch.last_offset_delta})"
         )
-    if batch.is_control:
-        raise InvalidRecord("clients may not produce control batches")
+    refuse_control_batch(batch)
     if batch.producer_id >= 0 and (batch.producer_epoch < 0 or batch.base_sequence < 0):
         raise InvalidRecord(
             f"producer id {batch.producer_id} with epoch {batch.producer_epoch} and base "
             f"sequence {batch.base_sequence}"
         )
+
+
+def refuse_control_batch(batch: ProducedBatch) -> None:
+    """Only a broker writes control batches (transaction markers, leader changes): one
+    from a producer is refused with INVALID_RECORD, as Kafka's LogValidator does."""
+    if batch.is_control:
+        raise InvalidRecord("clients may not produce control batches")
 
 
 def iter_batches(

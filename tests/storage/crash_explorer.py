@@ -11,7 +11,8 @@ and checked:
 - the epoch cache agrees with the batches, and so do the voter sets (``voters-checkpoint``
   names every voters record in the log and no other), every batch is found through the
   indexes,
-  and the idempotent producers' state agrees with the batches;
+  and the idempotent producers' state agrees with the batches, and so do the open and
+  aborted transactions (``transactions``: as a fresh index over the batches says);
 - the catch-up floor of a repaired log survives until the log reaches it again;
 - the recovered log takes an append, flushes and reopens clean;
 - the quorum journal holds, per replica, the state before or after the call in progress,
@@ -53,8 +54,9 @@ from quorumlog.replica.storage import (
     iter_batches,
     parse_header,
 )
-from quorumlog.replica.storage.records import VOTERS_KEY, BatchHeader, decode_control
+from quorumlog.replica.storage.records import VOTERS_KEY, BatchHeader, TxnMarker, decode_control
 from quorumlog.replica.storage.tail import TailBudget
+from quorumlog.replica.storage.transactions import TransactionIndex
 
 from .crashfs import RecordingFileOps, Shadow, materialize
 
@@ -128,6 +130,8 @@ class LogWorkload:
         self.epoch = 0
         self.gen = 0
         self.producer_id = 7
+        self.txn_producer = 100  # a transactional producer, and its epoch
+        self.txn_epoch = 0
         self.journal_states: dict[tuple[str, int], int] = {}
         self.calls: list[str] = []
 
@@ -189,10 +193,18 @@ class LogWorkload:
                     "catch-up",
                     "reopen",
                     "journal",
+                    "transactional",
+                    "marker",
                 ],
-                weights=[24, 12, 4, 3, 6, 16, 6, 6, 4, 2, 2, 3, 8],
+                weights=[24, 12, 4, 3, 6, 16, 6, 6, 4, 2, 2, 3, 8, 6, 3],
             )[0]
             label = call
+            if call in ("transactional", "marker"):
+                self.epoch = max(self.epoch, log.last_epoch(), 0)
+                base = log.end_offset
+                label = self.transact(log, call == "marker")
+                self._remember(base, self.epoch, next(iter_batches(log.read(base, 1 << 20))))
+                call = "done"
             if call in ("leader", "idempotent", "control", "voters"):
                 self.epoch = max(self.epoch + (rng.random() < 0.15), log.last_epoch(), 0)
                 base = log.end_offset
@@ -256,6 +268,8 @@ class LogWorkload:
                 floor = rng.choice([CATCH_UP_UNKNOWN, log.end_offset + rng.randint(1, 20)])
                 log.mark_catch_up(floor)
                 label = f"catch-up({'unknown' if floor == CATCH_UP_UNKNOWN else floor})"
+            elif call == "done":
+                pass
             elif call == "reopen":
                 log.close()
                 log = self.open_log()
@@ -268,6 +282,8 @@ class LogWorkload:
                     self.journal_states[key] = epoch
                 journal.write_many(items)
                 label = f"journal({keys})"
+            problem = _transactions_problem(log)
+            assert not problem, f"seed {self.seed} after {label}: {problem}"
             self.calls.append(label)
             rec.mark(self.snapshot(log, label))
         log.close()
@@ -275,8 +291,34 @@ class LogWorkload:
         self.calls.append("close")
         rec.mark(self.snapshot(log, "close"))
 
+    def transact(self, log: Log, marker: bool) -> str:
+        """A transactional producer's batch (opening its transaction if none is), or
+        its transaction's marker: commit, abort, or abort with the epoch bumped (a
+        coordinator fencing the producer)."""
+        pid = self.txn_producer
+        if marker:
+            commit = self.rng.random() < 0.5
+            if not commit and self.rng.random() < 0.4:
+                self.txn_epoch += 1
+            log.append_markers([TxnMarker(pid, self.txn_epoch, commit, 0)], self.epoch, 0)
+            return f"marker({'commit' if commit else 'abort'}, epoch {self.txn_epoch})"
+        last = log.producer_state().last_batch(pid)
+        seq = 0 if last is None or last.producer_epoch != self.txn_epoch else last.last_sequence + 1
+        self.gen += 1
+        values = [b"x%d-%d" % (self.gen, i) for i in range(self.rng.randint(1, 4))]
+        data = encode_batch(values, producer=Producer(pid, self.txn_epoch, seq), transactional=True)
+        log.append_as_leader(data, self.epoch)
+        return f"transactional(epoch {self.txn_epoch}, sequence {seq})"
+
 
 # -- checks ----------------------------------------------------------------------------
+
+
+def _transactions_problem(log: Log) -> str:
+    """'' if the log's open and aborted transactions are what its batches say."""
+    have = log.transactions().state()
+    want = TransactionIndex.of(_headers(log)).state()
+    return "" if have == want else f"transactions {have}, the batches say {want}"
 
 
 def _identity(header: BatchHeader, index: int) -> bytes:
@@ -377,11 +419,22 @@ def check_log(
         if not any(_floor_kept(floor, end, s.catch_up) for s in (before, after)):
             floors = sorted({before.catch_up, after.catch_up})
             return f"catch-up floor {floor} at log end {end}, expected one of {floors}"
+        problem = _transactions_problem(log)
+        if problem:
+            return problem
         table = log.producer_state()
-        want: dict[int, tuple[int, int]] = {}
+        want: dict[int, tuple[int, int] | None] = {}
+        epochs: dict[int, int] = {}
         for h in _headers(log):
-            if h.producer is not None:
-                want[h.producer.producer_id] = (h.producer.base_sequence, h.next_offset - 1)
+            if h.producer is None:
+                continue
+            pid = h.producer.producer_id
+            if h.marker is not None:  # a marker of a later epoch starts it anew
+                if h.producer_epoch > epochs.get(pid, -1):
+                    want[pid] = None
+            else:
+                want[pid] = (h.producer.base_sequence, h.next_offset - 1)
+            epochs[pid] = max(epochs.get(pid, -1), h.producer_epoch)
         for pid, batch in want.items():
             last = table.last_batch(pid)
             have = None if last is None else (last.first_sequence, last.last_offset)
