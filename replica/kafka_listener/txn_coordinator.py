@@ -9,7 +9,8 @@ carry. The topic is created on first use, as ``__consumer_offsets`` is.
 
 **Every step is written before it is acted on.** Each state change of an id (the pure
 rules are ``kafka.txn``) is one record appended to its partition with acks=quorum, and
-only once that is acknowledged does the coordinator answer or send markers. The
+only once that is acknowledged does the coordinator answer or send markers. (The one
+record not waited for is Complete, written after the markers: it decides nothing.) The
 decision to commit or abort is the PrepareCommit / PrepareAbort record: a crash after
 it leaves a coordinator-to-be that reads the partition (on a leader change), finds the
 decision, writes the markers again (a marker written twice is harmless: the second
@@ -23,8 +24,9 @@ partition it wrote. A transaction open past its ``transaction.timeout.ms`` is ab
 the same way by the coordinator's timer (``TICK_S``).
 
 Operations on one id run one at a time (a lock per id), so two requests never write
-conflicting states; a request for an id whose decision is being carried out is answered
-CONCURRENT_TRANSACTIONS, which clients retry.
+conflicting states. EndTxn is answered once its decision is durable; a request for an
+id whose decision's markers are still being written waits for them (a few seconds at
+most; then CONCURRENT_TRANSACTIONS, which clients retry).
 """
 
 from __future__ import annotations
@@ -84,10 +86,9 @@ TICK_S = 0.5
 #: How long a request waits for its partition's state to load before it is answered
 #: COORDINATOR_LOAD_IN_PROGRESS (the client retries).
 LOAD_WAIT_S = 5.0
-#: How long EndTxn waits for its markers before answering (the decision is durable
-#: already: past this the markers go on in the background, and the id's next request
-#: meets CONCURRENT_TRANSACTIONS until they are written).
-END_TXN_MARKER_WAIT_S = 10.0
+#: How long a request of an id waits for the markers of its last decision to be
+#: written (past this: CONCURRENT_TRANSACTIONS, and the client retries).
+FINISH_WAIT_S = 5.0
 #: How long a state record waits for quorum durability.
 WRITE_TIMEOUT_MS = 5000
 
@@ -102,8 +103,10 @@ class TxnPartition:
     txns: dict[str, TxnMetadata] = field(default_factory=dict)
     task: asyncio.Task[bool] | None = None
     stale: bool = False
-    # The decisions being carried out (markers, then Complete), by transactional id.
+    # The decisions being carried out (their markers), by transactional id, and the
+    # Complete records being written after them.
     finishing: dict[str, asyncio.Task[KafkaError]] = field(default_factory=dict)
+    completing: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def ready(self) -> bool:
@@ -142,10 +145,12 @@ class TransactionCoordinator:
             if part.task is not None:
                 tasks.append(part.task)
             tasks += part.finishing.values()
+            tasks += part.completing
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.topic.close()
+        await self.markers.changes.close()  # the connections markers went out on
 
     # ------------------------------------------------------------------ coordination
     def partition_of(self, transactional_id: str) -> int | None:
@@ -258,7 +263,7 @@ class TransactionCoordinator:
             return
         if part.task is not None and not part.task.done():
             part.task.cancel()
-        for task in part.finishing.values():
+        for task in [*part.finishing.values(), *part.completing]:
             task.cancel()
 
     def _lock(self, tid: str) -> asyncio.Lock:
@@ -319,11 +324,23 @@ class TransactionCoordinator:
         )
         if not written:
             return KafkaError.NOT_COORDINATOR
-        async with self._lock(meta.transactional_id):
-            current = part.txns.get(meta.transactional_id)
-            if current != meta:
-                return KafkaError.NONE  # finished by another path meanwhile
-            return await self._write(part, complete(meta, _now_ms()))
+        tid = meta.transactional_id
+        if part.txns.get(tid) != meta:
+            return KafkaError.NONE  # finished by another path meanwhile
+        # The markers are durable: the transaction is over. Its Complete record is for
+        # the record only (a coordinator finding the decision again resends markers that
+        # end nothing now), so the producer's next request does not wait for it, and a
+        # next state written first makes it moot.
+        done = part.txns[tid] = complete(meta, _now_ms())
+        task = asyncio.create_task(self._write_complete(part, done))
+        part.completing.add(task)
+        task.add_done_callback(part.completing.discard)
+        return KafkaError.NONE
+
+    async def _write_complete(self, part: TxnPartition, done: TxnMetadata) -> None:
+        async with self._lock(done.transactional_id):
+            if part.txns.get(done.transactional_id) is done:
+                await self._write(part, done)
 
     async def _abort_ongoing(self, part: TxnPartition, meta: TxnMetadata) -> KafkaError:
         """Abort ``meta``'s ongoing transaction with the epoch bumped (fencing its
@@ -394,6 +411,7 @@ class TransactionCoordinator:
         part, code = await self._coordinate(tid)
         if part is None:
             return code, -1, -1
+        await self._settled(part, tid)
         async with self._lock(tid):
             meta = part.txns.get(tid)
             if meta is not None and meta.state == TxnState.ONGOING:
@@ -434,6 +452,7 @@ class TransactionCoordinator:
         part, code = await self._coordinate(tid)
         if part is None:
             return code
+        await self._settled(part, tid)
         async with self._lock(tid):
             meta = part.txns.get(tid)
             if meta is not None and meta.state.preparing:
@@ -507,17 +526,27 @@ class TransactionCoordinator:
         part, code = await self._coordinate(tid)
         if part is None:
             return code
+        await self._settled(part, tid)
         async with self._lock(tid):
             meta = part.txns.get(tid)
             decision = end_txn(meta, pid, epoch, commit, _now_ms())
             code = await self._apply(part, decision)
             if code != KafkaError.NONE or decision.write is None:
                 return code
-            task = self._finish_later(part, decision.write)
-        # Outside the lock: the Complete write takes it.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(task), END_TXN_MARKER_WAIT_S)
+            self._finish_later(part, decision.write)
+        # Answered once the decision is durable, as Kafka's coordinator does: the
+        # markers follow, and the producer's next request waits for them (``_settled``)
+        # while its records for the next transaction queue up.
         return KafkaError.NONE
+
+    async def _settled(self, part: TxnPartition, tid: str) -> None:
+        """Wait (at most FINISH_WAIT_S) for the markers of ``tid``'s decision, if any
+        are being written: a request that finds them so is answered
+        CONCURRENT_TRANSACTIONS, which the client retries after a back-off."""
+        task = part.finishing.get(tid)
+        if task is not None and not task.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), FINISH_WAIT_S)
 
     async def describe_transactions(self, api: KafkaApi, version: int, body: Message) -> Message:
         out = api.default_response(version)

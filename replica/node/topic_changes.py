@@ -78,6 +78,9 @@ class TopicChanges:
         self.credentials = credentials
         self.node_credentials = node_credentials
         self.book = book
+        # Connections kept to other nodes (``ask_node``), one request at a time each.
+        self._links: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+        self._node_locks: dict[int, asyncio.Lock] = {}
         # Connecting, authenticating, then the leader's own commit deadline.
         self.timeout_s = CONNECT_TIMEOUT_S + AUTH_TIMEOUT_S + config.produce_timeout_ms / 1000
 
@@ -101,12 +104,30 @@ class TopicChanges:
 
     async def ask_node(self, node_id: int, api_key: ApiKey, req: object, answer: type[_A]) -> _A:
         """One native request to node ``node_id`` as this node's principal (a transaction
-        coordinator's markers to a partition's leader). Raises OSError, TimeoutError,
-        AuthError, FrameError or DecodeError if it gets no answer in time."""
+        coordinator's markers to a partition's leader), on a connection kept for the next
+        (one request at a time per node). Raises OSError, TimeoutError, AuthError,
+        FrameError or DecodeError if it gets no answer in time; the connection is then
+        dropped."""
         if node_id not in self.book.native:
             raise OSError(f"node {node_id} has no known address")
-        async with asyncio.timeout(self.timeout_s):
-            return await self._ask(node_id, api_key, req, answer, self.node_credentials)
+        lock = self._node_locks.setdefault(node_id, asyncio.Lock())
+        async with lock, asyncio.timeout(self.timeout_s):
+            link = self._links.pop(node_id, None)
+            try:
+                if link is None:
+                    link = await self._connect(node_id, self.node_credentials)
+                result = await self._exchange(*link, api_key, req, answer)
+            except BaseException:
+                if link is not None:
+                    link[1].close()
+                raise
+            self._links[node_id] = link
+            return result
+
+    async def close(self) -> None:
+        for _, writer in self._links.values():
+            writer.close()
+        self._links.clear()
 
     async def _or_forwarded(
         self,
@@ -147,8 +168,17 @@ class TopicChanges:
     ) -> _A:
         """One request on a connection of its own to node ``leader``'s native listener,
         reached as its raft links reach it, authenticated as ``credentials`` if any."""
-        voter_host, voter_port = self.book.native[leader]
-        host, port = self.config.peer_addresses.get(leader, (voter_host, voter_port))
+        reader, writer = await self._connect(leader, credentials)
+        try:
+            return await self._exchange(reader, writer, api_key, req, answer)
+        finally:
+            writer.close()
+
+    async def _connect(
+        self, node_id: int, credentials: tuple[str, str] | None
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        voter_host, voter_port = self.book.native[node_id]
+        host, port = self.config.peer_addresses.get(node_id, (voter_host, voter_port))
         tls = peer_client_context(self.config.tls) if self.config.tls else None
         reader, writer = await asyncio.open_connection(
             host, port, ssl=tls, server_hostname=voter_host if tls is not None else None
@@ -156,16 +186,27 @@ class TopicChanges:
         try:
             if credentials is not None:
                 await authenticate(reader, writer, *credentials)
-            body, payload = encode(req)
-            client_id = f"node-{self.config.node_id}"
-            write_buffers(
-                writer,
-                encode_frame(int(api_key), API_VERSION, _CORRELATION_ID, client_id, body, payload),
-            )
-            await writer.drain()
-            frame = await read_frame(reader, DEFAULT_MAX_FRAME_BYTES)
-        finally:
+        except BaseException:
             writer.close()
+            raise
+        return reader, writer
+
+    async def _exchange(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        api_key: ApiKey,
+        req: object,
+        answer: type[_A],
+    ) -> _A:
+        body, payload = encode(req)
+        client_id = f"node-{self.config.node_id}"
+        write_buffers(
+            writer,
+            encode_frame(int(api_key), API_VERSION, _CORRELATION_ID, client_id, body, payload),
+        )
+        await writer.drain()
+        frame = await read_frame(reader, DEFAULT_MAX_FRAME_BYTES)
         if frame.api_key == ApiKey.ERROR:
             refused = decode_body(ErrorResponse, frame.body)
             return answer(error=refused.error, error_message=refused.error_message)
