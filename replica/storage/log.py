@@ -438,7 +438,7 @@ class Log:
                 info = self._write(planned)
                 table = self.producer_state()
                 for item in planned:
-                    table.apply_marker(item.header.producer_id, item.header.producer_epoch)
+                    self._apply_producer(table, item.header, item.base_offset)
                     self._note_transaction(item.header, item.base_offset)
             elif any(item.header.producer is not None for item in planned):
                 info = self._append_idempotent(planned)
@@ -561,7 +561,10 @@ class Log:
     @staticmethod
     def _apply_producer(table: ProducerStateTable, header: BatchHeader, base: int) -> None:
         assert header.producer is not None
-        table.apply(header.producer.producer_id, _producer_batch(header, base))
+        if header.marker is not None:  # a marker moves the epoch, it holds no sequence
+            table.apply_marker(header.producer_id, header.producer_epoch)
+        else:
+            table.apply(header.producer.producer_id, _producer_batch(header, base))
 
     def _write(self, planned: Sequence[_Planned]) -> AppendInfo:
         """Write planned batches, rolling segments as needed. A failed write truncates
@@ -642,7 +645,7 @@ class Log:
         of the first one (None: there is none)."""
         first = None
         for item in group:
-            if item.header.is_control and item.header.marker is None:
+            if item.header.is_quorum_control:
                 record = decode_control(b"".join(bytes(b) for b in item.buffers))
                 if record.key == VOTERS_KEY:
                     self._voters.assign(item.base_offset, tuple(record.voters))
@@ -1323,7 +1326,7 @@ class Log:
         position = 0
         while position < seg.size:
             header = seg.header_at(position)
-            if header.is_control and header.marker is None:
+            if header.is_quorum_control:
                 self._recover_voters(seg.pread(header.size, position), header)
             position = header.end
 
@@ -1365,7 +1368,7 @@ class Log:
             while True:
                 if header.leader_epoch > self._cache.latest_epoch:
                     self._cache.assign(header.leader_epoch, header.base_offset)
-                if header.is_control and header.marker is None:
+                if header.is_quorum_control:
                     self._recover_voters(view[local : local + header.size], header)
                 seg.track(
                     position + local,

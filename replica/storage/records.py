@@ -160,6 +160,12 @@ class BatchHeader(NamedTuple):
         return bool(self.flags & CONTROL_FLAG)
 
     @property
+    def is_quorum_control(self) -> bool:
+        """A control batch of the quorum's own (leader change, voter set), not a
+        transaction marker: what ``decode_control`` reads."""
+        return self.is_control and self.marker is None
+
+    @property
     def is_transactional(self) -> bool:
         """Written inside a transaction (a data batch), or a transaction marker."""
         return bool(self.flags & TRANSACTIONAL_FLAG)

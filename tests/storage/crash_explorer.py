@@ -475,7 +475,7 @@ def _voters_problem(log: Log) -> str:
     there: retention keeps one, and a crash before it forgot the rest keeps more)."""
     in_log = []
     for h in _headers(log):
-        if h.is_control:
+        if h.is_quorum_control:
             record = decode_control(log.read(h.base_offset, 1))
             if record.key == VOTERS_KEY:
                 in_log.append((h.base_offset, tuple(record.voters)))
