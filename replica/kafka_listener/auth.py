@@ -300,6 +300,46 @@ _TOPIC_ADMIN = frozenset(
 )
 
 
+#: The requests that name a transactional id, and its field (Kafka's TransactionalId
+#: resource): refused TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the principal may use it.
+_TRANSACTIONAL_ID_FIELD = {
+    km.INIT_PRODUCER_ID.key: "transactional_id",
+    km.ADD_PARTITIONS_TO_TXN.key: "v3_and_below_transactional_id",
+    km.ADD_OFFSETS_TO_TXN.key: "transactional_id",
+    km.END_TXN.key: "transactional_id",
+    km.TXN_OFFSET_COMMIT.key: "transactional_id",
+}
+
+
+def _transactional_id_denied(api: KafkaApi, version: int, body: Message) -> Message:
+    code = int(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    out = api.default_response(version)
+    if api.key == km.ADD_PARTITIONS_TO_TXN.key:
+        out["results_by_topic_v3_and_below"] = [
+            {
+                "name": t["name"],
+                "results_by_partition": [
+                    {"partition_index": p, "partition_error_code": code} for p in t["partitions"]
+                ],
+            }
+            for t in body["v3_and_below_topics"]
+        ]
+    elif api.key == km.TXN_OFFSET_COMMIT.key:
+        out["topics"] = [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {"partition_index": p["partition_index"], "error_code": code}
+                    for p in t["partitions"]
+                ],
+            }
+            for t in body["topics"]
+        ]
+    else:
+        out["error_code"] = code
+    return out
+
+
 class TopicGate:
     """Runs a request of an authenticated principal: what it may not touch is answered
     with an authorization error here, the rest by ``handler``, in the request's order.
@@ -322,6 +362,11 @@ class TopicGate:
             return _admin_only(api, version, body, principal)
         if api.key in (km.DELETE_GROUPS.key, km.OFFSET_DELETE.key) and principal.kind != "admin":
             return _groups_admin_only(api, version, body)
+        txn_field = _TRANSACTIONAL_ID_FIELD.get(api.key)
+        if txn_field is not None:
+            tid = body[txn_field]
+            if tid is not None and not principal.may_use_transactional_id(tid):
+                return _transactional_id_denied(api, version, body)
         if api.key == km.INIT_PRODUCER_ID.key and principal.kind not in ("producer", "admin"):
             # Kafka's answer without the IdempotentWrite ACL.
             out = api.default_response(version)

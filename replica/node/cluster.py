@@ -93,7 +93,8 @@ class LocalCluster:
         start_timeout_s: float = 60.0,
         secure: bool = False,
         mutual_tls: bool = False,
-        principals: dict[str, tuple[str, list[str]]] | None = None,
+        principals: dict[str, tuple[str, list[str]] | tuple[str, list[str], list[str]]]
+        | None = None,
         kafka: bool = False,
         node_env: dict[int, dict[str, str]] | None = None,
         metrics: bool = False,
@@ -215,7 +216,9 @@ class LocalCluster:
     def security_dir(self) -> Path:
         return self.data_dir / "security"
 
-    def _setup_security(self, extra: dict[str, tuple[str, list[str]]]) -> None:
+    def _setup_security(
+        self, extra: dict[str, tuple[str, list[str]] | tuple[str, list[str], list[str]]]
+    ) -> None:
         from ..protocol.scram import MECHANISMS, make_verifier
         from .certs import CertificateAuthority
         from .security import AuthConfig, Principal
@@ -224,11 +227,13 @@ class LocalCluster:
         self.ca_file = self.ca.ca_file
         self.node_certs = {n: self.ca.issue(f"node-{n}") for n in self.ports}
         self.client_cert = self.ca.issue("client") if self.mutual_tls else None
-        wanted: dict[str, tuple[str, list[str]]] = {f"node-{n}": ("node", []) for n in self.ports}
+        wanted: dict[str, tuple[str, list[str]] | tuple[str, list[str], list[str]]] = {
+            f"node-{n}": ("node", []) for n in self.ports
+        }
         wanted["admin"] = ("admin", [])
         wanted.update(extra)
         auth = AuthConfig()
-        for name, (kind, topics) in wanted.items():
+        for name, (kind, topics, *txn_ids) in wanted.items():
             secret = secrets.token_urlsafe(24)
             self.secrets[name] = secret
             path = self.secret_file(name)
@@ -236,7 +241,7 @@ class LocalCluster:
             path.chmod(0o600)
             # A verifier per mechanism: Kafka clients may use SCRAM-SHA-256 or -512.
             auth.add(
-                Principal(name, kind, tuple(topics)),
+                Principal(name, kind, tuple(topics), None, tuple(*txn_ids)),
                 *(make_verifier(secret, mechanism=m) for m in MECHANISMS.values()),
             )
         self.auth_config = self.security_dir / "auth.json"

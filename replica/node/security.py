@@ -5,7 +5,8 @@ The principals file is JSON; it holds SCRAM verifiers, never secrets::
     {"principals": {
         "node-1": {"kind": "node", "scram": {"mechanism": "SCRAM-SHA-256", "salt": "...",
                    "iterations": 4096, "stored_key": "...", "server_key": "..."}},
-        "ingest": {"kind": "producer", "topics": ["events", "logs-*"], "scram": {...}},
+        "ingest": {"kind": "producer", "topics": ["events", "logs-*"],
+                   "transactional_ids": ["etl-*"], "scram": {...}},
         "spark":  {"kind": "consumer", "topics": ["*"],
                    "scram": [{"mechanism": "SCRAM-SHA-256", ...},
                              {"mechanism": "SCRAM-SHA-512", ...}]},
@@ -15,7 +16,9 @@ The principals file is JSON; it holds SCRAM verifiers, never secrets::
 SCRAM credential per mechanism). The native protocol authenticates with SCRAM-SHA-256;
 Kafka clients may use either mechanism the principal has a verifier for.
 
-``topics`` are glob patterns (fnmatch). Kinds: node (raft traffic), producer (Produce to its
+``topics`` and ``transactional_ids`` are glob patterns (fnmatch): a producer principal
+may use Kafka transactional ids matching its ``transactional_ids`` only (none without
+it: Kafka's ACLs deny by default), an admin any. Kinds: node (raft traffic), producer (Produce to its
 topics), consumer (Fetch, ListOffsets, OffsetsForLeaderEpoch on its topics), admin
 (everything but raft: topic admin, force-leader, produce and read any topic). Metadata,
 ApiVersions, ListTopics and DescribeQuorum are open to every authenticated principal.
@@ -104,9 +107,17 @@ class Principal:
     topics: tuple[str, ...] = ()
     # The node a node principal speaks for (raft messages must claim it); None otherwise.
     node_id: int | None = None
+    transactional_ids: tuple[str, ...] = ()
 
     def may_use_topic(self, topic: str) -> bool:
         return any(fnmatch.fnmatchcase(topic, pattern) for pattern in self.topics)
+
+    def may_use_transactional_id(self, transactional_id: str) -> bool:
+        if self.kind == "admin":
+            return True
+        return self.kind == "producer" and any(
+            fnmatch.fnmatchcase(transactional_id, pattern) for pattern in self.transactional_ids
+        )
 
 
 #: A principal's SCRAM verifiers by mechanism name (SCRAM-SHA-256, SCRAM-SHA-512).
@@ -163,6 +174,11 @@ class AuthConfig:
             topics = entry.get("topics", [])
             if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
                 raise AuthConfigError(f"{where}: principal {name!r}: topics must be strings")
+            txn_ids = entry.get("transactional_ids", [])
+            if not isinstance(txn_ids, list) or not all(isinstance(t, str) for t in txn_ids):
+                raise AuthConfigError(
+                    f"{where}: principal {name!r}: transactional_ids must be strings"
+                )
             if "secret" in entry or "password" in entry:
                 raise AuthConfigError(
                     f"{where}: principal {name!r} holds a plaintext secret; store a SCRAM "
@@ -179,7 +195,8 @@ class AuthConfig:
             if kind == "node" and node_id is None:
                 node_id = node_id_of_name(name)
             verifiers = _verifiers_from_json(entry.get("scram"), f"{where}: principal {name!r}")
-            out.add(Principal(name, kind, tuple(topics), node_id), *verifiers)
+            principal = Principal(name, kind, tuple(topics), node_id, tuple(txn_ids))
+            out.add(principal, *verifiers)
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -188,6 +205,8 @@ class AuthConfig:
             entry: dict[str, Any] = {"kind": p.kind}
             if p.topics:
                 entry["topics"] = list(p.topics)
+            if p.transactional_ids:
+                entry["transactional_ids"] = list(p.transactional_ids)
             if p.node_id is not None and p.node_id != node_id_of_name(name):
                 entry["node_id"] = p.node_id
             # One verifier keeps the original form, so files older code reads stay so.

@@ -34,8 +34,9 @@ from .test_topic_admin import ask_node, controller_id
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
-PRINCIPALS = {
+PRINCIPALS: dict[str, tuple[str, list[str]] | tuple[str, list[str], list[str]]] = {
     "ingest": ("producer", ["granted*"]),
+    "etl": ("producer", ["granted*"], ["etl-*"]),
     "reader": ("consumer", ["granted*"]),
 }
 RECORDS = 200
@@ -318,6 +319,36 @@ def test_only_producers_and_admins_get_a_producer_id(scluster: LocalCluster, raw
     answer = raw.request(km.INIT_PRODUCER_ID, 4, req)
     assert answer is not None
     assert answer["error_code"] == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+
+def test_transactional_ids_follow_the_principal(scluster: LocalCluster, raw: Raw) -> None:
+    """A producer principal uses only the transactional ids its ``transactional_ids``
+    grant: another is refused TRANSACTIONAL_ID_AUTHORIZATION_FAILED, before the
+    coordinator is asked. One it may use runs whole transactions over SASL_SSL (the
+    coordinator's markers going between nodes as their node principals)."""
+    raw.login("ingest", scluster.secrets["ingest"])
+    req = km.INIT_PRODUCER_ID.default_request(4)
+    req.update(transactional_id="etl-1", transaction_timeout_ms=60000)
+    answer = raw.request(km.INIT_PRODUCER_ID, 4, req)
+    assert answer is not None
+    assert answer["error_code"] == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    producer = confluent_kafka.Producer(
+        {**_kafka_config(scluster, "etl"), "transactional.id": "etl-1"}
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce("granted", f"txn-{i}".encode(), partition=i % 2)
+    producer.commit_transaction(60)
+    denied = confluent_kafka.Producer(
+        {**_kafka_config(scluster, "etl"), "transactional.id": "other-1"}
+    )
+    with pytest.raises(confluent_kafka.KafkaException) as failed:
+        denied.init_transactions(30)
+    assert (
+        failed.value.args[0].code()
+        == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    )
 
 
 def test_only_admins_delete_groups_or_their_offsets(scluster: LocalCluster, raw: Raw) -> None:
