@@ -72,6 +72,7 @@ class KafkaServer:
         return self.host, self.port
 
     async def start(self) -> None:
+        self.handlers.transactions.start()
         self._server = await start_server(self._serve, self.host, self.port, self.ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
 

@@ -376,9 +376,20 @@ class TransactionCoordinator:
             except Exception:
                 log.exception("transaction coordinator tick failed")
 
+    def start(self) -> None:
+        """Begin watching this node's ``__transaction_state`` leaders (``TICK_S``)."""
+        self._start_ticker()
+
     async def _expire(self) -> None:
-        """Abort every ongoing transaction past its timeout; forget partitions led
-        elsewhere now."""
+        """Load every partition this node newly leads (a new coordinator finishes the
+        decisions it finds there at once, not at its first request), abort every ongoing
+        transaction past its timeout, forget partitions led elsewhere now."""
+        for p in range(self.topic.count() or 0):
+            driver = self.api.driver.get((TXN_STATE_TOPIC, p))
+            if driver is not None and driver.core.is_leader and driver.core.leader_committed:
+                part = self.partitions.get(p)
+                if part is None or part.epoch != driver.core.epoch:
+                    await self._loaded(p)
         now = _now_ms()
         for p, part in list(self.partitions.items()):
             if not self._still(part):
