@@ -205,8 +205,8 @@ def test_consume_transform_produce_commits_offsets_with_its_output(
 ) -> None:
     source, sink = _topic(kcluster, partitions=2), _topic(kcluster, partitions=2)
     plain = confluent_kafka.Producer({"bootstrap.servers": kcluster.kafka_bootstrap})
-    for value in _values("in", 40):
-        plain.produce(source, value)
+    for i, value in enumerate(_values("in", 40)):
+        plain.produce(source, value, partition=i % 2)
     assert plain.flush(30) == 0
     group = f"ctp-{uuid.uuid4().hex[:6]}"
     tid = f"ctp-{uuid.uuid4().hex[:6]}"

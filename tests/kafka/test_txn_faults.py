@@ -7,7 +7,6 @@ transaction, on every partition."""
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -48,7 +47,7 @@ def _coordinator(c: LocalCluster, tid: str) -> int:
         for port in c.kafka_ports.values():
             try:
                 (entry,) = _call(port, km.FIND_COORDINATOR, 4, body)["coordinators"]
-            except (OSError, socket.timeout):
+            except (TimeoutError, OSError):
                 return None
             if entry["error_code"]:
                 return None
