@@ -367,3 +367,42 @@ def test_init_producer_id_refuses_a_timeout_past_the_nodes_maximum(kcluster: Loc
     port = next(iter(kcluster.kafka_ports.values()))
     answer = _call(port, km.INIT_PRODUCER_ID, 4, body)
     assert answer["error_code"] == int(KafkaError.INVALID_TRANSACTION_TIMEOUT)
+
+
+def test_describe_and_list_transactions(kcluster: LocalCluster) -> None:
+    """DescribeTransactions at the id's coordinator shows an open transaction's state
+    and partitions; ListTransactions, asked of every node, lists it, and filters by
+    state."""
+    topic = _topic(kcluster, partitions=2)
+    tid = f"desc-{uuid.uuid4().hex[:6]}"
+    producer = _producer(kcluster, tid)
+    producer.begin_transaction()
+    producer.produce(topic, b"x", partition=1)
+    assert producer.flush(30) == 0
+
+    def described() -> dict[str, Any] | None:
+        body = km.DESCRIBE_TRANSACTIONS.default_request(0)
+        body["transactional_ids"] = [tid]
+        for port in kcluster.kafka_ports.values():
+            (state,) = _call(port, km.DESCRIBE_TRANSACTIONS, 0, body)["transaction_states"]
+            if state["error_code"] == 0:
+                return state
+        return None
+
+    state = wait_until(described, WAIT_S, f"the coordinator of {tid}")
+    assert state["transaction_state"] == "Ongoing"
+    assert state["topics"] == [{"topic": topic, "partitions": [1]}]
+
+    def listed(states: list[str]) -> set[str]:
+        body = km.LIST_TRANSACTIONS.default_request(1)
+        body["state_filters"] = states
+        return {
+            t["transactional_id"]
+            for port in kcluster.kafka_ports.values()
+            for t in _call(port, km.LIST_TRANSACTIONS, 1, body)["transaction_states"]
+        }
+
+    assert tid in listed([]) and tid in listed(["Ongoing"])
+    assert tid not in listed(["CompleteCommit"])
+    producer.commit_transaction(30)
+    assert wait_until(lambda: tid in listed(["CompleteCommit"]), WAIT_S, "the commit listed")
