@@ -875,8 +875,15 @@ class Log:
                 return 0
             victims = self._segments[:doomed]
             self._set_log_start(victims[-1].end_offset)
+            start = victims[-1].end_offset
             if self._txns is not None:
-                self._txns.drop_before(victims[-1].end_offset)
+                if any(first < start for first in self._txns.open_transactions.values()):
+                    # A transaction open since a deleted segment: what the log holds now
+                    # says where it starts (rare: rebuilt from the headers when next
+                    # needed, as a reopen would).
+                    self._producers = self._txns = None
+                else:
+                    self._txns.drop_before(start)
             with self._lock:
                 del self._segments[:doomed]
                 del self._bases[:doomed]

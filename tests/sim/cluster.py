@@ -481,6 +481,8 @@ class Simulation:
         self.txn_rng = random.Random(seed * 7919 + 9)
         self.txn_producers = [SimTxnProducer(7), SimTxnProducer(8)]
         self.max_lso = (-1, -1)
+        # Answers read before a damage, by id (kept, so that no other takes the id).
+        self.read_before_damage: dict[int, Any] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -754,7 +756,12 @@ class Simulation:
         Whole frames are lost, duplicated and reordered (each its own delay); parts of a
         frame are lost, and a frame's messages are shuffled, too."""
         for key, msg in msgs:
-            if key == KEY and isinstance(msg, FetchResponse) and msg.records:
+            if (
+                key == KEY
+                and isinstance(msg, FetchResponse)
+                and msg.records
+                and id(msg) not in self.read_before_damage
+            ):
                 self.check_undamaged(node, msg.records, f"to node {msg.dst}")
             kind = type(msg).__name__
             if kind in ("WakeRequest", "NodeHeartbeat") or getattr(msg, "quiesce", False):
@@ -1366,6 +1373,13 @@ class Simulation:
         node = self.rng.choice(candidates)
         offset = self.rng.randrange(node.log.durable)
         base = node.log.damage(offset)
+        # Answers the driver read before the damage and holds (an observer's paced
+        # answer, one waiting for a flush) carry the bytes as they were read, intact.
+        part = node.driver.get(KEY) if node.driver is not None else None
+        if part is not None:
+            held = [resp for _, resp in part.paced.values()]
+            held += [msg for h in part.held for msg in h.messages]
+            self.read_before_damage.update((id(msg), msg) for msg in held)
         self.fault(f"damage node {node.id}'s batch at {base} (durable end {node.log.durable})")
         self.push(self.now + self.rng.randint(50, 3000), SCRUB, (node.id,))
 
