@@ -644,8 +644,9 @@ class PartitionDriver:
 
     def last_stable_offset(self) -> int:
         """The first offset of a transaction not decided below the high watermark, else
-        the high watermark: what read_committed readers read below (raises ``CorruptDataError`` if the log's
-        headers cannot be read to find it)."""
+        the high watermark: what read_committed readers read below (``CorruptDataError``
+        if the log's headers cannot be read to find it). Asked only once the leader's
+        epoch has committed, when its high watermark only grows."""
         hwm = self.core.high_watermark
         first = self.log.transactions().first_unstable_offset(hwm)
         return hwm if first is None else min(first, hwm)

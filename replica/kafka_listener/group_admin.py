@@ -31,7 +31,8 @@ from ..kafka.groups import CONSUMER_PROTOCOL_TYPE, Group, GroupState, Member
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
 from ..node.metadata import OFFSETS_TOPIC
-from .groups import Handler, KafkaGroups, OffsetsCache
+from .groups import Handler, KafkaGroups
+from .offsets import OffsetsCache
 
 #: (api, lowest version, highest version) served.
 SERVED: tuple[tuple[KafkaApi, int, int], ...] = tuple(

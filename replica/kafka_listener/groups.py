@@ -26,6 +26,11 @@ majority holds it durably. Each record:
 * value: msgpack ``{"offset": int, "leader_epoch": int, "metadata": str,
   "commit_timestamp": int (ms since the epoch)}``; a null value deletes the entry.
 
+A TxnOffsetCommit (an offset committed inside a Kafka transaction, KIP-447) is a record
+of key ``[2, group, topic, partition, producer id, producer epoch]``: it waits in the
+cache (``OffsetsCache.pending``) until the transaction's marker reaches this partition,
+and counts only if it commits in that epoch (the loader replays the same from the log).
+
 The last record of a key wins. There is no compaction: the topic keeps every commit
 under the nodes' retention settings (none by default).
 
@@ -48,7 +53,6 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgpack
@@ -65,6 +69,16 @@ from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..storage.records import BatchHeader, encode_batch
 from .internal_topics import InternalTopic, read_partition
+from .offsets import (
+    Committed,
+    OffsetsCache,
+    decode_offset_record,
+    decode_txn_offset_record,
+    encode_offset_key,
+    encode_offset_value,
+    encode_txn_offset_key,
+    partition_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +111,6 @@ IDLE_TICK_S = 1.0
 #: How long a group request waits for a partition's cache to load before it is answered
 #: COORDINATOR_LOAD_IN_PROGRESS (the client retries).
 LOAD_WAIT_S = 5.0
-#: Bytes per read while loading a partition.
-LOAD_READ_BYTES = 1 << 20
-OFFSET_KEY_VERSION = 1
-TXN_OFFSET_KEY_VERSION = 2
 GROUP_KEY_TYPE = 0  # FindCoordinator key_type: 0 group, 1 transaction
 TXN_KEY_TYPE = 1
 
@@ -115,148 +125,6 @@ REQUEST_CLIENT: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar
 
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units, 32-bit wrap-around)."""
-    data = text.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount``."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
-
-
-@dataclass(frozen=True)
-class Committed:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp: int
-
-
-def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    out: bytes = msgpack.packb([OFFSET_KEY_VERSION, group_id, topic, partition])
-    return out
-
-
-def encode_offset_value(c: Committed) -> bytes:
-    out: bytes = msgpack.packb(
-        {
-            "offset": c.offset,
-            "leader_epoch": c.leader_epoch,
-            "metadata": c.metadata,
-            "commit_timestamp": c.commit_timestamp,
-        }
-    )
-    return out
-
-
-def encode_txn_offset_key(
-    group_id: str, topic: str, partition: int, producer_id: int, producer_epoch: int
-) -> bytes:
-    """The key of a transactional offset commit: it counts once its transaction's
-    commit marker follows it in the partition."""
-    out: bytes = msgpack.packb(
-        [TXN_OFFSET_KEY_VERSION, group_id, topic, partition, producer_id, producer_epoch]
-    )
-    return out
-
-
-def decode_txn_offset_record(
-    key: bytes | None, value: bytes | None
-) -> tuple[int, int, tuple[str, str, int], Committed] | None:
-    """(producer id, producer epoch, (group, topic, partition), offset) of a
-    transactional offset commit; None for a record of another kind."""
-    if key is None or value is None:
-        return None
-    k = msgpack.unpackb(key, raw=False)
-    if not isinstance(k, list) or len(k) != 6 or k[0] != TXN_OFFSET_KEY_VERSION:
-        return None
-    v = msgpack.unpackb(value, raw=False)
-    committed = Committed(
-        int(v["offset"]), int(v["leader_epoch"]), str(v["metadata"]), int(v["commit_timestamp"])
-    )
-    return int(k[4]), int(k[5]), (str(k[1]), str(k[2]), int(k[3])), committed
-
-
-def decode_offset_record(
-    key: bytes | None, value: bytes | None
-) -> tuple[tuple[str, str, int], Committed | None] | None:
-    """((group, topic, partition), committed or None for a deletion); None for a record
-    of another kind (a later key version), which loading skips."""
-    if key is None:
-        return None
-    k = msgpack.unpackb(key, raw=False)
-    if not isinstance(k, list) or len(k) != 4 or k[0] != OFFSET_KEY_VERSION:
-        return None
-    ident = (str(k[1]), str(k[2]), int(k[3]))
-    if value is None:
-        return ident, None
-    v = msgpack.unpackb(value, raw=False)
-    return ident, Committed(
-        int(v["offset"]), int(v["leader_epoch"]), str(v["metadata"]), int(v["commit_timestamp"])
-    )
-
-
-@dataclass
-class OffsetsCache:
-    """The committed offsets of ``__consumer_offsets`` partition ``partition``, as of its
-    log in leader epoch ``epoch``."""
-
-    partition: int
-    epoch: int
-    groups: dict[str, dict[tuple[str, int], Committed]] = field(default_factory=dict)
-    task: asyncio.Task[bool] | None = None
-    stale: bool = False  # a commit's outcome is unknown: reload before the next use
-    # Transactional offset commits (TxnOffsetCommit) waiting for their transaction's
-    # marker: producer id -> (producer epoch, offsets).
-    pending: dict[int, tuple[int, dict[tuple[str, str, int], Committed]]] = field(
-        default_factory=dict
-    )
-
-    @property
-    def ready(self) -> bool:
-        return (
-            self.task is not None
-            and self.task.done()
-            and not self.task.cancelled()
-            and self.task.result()
-        )
-
-    def apply(self, ident: tuple[str, str, int], committed: Committed | None) -> None:
-        group, topic, partition = ident
-        if committed is None:
-            offsets = self.groups.get(group)
-            if offsets is not None:
-                offsets.pop((topic, partition), None)
-                if not offsets:
-                    del self.groups[group]
-        else:
-            self.groups.setdefault(group, {})[(topic, partition)] = committed
-
-    def add_pending(
-        self, producer_id: int, producer_epoch: int, ident: tuple[str, str, int], c: Committed
-    ) -> None:
-        epoch, offsets = self.pending.get(producer_id, (producer_epoch, {}))
-        if producer_epoch > epoch:
-            offsets = {}  # a new epoch's transaction: the older one's were aborted
-        elif producer_epoch < epoch:
-            return  # a fenced producer's
-        offsets[ident] = c
-        self.pending[producer_id] = (producer_epoch, offsets)
-
-    def end_pending(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """A transaction marker of ``producer_id``: its pending offsets become committed
-        (only those of the marker's epoch: a fenced producer's never are) or are dropped."""
-        epoch, offsets = self.pending.pop(producer_id, (producer_epoch, {}))
-        if commit and epoch == producer_epoch:
-            for ident, c in offsets.items():
-                self.apply(ident, c)
 
 
 class KafkaGroups:

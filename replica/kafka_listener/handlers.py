@@ -3,23 +3,22 @@ produce to and consume from the same partitions as native clients, with the same
 epochs and fencing (KIP-320), through the native api layer (``Api``).
 
 Served: ApiVersions, Metadata, Produce (RecordBatch v2; acks 0, 1, all = quorum-durable;
-idempotent batches checked by the partition's producer state), Fetch, ListOffsets,
-OffsetForLeaderEpoch, InitProducerId (idempotence; no transactions), CreateTopics and
+idempotent and transactional batches checked by the partition's producer state), Fetch
+(read_committed below the last stable offset), ListOffsets, OffsetForLeaderEpoch,
+InitProducerId (idempotence; with a transactional id, ``txn_coordinator``), CreateTopics and
 DeleteTopics (decided by the metadata controller, forwarded to it from another node:
 ``topic_changes``), DescribeConfigs (``configs``),
-SaslHandshake and SaslAuthenticate, the consumer-group APIs, and CreatePartitions,
-AlterConfigs and IncrementalAlterConfigs (``topic_admin``). ApiVersions lists only
-these, so a client
-does not ask for the rest; a request for an API it does not list is answered with
+SaslHandshake and SaslAuthenticate, the consumer-group APIs, the transaction APIs
+(``txn_coordinator``; WriteTxnMarkers refused to clients), and CreatePartitions,
+AlterConfigs and IncrementalAlterConfigs (``topic_admin``). ApiVersions lists only these,
+so a client does not ask for the rest; a request for an API it does not list is answered with
 UNSUPPORTED_VERSION where its answer has a top-level error code, else the connection
 closes (as a Kafka broker does for an api key it does not know).
 
 Security is the node's: with TLS the listener serves TLS with the node's certificate
 (clients: ``security.protocol=SSL`` or ``SASL_SSL``); with ``--auth-config`` every
-connection authenticates with SASL/SCRAM first and is then authorized as the native
-listener authorizes its principal (``auth``). The connection's SASL state and, once
-authenticated, its principal live in ``KafkaServer._serve``; every request of the
-connection is run through ``TopicGate`` with that principal.
+connection authenticates with SASL/SCRAM first (``server``) and every request is then
+authorized as the native listener authorizes its principal (``auth.TopicGate``).
 
 Records cross the boundary through ``kafka.convert``: a produced Kafka batch becomes one
 quorumlog batch (key, value, timestamp, headers, producer fields); a fetch turns stored

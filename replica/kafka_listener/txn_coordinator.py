@@ -61,8 +61,8 @@ from ..node.api import Api
 from ..node.metadata import OFFSETS_TOPIC, TXN_STATE_TOPIC
 from ..protocol import ErrorCode
 from ..storage.records import BatchHeader, encode_batch
-from .groups import partition_for
 from .internal_topics import MOVED, InternalTopic, append, read_partition
+from .offsets import partition_for
 from .txn_markers import MarkerWriter
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,11 @@ Kafka clients may use either mechanism the principal has a verifier for.
 
 ``topics`` and ``transactional_ids`` are glob patterns (fnmatch): a producer principal
 may use Kafka transactional ids matching its ``transactional_ids`` only (none without
-it: Kafka's ACLs deny by default), an admin any. Kinds: node (raft traffic), producer (Produce to its
-topics), consumer (Fetch, ListOffsets, OffsetsForLeaderEpoch on its topics), admin
-(everything but raft: topic admin, force-leader, produce and read any topic). Metadata,
-ApiVersions, ListTopics and DescribeQuorum are open to every authenticated principal.
+it: Kafka's ACLs deny by default), an admin any. Kinds: node (raft traffic), producer
+(Produce to its topics), consumer (Fetch, ListOffsets, OffsetsForLeaderEpoch on its
+topics), admin (everything but raft: topic admin, force-leader, produce and read any
+topic). Metadata, ApiVersions, ListTopics and DescribeQuorum are open to every
+authenticated principal.
 
 A node principal is bound to one node id: its ``node_id`` field, or the ``<id>`` of a name
 ``node-<id>``. Raft messages on its connection must claim that id as their sender

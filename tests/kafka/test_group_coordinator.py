@@ -1,5 +1,5 @@
 """The consumer-group state machine (``replica.kafka.groups``) stepped by hand with a
-fake clock, and the pure parts of the node's coordinator (``kafka_listener.groups``): the
+fake clock, and the pure parts of the node's coordinator (``kafka_listener.groups`` and ``offsets``): the
 group -> partition hash and the ``__consumer_offsets`` record format."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from quorumlog.replica.kafka.groups import (
     JoinResult,
     SyncResult,
 )
-from quorumlog.replica.kafka_listener.groups import (
+from quorumlog.replica.kafka_listener.offsets import (
     Committed,
     decode_offset_record,
     encode_offset_key,

@@ -21,7 +21,7 @@ from quorumlog.replica.kafka.codec import decode_response, encode_request
 from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.schema import Api, Message
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
-from quorumlog.replica.kafka_listener.groups import partition_for
+from quorumlog.replica.kafka_listener.offsets import partition_for
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.node.metadata import OFFSETS_TOPIC
 
