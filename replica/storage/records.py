@@ -724,7 +724,7 @@ def batches_to_table(
     counts: list[int] = []
     epochs: list[int] = []
     headers: Iterable[BatchHeader] = iter_batches(buf, verify_crc=verify_crc)
-    if aborted is not None:
+    if aborted:  # without aborted transactions, skipping control batches is all it does
         headers = committed_batches(headers, aborted)  # type: ignore[assignment]
     for header in headers:
         if header.is_control and not include_control:
