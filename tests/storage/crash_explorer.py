@@ -56,7 +56,7 @@ from quorumlog.replica.storage import (
 )
 from quorumlog.replica.storage.records import VOTERS_KEY, BatchHeader, TxnMarker, decode_control
 from quorumlog.replica.storage.tail import TailBudget
-from quorumlog.replica.storage.transactions import TransactionIndex
+from quorumlog.replica.storage.transactions import TransactionIndex, committed_batches
 
 from .crashfs import RecordingFileOps, Shadow, materialize
 
@@ -315,10 +315,26 @@ class LogWorkload:
 
 
 def _transactions_problem(log: Log) -> str:
-    """'' if the log's open and aborted transactions are what its batches say."""
-    have = log.transactions().state()
-    want = TransactionIndex.of(_headers(log)).state()
-    return "" if have == want else f"transactions {have}, the batches say {want}"
+    """'' if the log's open transactions are what its batches say, and its aborted ones
+    drop the same batches from a read_committed read of the whole log as theirs do (an
+    abort whose first offset retention deleted is kept from there, where the batches
+    alone start it at its producer's first batch left)."""
+    headers = list(_headers(log))
+    have, want = log.transactions(), TransactionIndex.of(headers)
+    if have.open_transactions != want.open_transactions:
+        return (
+            f"open transactions {have.open_transactions}, the batches say {want.open_transactions}"
+        )
+
+    def visible(index: TransactionIndex) -> list[int]:
+        aborted = index.aborted_between(log.start_offset, log.end_offset)
+        pairs = [(a.producer_id, a.first_offset) for a in aborted]
+        return [h.base_offset for h in committed_batches(headers, pairs)]
+
+    seen, expected = visible(have), visible(want)
+    if seen != expected:
+        return f"read_committed sees batches {seen}, the batches say {expected} ({have.state()})"
+    return ""
 
 
 def _identity(header: BatchHeader, index: int) -> bytes:
