@@ -497,7 +497,7 @@ class KafkaHandlers:
             raise KafkaDecodeError(
                 f"Fetch names {len(wanted)} partitions; at most {MAX_FETCH_PARTITIONS} served"
             )
-        isolation = m.READ_COMMITTED if body["isolation_level"] == 1 else m.READ_UNCOMMITTED
+        isolation = _isolation(body)
 
         async def one(
             name: str, p: Message, max_wait_ms: int, max_bytes: int
@@ -591,7 +591,7 @@ class KafkaHandlers:
         return out
 
     async def list_offsets(self, api: KafkaApi, version: int, body: Message) -> Message:
-        isolation = m.READ_COMMITTED if body["isolation_level"] == 1 else m.READ_UNCOMMITTED
+        isolation = _isolation(body)
 
         async def one(name: str, p: Message) -> Message:
             req = m.ListOffsetsRequest(
@@ -652,6 +652,11 @@ async def _each_partition(
         for t in body["topics"]
     ]
     return out
+
+
+def _isolation(body: Message) -> int:
+    """A Fetch's or ListOffsets' isolation level (Kafka's: 1 read_committed)."""
+    return m.READ_COMMITTED if body["isolation_level"] == 1 else m.READ_UNCOMMITTED
 
 
 def _partition_produced(index: int, error: int, base_offset: int, message: str) -> Message:

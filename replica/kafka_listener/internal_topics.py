@@ -61,6 +61,12 @@ class InternalTopic:
             await asyncio.gather(self._creating, return_exceptions=True)
 
 
+def loaded(task: asyncio.Task[bool] | None) -> bool:
+    """A coordinator's partition read by ``task`` is in its cache: the read ended, and
+    was not cut short."""
+    return task is not None and task.done() and not task.cancelled() and task.result()
+
+
 async def read_partition(
     api: Api,
     key: tuple[str, int],

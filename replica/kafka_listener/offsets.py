@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 import msgpack
 
+from .internal_topics import loaded
+
 OFFSET_KEY_VERSION = 1
 TXN_OFFSET_KEY_VERSION = 2
 
@@ -118,12 +120,7 @@ class OffsetsCache:
 
     @property
     def ready(self) -> bool:
-        return (
-            self.task is not None
-            and self.task.done()
-            and not self.task.cancelled()
-            and self.task.result()
-        )
+        return loaded(self.task)
 
     def apply(self, ident: tuple[str, str, int], committed: Committed | None) -> None:
         group, topic, partition = ident

@@ -61,7 +61,7 @@ from ..node.api import Api
 from ..node.metadata import OFFSETS_TOPIC, TXN_STATE_TOPIC
 from ..protocol import ErrorCode
 from ..storage.records import BatchHeader, encode_batch
-from .internal_topics import MOVED, InternalTopic, append, read_partition
+from .internal_topics import MOVED, InternalTopic, append, loaded, read_partition
 from .offsets import partition_for
 from .txn_markers import MarkerWriter
 
@@ -110,12 +110,7 @@ class TxnPartition:
 
     @property
     def ready(self) -> bool:
-        return (
-            self.task is not None
-            and self.task.done()
-            and not self.task.cancelled()
-            and self.task.result()
-        )
+        return loaded(self.task)
 
 
 class TransactionCoordinator:
@@ -312,17 +307,7 @@ class TransactionCoordinator:
         return task
 
     async def _finish(self, part: TxnPartition, meta: TxnMetadata) -> KafkaError:
-        assert meta.state.preparing
-        commit = meta.state == TxnState.PREPARE_COMMIT
-        written = await self.markers.write(
-            sorted(meta.partitions),
-            meta.producer_id,
-            meta.producer_epoch,
-            commit,
-            part.epoch,
-            lambda: self._still(part),
-        )
-        if not written:
+        if not await self._write_markers(part, meta):
             return KafkaError.NOT_COORDINATOR
         tid = meta.transactional_id
         if part.txns.get(tid) != meta:
@@ -349,17 +334,22 @@ class TransactionCoordinator:
         code = await self._write(part, decision)
         if code != KafkaError.NONE:
             return code
-        written = await self.markers.write(
-            sorted(decision.partitions),
-            decision.producer_id,
-            decision.producer_epoch,
-            False,
+        if not await self._write_markers(part, decision):
+            return KafkaError.NOT_COORDINATOR
+        return await self._write(part, complete(decision, _now_ms()))
+
+    async def _write_markers(self, part: TxnPartition, meta: TxnMetadata) -> bool:
+        """The markers of ``meta``'s decision (a Prepare* state) on every partition it
+        wrote; False if this node stopped coordinating first."""
+        assert meta.state.preparing
+        return await self.markers.write(
+            sorted(meta.partitions),
+            meta.producer_id,
+            meta.producer_epoch,
+            meta.state == TxnState.PREPARE_COMMIT,
             part.epoch,
             lambda: self._still(part),
         )
-        if not written:
-            return KafkaError.NOT_COORDINATOR
-        return await self._write(part, complete(decision, _now_ms()))
 
     # ------------------------------------------------------------------ timers
     def _start_ticker(self) -> None:

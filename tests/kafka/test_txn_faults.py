@@ -89,10 +89,15 @@ def test_a_decided_commit_is_finished_by_the_next_coordinator(cluster: LocalClus
     )
     producer.init_transactions(60)
     coordinator = _coordinator(c, tid)
-    leaders = {p: c.wait_for_leader(TOPIC, p, 60) for p in range(PARTITIONS)}
-    hung = next((node for node in leaders.values() if node != coordinator), None)
-    if hung is None:
-        pytest.skip(f"every partition is led by the coordinator (node {coordinator})")
+
+    def led_elsewhere() -> int | None:
+        """A node other than the coordinator that leads a partition: the nodes spread
+        leaderships over the preferred replicas (the first of each partition's,
+        assigned in turn), so one does once elections settle."""
+        leaders = [c.wait_for_leader(TOPIC, p, 60) for p in range(PARTITIONS)]
+        return next((node for node in leaders if node != coordinator), None)
+
+    hung = wait_until(led_elsewhere, WAIT_S, f"a partition led by a node other than {coordinator}")
     producer.begin_transaction()
     values = [f"r-{i}".encode() for i in range(30)]
     for i, value in enumerate(values):
