@@ -490,7 +490,60 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
     )
 
 
-SINK_OPTION_NAMES = _by_lower_case("bootstrap", "topic", "requestTimeoutMs", *SECURITY_OPTIONS)
+SINK_OPTION_NAMES = _by_lower_case(
+    "bootstrap",
+    "topic",
+    "requestTimeoutMs",
+    "delivery",
+    "transactionTimeoutMs",
+    *SECURITY_OPTIONS,
+)
+#: The sink's own options, for the reference page: (default, meaning).
+SINK_OPTION_DOCS = {
+    "delivery": (
+        "`exactly-once`",
+        "`exactly-once`: each batch's rows appear to read_committed readers once, together, "
+        "whatever fails (a transaction group per query, fenced by the batch id); "
+        "`at-least-once`: a retried task or batch writes its rows again",
+    ),
+    "transactionTimeoutMs": (
+        "60000",
+        "exactly once: how long a task's transaction may wait for its batch's commit before "
+        "its coordinator aborts it",
+    ),
+}
+#: The sink's ``delivery`` values; the first is the default.
+SINK_DELIVERIES = ("exactly-once", "at-least-once")
+#: How long a sink task's transaction may wait for its batch's commit (its coordinator
+#: aborts it after): the longest micro-batch, as Kafka's producer default.
+DEFAULT_SINK_TRANSACTION_TIMEOUT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class SinkDelivery:
+    """``delivery`` and ``transactionTimeoutMs`` of the sink."""
+
+    exactly_once: bool
+    transaction_timeout_ms: int
+
+
+def parse_sink_delivery(options: Mapping[str, str]) -> SinkDelivery:
+    """``delivery``: ``exactly-once`` (the default: each batch's rows appear to
+    read_committed readers once, together) or ``at-least-once``; ``transactionTimeoutMs``:
+    how long a task's transaction waits for its batch's commit before its coordinator
+    aborts it (default 60000)."""
+    opts = {k.lower(): v for k, v in options.items()}
+    delivery = opts.get("delivery", SINK_DELIVERIES[0]).strip().lower()
+    if delivery not in SINK_DELIVERIES:
+        raise _bad("delivery", opts["delivery"], " or ".join(SINK_DELIVERIES))
+    return SinkDelivery(
+        delivery == "exactly-once",
+        _positive_int(
+            "transactionTimeoutMs",
+            opts.get("transactiontimeoutms", str(DEFAULT_SINK_TRANSACTION_TIMEOUT_MS)),
+            "milliseconds a task's transaction may wait for its batch's commit",
+        ),
+    )
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SourceOptions:

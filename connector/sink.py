@@ -10,14 +10,33 @@ puts their key (its default partitioner, ``murmur2_random``: the Java client's, 
 lands where Kafka clients put it) or, without a key, to one partition per Arrow batch,
 rotating.
 
-Delivery: at least once. A task's produce retries are idempotent (written once), but a
-retried task or micro-batch produces its rows again under a new producer id, so a stream
-restarted after a failure may append duplicates.
+Delivery (option ``delivery``): ``exactly-once`` (the default) or ``at-least-once``.
+
+Exactly once: each micro-batch (or batch write) is one transaction group (``kafka.txn``)
+of the nodes' transaction coordinator, ``spark-sink/<query id>`` (a batch write:
+``spark-write/<uuid>``), fenced by the batch id. A task first asks the group's fence: a
+batch at or below it was committed already (a replay after the driver died between the
+commit and its checkpoint), so the task writes nothing. Otherwise it initialises its
+member ``<group>#<partition id>`` (which aborts whatever an earlier attempt of the task
+left open and fences it), writes its rows in that member's transaction and leaves it
+open; its commit message names the member. The driver's ``commit(messages, batch_id)``
+decides the batch with one request: the coordinator writes every member's PrepareCommit
+and the group's new fence in one record batch, durable on a quorum, before it answers
+and writes the markers (a coordinator that takes over finishes them). A crash before that
+leaves the members open, to be aborted by their timeout (``transactionTimeoutMs``) or by
+the replay's tasks; a crash after it leaves the batch committed, which the replay finds
+at the fence. read_committed readers (the Spark source's default) see a batch's rows
+exactly once, each partition's together; an aborted or failed batch, never.
+
+At least once: each task produces its rows idempotently (a produce retry is written once)
+and ends; a retried task or micro-batch produces its rows again under a new producer id.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +44,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -36,7 +56,8 @@ from ..replica.client import Client
 from ..replica.client.partitioner import DEFAULT_PARTITIONER, UNKEYED, key_partitions
 from ..replica.client.producer import Producer
 from ..replica.client.security import ClientSecurity
-from .options import QuorumLogOptionError, parse_sink_options
+from ..replica.protocol.messages import TxnGroupMember
+from .options import QuorumLogOptionError, parse_sink_delivery, parse_sink_options
 from .schema import HEADER_TYPE
 
 log = logging.getLogger(__name__)
@@ -50,6 +71,8 @@ class SinkOptions:
     topic: str | None
     request_timeout_ms: int
     security: ClientSecurity | None
+    exactly_once: bool = True
+    transaction_timeout_ms: int = 60_000
 
 
 def check_sink_schema(schema: StructType, topic_option: str | None) -> None:
@@ -100,40 +123,117 @@ def _is_headers(dtype: Any) -> bool:
     return fields == [("key", StringType()), ("value", BinaryType())]
 
 
-def _produce(opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:
-    """Produce every row; returns how many. Raises the client's error on failure."""
-    rows = 0
-    client = Client(
+def _client(opts: SinkOptions) -> Client:
+    return Client(
         opts.bootstrap,
         client_id="quorumlog-spark-sink",
         request_timeout_ms=opts.request_timeout_ms,
         security=opts.security,
     )
-    try:
-        producer = Producer(client, acks="quorum")  # idempotent: its resends are written once
-        counts: dict[str, int] = {}
-        turn = 0
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            table = pa.Table.from_batches([batch])
-            for topic, part in _by_topic(table, opts.topic):
-                n = counts.get(topic)
-                if n is None:
-                    n = counts[topic] = len(client.metadata([topic])[topic].partitions)
-                for partition, rows_of in _by_partition(part, n, turn):
-                    if not 0 <= partition < n:
-                        raise QuorumLogOptionError(
-                            f"Row partition {partition} does not exist in topic {topic!r} "
-                            f"({n} partitions)."
-                        )
-                    producer.send_batch(topic, partition, _record_columns(rows_of))
-                    rows += rows_of.num_rows
-            turn += 1
-        producer.close()  # raises the first failure
-    finally:
-        client.close()
+
+
+def _send_rows(
+    opts: SinkOptions, client: Client, producer: Producer, batches: Iterator[pa.RecordBatch]
+) -> int:
+    """Queue every row on ``producer``; returns how many."""
+    rows = 0
+    counts: dict[str, int] = {}
+    turn = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        table = pa.Table.from_batches([batch])
+        for topic, part in _by_topic(table, opts.topic):
+            n = counts.get(topic)
+            if n is None:
+                n = counts[topic] = len(client.metadata([topic])[topic].partitions)
+            for partition, rows_of in _by_partition(part, n, turn):
+                if not 0 <= partition < n:
+                    raise QuorumLogOptionError(
+                        f"Row partition {partition} does not exist in topic {topic!r} "
+                        f"({n} partitions)."
+                    )
+                producer.send_batch(topic, partition, _record_columns(rows_of))
+                rows += rows_of.num_rows
+        turn += 1
     return rows
+
+
+def _write_task(
+    opts: SinkOptions, batches: Iterator[pa.RecordBatch], group: str | None, batch_id: int
+) -> SinkCommit:
+    """A task's rows: at least once (produced and done), or exactly once (in its
+    member's transaction of ``group``, left open for the driver to decide)."""
+    with _client(opts) as client:
+        if group is None:
+            producer = Producer(client, acks="quorum")  # idempotent: resends written once
+            rows = _send_rows(opts, client, producer, batches)
+            producer.close()  # raises the first failure
+            return SinkCommit(rows)
+        if client.txn_group_commit(group, batch_id, [], commit=False) >= batch_id:
+            log.info("quorumlog sink: batch %d of %s was committed already", batch_id, group)
+            return SinkCommit(0, group)  # a replay of a committed batch writes nothing
+        member = f"{group}#{_task().partitionId()}"
+        producer = Producer(
+            client,
+            acks="quorum",
+            transactional_id=member,
+            transaction_timeout_ms=opts.transaction_timeout_ms,
+        )
+        try:
+            producer.begin()
+            rows = _send_rows(opts, client, producer, batches)
+            producer.flush()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                producer.abort()  # at once, rather than at its timeout
+            raise
+        finally:
+            producer.close()
+        assert producer.producer_id is not None and producer.producer_epoch is not None
+        return SinkCommit(rows, group, (member, producer.producer_id, producer.producer_epoch))
+
+
+def _decide(opts: SinkOptions, messages: list[Any], batch_id: int, commit: bool) -> int:
+    """The driver's decision of a batch's transaction group (``commit`` or abort every
+    member the tasks named); the rows it wrote."""
+    done = [msg for msg in messages if isinstance(msg, SinkCommit)]
+    groups = {msg.group for msg in done if msg.group is not None}
+    if not groups:
+        return sum(msg.rows for msg in done)
+    (group,) = groups
+    members = [
+        TxnGroupMember(transactional_id=tid, producer_id=pid, producer_epoch=epoch)
+        for tid, pid, epoch in (msg.member for msg in done if msg.member is not None)
+    ]
+    with _client(opts) as client:
+        client.txn_group_commit(group, batch_id, members, commit=commit)
+    return sum(msg.rows for msg in done)
+
+
+def _task() -> TaskContext:
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("the quorumlog sink writes only in Spark tasks")
+    return ctx
+
+
+def _stream_group_and_batch() -> tuple[str, int]:
+    """A micro-batch's transaction group (its query's id) and batch id, as Spark's
+    micro-batch execution hands them to its tasks."""
+    ctx = _task()
+    query, batch = ctx.getLocalProperty(_QUERY_ID), ctx.getLocalProperty(_BATCH_ID)
+    if not query or batch is None:
+        raise RuntimeError(
+            "the quorumlog sink's exactly-once stream writer runs in micro-batches only "
+            "(Spark did not name the query and batch); use delivery=at-least-once"
+        )
+    return f"spark-sink/{query}", int(batch)
+
+
+#: The local properties Spark's micro-batch execution sets for its jobs' tasks.
+_QUERY_ID = "sql.streaming.queryId"
+_BATCH_ID = "streaming.sql.batchId"
 
 
 def _by_topic(table: pa.Table, default: str | None) -> Iterator[tuple[str, pa.Table]]:
@@ -181,50 +281,71 @@ def _record_columns(table: pa.Table) -> pa.Table:
 
 @dataclass(frozen=True)
 class SinkCommit(WriterCommitMessage):  # type: ignore[misc]
+    """A task's rows; exactly once: its transaction group and its member's open
+    transaction (transactional id, producer id, epoch), or none (it wrote nothing)."""
+
     rows: int
+    group: str | None = None
+    member: tuple[str, int, int] | None = None
 
 
 class QuorumLogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    """A batch write (``df.write``): exactly once, one transaction group of its own."""
+
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
+        self.group = f"spark-write/{uuid.uuid4()}" if options.exactly_once else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return SinkCommit(_produce(self.options, iterator))
+        return _write_task(self.options, iterator, self.group, 0)
 
     def commit(self, messages: list[Any]) -> None:
-        log.info("quorumlog sink wrote %d rows", sum(m.rows for m in messages if m))
+        log.info("quorumlog sink wrote %d rows", _decide(self.options, messages, 0, True))
 
     def abort(self, messages: list[Any]) -> None:
-        log.warning(
-            "quorumlog sink: the write failed; %d rows of successful tasks stay in the log "
-            "(at-least-once)",
-            sum(m.rows for m in messages if m),
-        )
+        if self.group is None:
+            log.warning(
+                "quorumlog sink: the write failed; the rows of its successful tasks stay "
+                "in the log (delivery=at-least-once)"
+            )
+            return
+        _decide(self.options, messages, 0, False)
+        log.warning("quorumlog sink: the write failed; nothing of it is visible")
 
 
 class QuorumLogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
-    """At least once: a micro-batch retried after a failure produces its rows again."""
+    """Each micro-batch exactly once (a transaction group per query, fenced by the batch
+    id), or at least once."""
 
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        return SinkCommit(_produce(self.options, iterator))
+        if not self.options.exactly_once:
+            return _write_task(self.options, iterator, None, 0)
+        group, batch_id = _stream_group_and_batch()
+        return _write_task(self.options, iterator, group, batch_id)
 
     def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 (Spark's name)
-        log.debug(
-            "quorumlog sink: batch %d wrote %d rows", batchId, sum(m.rows for m in messages if m)
-        )
+        rows = _decide(self.options, messages, batchId, True)
+        log.debug("quorumlog sink: batch %d wrote %d rows", batchId, rows)
 
     def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
-        log.warning("quorumlog sink: batch %d failed (its rows may be produced again)", batchId)
+        if self.options.exactly_once:
+            _decide(self.options, messages, batchId, False)
+            log.warning("quorumlog sink: batch %d failed; nothing of it is visible", batchId)
+        else:
+            log.warning("quorumlog sink: batch %d failed (its rows may be produced again)", batchId)
 
 
 def sink_options(options: Mapping[str, str]) -> SinkOptions:
     parsed = parse_sink_options(options)
+    delivery = parse_sink_delivery(options)
     return SinkOptions(
         bootstrap=parsed.bootstrap,
         topic=parsed.topics[0] if parsed.topics else None,
         request_timeout_ms=parsed.request_timeout_ms,
         security=parsed.security,
+        exactly_once=delivery.exactly_once,
+        transaction_timeout_ms=delivery.transaction_timeout_ms,
     )

@@ -150,6 +150,9 @@ TRANSACTION_STATE_NUM_PARTITIONS = 8
 # [transaction.max.timeout.ms] the longest transaction.timeout.ms a producer may ask for
 # (Kafka's: 15 minutes); a transaction open longer is aborted by its coordinator.
 TRANSACTION_MAX_TIMEOUT_MS = 900_000
+# [transaction.timeout.ms] a native transactional producer's transaction timeout (Kafka's
+# producer default): its coordinator aborts a transaction open longer.
+TRANSACTION_TIMEOUT_MS = 60_000
 # [offsets.commit.timeout.ms] how long an OffsetCommit waits for quorum durability.
 OFFSETS_COMMIT_TIMEOUT_MS = 5000
 # [offset.metadata.max.bytes] the largest metadata string a commit may carry.

@@ -26,6 +26,7 @@ import random  # noqa: F401
 from .. import defaults
 from ..protocol import messages as m
 from .admin import AdminCalls
+from .coordinators import CoordinatorCalls
 from .metadata import METADATA_GRACE_S, METADATA_TIMEOUT_S, PartitionMetadata, TopicMetadata
 from .produce import (
     PIPELINE,
@@ -78,10 +79,11 @@ def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
     return out
 
 
-class Client(AdminCalls, ProduceCalls, ReadCalls):
+class Client(AdminCalls, ProduceCalls, ReadCalls, CoordinatorCalls):
     """The client: one façade over its roles, each in its own module (``base``: connections
     and retries; ``metadata``: the metadata cache; ``routing``: leader-routed and admin
-    requests; ``admin``, ``produce``, ``reads``: the calls). A Client is used by one thread
+    requests; ``admin``, ``produce``, ``reads``: the calls; ``coordinators``: Kafka's
+    transaction and group coordinators). A Client is used by one thread
     at a time (``clone`` makes another)."""
 
     def __init__(
@@ -122,6 +124,7 @@ class Client(AdminCalls, ProduceCalls, ReadCalls):
         self.cluster_id = ""
         self._retired = set()
         self._pool = None
+        self._internal_counts = {}
 
     def clone(self) -> Client:
         """A client with this one's settings and connections of its own (a Client is used
@@ -142,6 +145,7 @@ class Client(AdminCalls, ProduceCalls, ReadCalls):
         )
         twin._nodes = self._nodes
         twin._leaders = self._leaders
+        twin._internal_counts = self._internal_counts
         return twin
 
     def __enter__(self) -> Client:

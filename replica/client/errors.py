@@ -117,6 +117,45 @@ class InvalidProducerEpochError(QuorumLogError, code=ErrorCode.INVALID_PRODUCER_
     is fenced (a zombie) and must not write with the old epoch."""
 
 
+class ProducerFencedError(InvalidProducerEpochError, code=ErrorCode.PRODUCER_FENCED):
+    """Another producer took this transactional id (its InitProducerId bumped the epoch):
+    this one is fenced for good (Kafka's ProducerFencedException)."""
+
+
+class CoordinatorNotAvailableError(
+    QuorumLogError,
+    code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    also=(ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS),
+):
+    """The coordinator of a transactional id or group moved, is being elected or is
+    loading its state: the client asks again (retried within the call's timeout)."""
+
+
+class ConcurrentTransactionsError(QuorumLogError, code=ErrorCode.CONCURRENT_TRANSACTIONS):
+    """The id's previous transaction is still being ended: retried within the call's
+    timeout."""
+
+
+class InvalidTxnStateError(QuorumLogError, code=ErrorCode.INVALID_TXN_STATE):
+    """The transaction is not in a state that allows this (e.g. a commit of a transaction
+    the coordinator has already aborted on its timeout)."""
+
+
+class InvalidTransactionTimeoutError(QuorumLogError, code=ErrorCode.INVALID_TRANSACTION_TIMEOUT):
+    """``transaction_timeout_ms`` is over the nodes' ``--transaction-max-timeout-ms``."""
+
+
+class TransactionAbortableError(QuorumLogError, local=True):
+    """A batch of the open transaction failed: the transaction cannot commit. ``abort()``
+    it and begin again (Kafka's abortable errors)."""
+
+
+class TransactionStateError(QuorumLogError, code=ErrorCode.INVALID_TXN_STATE, local=True):
+    """The producer's transactional calls out of order: a send outside ``begin()`` ...
+    ``commit()``/``abort()``, a ``begin()`` inside a transaction, a call after it was
+    fenced."""
+
+
 class SecurityError(QuorumLogError):
     """TLS or authentication failed on connect; retrying with the same settings will not help."""
 
@@ -135,6 +174,12 @@ class AuthenticationError(
 
 class AuthorizationError(QuorumLogError, code=ErrorCode.AUTHORIZATION_FAILED):
     """The authenticated principal may not do this."""
+
+
+class TransactionalIdAuthorizationError(
+    AuthorizationError, code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+):
+    """The principal may not use this transactional id (its ``transactional_ids``)."""
 
 
 def error_for(code: int, message: str) -> QuorumLogError:

@@ -50,7 +50,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -59,10 +59,8 @@ import pyarrow as pa
 
 from .. import defaults
 from ..protocol.messages import ACKS_LEADER, ACKS_QUORUM
-from ..storage.producers import last_sequence
-from ..storage.records import RECORD_SCHEMA, encode_arrow, null_array
-from ..storage.records import Producer as ProducerFields
-from .accumulator import _STICKY, Accumulator
+from ..storage.records import RECORD_SCHEMA, null_array
+from .accumulator import _STICKY
 from .batches import (
     Headers,
     ManyFuture,
@@ -73,44 +71,27 @@ from .batches import (
     _Outcome,
     _Pending,
 )
-from .client import Client, ProduceCall, ProduceResult
-from .errors import InvalidProducerEpochError, RecordTooLargeError, UnknownProducerIdError
+from .client import Client, ProduceResult
+from .errors import (
+    InvalidProducerEpochError,
+    RecordTooLargeError,
+    TransactionAbortableError,
+    TransactionStateError,
+)
+from .identity import _NOT_SENT, ProducerIdentity, _encoder, _Started, _stored_codec
 from .partitioner import DEFAULT_PARTITIONER, PARTITIONERS
+from .transactions import Transactions
 
 __all__ = ["ManyFuture", "Producer", "RecordFuture", "RecordMetadata"]
 
 log = logging.getLogger(__name__)
 
-Encoder = Callable[[ProducerFields | None], bytes]
-_SEQUENCES = 1 << 31
 #: A sender thread with nothing to send for this long ends (a new one starts on demand).
 SENDER_IDLE_S = 1.0
 
 
 #: Calls a sender has in flight (to one node) before it reads the oldest one's answers.
 SENDER_WINDOW = 3
-
-
-class _NotSent(Exception):
-    """A batch held back: an earlier batch of its partition was too large to send."""
-
-
-_NOT_SENT = _NotSent()
-
-
-class _Started(NamedTuple):
-    """Entries sent by ``_send_entries``: the results known already (failed before
-    sending, or _NOT_SENT), the indexes of those sent, and their call."""
-
-    entries: list[tuple[str, int, Encoder, int]]
-    results: list[ProduceResult | Exception | None]
-    sent: list[int]
-    call: ProduceCall | None
-    renewed: bool
-
-    @property
-    def held(self) -> bool:
-        return any(r is _NOT_SENT for r in self.results)
 
 
 class _Flight(NamedTuple):
@@ -130,7 +111,7 @@ _monotonic = time.monotonic
 _new = object.__new__
 
 
-class Producer(Accumulator):
+class Producer(ProducerIdentity):
     # Slots: attribute loads of send's hot path without a dict lookup (an instance with
     # over 30 attributes loses CPython's shared-keys fast path).
     __slots__ = (
@@ -140,10 +121,7 @@ class Producer(Accumulator):
         "_results",
         "_errors",
         "_stopping",
-        "_identity",
-        "_renew",
-        "_sequences",
-        "_identity_lock",
+        "_outside_txn",
     )
 
     def __init__(
@@ -159,7 +137,15 @@ class Producer(Accumulator):
         buffer_bytes: int = defaults.PRODUCER_BUFFER_BYTES,
         max_block_ms: int = defaults.PRODUCER_MAX_BLOCK_MS,
         partitioner: str = DEFAULT_PARTITIONER,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = defaults.TRANSACTION_TIMEOUT_MS,
     ) -> None:
+        """``transactional_id``: a transactional producer (``begin``, ``commit``,
+        ``abort``, ``send_offsets``); its records are sent only inside a transaction, and
+        a transaction left open longer than ``transaction_timeout_ms`` is aborted by its
+        coordinator (which fences this producer)."""
+        if transactional_id is not None and not idempotent:
+            raise ValueError("a transactional producer is idempotent: idempotent=False refused")
         if acks not in ("quorum", "leader"):
             raise ValueError(f"acks must be 'quorum' or 'leader', got {acks!r}")
         if max_in_flight < 1:
@@ -207,11 +193,25 @@ class Producer(Accumulator):
         self._renew = False  # a batch failed: its sequence numbers are in doubt
         self._sequences: dict[tuple[str, int], tuple[tuple[int, int], int]] = {}
         self._identity_lock = threading.Lock()
+        # Transactions: the id's state, and whether a send now is refused (no
+        # transaction open), read by send on its hot path.
+        self._txn = (
+            Transactions(client, transactional_id, transaction_timeout_ms)
+            if transactional_id is not None
+            else None
+        )
+        self._outside_txn = self._txn is not None
 
     # ------------------------------------------------------------------ public
     @property
     def producer_id(self) -> int | None:
-        return self._identity[0] if self._identity else None
+        identity = self._txn.identity if self._txn is not None else self._identity
+        return identity[0] if identity else None
+
+    @property
+    def producer_epoch(self) -> int | None:
+        identity = self._txn.identity if self._txn is not None else self._identity
+        return identity[1] if identity else None
 
     def send(
         self,
@@ -226,6 +226,8 @@ class Producer(Accumulator):
     ) -> RecordFuture:
         """Queue one record; the future resolves once it is acknowledged (or failed), and
         ``on_delivery`` is called then, from a sender thread."""
+        if self._outside_txn:
+            self._refuse_send()
         # Timestamps are kept in ns until the batch is built (one division for them all).
         stamp = _time_ns() if timestamp_ms is None else timestamp_ms * 1_000_000
         # The common cases inline (every line here is paid per record): a value to a named
@@ -333,6 +335,8 @@ class Producer(Accumulator):
         partitioned as ``send`` would each (to ``partition``, by key, or sticky), batched
         without a Python call per record. The future's ``result()`` lists every record's
         RecordMetadata in order."""
+        if self._outside_txn:
+            self._refuse_send()
         rows = len(values)
         if keys is not None and len(keys) != rows:
             raise ValueError(f"send_many: {len(keys)} keys for {rows} values")
@@ -355,6 +359,8 @@ class Producer(Accumulator):
     def send_batch(self, topic: str, partition: int, batch: Any) -> Future[ProduceResult]:
         """Queue a pyarrow Table/RecordBatch (key, value[, timestamp, headers]) as one
         record batch, as is; the future resolves to its ProduceResult."""
+        if self._outside_txn:
+            self._refuse_send()
         future: Future[ProduceResult] = Future()
         size = batch.nbytes
         with self._lock:
@@ -396,7 +402,9 @@ class Producer(Accumulator):
         return out
 
     def close(self, timeout_s: float | None = None) -> None:
-        """Flush, then stop the sender threads and close their connections."""
+        """Flush, then stop the sender threads and close their connections. (A
+        transaction still open is left to its coordinator's timeout, or to the next
+        producer of its id, whose ``init_transactions`` aborts it.)"""
         try:
             self.flush(timeout_s)
         finally:
@@ -405,6 +413,66 @@ class Producer(Accumulator):
                 self._cond.notify_all()
             for t in list(self._senders):
                 t.join(5)
+            if self._txn is not None:
+                self._txn.close()
+
+    # ------------------------------------------------------------------ transactions
+    def _transactions(self) -> Transactions:
+        if self._txn is None:
+            raise TransactionStateError("not a transactional producer (no transactional_id)")
+        return self._txn
+
+    def _refuse_send(self) -> None:
+        raise TransactionStateError("a transactional producer sends only after begin()")
+
+    def init_transactions(self) -> None:
+        """Take the transactional id: a new epoch of its producer id, which fences every
+        earlier producer of the id and aborts a transaction one left open. ``begin``
+        does it first if it was not done."""
+        self._transactions().init()
+
+    def begin(self) -> None:
+        """Open a transaction: what is sent until ``commit``/``abort`` is part of it."""
+        self._transactions().begin()
+        self._outside_txn = False
+
+    def send_offsets(self, offsets: Mapping[tuple[str, int], int], group_id: str) -> None:
+        """Commit a consumer group's offsets with the transaction (each the next offset
+        to read of its (topic, partition)): they count only if it commits."""
+        self._transactions().send_offsets(offsets, group_id)
+
+    def commit(self, timeout_s: float | None = None) -> None:
+        """Send what was queued, then commit the transaction: returns once the decision
+        is durable on the cluster (read_committed readers see the records as the
+        markers reach each partition, moments later). A batch that failed makes the
+        transaction abortable only: TransactionAbortableError, then ``abort()``. A
+        timeout leaves it open: ``commit()`` again (a commit already decided succeeds)
+        or ``abort()``."""
+        txn = self._transactions()
+        try:
+            self.flush(timeout_s)
+        except (TransactionStateError, InvalidProducerEpochError):
+            raise  # out of order, or fenced for good
+        except Exception as exc:
+            txn.failed(exc)
+            raise TransactionAbortableError(
+                f"the transaction cannot commit, a batch of it failed: {exc}; abort() it"
+            ) from exc
+        txn.end(commit=True)
+        self._outside_txn = True
+
+    def abort(self, timeout_s: float | None = None) -> None:
+        """Abort the transaction: what it wrote is never seen by read_committed readers.
+        Waits for the batches in flight first (their answers, whatever they are)."""
+        txn = self._transactions()
+        self._outside_txn = True
+        try:
+            self.flush(timeout_s)
+        except TransactionStateError:
+            raise
+        except Exception as exc:
+            txn.failed(exc)  # its outcome unknown: the abort bumps the epoch
+        txn.end(commit=False)
 
     def __enter__(self) -> Producer:
         return self
@@ -611,118 +679,3 @@ class Producer(Accumulator):
                 # The application's failure: logged, as Kafka's producer does; the
                 # sender goes on (had it ended, its partitions would wait for ever).
                 log.exception("on_delivery callback for %s/%d failed", *batch.key)
-
-    # ------------------------------------------------------------------ idempotence
-    def _append_many(
-        self, client: Client, entries: list[tuple[str, int, Encoder, int]]
-    ) -> list[ProduceResult | Exception]:
-        """``_send_entries`` then ``_wait_entries``: each entry's result, in order."""
-        return self._wait_entries(client, self._send_entries(client, entries))
-
-    def _send_entries(
-        self, client: Client, entries: list[tuple[str, int, Encoder, int]], renewed: bool = False
-    ) -> _Started:
-        """Entries of (topic, partition, ``encode``, record count), a partition's in the
-        order they are to be appended (after its batches in flight, which this sender
-        sent), sent together under this producer's identity, each partition's numbered
-        on from its next sequence (which moves on as they are sent, so a call sent
-        before the last one's answers follows it). A batch that cannot be encoded, or a
-        producer that gets no identity, fails without being sent. A batch over the
-        topic's max.message.bytes (as the client knows it) is not sent, nor are its
-        partition's after it: they are _NOT_SENT, for the caller to send once it has
-        split the large one (sent with it, they would be refused for the gap)."""
-        results: list[ProduceResult | Exception | None] = [None] * len(entries)
-        identity: tuple[int, int] | None = None
-        if self.idempotent:
-            try:
-                identity = self._current_identity(client)
-            except Exception as exc:
-                return _Started(entries, [exc] * len(entries), [], None, renewed)
-        items: list[tuple[str, int, bytes]] = []
-        sent: list[int] = []
-        held: set[tuple[str, int]] = set()  # partitions with a batch too large in this call
-        for i, (topic, partition, encode, count) in enumerate(entries):
-            key = (topic, partition)
-            if key in held:
-                results[i] = _NOT_SENT
-                continue
-            first = 0
-            if identity is not None:
-                known, first = self._sequences.get(key, (identity, 0))
-                first = 0 if known != identity else first  # a new epoch starts at 0
-            try:
-                fields = None if identity is None else ProducerFields(*identity, first)
-                records = encode(fields)
-                client.check_size(topic, partition, records)
-            except RecordTooLargeError as exc:
-                results[i] = exc
-                held.add(key)
-                continue
-            except Exception as exc:
-                results[i] = exc
-                continue
-            if identity is not None:
-                self._sequences[key] = (identity, (last_sequence(first, count) + 1) % _SEQUENCES)
-            items.append((topic, partition, records))
-            sent.append(i)
-        call = client.produce_send(items, acks=self.acks) if items else None
-        return _Started(entries, results, sent, call, renewed)
-
-    def _wait_entries(self, client: Client, started: _Started) -> list[ProduceResult | Exception]:
-        """The answers of ``_send_entries``' call: each entry's ProduceResult or error, in
-        order. A batch that failed leaves its sequence numbers in doubt (or skipped): the
-        next batch moves to the next epoch of the producer id. One refused as
-        UNKNOWN_PRODUCER_ID (its partition no longer holds this producer's batches) was
-        not appended: it is sent once more under the next epoch, from sequence 0."""
-        results = started.results
-        entries = started.entries
-        unknown: list[int] = []
-        answers = [] if started.call is None else client.produce_wait(started.call)
-        for i, result in zip(started.sent, answers, strict=True):
-            results[i] = result
-            if not isinstance(result, Exception) or not self.idempotent:
-                continue
-            if isinstance(result, UnknownProducerIdError) and not started.renewed:
-                unknown.append(i)
-            if not isinstance(result, InvalidProducerEpochError):  # fenced: stays so
-                self._renew = True  # appended or not, unknown: the next batch moves epoch
-        if unknown:
-            again = self._send_entries(client, [entries[i] for i in unknown], renewed=True)
-            for i, result in zip(unknown, self._wait_entries(client, again), strict=True):
-                results[i] = result
-        out = [r for r in results if r is not None]
-        assert len(out) == len(entries)
-        return out
-
-    def _current_identity(self, client: Client) -> tuple[int, int]:
-        with self._identity_lock:
-            if self._identity is None or self._renew:
-                self._identity = client.init_producer_id(*(self._identity or (-1, -1)))
-                self._renew = False
-            return self._identity
-
-
-def _stored_codec(client: Client, batch: _Batch) -> str | None:
-    """How ``batch``'s topic stores batches (its compression.type): the producer
-    compresses them so."""
-    return client.stored_compression(batch.topic, batch.partition)
-
-
-def _encoder(
-    batch: _Batch, start: int = 0, end: int | None = None, *, compression: str | None = None
-) -> Encoder:
-    """``encode(producer fields or None)`` -> the record batch of ``batch`` (its rows from
-    ``start`` to ``end``, or its Arrow table as is), its Arrow IPC buffers compressed with
-    ``compression`` (None, "lz4", "zstd"). The Arrow record batch is built on the first
-    call, in a sender."""
-    table = batch.table
-    if table is not None:
-        return lambda fields: encode_arrow(table, producer=fields, compression=compression)
-
-    def encode(fields: ProducerFields | None) -> bytes:
-        records = batch.build()
-        if start or end is not None:
-            records = records.slice(start, (records.num_rows if end is None else end) - start)
-        return encode_arrow(records, producer=fields, compression=compression)
-
-    return encode

@@ -16,6 +16,14 @@ change of the topic's partition) finishes it, whatever happened to the old one.
 Records: key msgpack ``[0, transactional_id]``; value msgpack map (``producer_id``,
 ``producer_epoch``, ``timeout_ms``, ``state``, ``partitions`` [[topic, partition]],
 ``started_ms``, ``updated_ms``: wall-clock ms). The last record of a key wins.
+
+**Transaction groups** (quorumlog's, for writers whose tasks each have a producer, as a
+Spark sink's): the transactions of ids ``G#member`` belong to group ``G`` and are
+coordinated with it (their partition is ``G``'s). ``group_commit`` decides a group's
+batch at once: every member named commits, or all abort, in one record batch appended to
+the coordinator's partition (atomic: each member's Prepare* record and the group's fence,
+key ``[1, G]``, value ``{"batch": b}``, the last batch committed). A batch at or below the
+fence is decided already: its members abort (a replay writes nothing visible again).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from .errors import KafkaError
 
 __all__ = [
     "MAX_PRODUCER_EPOCH",
+    "FENCE_KEY_VERSION",
     "TXN_KEY_VERSION",
     "Decision",
     "TxnMetadata",
@@ -37,14 +46,22 @@ __all__ = [
     "begin_abort_on_timeout",
     "check_producer",
     "complete",
+    "decode_fence_record",
     "decode_txn_record",
+    "encode_fence_key",
+    "encode_fence_value",
     "encode_txn_key",
     "encode_txn_value",
     "end_txn",
+    "group_commit",
+    "group_of",
     "init_producer_id",
 ]
 
 TXN_KEY_VERSION = 0
+FENCE_KEY_VERSION = 1
+#: Separates a transaction group from its member in a transactional id (``G#member``).
+GROUP_SEPARATOR = "#"
 #: A producer epoch is an int16; past the last one a transactional id gets a new id.
 MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
@@ -136,6 +153,32 @@ def decode_txn_record(
         int(v["started_ms"]),
         int(v["updated_ms"]),
     )
+
+
+def group_of(transactional_id: str) -> str:
+    """The transaction group an id belongs to (itself for a plain id): the key its
+    coordinator is placed by."""
+    return transactional_id.partition(GROUP_SEPARATOR)[0]
+
+
+def encode_fence_key(group: str) -> bytes:
+    out: bytes = msgpack.packb([FENCE_KEY_VERSION, group])
+    return out
+
+
+def encode_fence_value(batch: int) -> bytes:
+    out: bytes = msgpack.packb({"batch": batch})
+    return out
+
+
+def decode_fence_record(key: bytes | None, value: bytes | None) -> tuple[str, int] | None:
+    """(group, last batch committed) of a fence record; None for another kind."""
+    if key is None or value is None:
+        return None
+    k = msgpack.unpackb(key, raw=False)
+    if not isinstance(k, list) or len(k) != 2 or k[0] != FENCE_KEY_VERSION:
+        return None
+    return str(k[1]), int(msgpack.unpackb(value, raw=False)["batch"])
 
 
 def check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: int) -> KafkaError:
@@ -258,3 +301,52 @@ def complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
 def expired(meta: TxnMetadata, now_ms: int) -> bool:
     """An ongoing transaction past its timeout (the coordinator aborts it)."""
     return meta.state == TxnState.ONGOING and now_ms > meta.started_ms + meta.timeout_ms
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDecision:
+    """``group_commit``'s outcome: the error to answer, the members' states to write
+    (with the fence, if it moves, in one batch) and the fence after it."""
+
+    error: KafkaError
+    writes: tuple[TxnMetadata, ...]
+    fence: int
+    fence_moves: bool
+
+
+def group_commit(
+    fence: int,
+    batch: int,
+    members: list[tuple[TxnMetadata | None, int, int]],
+    commit: bool,
+    now_ms: int,
+) -> GroupDecision:
+    """Decide ``batch`` of a transaction group whose fence (last batch committed) is
+    ``fence``, for ``members`` (each its current state and the producer id and epoch the
+    writer names): with ``commit``, every member's open transaction commits and the fence
+    moves to ``batch``, but only if every member is still that producer's (else none
+    commits: all abort, and the error says why); without, they all abort. A batch at or
+    below the fence was decided already: nothing commits again, its members' open
+    transactions abort. A member that wrote nothing (no transaction open) has nothing to
+    end; a member now another producer's (a newer attempt) is left alone."""
+    ongoing = [
+        m
+        for m, pid, epoch in members
+        if m is not None
+        and m.state == TxnState.ONGOING
+        and (m.producer_id, m.producer_epoch) == (pid, epoch)
+    ]
+    if batch <= fence or not commit:
+        return GroupDecision(KafkaError.NONE, _prepared(ongoing, False, now_ms), fence, False)
+    for meta, pid, epoch in members:
+        error = check_producer(meta, pid, epoch)
+        if error == KafkaError.NONE and meta is not None and meta.state.preparing:
+            error = KafkaError.CONCURRENT_TRANSACTIONS
+        if error != KafkaError.NONE:
+            return GroupDecision(error, _prepared(ongoing, False, now_ms), fence, False)
+    return GroupDecision(KafkaError.NONE, _prepared(ongoing, True, now_ms), batch, True)
+
+
+def _prepared(ongoing: list[TxnMetadata], commit: bool, now_ms: int) -> tuple[TxnMetadata, ...]:
+    state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+    return tuple(replace(m, state=state, updated_ms=now_ms) for m in ongoing)

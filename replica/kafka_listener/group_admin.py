@@ -26,11 +26,11 @@ from __future__ import annotations
 import asyncio
 
 from ..kafka import messages as km
+from ..kafka.coordinators import OFFSETS_TOPIC
 from ..kafka.errors import KafkaError
 from ..kafka.groups import CONSUMER_PROTOCOL_TYPE, Group, GroupState, Member
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
-from ..node.metadata import OFFSETS_TOPIC
 from .groups import Handler, KafkaGroups
 from .offsets import OffsetsCache
 

@@ -59,12 +59,14 @@ import msgpack
 import pyarrow as pa
 
 from ..kafka import messages as km
+from ..kafka.coordinators import GROUP_KEY_TYPE, OFFSETS_TOPIC, TXN_KEY_TYPE, partition_for
 from ..kafka.errors import KafkaError
 from ..kafka.groups import GroupConfig, GroupCoordinator, JoinResult, SyncResult
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
+from ..kafka.txn import group_of
 from ..node.api import Api
-from ..node.metadata import OFFSETS_TOPIC, TopicAssignment
+from ..node.metadata import TopicAssignment
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..storage.records import BatchHeader, encode_batch
@@ -77,7 +79,6 @@ from .offsets import (
     encode_offset_key,
     encode_offset_value,
     encode_txn_offset_key,
-    partition_for,
 )
 
 log = logging.getLogger(__name__)
@@ -111,8 +112,6 @@ IDLE_TICK_S = 1.0
 #: How long a group request waits for a partition's cache to load before it is answered
 #: COORDINATOR_LOAD_IN_PROGRESS (the client retries).
 LOAD_WAIT_S = 5.0
-GROUP_KEY_TYPE = 0  # FindCoordinator key_type: 0 group, 1 transaction
-TXN_KEY_TYPE = 1
 
 Handler = Callable[[KafkaApi, int, Message], Awaitable[Message | None]]
 
@@ -386,7 +385,8 @@ class KafkaGroups:
                 return node(controller.leader_id())
             return error(KafkaError.COORDINATOR_NOT_AVAILABLE, f"{internal.name} is being created")
         topic = self.api.controller.state.topics[internal.name]
-        p = partition_for(key, count)
+        # A transaction group's members are coordinated with the group (``kafka.txn``).
+        p = partition_for(group_of(key) if key_type == TXN_KEY_TYPE else key, count)
         leader = self.api.partition_info(internal.name, p, topic.replicas[p]).leader_id
         if self.api.driver.get((internal.name, p)) is None and topic.replicas[p]:
             # Not a replica here, so the leader is unknown here: name the preferred replica,

@@ -47,13 +47,14 @@ from ..kafka.codec import (
 )
 from ..kafka.columnar import iter_batches
 from ..kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka
+from ..kafka.coordinators import OFFSETS_TOPIC
 from ..kafka.errors import KafkaError
 from ..kafka.records import check_produced
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
 from ..kafka.wire import KafkaDecodeError
 from ..node.api import Api
-from ..node.metadata import INTERNAL_TOPICS, METADATA_TOPIC, OFFSETS_TOPIC
+from ..node.metadata import INTERNAL_TOPICS, METADATA_TOPIC
 from ..node.topic_changes import TopicChanges
 from ..node.topic_configs import stored_compression
 from ..protocol import ErrorCode

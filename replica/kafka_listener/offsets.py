@@ -1,5 +1,5 @@
 """The committed offsets of ``__consumer_offsets`` as the group coordinator keeps them
-(``groups``): the group -> partition hash, the records (an OffsetCommit's, and a
+(``groups``): the records (an OffsetCommit's, and a
 TxnOffsetCommit's that counts only once its transaction commits there), and the cache of
 one partition."""
 
@@ -14,20 +14,6 @@ from .internal_topics import loaded
 
 OFFSET_KEY_VERSION = 1
 TXN_OFFSET_KEY_VERSION = 2
-
-
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units, 32-bit wrap-around)."""
-    data = text.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % groupMetadataTopicPartitionCount``."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
 
 
 @dataclass(frozen=True)

@@ -1,33 +1,21 @@
 """The Kafka listener's server: accepts Kafka connections, runs each connection's SASL
 exchange (``auth``) where the node authenticates clients, and answers every request
-through ``KafkaHandlers`` in the order it came (clients pipeline them)."""
+through the node's ``KafkaDispatch`` in the order it came (clients pipeline them)."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import ssl
-import time
-from collections.abc import Callable
 
 from ..kafka import messages as km
-from ..kafka.codec import (
-    UnsupportedRequest,
-    api_versions_body,
-    decode_request,
-    decode_request_header,
-    encode_response,
-)
-from ..kafka.errors import KafkaError
-from ..kafka.schema import Message
+from ..kafka.codec import decode_request, decode_request_header, encode_response
 from ..kafka.wire import FrameDecoder, KafkaDecodeError, frame
 from ..node.problems import LogBudget
-from ..node.security import AuthConfig, Principal
+from ..node.security import AuthConfig
 from ..node.transport import AUTH_TIMEOUT_S, cancel_answers, start_server
-from .auth import KafkaSasl, SaslStateError, TopicGate
-from .groups import REQUEST_CLIENT
-from .handlers import SERVED_KEYS, KafkaHandlers
+from .auth import KafkaSasl, SaslStateError
+from .dispatch import KafkaDispatch
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +28,7 @@ class KafkaServer:
 
     def __init__(
         self,
-        handlers: KafkaHandlers,
+        dispatch: KafkaDispatch,
         host: str,
         port: int,
         max_frame: int,
@@ -48,20 +36,19 @@ class KafkaServer:
         ssl_context: ssl.SSLContext | None = None,
         auth: AuthConfig | None = None,
     ) -> None:
-        self.handlers = handlers
+        self.dispatch = dispatch
         self.host = host
         self.port = port
         self.max_frame = max_frame
         self.ssl_context = ssl_context
         self.auth = auth
-        self.gate = TopicGate(handlers._topic_by_id)
         self._budget = LogBudget()
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
-        # For the node's metrics (metrics.py): requests refused by reason, and a hook
-        # told of every answer (API name, perf_counter at its start, the answer).
-        self.rejected: collections.Counter[str] = collections.Counter()
-        self.observe: Callable[[str, float, Message | None], None] | None = None
+        # For the node's metrics (metrics.py): requests refused by reason (with the
+        # dispatch's, which counts those it could not answer).
+        self.rejected = dispatch.rejected
+        self._answer = dispatch.answer
 
     @property
     def open_connections(self) -> int:
@@ -72,7 +59,6 @@ class KafkaServer:
         return self.host, self.port
 
     async def start(self) -> None:
-        self.handlers.transactions.start()
         self._server = await start_server(self._serve, self.host, self.port, self.ssl_context)
         self.port = self._server.sockets[0].getsockname()[1]
 
@@ -82,8 +68,6 @@ class KafkaServer:
         for task in list(self._conns):
             task.cancel()
         await asyncio.gather(*self._conns, return_exceptions=True)
-        await self.handlers.groups.close()
-        await self.handlers.transactions.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -200,37 +184,6 @@ class KafkaServer:
                         closed = True
             if closed:
                 writer.close()
-
-    async def _answer(
-        self, payload: bytes, principal: Principal | None, client_host: str = ""
-    ) -> bytes | None:
-        try:
-            header, api, body = decode_request(payload, trailing_ok=True)
-        except UnsupportedRequest as exc:
-            self.rejected["unsupported_version"] += 1
-            if exc.header.api_key == km.API_VERSIONS.key:
-                answer = api_versions_body(0, SERVED_KEYS, KafkaError.UNSUPPORTED_VERSION)
-                return encode_response(km.API_VERSIONS, 0, exc.header.correlation_id, answer)
-            raise
-        REQUEST_CLIENT.set((header.client_id or "", client_host))
-        handler = self.handlers.handlers.get(api.key)
-        if handler is None:
-            self.rejected["unsupported_api"] += 1
-            out = api.default_response(header.api_version)
-            if "error_code" not in out:
-                raise KafkaDecodeError(f"{api.name} is not served and has no error code")
-            out["error_code"] = int(KafkaError.UNSUPPORTED_VERSION)
-            return encode_response(api, header.api_version, header.correlation_id, out)
-        began = time.perf_counter()
-        if principal is not None:
-            result = await self.gate(principal, api, header.api_version, body, handler)
-        else:
-            result = await handler(api, header.api_version, body)
-        if self.observe is not None:
-            self.observe(api.name, began, result)
-        if result is None:
-            return None
-        return encode_response(api, header.api_version, header.correlation_id, result)
 
 
 _CLOSED_BY_SASL = "the SASL exchange ended the connection"

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..kafka import messages as km
+from ..kafka.coordinators import OFFSETS_TOPIC, TXN_STATE_TOPIC, partition_for
 from ..kafka.errors import KafkaError
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
@@ -50,19 +51,21 @@ from ..kafka.txn import (
     add_partitions,
     begin_abort_on_timeout,
     complete,
+    decode_fence_record,
     decode_txn_record,
+    encode_fence_key,
+    encode_fence_value,
     encode_txn_key,
     encode_txn_value,
     end_txn,
     expired,
+    group_of,
     init_producer_id,
 )
 from ..node.api import Api
-from ..node.metadata import OFFSETS_TOPIC, TXN_STATE_TOPIC
 from ..protocol import ErrorCode
 from ..storage.records import BatchHeader, encode_batch
 from .internal_topics import MOVED, InternalTopic, append, loaded, read_partition
-from .offsets import partition_for
 from .txn_markers import MarkerWriter
 
 log = logging.getLogger(__name__)
@@ -101,6 +104,8 @@ class TxnPartition:
     partition: int
     epoch: int
     txns: dict[str, TxnMetadata] = field(default_factory=dict)
+    # Transaction groups' fences: the last batch each committed (``kafka.txn``).
+    fences: dict[str, int] = field(default_factory=dict)
     task: asyncio.Task[bool] | None = None
     stale: bool = False
     # The decisions being carried out (their markers), by transactional id, and the
@@ -150,7 +155,7 @@ class TransactionCoordinator:
     # ------------------------------------------------------------------ coordination
     def partition_of(self, transactional_id: str) -> int | None:
         count = self.topic.count()
-        return None if count is None else partition_for(transactional_id, count)
+        return None if count is None else partition_for(group_of(transactional_id), count)
 
     async def _coordinate(self, tid: str) -> tuple[TxnPartition | None, KafkaError]:
         """The loaded state of ``tid``'s partition if this node coordinates it, else the
@@ -223,6 +228,9 @@ class TransactionCoordinator:
                     )
                     continue
                 if decoded is None:
+                    fence = decode_fence_record(key, value)
+                    if fence is not None:
+                        part.fences[fence[0]] = fence[1]
                     continue
                 tid, meta = decoded
                 if meta is None:
@@ -267,13 +275,24 @@ class TransactionCoordinator:
             lock = self._locks[tid] = asyncio.Lock()
         return lock
 
-    async def _write(self, part: TxnPartition, meta: TxnMetadata) -> KafkaError:
-        """Append ``meta`` as the id's new state, durable on a quorum, then into the
-        cache; an error if it could not be (this node no longer coordinates, or the
-        outcome is unknown: the partition is read again before its next use)."""
-        records = encode_batch(
-            [encode_txn_value(meta)], keys=[encode_txn_key(meta.transactional_id)]
-        )
+    async def _write(
+        self,
+        part: TxnPartition,
+        meta: TxnMetadata | None,
+        *more: TxnMetadata,
+        fence: tuple[str, int] | None = None,
+    ) -> KafkaError:
+        """Append ``meta`` (and ``more``) as the ids' new states, and a group's ``fence``,
+        in one batch (all or none), durable on a quorum, then into the cache; an error if
+        it could not be (this node no longer coordinates, or the outcome is unknown: the
+        partition is read again before its next use)."""
+        metas = [m for m in (meta, *more) if m is not None]
+        keys = [encode_txn_key(m.transactional_id) for m in metas]
+        values = [encode_txn_value(m) for m in metas]
+        if fence is not None:
+            keys.append(encode_fence_key(fence[0]))
+            values.append(encode_fence_value(fence[1]))
+        records = encode_batch(values, keys=keys)
         resp = await append(self.api, (TXN_STATE_TOPIC, part.partition), records, WRITE_TIMEOUT_MS)
         if resp.error:
             code = ErrorCode(resp.error)
@@ -288,7 +307,10 @@ class TransactionCoordinator:
         if resp.leader_epoch != part.epoch or not self._still(part):
             part.stale = True
             return KafkaError.NOT_COORDINATOR
-        part.txns[meta.transactional_id] = meta
+        for m in metas:
+            part.txns[m.transactional_id] = m
+        if fence is not None:
+            part.fences[fence[0]] = fence[1]
         return KafkaError.NONE
 
     # ------------------------------------------------------------------ finishing

@@ -75,6 +75,9 @@ class Api:
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.PRODUCE_MANY: self.produce_many,
             ApiKey.WRITE_TXN_MARKERS: self.write_txn_markers,
+            # The node sets the Kafka side's (``kafka_listener``).
+            ApiKey.KAFKA_ENVELOPE: _no_kafka_side,
+            ApiKey.TXN_GROUP_COMMIT: _no_kafka_side,
         }
         # Told of every transaction marker this node's leaders committed: the group
         # coordinator completes the transactional offset commits of
@@ -101,7 +104,10 @@ class Api:
             return int(ApiKey.ERROR), m.ErrorResponse(
                 error=int(ErrorCode.INVALID_REQUEST), error_message=f"malformed {api.name}: {exc}"
             )
-        return int(api), await self.handlers[api](req)
+        resp = await self.handlers[api](req)
+        if type(resp) is m.ErrorResponse:  # a refusal of the request as a whole
+            return int(ApiKey.ERROR), resp
+        return int(api), resp
 
     # ------------------------------------------------------------------ partitions
     async def partition_request(self, req: Any) -> Any:
@@ -302,3 +308,9 @@ def _metadata_refused(req: Any) -> Any | None:
             type(req), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic} is internal"
         )
     return None
+
+
+async def _no_kafka_side(req: Any) -> m.ErrorResponse:
+    return m.ErrorResponse(
+        error=int(ErrorCode.INVALID_REQUEST), error_message="no Kafka coordinators on this node"
+    )

@@ -20,15 +20,11 @@ from typing import Any
 
 import msgpack
 
+from ..kafka.coordinators import OFFSETS_TOPIC, TXN_STATE_TOPIC
 from ..protocol import messages as m
 
 METADATA_TOPIC = "__cluster_metadata"
-# Kafka consumer groups' committed offsets (kafka_listener/groups.py), created on first use.
-OFFSETS_TOPIC = "__consumer_offsets"
 # Listed in Metadata (Kafka: is_internal) but written only by the node itself.
-# Kafka transactions' coordinator state (kafka_listener/txn_coordinator.py), created on
-# first use.
-TXN_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TXN_STATE_TOPIC})
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 

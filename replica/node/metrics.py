@@ -554,12 +554,9 @@ class NodeMetrics:
             yield per
 
     def _groups(self) -> dict[tuple[str, str], tuple[int, int, list[tuple[int, int]]]]:
-        kafka = self.node.kafka
         out: dict[tuple[str, str], tuple[int, int, list[tuple[int, int]]]] = {}
-        if kafka is None:
-            return out
         driver = self.node.driver
-        for cache in list(kafka.handlers.groups.caches.values()):
+        for cache in list(self.node.kafka_dispatch.handlers.groups.caches.values()):
             if not cache.ready:
                 continue
             for group, offsets in cache.groups.items():

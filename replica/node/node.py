@@ -26,8 +26,10 @@ from typing import Any
 
 from .. import defaults
 from ..driver import Driver, Limits, NodeHeartbeat, PartitionKey, Ready
+from ..kafka_listener.dispatch import KafkaDispatch
 from ..kafka_listener.handlers import KafkaHandlers
 from ..kafka_listener.server import KafkaServer
+from ..kafka_listener.txn_groups import TxnGroups
 from ..protocol import (
     ApiKey,
     DecodeError,
@@ -386,20 +388,27 @@ class Node:
                 else None
             ),
         )
+        # Kafka's coordinators (groups, transactions) answer the Kafka listener's clients
+        # and, carried in envelopes, the native listener's.
+        self.kafka_dispatch = KafkaDispatch(KafkaHandlers(self.api, self.book.kafka, self.changes))
+        self.api.handlers[ApiKey.KAFKA_ENVELOPE] = self.kafka_dispatch.envelope
+        self.api.handlers[ApiKey.TXN_GROUP_COMMIT] = TxnGroups(
+            self.kafka_dispatch.handlers.transactions
+        ).group_commit
+        if self.metrics is not None:
+            self.kafka_dispatch.observe = self.metrics.kafka_answered
         self.kafka: KafkaServer | None = None
         if config.kafka_listen is not None:
             host, port = config.kafka_listen
             # The same certificate and principals as the native listener.
             self.kafka = KafkaServer(
-                KafkaHandlers(self.api, self.book.kafka, self.changes),
+                self.kafka_dispatch,
                 host,
                 port,
                 config.max_frame_bytes,
                 ssl_context=server_context(config.tls) if config.tls else None,
                 auth=auth,
             )
-            if self.metrics is not None:
-                self.kafka.observe = self.metrics.kafka_answered
         self.metrics_server: MetricsServer | None = None
         if self.metrics is not None and config.metrics_listen is not None:
             self.metrics_server = MetricsServer(
@@ -604,6 +613,7 @@ class Node:
         self.server.directories = self.directories
         self.server.on_node = self._peer_connected
         await self.server.start()
+        self.kafka_dispatch.start()
         if self.kafka is not None:
             await self.kafka.start()
             log.info("node %d serving Kafka clients on %s:%d", self.node_id, *self.kafka.address)
@@ -730,6 +740,7 @@ class Node:
         await self.server.close()
         if self.kafka is not None:
             await self.kafka.close()
+        await self.kafka_dispatch.close()
         if self.metrics_server is not None:
             await self.metrics_server.close()
         for link in self.peers.values():

@@ -67,8 +67,16 @@ log = logging.getLogger(__name__)
 
 KINDS = ("node", "producer", "consumer", "admin")
 
+# (A Kafka envelope's request is authorized inside, by the Kafka listener's rules.)
 _ANY_AUTHENTICATED = frozenset(
-    {ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.LIST_TOPICS, ApiKey.DESCRIBE_QUORUM}
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.METADATA,
+        ApiKey.LIST_TOPICS,
+        ApiKey.DESCRIBE_QUORUM,
+        ApiKey.KAFKA_ENVELOPE,
+        ApiKey.TXN_GROUP_COMMIT,  # its handler checks the transactional ids
+    }
 )
 _TOPIC_CHANGES = frozenset({ApiKey.CREATE_TOPIC, ApiKey.DELETE_TOPIC, ApiKey.ALTER_TOPIC})
 _ADMIN_ONLY = _TOPIC_CHANGES | {

@@ -4,6 +4,7 @@ in flight (pipelining with a bound, for back-pressure), and one-way links to pee
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import ssl
 import time
@@ -66,6 +67,12 @@ YIELD_EVERY_FRAMES = 64
 MAX_SKIPPED_META_BYTES = 64 << 10
 # A connection's reader stops reading from its socket past this many unread bytes.
 READ_LIMIT = 1 << 20
+
+#: The principal (None: not authenticated) and the peer address of the connection whose
+#: request a handler task is answering (a Kafka envelope is authorized with it).
+REQUEST_PRINCIPAL: contextvars.ContextVar[tuple[Principal | None, str]] = contextvars.ContextVar(
+    "request_principal", default=(None, "")
+)
 
 
 async def start_server(
@@ -343,6 +350,7 @@ class Server:
                 return
             self._authenticated(principal)
         problems = ConnectionProblems(peer, self.stats, self._budget)
+        peer_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
         pending: asyncio.Queue[tuple[int, asyncio.Task[tuple[int, Any] | None]] | None] = (
             asyncio.Queue(MAX_IN_FLIGHT)
         )
@@ -439,6 +447,7 @@ class Server:
                         raft_busy_s = 0.0
                         await asyncio.sleep(0)
                     continue
+                REQUEST_PRINCIPAL.set((principal, peer_host))
                 await pending.put((frame.correlation_id, asyncio.create_task(self._handler(frame))))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass

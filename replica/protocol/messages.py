@@ -70,6 +70,11 @@ class ApiKey(IntEnum):
     # transaction markers a transaction coordinator writes (Kafka's WriteTxnMarkers):
     # from nodes only
     WRITE_TXN_MARKERS = 27
+    # a Kafka request carried whole (Kafka's Envelope, KIP-590): how the native client
+    # reaches the transaction and group coordinators, which speak Kafka's messages
+    KAFKA_ENVELOPE = 58
+    # decide a transaction group's batch (quorumlog's: the Spark sink's tasks' transactions)
+    TXN_GROUP_COMMIT = 109
     ERROR = 127
 
 
@@ -604,6 +609,53 @@ class WriteTxnMarkersResponse(Response):
     answers: list[ProduceResponse] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaEnvelopeRequest:
+    """One Kafka request (its header and body as on Kafka's wire, without the length),
+    answered by this node's Kafka handlers as if its Kafka listener had received it from
+    the connection's principal."""
+
+    request: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaEnvelopeResponse(Response):
+    """The Kafka response (header and body, without the length); empty with an error
+    of the envelope (a request that could not be read)."""
+
+    response: bytes = b""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnGroupMember:
+    """A member of a transaction group: the transactional id ``group#...`` and the
+    producer id and epoch it wrote its open transaction with."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnGroupCommitRequest:
+    """Decide batch ``batch`` of transaction group ``group`` (``kafka.txn.group_commit``):
+    ``commit`` every member's open transaction at once and move the group's fence to the
+    batch, or abort them. A batch at or below the fence was decided already: its
+    members abort. No members and no commit: only the fence is answered."""
+
+    group: str
+    batch: int
+    commit: bool
+    members: list[TxnGroupMember] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnGroupCommitResponse(Response):
+    """``committed_batch``: the group's fence after the request (-1: none yet)."""
+
+    committed_batch: int = -1
+
+
 REQUESTS: dict[ApiKey, tuple[type, type]] = {
     ApiKey.AUTHENTICATE: (AuthenticateRequest, AuthenticateResponse),
     ApiKey.API_VERSIONS: (ApiVersionsRequest, ApiVersionsResponse),
@@ -626,6 +678,8 @@ REQUESTS: dict[ApiKey, tuple[type, type]] = {
     ApiKey.INIT_PRODUCER_ID: (InitProducerIdRequest, InitProducerIdResponse),
     ApiKey.PRODUCE_MANY: (ProduceManyRequest, ProduceManyResponse),
     ApiKey.WRITE_TXN_MARKERS: (WriteTxnMarkersRequest, WriteTxnMarkersResponse),
+    ApiKey.KAFKA_ENVELOPE: (KafkaEnvelopeRequest, KafkaEnvelopeResponse),
+    ApiKey.TXN_GROUP_COMMIT: (TxnGroupCommitRequest, TxnGroupCommitResponse),
 }
 
 API_VERSION = 0

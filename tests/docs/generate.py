@@ -168,7 +168,12 @@ def render_cli() -> str:
 
 
 def render_spark_options() -> str:
-    from quorumlog.connector.options import OPTION_DOCS, OPTION_NAMES, SINK_OPTION_NAMES
+    from quorumlog.connector.options import (
+        OPTION_DOCS,
+        OPTION_NAMES,
+        SINK_OPTION_DOCS,
+        SINK_OPTION_NAMES,
+    )
 
     source = list(OPTION_NAMES.values())
     missing = [name for name in source if name not in OPTION_DOCS]
@@ -197,9 +202,14 @@ def render_spark_options() -> str:
         "",
         f'Options of `df.write.format("quorumlog")` and `writeStream.format("quorumlog")`: {sink}.',
         "They mean what they mean for the source; the sink's `topic` names one topic (rows may",
-        "name theirs in a `topic` column instead).",
+        "name theirs in a `topic` column instead). Its own:",
         "",
+        "| option | default | meaning |",
+        "|---|---|---|",
     ]
+    for name, (default, meaning) in SINK_OPTION_DOCS.items():
+        lines.append(f"| `{name}` | {_cell(default)} | {_cell(meaning)} |")
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from quorumlog.replica.kafka.coordinators import java_string_hash, partition_for
 from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.groups import (
     GroupConfig,
@@ -22,8 +23,6 @@ from quorumlog.replica.kafka_listener.offsets import (
     decode_offset_record,
     encode_offset_key,
     encode_offset_value,
-    java_string_hash,
-    partition_for,
 )
 
 from tests.support.config import node_config

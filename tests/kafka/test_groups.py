@@ -18,12 +18,11 @@ import pytest
 from quorumlog.replica.kafka import messages as km
 from quorumlog.replica.kafka import records as kafka_records
 from quorumlog.replica.kafka.codec import decode_response, encode_request
+from quorumlog.replica.kafka.coordinators import OFFSETS_TOPIC, partition_for
 from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.schema import Api, Message
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
-from quorumlog.replica.kafka_listener.offsets import partition_for
 from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.node.metadata import OFFSETS_TOPIC
 
 from tests.support.waits import retry, wait_until
 

@@ -17,6 +17,9 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 from kafka.protocol.admin import AlterConfigsRequest, CreatePartitionsRequest
+from quorumlog.replica.client import Client
+from quorumlog.replica.client.errors import TransactionalIdAuthorizationError
+from quorumlog.replica.client.producer import Producer
 from quorumlog.replica.kafka import messages as km
 from quorumlog.replica.kafka.codec import decode_response, encode_request
 from quorumlog.replica.kafka.errors import KafkaError
@@ -349,6 +352,24 @@ def test_transactional_ids_follow_the_principal(scluster: LocalCluster, raw: Raw
         failed.value.args[0].code()
         == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     )
+
+
+def test_native_transactions_follow_the_principal(scluster: LocalCluster) -> None:
+    """The native producer reaches the coordinator over the native listener (in Kafka
+    envelopes), authorized as the principal it authenticated as there: the same
+    ``transactional_ids`` grants as on the Kafka listener."""
+    with Client(scluster.bootstrap, security=scluster.client_security("etl")) as client:
+        producer = Producer(client, transactional_id="etl-native")
+        producer.begin()
+        producer.send("granted", b"native-txn", partition=0)
+        producer.commit()
+        producer.close()
+        denied = Producer(client, transactional_id="other-native")
+        with pytest.raises(TransactionalIdAuthorizationError):
+            denied.init_transactions()
+    with Client(scluster.bootstrap, security=scluster.client_security("ingest")) as client:
+        with pytest.raises(TransactionalIdAuthorizationError):
+            Producer(client, transactional_id="etl-native").init_transactions()
 
 
 def test_only_admins_delete_groups_or_their_offsets(scluster: LocalCluster, raw: Raw) -> None:

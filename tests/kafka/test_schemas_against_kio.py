@@ -48,8 +48,8 @@ def _strategy(plan: _Plan) -> st.SearchStrategy[dict[str, Any]]:
         if slot.name.endswith("error_code") and slot.kind == "int16" and not slot.array:
             return KNOWN_ERROR_CODES
         if slot.name.endswith("_start_time_ms") and slot.kind == "int64" and not slot.array:
-            # kio reads such a field as a datetime, which cannot be negative.
-            return st.integers(0, 2**62)
+            # kio reads such a field as a datetime: not negative, not past the year 9999.
+            return st.integers(0, 253_402_300_799_999)
         if slot.kind == "int64" and not slot.array:
             return st.none() | INT64 if slot.nullable else INT64
         return slot_strategy(slot)
