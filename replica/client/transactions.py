@@ -53,6 +53,13 @@ def _first_error(answer: Message, topics: str, partitions: str, code: str) -> in
     return 0
 
 
+def _body(api: KafkaApi, version: int, **fields: object) -> Message:
+    """A request of ``api`` at ``version``: its defaults, with ``fields``."""
+    body = api.default_request(version)
+    body.update(fields)
+    return body
+
+
 def _top_error(answer: Message) -> int:
     return int(answer["error_code"])
 
@@ -112,8 +119,9 @@ class Transactions:
         with self._lock:
             self._check_usable()
             pid, epoch = self.identity or (-1, -1)
-            body = km.INIT_PRODUCER_ID.default_request(_INIT_V)
-            body.update(
+            body = _body(
+                km.INIT_PRODUCER_ID,
+                _INIT_V,
                 transactional_id=self.transactional_id,
                 transaction_timeout_ms=self.timeout_ms,
                 producer_id=pid,
@@ -160,8 +168,9 @@ class Transactions:
             by_topic: dict[str, list[int]] = {}
             for topic, p in new:
                 by_topic.setdefault(topic, []).append(p)
-            body = km.ADD_PARTITIONS_TO_TXN.default_request(_TXN_V)
-            body.update(
+            body = _body(
+                km.ADD_PARTITIONS_TO_TXN,
+                _TXN_V,
                 v3_and_below_transactional_id=self.transactional_id,
                 v3_and_below_producer_id=self.identity[0],
                 v3_and_below_producer_epoch=self.identity[1],
@@ -199,8 +208,9 @@ class Transactions:
                 # The group's offsets partition joins the transaction: the offsets topic
                 # must exist first (a group coordinator's first use creates it).
                 self._client.coordinator_partitions(OFFSETS_TOPIC, group_id, GROUP_KEY_TYPE)
-                body = km.ADD_OFFSETS_TO_TXN.default_request(_TXN_V)
-                body.update(
+                body = _body(
+                    km.ADD_OFFSETS_TO_TXN,
+                    _TXN_V,
                     transactional_id=self.transactional_id,
                     producer_id=pid,
                     producer_epoch=epoch,
@@ -218,8 +228,9 @@ class Transactions:
                         "committed_metadata": "",
                     }
                 )
-            body = km.TXN_OFFSET_COMMIT.default_request(_TXN_V)
-            body.update(
+            body = _body(
+                km.TXN_OFFSET_COMMIT,
+                _TXN_V,
                 transactional_id=self.transactional_id,
                 group_id=group_id,
                 producer_id=pid,
@@ -254,8 +265,9 @@ class Transactions:
                 self.init()
                 return
             if self._added or self._groups:
-                body = km.END_TXN.default_request(_TXN_V)
-                body.update(
+                body = _body(
+                    km.END_TXN,
+                    _TXN_V,
                     transactional_id=self.transactional_id,
                     producer_id=self.identity[0],
                     producer_epoch=self.identity[1],

@@ -38,7 +38,7 @@ under the nodes' retention settings (none by default).
 partition is built when this node first needs it as leader: once the leader has
 committed an entry of its own epoch (so everything before is committed too), it reads the
 partition up to the high watermark, fenced by that epoch (group requests wait for it, at
-most ``LOAD_WAIT_S``, then get COORDINATOR_LOAD_IN_PROGRESS). Its own commits then update
+most ``internal_topics.LOAD_WAIT_S``, then get COORDINATOR_LOAD_IN_PROGRESS). Its own commits then update
 it as they are acknowledged; a commit whose outcome is unknown (a timeout) makes it read
 again. A new leader epoch, or losing leadership, drops the cache and the groups of that
 partition.
@@ -70,7 +70,7 @@ from ..node.metadata import TopicAssignment
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..storage.records import BatchHeader, encode_batch
-from .internal_topics import InternalTopic, read_partition
+from .internal_topics import InternalTopic, loaded_state, read_partition
 from .offsets import (
     Committed,
     OffsetsCache,
@@ -111,7 +111,6 @@ TICK_S = 0.1
 IDLE_TICK_S = 1.0
 #: How long a group request waits for a partition's cache to load before it is answered
 #: COORDINATOR_LOAD_IN_PROGRESS (the client retries).
-LOAD_WAIT_S = 5.0
 
 Handler = Callable[[KafkaApi, int, Message], Awaitable[Message | None]]
 
@@ -183,35 +182,15 @@ class KafkaGroups:
         return await self._loaded(partition_for(group_id, len(topic.replicas)))
 
     async def _loaded(self, p: int) -> tuple[OffsetsCache | None, KafkaError]:
-        part = self.api.driver.get((OFFSETS_TOPIC, p))
-        if part is None or not part.core.is_leader:
-            self._unload(p)
-            return None, KafkaError.NOT_COORDINATOR
-        core = part.core
-        cache = self.caches.get(p)
-        if cache is not None and (cache.epoch != core.epoch or cache.stale):
-            self._unload(p, groups=cache.epoch != core.epoch)
-            cache = None
-        if cache is None:
-            if not core.leader_committed:
-                # A new leader: what earlier leaders wrote is known committed only once an
-                # entry of this epoch is.
-                return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
-            cache = self.caches[p] = OffsetsCache(p, core.epoch)
-            cache.task = asyncio.create_task(
-                self._load(p, cache, part.log.start_offset, core.high_watermark)
-            )
-        assert cache.task is not None
-        if not cache.task.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(cache.task), LOAD_WAIT_S)
-            except TimeoutError:
-                return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
-        if not cache.ready:
-            if self.caches.get(p) is cache:
-                del self.caches[p]
-            return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
-        return cache, KafkaError.NONE
+        return await loaded_state(
+            self.api,
+            (OFFSETS_TOPIC, p),
+            self.caches,
+            OffsetsCache,
+            lambda cache, start, upto: self._load(p, cache, start, upto),
+            # A stale cache of this epoch is read again; its groups' membership stays.
+            lambda moved: self._unload(p, groups=moved),
+        )
 
     async def _load(self, p: int, cache: OffsetsCache, start: int, upto: int) -> bool:
         """Read partition ``p`` from ``start`` to ``upto`` (its high watermark) into

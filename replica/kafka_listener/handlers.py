@@ -73,6 +73,7 @@ from .groups import SERVED as GROUP_APIS
 from .groups import KafkaGroups
 from .topic_admin import SERVED as TOPIC_ADMIN_APIS
 from .topic_admin import TopicAdmin
+from .txn_admin import TxnAdmin
 from .txn_coordinator import SERVED as TXN_APIS
 from .txn_coordinator import TransactionCoordinator
 from .txn_markers import MarkerWriter
@@ -155,6 +156,7 @@ class KafkaHandlers:
         self.transactions = TransactionCoordinator(api, MarkerWriter(api, changes))
         self.groups.transactions = self.transactions.topic
         self.handlers.update(self.transactions.handlers)
+        self.handlers.update(TxnAdmin(self.transactions).handlers)
         self.handlers[km.WRITE_TXN_MARKERS.key] = self.write_txn_markers
         api.marker_written.append(self._marker_written)
         self.handlers.update(GroupAdmin(self.groups).handlers)

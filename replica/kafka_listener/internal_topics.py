@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
+from ..kafka.errors import KafkaError
 from ..node.api import Api
 from ..protocol import ErrorCode
 from ..protocol import messages as m
@@ -25,6 +27,66 @@ log = logging.getLogger(__name__)
 
 #: Bytes per read while loading a partition.
 LOAD_READ_BYTES = 1 << 20
+#: How long a request waits for its coordinator's partition to load before it is answered
+#: COORDINATOR_LOAD_IN_PROGRESS (the client retries).
+LOAD_WAIT_S = 5.0
+
+
+class PartitionState(Protocol):
+    """A coordinator's cache of one partition it leads, as of ``epoch``: ``task`` reads
+    it in; ``stale`` once a write's outcome is unknown (read it again before next use)."""
+
+    epoch: int
+    stale: bool
+    task: asyncio.Task[bool] | None
+
+    @property
+    def ready(self) -> bool: ...
+
+
+S = TypeVar("S", bound=PartitionState)
+
+
+async def loaded_state(
+    api: Api,
+    key: tuple[str, int],
+    states: dict[int, S],
+    new: Callable[[int, int], S],
+    load: Callable[[S, int, int], Coroutine[Any, Any, bool]],
+    unload: Callable[[bool], None],
+) -> tuple[S | None, KafkaError]:
+    """The coordinator's loaded state of partition ``key`` (in ``states``), if this node
+    leads it, else the error to answer: a state of an older epoch or a stale one is
+    dropped (``unload(moved)``: ``moved`` unless it was only stale) and a new one (``new(partition, epoch)``) read in by
+    ``load(state, log start, high watermark)``, waited for at most LOAD_WAIT_S."""
+    topic, p = key
+    driver = api.driver.get(key)
+    if driver is None or not driver.core.is_leader:
+        unload(True)
+        return None, KafkaError.NOT_COORDINATOR
+    core = driver.core
+    state = states.get(p)
+    if state is not None and (state.epoch != core.epoch or state.stale):
+        unload(state.epoch != core.epoch)
+        state = None
+    if state is None:
+        if not core.leader_committed:
+            # A new leader: what earlier leaders wrote is known committed only once an
+            # entry of this epoch is.
+            return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+        state = states[p] = new(p, core.epoch)
+        state.task = asyncio.create_task(load(state, driver.log.start_offset, core.high_watermark))
+    assert state.task is not None
+    if not state.task.done():
+        try:
+            await asyncio.wait_for(asyncio.shield(state.task), LOAD_WAIT_S)
+        except TimeoutError:
+            return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+    if not state.ready:
+        if states.get(p) is state:
+            del states[p]
+        return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+    return state, KafkaError.NONE
 
 
 class InternalTopic:

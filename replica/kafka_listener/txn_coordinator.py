@@ -65,7 +65,7 @@ from ..kafka.txn import (
 from ..node.api import Api
 from ..protocol import ErrorCode
 from ..storage.records import BatchHeader, encode_batch
-from .internal_topics import MOVED, InternalTopic, append, loaded, read_partition
+from .internal_topics import MOVED, InternalTopic, append, loaded, loaded_state, read_partition
 from .txn_markers import MarkerWriter
 
 log = logging.getLogger(__name__)
@@ -86,9 +86,6 @@ SERVED: tuple[tuple[KafkaApi, int, int], ...] = tuple(
 
 #: How often ongoing transactions are checked against their timeout.
 TICK_S = 0.5
-#: How long a request waits for its partition's state to load before it is answered
-#: COORDINATOR_LOAD_IN_PROGRESS (the client retries).
-LOAD_WAIT_S = 5.0
 #: How long a request of an id waits for the markers of its last decision to be
 #: written (past this: CONCURRENT_TRANSACTIONS, and the client retries).
 FINISH_WAIT_S = 5.0
@@ -135,8 +132,6 @@ class TransactionCoordinator:
             km.ADD_PARTITIONS_TO_TXN.key: self.add_partitions_to_txn,
             km.ADD_OFFSETS_TO_TXN.key: self.add_offsets_to_txn,
             km.END_TXN.key: self.end_txn,
-            km.DESCRIBE_TRANSACTIONS.key: self.describe_transactions,
-            km.LIST_TRANSACTIONS.key: self.list_transactions,
         }
 
     async def close(self) -> None:
@@ -179,33 +174,14 @@ class TransactionCoordinator:
         )
 
     async def _loaded(self, p: int) -> tuple[TxnPartition | None, KafkaError]:
-        driver = self.api.driver.get((TXN_STATE_TOPIC, p))
-        if driver is None or not driver.core.is_leader:
-            self._unload(p)
-            return None, KafkaError.NOT_COORDINATOR
-        core = driver.core
-        part = self.partitions.get(p)
-        if part is not None and (part.epoch != core.epoch or part.stale):
-            self._unload(p)
-            part = None
-        if part is None:
-            if not core.leader_committed:
-                return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
-            part = self.partitions[p] = TxnPartition(p, core.epoch)
-            part.task = asyncio.create_task(
-                self._load(part, driver.log.start_offset, core.high_watermark)
-            )
-        assert part.task is not None
-        if not part.task.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(part.task), LOAD_WAIT_S)
-            except TimeoutError:
-                return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
-        if not part.ready:
-            if self.partitions.get(p) is part:
-                del self.partitions[p]
-            return None, KafkaError.COORDINATOR_LOAD_IN_PROGRESS
-        return part, KafkaError.NONE
+        return await loaded_state(
+            self.api,
+            (TXN_STATE_TOPIC, p),
+            self.partitions,
+            TxnPartition,
+            self._load,
+            lambda moved: self._unload(p),
+        )
 
     async def _load(self, part: TxnPartition, start: int, upto: int) -> bool:
         """Read the partition into ``part``, then finish every decision found there
@@ -338,7 +314,7 @@ class TransactionCoordinator:
         # the record only (a coordinator finding the decision again resends markers that
         # end nothing now), so the producer's next request does not wait for it, and a
         # next state written first makes it moot.
-        done = part.txns[tid] = complete(meta, _now_ms())
+        done = part.txns[tid] = complete(meta, wall_ms())
         task = asyncio.create_task(self._write_complete(part, done))
         part.completing.add(task)
         task.add_done_callback(part.completing.discard)
@@ -352,13 +328,13 @@ class TransactionCoordinator:
     async def _abort_ongoing(self, part: TxnPartition, meta: TxnMetadata) -> KafkaError:
         """Abort ``meta``'s ongoing transaction with the epoch bumped (fencing its
         producer), markers included; called with the id's lock held."""
-        decision = begin_abort_on_timeout(meta, _now_ms())
+        decision = begin_abort_on_timeout(meta, wall_ms())
         code = await self._write(part, decision)
         if code != KafkaError.NONE:
             return code
         if not await self._write_markers(part, decision):
             return KafkaError.NOT_COORDINATOR
-        return await self._write(part, complete(decision, _now_ms()))
+        return await self._write(part, complete(decision, wall_ms()))
 
     async def _write_markers(self, part: TxnPartition, meta: TxnMetadata) -> bool:
         """The markers of ``meta``'s decision (a Prepare* state) on every partition it
@@ -402,7 +378,7 @@ class TransactionCoordinator:
                 part = self.partitions.get(p)
                 if part is None or part.epoch != driver.core.epoch:
                     await self._loaded(p)
-        now = _now_ms()
+        now = wall_ms()
         for p, part in list(self.partitions.items()):
             if not self._still(part):
                 self._unload(p)
@@ -412,7 +388,7 @@ class TransactionCoordinator:
             for meta in [t for t in part.txns.values() if expired(t, now)]:
                 async with self._lock(meta.transactional_id):
                     current = part.txns.get(meta.transactional_id)
-                    if current is None or not expired(current, _now_ms()):
+                    if current is None or not expired(current, wall_ms()):
                         continue
                     log.info(
                         "transactional id %r: transaction of producer %d epoch %d open past "
@@ -451,7 +427,7 @@ class TransactionCoordinator:
                 timeout_ms,
                 (producer_id, producer_epoch),
                 secrets.randbits(62),
-                _now_ms(),
+                wall_ms(),
             )
             code = await self._apply(part, decision)
             if code != KafkaError.NONE or decision.write is None:
@@ -480,7 +456,7 @@ class TransactionCoordinator:
             meta = part.txns.get(tid)
             if meta is not None and meta.state.preparing:
                 return KafkaError.CONCURRENT_TRANSACTIONS
-            decision = add_partitions(meta, producer_id, producer_epoch, partitions, _now_ms())
+            decision = add_partitions(meta, producer_id, producer_epoch, partitions, wall_ms())
             return await self._apply(part, decision)
 
     async def add_partitions_to_txn(self, api: KafkaApi, version: int, body: Message) -> Message:
@@ -552,7 +528,7 @@ class TransactionCoordinator:
         await self._settled(part, tid)
         async with self._lock(tid):
             meta = part.txns.get(tid)
-            decision = end_txn(meta, pid, epoch, commit, _now_ms())
+            decision = end_txn(meta, pid, epoch, commit, wall_ms())
             code = await self._apply(part, decision)
             if code != KafkaError.NONE or decision.write is None:
                 return code
@@ -571,75 +547,8 @@ class TransactionCoordinator:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(task), FINISH_WAIT_S)
 
-    async def describe_transactions(self, api: KafkaApi, version: int, body: Message) -> Message:
-        out = api.default_response(version)
-        states = []
-        for tid in body["transactional_ids"]:
-            part, code = await self._coordinate(tid)
-            meta = part.txns.get(tid) if part is not None else None
-            if part is not None and meta is None:
-                code = KafkaError.TRANSACTIONAL_ID_NOT_FOUND
-            by_topic: dict[str, list[int]] = {}
-            for name, p in sorted(meta.partitions if meta else ()):
-                by_topic.setdefault(name, []).append(p)
-            states.append(
-                {
-                    "error_code": int(code),
-                    "transactional_id": tid,
-                    "transaction_state": meta.state.kafka_name if meta else "",
-                    "transaction_timeout_ms": meta.timeout_ms if meta else 0,
-                    "transaction_start_time_ms": meta.started_ms if meta else -1,
-                    "producer_id": meta.producer_id if meta else -1,
-                    "producer_epoch": meta.producer_epoch if meta else -1,
-                    "topics": [{"topic": n, "partitions": ps} for n, ps in by_topic.items()],
-                }
-            )
-        out["transaction_states"] = states
-        return out
 
-    async def list_transactions(self, api: KafkaApi, version: int, body: Message) -> Message:
-        """The ids of the partitions this node coordinates (Kafka's admin client asks
-        every node and merges)."""
-        out = api.default_response(version)
-        states = set(body["state_filters"] or [])
-        pids = set(body["producer_id_filters"] or [])
-        min_ms = body["duration_filter"]
-        now = _now_ms()
-        listed = []
-        count = self.topic.count() or 0
-        for p in range(count):
-            part, _ = (
-                await self._loaded(p) if self.api.driver.get((TXN_STATE_TOPIC, p)) else (None, None)
-            )
-            if part is None:
-                continue
-            for meta in part.txns.values():
-                if states and meta.state.kafka_name not in states:
-                    continue
-                if pids and meta.producer_id not in pids:
-                    continue
-                if (
-                    min_ms is not None
-                    and min_ms >= 0
-                    and (meta.started_ms < 0 or now - meta.started_ms < min_ms)
-                ):
-                    continue
-                listed.append(
-                    {
-                        "transactional_id": meta.transactional_id,
-                        "producer_id": meta.producer_id,
-                        "transaction_state": meta.state.kafka_name,
-                    }
-                )
-        out["unknown_state_filters"] = sorted(s for s in states if s not in _STATE_NAMES)
-        out["transaction_states"] = listed
-        return out
-
-
-_STATE_NAMES = frozenset(s.kafka_name for s in TxnState)
-
-
-def _now_ms() -> int:
+def wall_ms() -> int:
     """Wall-clock ms: transaction start times are shown to users and compared across
     coordinators (a new one reads them from the topic)."""
     return int(time.time() * 1000)

@@ -19,13 +19,12 @@ transactions abort and the fence stays (a replay writes nothing visible again).
 from __future__ import annotations
 
 import contextlib
-import time
 
 from ..kafka.errors import KafkaError
 from ..kafka.txn import group_commit, group_of
 from ..node.transport import REQUEST_PRINCIPAL
 from ..protocol import messages as m
-from .txn_coordinator import TransactionCoordinator
+from .txn_coordinator import TransactionCoordinator, wall_ms
 
 
 class TxnGroups:
@@ -56,7 +55,7 @@ class TxnGroups:
                     for mb in req.members
                 ],
                 req.commit,
-                int(time.time() * 1000),
+                wall_ms(),
             )
             if decision.writes or decision.fence_moves:
                 code = await c._write(

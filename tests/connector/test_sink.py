@@ -73,6 +73,8 @@ def test_stream_sink_and_errors(spark: Any, cluster: Any, tmp_path: Path) -> Non
     assert query.exception() is None
     got = sorted((bytes(r.key), bytes(r.value)) for r in source(spark, c, "out").collect())
     assert got == sorted((f"k{i}".encode(), f"v{i}".encode()) for i in range(50))
+    # Spark's progress counts the rows the sink wrote, per micro-batch
+    assert sum(p["sink"]["numOutputRows"] for p in query.recentProgress) == 50
 
     small = spark.createDataFrame([(b"v",)], "value binary")
     with pytest.raises(Exception, match="does not exist|Unknown|unknown"):

@@ -199,10 +199,14 @@ def run(model: Model, crashes: list[int]) -> Counter[tuple[int, int, int]]:
         # A step half done is a step not done or done: the steps above write whole
         # batches, and the model's crash point falls between them.
         model.crash_and_recover()
-    for step in batch_steps(model, 0):
-        step()
-    for step in batch_steps(model, 1):
-        step()
+    return _run_through(model)
+
+
+def _run_through(model: Model) -> Counter[tuple[int, int, int]]:
+    """Batch 0 (again) and batch 1 without a crash; what read_committed readers see."""
+    for batch in (0, 1):
+        for step in batch_steps(model, batch):
+            step()
     return model.committed()
 
 
@@ -245,11 +249,7 @@ def _split_decision(model: Model, k: int) -> Counter[tuple[int, int, int]]:
         decide()
         del model.durable[written + 1 :]
     model.crash_and_recover()
-    for step in batch_steps(model, 0):
-        step()
-    for step in batch_steps(model, 1):
-        step()
-    return model.committed()
+    return _run_through(model)
 
 
 @pytest.mark.parametrize("atomic", [True, False])
