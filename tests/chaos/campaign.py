@@ -1,16 +1,20 @@
 """One seeded fault campaign over real node processes, a real Spark stream and a Delta table.
 
 A producer thread appends unique records with acks=quorum and logs every acknowledgement;
-a streaming query (``format("quorumlog")`` -> DeltaSink) copies the topic into a Delta
-table; the nemesis (this thread) injects faults on a schedule drawn from the seed: kill -9
-and restart, SIGSTOP/SIGCONT of a partition leader (a zombie leader), SIGTERM and restart,
-and network partitions (symmetric and one-way) through the ProxyNet between the nodes.
+transactional producers (confluent-kafka through every node's Kafka listener,
+``txn_producer``) commit and abort transactions over the partitions and log each outcome;
+a streaming query (``format("quorumlog")``, read_committed -> DeltaSink) copies the topic
+into a Delta table; the nemesis (this thread) injects faults on a schedule drawn from the
+seed: kill -9 and restart, SIGSTOP/SIGCONT of a partition leader (a zombie leader),
+SIGTERM and restart, and network partitions (symmetric and one-way) through the ProxyNet
+between the nodes.
 Mode ``unclean`` then forces an unclean election on partition 0 (the minority replica was
 cut off by the proxies while records were committed and consumed; the majority is killed)
 and runs a second query with ``onTruncation=fail`` that must raise LogTruncationException.
 
-After healing: stop producing, let the stream drain, read the log, stop the cluster, read
-every replica's files, and hand everything to the checker.
+After healing: stop producing, wait until no transaction is open, read the log
+read_committed, let the stream drain, stop the cluster, read every replica's files, and
+hand everything to the checker.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from __future__ import annotations
 import logging
 import random
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,23 +29,31 @@ from pathlib import Path
 from typing import Any
 
 from quorumlog.connector import LogTruncationException
-from quorumlog.connector.delta import DeltaSink, read_committed_positions
-from quorumlog.replica.client import Client, QuorumLogError
-from quorumlog.replica.storage import HEADER_SIZE, encode_batch, iter_batches
+from quorumlog.connector.delta import DeltaSink
+from quorumlog.replica.client import Client
 from quorumlog.replica.storage.log import CATCH_UP_FILE
 
-from tests.support.cluster import local_view, read_all, read_log_dir
+from tests.support.cluster import local_view, read_log_dir
 from tests.support.waits import retry, wait_until
 
-from .checker import ConsumedBatch, Counts, ForcedElection, Record, check
-from .cluster import ProxiedCluster
+from .checker import ABORTED, COMMITTED, Counts, ForcedElection, Record, Transaction, check
+from .cluster import ProxiedCluster, damage_sealed_batch
+from .producer import Producer
 from .proxy import Mode
+from .table import (
+    TOPIC,
+    RecordingSink,
+    committed_end,
+    committed_position,
+    read_table,
+    table_version,
+)
+from .txn_producer import TxnProducer, read_committed, wait_stable
 
 log = logging.getLogger(__name__)
 
 # The campaign polls the cluster gently: it runs on the same two cores as the nodes.
 POLL_S = 0.2
-TOPIC = "chaos"
 FAULT_KINDS = (
     "kill",
     "pause-leader",
@@ -95,91 +106,6 @@ def make_schedule(
     return faults
 
 
-@dataclass(frozen=True)
-class Ack:
-    partition: int
-    offset: int
-    epoch: int
-    value: bytes
-
-
-class Producer(threading.Thread):
-    """Appends unique records (acks=quorum) round-robin over the partitions; logs every
-    acknowledgement. A failed produce is indeterminate (it may have been appended) and
-    its values are never sent again."""
-
-    def __init__(self, bootstrap: str, partitions: int, tag: str, batch: int = 5) -> None:
-        super().__init__(daemon=True, name="chaos-producer")
-        self.bootstrap = bootstrap
-        self.partitions = partitions
-        self.tag = tag
-        self.batch = batch
-        self.stop_event = threading.Event()
-        self.acks: list[Ack] = []
-        self.indeterminate = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            with Client(self.bootstrap, request_timeout_ms=4000, retry_backoff_ms=50) as client:
-                for seq in range(10_000_000):
-                    if self.stop_event.is_set():
-                        return
-                    for p in range(self.partitions):
-                        values = [f"{self.tag}-p{p}-{seq}-{i}".encode() for i in range(self.batch)]
-                        try:
-                            res = client.produce(TOPIC, p, encode_batch(values), timeout_ms=4000)
-                        except (QuorumLogError, OSError):
-                            self.indeterminate += len(values)
-                            continue
-                        for i, v in enumerate(values):
-                            self.acks.append(Ack(p, res.base_offset + i, res.leader_epoch, v))
-                    self.stop_event.wait(0.02)
-        except BaseException as exc:  # surfaced by the campaign
-            self.error = exc
-
-
-class RecordingSink:
-    """DeltaSink plus a record of what every committed micro-batch held (the consumption
-    history the checker needs). Runs on the Spark driver, in this process."""
-
-    def __init__(self, sink: DeltaSink) -> None:
-        self.sink = sink
-        self.batches: list[ConsumedBatch] = []
-        self.truncations = 0
-        self.committed_version = -1  # the newest Delta version this sink recorded
-        self._lock = threading.Lock()
-
-    def __call__(self, df: Any, batch_id: int) -> None:
-        df = df.persist()
-        try:
-            data = df.select("partition", "offset", "leaderEpoch", "value").toArrow()
-            result = self.sink.write_batch(df, batch_id)
-            # Recorded before anything else can fail: once the commit has landed the
-            # campaign may stop the query, and Spark then fails the unpersist below.
-            if result is not None:
-                self._record(batch_id, data, result)
-        finally:
-            df.unpersist()
-
-    def _record(self, batch_id: int, data: Any, result: Any) -> None:
-        truncated = {t.partition for t in result.truncations}
-        rows: dict[int, list[Record]] = {}
-        for p, o, e, v in zip(
-            data.column("partition").to_pylist(),
-            data.column("offset").to_pylist(),
-            data.column("leaderEpoch").to_pylist(),
-            data.column("value").to_pylist(),
-            strict=True,
-        ):
-            rows.setdefault(p, []).append((o, e, v))
-        with self._lock:
-            self.truncations += len(truncated)
-            for p, recs in sorted(rows.items()):
-                self.batches.append(ConsumedBatch(batch_id, p, tuple(recs), p in truncated))
-            self.committed_version = max(self.committed_version, result.version)
-
-
 @dataclass
 class CampaignResult:
     seed: int
@@ -191,6 +117,9 @@ class CampaignResult:
     counts: Counts = field(default_factory=Counts)
     acked: int = 0
     indeterminate: int = 0
+    txn_committed: int = 0
+    txn_aborted: int = 0
+    txn_aborted_written: int = 0  # aborted after their records reached the log
     table_rows: int = 0
     truncations_recorded: int = 0
     errors: list[str] = field(default_factory=list)  # query failures, missed detections
@@ -205,7 +134,9 @@ class CampaignResult:
         return (
             f"chaos seed={self.seed} nodes={self.nodes} mode={self.mode} "
             f"duration={self.duration_s:g}s faults={len(self.schedule)} acked={self.acked} "
-            f"indeterminate={self.indeterminate} rows={self.table_rows} "
+            f"indeterminate={self.indeterminate} txn_committed={self.txn_committed} "
+            f"txn_aborted={self.txn_aborted} (written {self.txn_aborted_written}) "
+            f"rows={self.table_rows} "
             f"truncations={self.truncations_recorded} {counts} errors={len(self.errors)} "
             f"took={self.seconds:.0f}s {'OK' if self.ok else 'FAILED'}"
         )
@@ -235,6 +166,7 @@ class Campaign:
         mode: str = "clean",
         work_dir: Path | None = None,
         kinds: Sequence[str] = FAULT_KINDS,
+        txn_producers: int = 2,
     ) -> None:
         if mode not in ("clean", "unclean"):
             raise ValueError(f"mode must be 'clean' or 'unclean', not {mode!r}")
@@ -245,6 +177,7 @@ class Campaign:
         self.partitions = partitions
         self.mode = mode
         self.work_dir = work_dir
+        self.txn_producers = txn_producers
         self.schedule = make_schedule(seed, duration_s, nodes, partitions, kinds)
         self.result = CampaignResult(
             seed, nodes, mode, duration_s, [f.describe() for f in self.schedule]
@@ -276,8 +209,10 @@ class Campaign:
             work / "cluster",
             log_level="WARNING",
             node_args=["--segment-bytes", str(SEGMENT_BYTES)],
+            kafka=True,
         )
         producer: Producer | None = None
+        txn_producers: list[TxnProducer] = []
         queries: list[Any] = []
         resolver: Client | None = None
         try:
@@ -300,24 +235,38 @@ class Campaign:
                 self._tables.append(fail_table)
             producer = Producer(cluster.bootstrap, self.partitions, f"s{self.seed}")
             producer.start()
+            txn_producers = [
+                TxnProducer(
+                    cluster.kafka_bootstrap,
+                    TOPIC,
+                    self.partitions,
+                    f"s{self.seed}",
+                    i,
+                    self.seed,
+                    max_s=self.duration_s + 600,
+                )
+                for i in range(self.txn_producers)
+            ]
+            for t in txn_producers:
+                t.start()
             self._start = time.monotonic()
             wait_until(
-                lambda: _committed_end(table, 0) > 0,
+                lambda: committed_end(table, 0) > 0,
                 120,
                 "the first rows in Delta",
                 interval=POLL_S,
             )
             self._nemesis(cluster)
             forced: list[ForcedElection] = []
+            transactions = self._stop_producers(txn_producers)
             if self.mode == "unclean":
+                # An unclean election may lose a transaction's markers and so turn a
+                # committed transaction into an open or an aborted one (as in Kafka):
+                # it starts once every replica holds the markers of all of them.
+                self._quiesce_transactions(cluster, resolver)
                 forced.append(self._unclean(cluster, resolver, table))
-            producer.stop_event.set()
-            producer.join(30)
-            if producer.error is not None:
-                self.result.errors.append(f"producer crashed: {producer.error!r}")
-            self.result.acked = len(producer.acks)
-            self.result.indeterminate = producer.indeterminate
-            self._note("producer stopped; draining")
+            self._stop_producers([producer])
+            self._note("producers stopped; draining")
             if fail_query is not None:
                 self._expect_truncation_failure(fail_query)
             cluster.wait_ready(120)
@@ -329,7 +278,7 @@ class Campaign:
                     end, epoch = records[-1][0] + 1, records[-1][1]
                     wait_until(
                         lambda p=p, end=end, epoch=epoch: (
-                            _committed_position(table, p) == (end, epoch)
+                            committed_position(table, p) == (end, epoch)
                         ),
                         120,
                         f"the stream to drain p{p} to offset {end} in epoch {epoch}",
@@ -338,7 +287,7 @@ class Campaign:
             # ... and the sink to have recorded the commit that got there (it does so just
             # after the commit lands; stopping the query before would lose the record).
             wait_until(
-                lambda: sink.committed_version >= _table_version(table),
+                lambda: sink.committed_version >= table_version(table),
                 30,
                 "the sink to record the last commit",
                 interval=POLL_S,
@@ -350,7 +299,7 @@ class Campaign:
             self._wait_converged(cluster, hwms)
             cluster.stop()
             replicas = self._read_replicas(cluster)
-            table_rows = _read_table(table)
+            table_rows = read_table(table)
             self.result.table_rows = sum(len(r) for r in table_rows.values())
             self.result.truncations_recorded = sink.truncations
             if self.mode == "unclean" and sink.truncations == 0:
@@ -359,12 +308,22 @@ class Campaign:
             for a in producer.acks:
                 acks.setdefault(a.partition, []).append((a.offset, a.epoch, a.value))
             self.result.counts = check(
-                range(self.partitions), acks, logs, hwms, replicas, table_rows, sink.batches, forced
+                range(self.partitions),
+                acks,
+                logs,
+                hwms,
+                replicas,
+                table_rows,
+                sink.batches,
+                forced,
+                transactions,
             )
         finally:
-            if producer is not None:
-                producer.stop_event.set()
-                producer.join(30)
+            threads = [*txn_producers, *([producer] if producer is not None else [])]
+            for t in threads:
+                t.stop_event.set()
+            for t in threads:
+                t.join(60)
             for q in queries:
                 try:
                     q.stop()
@@ -373,6 +332,46 @@ class Campaign:
             if resolver is not None:
                 resolver.close()
             cluster.stop()
+
+    def _stop_producers(self, producers: Sequence[Producer | TxnProducer]) -> list[Transaction]:
+        """Stop these producers (a transactional one ends the transaction it is in) and
+        return their transactions; the result counts what they did."""
+        for t in producers:
+            t.stop_event.set()
+        # A transactional producer's last transaction may retry its calls (bounded).
+        for t in producers:
+            t.join(120)
+            if t.is_alive():
+                self.result.errors.append(f"{t.name} did not stop")
+            if t.error is not None:
+                self.result.errors.append(f"{t.name} crashed: {t.error!r}")
+            if isinstance(t, Producer):
+                self.result.acked = len(t.acks)
+                self.result.indeterminate = t.indeterminate
+        transactions = [x for t in producers if isinstance(t, TxnProducer) for x in t.transactions]
+        if transactions:
+            self.result.txn_committed = sum(x.outcome == COMMITTED for x in transactions)
+            aborted = [x for x in transactions if x.outcome == ABORTED]
+            self.result.txn_aborted = len(aborted)
+            self.result.txn_aborted_written = sum(
+                any(r.offset >= 0 for r in x.records) for x in aborted
+            )
+        return transactions
+
+    def _quiesce_transactions(self, cluster: ProxiedCluster, client: Client) -> None:
+        """Until no transaction is open and every voter holds each partition's log end."""
+        wait_stable(client, TOPIC, self.partitions, 120)
+        ends = {p: client.list_offsets(TOPIC, p, "latest").offset for p in range(self.partitions)}
+        wait_until(
+            lambda: all(
+                min(v.end_offset for v in cluster.describe(TOPIC, p).voters) >= end
+                for p, end in ends.items()
+            ),
+            60,
+            "every replica to hold the transactions' markers",
+            interval=POLL_S,
+        )
+        self._note("transactional producers stopped; every replica holds their markers")
 
     # ---- the stream -------------------------------------------------------------------
     def _sink(self, table: str, resolver: Client) -> RecordingSink:
@@ -446,7 +445,7 @@ class Campaign:
             # segment; the node's scrub (or a read) must find it and repair from a healthy
             # copy, and no damaged byte may reach the stream.
             cluster.terminate(f.target)
-            self._note(f"SIGTERM n{f.target}; {_damage_sealed_batch(cluster, f.target, rng)}")
+            self._note(f"SIGTERM n{f.target}; {damage_sealed_batch(cluster, f.target, TOPIC, rng)}")
             return lambda: self._restart(cluster, f.target)
         if f.kind == "pause-leader":
             try:
@@ -529,12 +528,12 @@ class Campaign:
         )
         target = client.partition_metadata(TOPIC, p, refresh=True).high_watermark
         wait_until(
-            lambda: all(_committed_end(t, p) >= target for t in self._tables),
+            lambda: all(committed_end(t, p) >= target for t in self._tables),
             90,
             "the stream(s) to consume them",
             interval=POLL_S,
         )
-        self._note(f"unclean: stream consumed p{p} to {_committed_end(table, p)}; kill {majority}")
+        self._note(f"unclean: stream consumed p{p} to {committed_end(table, p)}; kill {majority}")
         for n in majority:
             cluster.kill(n)
         cluster.heal()
@@ -562,12 +561,18 @@ class Campaign:
 
     # ---- reading back -----------------------------------------------------------------
     def _read_log(self, cluster: ProxiedCluster) -> tuple[dict[int, list[Record]], dict[int, int]]:
+        """The log as a read_committed reader (the stream) sees it, once no transaction is
+        open (an abandoned one is aborted by its timeout, transaction.timeout.ms)."""
         logs: dict[int, list[Record]] = {}
         hwms: dict[int, int] = {}
         with Client(cluster.bootstrap, request_timeout_ms=30000) as client:
+            try:
+                wait_stable(client, TOPIC, self.partitions, 120)
+            except AssertionError as exc:  # a hanging transaction: read below it only
+                self.result.errors.append(str(exc))
             for p in range(self.partitions):
                 hwms[p] = client.partition_metadata(TOPIC, p, refresh=True).high_watermark
-                logs[p] = [(o, e, v or b"") for o, e, v in read_all(client, TOPIC, p)]
+                logs[p] = read_committed(client, TOPIC, p)
         return logs, hwms
 
     def _wait_converged(self, cluster: ProxiedCluster, hwms: dict[int, int]) -> None:
@@ -596,64 +601,3 @@ class Campaign:
                     o: (None if control else (v or b"")) for o, _, v, control in contents.records
                 }
         return out
-
-
-def _damage_sealed_batch(cluster: ProxiedCluster, node: int, rng: random.Random) -> str:
-    """Flip one payload byte of a random batch in a random sealed segment of one of the
-    (stopped) node's partition replicas; says what it did."""
-    dirs = sorted(cluster.node_dir(node).glob(f"{TOPIC}-*"))
-    rng.shuffle(dirs)
-    for d in dirs:
-        sealed = sorted(p for p in d.iterdir() if p.suffix == ".log")[:-1]
-        if not sealed:
-            continue
-        seg = rng.choice(sealed)
-        batches = list(iter_batches(seg.read_bytes()))
-        if not batches:
-            continue
-        batch = rng.choice(batches)
-        at = batch.position + HEADER_SIZE + rng.randrange(batch.payload_length)
-        with open(seg, "r+b") as fh:
-            fh.seek(at)
-            byte = fh.read(1)
-            fh.seek(at)
-            fh.write(bytes([byte[0] ^ 0xFF]))
-        return f"damaged the batch at offset {batch.base_offset} in {d.name}/{seg.name}"
-    return "no sealed segment to damage yet"
-
-
-def _committed_position(table: str, partition: int) -> tuple[int, int]:
-    """(end offset, epoch of the last row) the table's last commit records; (-1, -1) if none."""
-    try:
-        pos = read_committed_positions(table).get(TOPIC, {}).get(partition)
-    except Exception:  # no table yet
-        return (-1, -1)
-    return (pos[0], pos[1]) if pos is not None else (-1, -1)
-
-
-def _table_version(table: str) -> int:
-    from deltalake import DeltaTable
-
-    return int(DeltaTable(table).version())
-
-
-def _committed_end(table: str, partition: int) -> int:
-    return _committed_position(table, partition)[0]
-
-
-def _read_table(table: str) -> dict[int, list[Record]]:
-    from deltalake import DeltaTable
-
-    t = DeltaTable(table).to_pyarrow_table(columns=["partition", "offset", "leaderEpoch", "value"])
-    out: dict[int, list[Record]] = {}
-    for p, o, e, v in zip(
-        t.column("partition").to_pylist(),
-        t.column("offset").to_pylist(),
-        t.column("leaderEpoch").to_pylist(),
-        t.column("value").to_pylist(),
-        strict=True,
-    ):
-        out.setdefault(p, []).append((o, e, v or b""))
-    for rows in out.values():
-        rows.sort()
-    return out

@@ -22,10 +22,23 @@ Anomalies (every count must be zero unless said otherwise):
 * ``stale``: a table row whose record is not the log's at that offset (the stream read a
   zombie's or an uncommitted record and the table kept it).
 
+Transactions (KIP-98; ``transactions``: what each transactional producer was told, and
+``log`` is read read_committed once no transaction is open):
+
+* ``txn_lost``: a record of a committed transaction (commit_transaction() returned)
+  missing from the log or from the table;
+* ``txn_duplicate``: a record of a transaction twice in the log or in the table;
+* ``txn_aborted_visible``: a record of an aborted transaction in the log or the table;
+* ``txn_partial``: a transaction of unknown outcome partly in the log or the table (all
+  of it or none of it is allowed).
+
 Not anomalies, counted apart: ``lost_unclean`` (acknowledged records at or past the
 divergence offset of a forced unclean election, written in an older epoch),
-``log_duplicates`` (a value twice in the log: the client retries a produce whose answer
-was lost, documented in ``Client.produce`` — no idempotent producer yet) and
+``txn_unknown`` (transactions whose commit raised a fatal or timeout error: either
+outcome is allowed), ``txn_lost_unclean`` (like ``lost_unclean``, for committed
+transactions' records), ``log_duplicates`` (a value twice in the log: the client retries
+a produce whose answer was lost, documented in ``Client.produce`` — no idempotent
+producer yet) and
 ``not_converged`` (two replicas' files holding different records at one offset past the
 committed prefix: an uncommitted tail not yet truncated when the cluster stopped).
 """
@@ -48,8 +61,55 @@ class ConsumedBatch:
 
 
 # The kinds above, each named once: anomalies, then the kinds counted apart.
-ANOMALIES = ("lost", "duplicate", "inconsistent", "nonmonotonic", "skip", "stale")
-COUNTED_APART = ("lost_unclean", "log_duplicates", "not_converged")
+ANOMALIES = (
+    "lost",
+    "duplicate",
+    "inconsistent",
+    "nonmonotonic",
+    "skip",
+    "stale",
+    "txn_lost",
+    "txn_duplicate",
+    "txn_aborted_visible",
+    "txn_partial",
+)
+COUNTED_APART = (
+    "lost_unclean",
+    "log_duplicates",
+    "not_converged",
+    "txn_unknown",
+    "txn_lost_unclean",
+)
+
+# What a transactional producer learnt of a transaction's outcome.
+COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    partition: int
+    value: bytes
+    # From the delivery report (-1: none came, or librdkafka did not say: the epoch only
+    # tells an unclean election's losses apart, and an unknown one counts as older).
+    offset: int = -1
+    epoch: int = -1
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """One transaction of a transactional producer. ``outcome``: ``committed`` when
+    commit_transaction() returned; ``aborted`` when abort_transaction() returned, or
+    commit_transaction() was never called (the producer gave up first: only an abort,
+    by the transaction's timeout or the next producer epoch, can end it); ``unknown``
+    when commit_transaction() raised and no abort_transaction() returned after it."""
+
+    producer: int
+    number: int
+    outcome: str
+    records: tuple[TxnRecord, ...]
+
+    def describe(self) -> str:
+        return f"txn {self.producer}/{self.number} ({self.outcome}, {len(self.records)} records)"
 
 
 @dataclass
@@ -96,6 +156,7 @@ def check(
     table: Mapping[int, Sequence[Record]],
     batches: Sequence[ConsumedBatch],
     forced: Sequence[ForcedElection] = (),
+    transactions: Sequence[Transaction] = (),
 ) -> Counts:
     """``replicas[p][node]`` maps offset -> value (None for a control record)."""
     c = Counts()
@@ -104,7 +165,50 @@ def check(
                          replicas.get(p, {}), table.get(p, ()),
                          [b for b in batches if b.partition == p],
                          [f for f in forced if f.partition == p])  # fmt: skip
+    _check_transactions(c, transactions, log, table, forced)
     return c
+
+
+def _check_transactions(
+    c: Counts,
+    transactions: Sequence[Transaction],
+    log: Mapping[int, Sequence[Record]],
+    table: Mapping[int, Sequence[Record]],
+    forced: Sequence[ForcedElection],
+) -> None:
+    def lost_to_unclean(r: TxnRecord) -> bool:
+        return any(
+            r.partition == f.partition and r.offset >= f.divergence and r.epoch < f.epoch
+            for f in forced
+        )
+
+    places = {
+        name: Counter((p, v) for p, rows in where.items() for _, _, v in rows)
+        for name, where in (("log", log), ("table", table))
+    }
+    for t in transactions:
+        if t.outcome == UNKNOWN:
+            c.add("txn_unknown", t.describe())
+        for name, seen in places.items():
+            counts = [seen[(r.partition, r.value)] for r in t.records]
+            for r, n in zip(t.records, counts, strict=True):
+                if n > 1:
+                    c.add("txn_duplicate", f"{t.describe()}: {r.value!r} {n} times in the {name}")
+            missing = [r for r, n in zip(t.records, counts, strict=True) if n == 0]
+            if t.outcome == COMMITTED:
+                for r in missing:
+                    kind = "txn_lost_unclean" if lost_to_unclean(r) else "txn_lost"
+                    c.add(kind, f"{t.describe()}: p{r.partition} {r.value!r} not in the {name}")
+            elif t.outcome == ABORTED:
+                for r, n in zip(t.records, counts, strict=True):
+                    if n:
+                        c.add(
+                            "txn_aborted_visible",
+                            f"{t.describe()}: p{r.partition} {r.value!r} in the {name}",
+                        )
+            elif missing and len(missing) < len(t.records):
+                kind = "txn_lost_unclean" if all(map(lost_to_unclean, missing)) else "txn_partial"
+                c.add(kind, f"{t.describe()}: {len(missing)} missing from the {name}")
 
 
 def _check_partition(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 from typing import Any
 
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.storage import HEADER_SIZE, iter_batches
 
 from .proxy import Mode, Pair, ProxyNet
 
@@ -60,3 +62,27 @@ class ProxiedCluster(LocalCluster):
 
     def heal(self) -> None:
         self.net.heal()
+
+
+def damage_sealed_batch(cluster: ProxiedCluster, node: int, topic: str, rng: random.Random) -> str:
+    """Flip one payload byte of a random batch in a random sealed segment of one of the
+    (stopped) node's partition replicas; says what it did."""
+    dirs = sorted(cluster.node_dir(node).glob(f"{topic}-*"))
+    rng.shuffle(dirs)
+    for d in dirs:
+        sealed = sorted(p for p in d.iterdir() if p.suffix == ".log")[:-1]
+        if not sealed:
+            continue
+        seg = rng.choice(sealed)
+        batches = list(iter_batches(seg.read_bytes()))
+        if not batches:
+            continue
+        batch = rng.choice(batches)
+        at = batch.position + HEADER_SIZE + rng.randrange(batch.payload_length)
+        with open(seg, "r+b") as fh:
+            fh.seek(at)
+            byte = fh.read(1)
+            fh.seek(at)
+            fh.write(bytes([byte[0] ^ 0xFF]))
+        return f"damaged the batch at offset {batch.base_offset} in {d.name}/{seg.name}"
+    return "no sealed segment to damage yet"
