@@ -36,7 +36,12 @@ changes too. A batch that fails for good leaves its numbers in doubt: the next b
 moves to the next epoch of the id (sequences start again at 0), so later batches are not
 refused for the gap. A fenced producer (a newer epoch of its id wrote) fails with
 InvalidProducerEpochError. With ``idempotent=False`` a resend may append the same records
-twice.
+twice. (How batches are numbered and sent: ``identity``.)
+
+Transactions: with a ``transactional_id`` the producer's id and epoch are its transaction
+coordinator's, and records are sent only between ``begin()`` and ``commit()``/``abort()``
+(``transactions``: the coordinator's side, Kafka's semantics); ``send_offsets`` commits a
+consumer group's offsets with the transaction.
 
 Sizes: a batch over the topic's max.message.bytes is split in halves and sent again
 (nothing of it was appended); a single record alone over the limit fails with
