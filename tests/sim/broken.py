@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from quorumlog.replica.constants import UNKNOWN
 from quorumlog.replica.driver import Driver, PartitionDriver, Ready
+from quorumlog.replica.kafka.errors import KafkaError
+from quorumlog.replica.kafka.txn import TxnMetadata, TxnState
 from quorumlog.replica.protocol import ErrorCode
 from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.raft import CATCH_UP_UNKNOWN, RaftReplica, VoteRequest
@@ -16,6 +19,7 @@ from quorumlog.replica.raft.state import FollowerState, LeaderState, Role
 from quorumlog.replica.storage.producers import ProducerStateTable
 from quorumlog.replica.storage.transactions import AbortedTxn, TransactionIndex
 
+from .coordinator import PendingMarker, SimCoordinator
 from .memlog import MemLog
 
 
@@ -329,3 +333,45 @@ class _ForgetsAborts(TransactionIndex):
 
 class ForgetsAborts(MemLog):
     txn_class = _ForgetsAborts
+
+
+# ---------------------------------------------------------------------- broken coordinators
+# The simulated transaction coordinator executes replica.kafka.txn's rules as the
+# product's coordinator does; each of these gets one step of it wrong.
+
+
+class AbortsFoundCommits(SimCoordinator):
+    """Recovering, aborts a PrepareCommit it finds in the log (with the epoch bumped, as
+    it ends an ongoing transaction) instead of finishing it."""
+
+    def recover_decision(self, meta: TxnMetadata) -> None:
+        if meta.state != TxnState.PREPARE_COMMIT:
+            return super().recover_decision(meta)
+        self.busy.add(meta.transactional_id)
+        self.abort_ongoing(meta, self.release(meta.transactional_id))
+
+
+class MarksBeforeDecisionDurable(SimCoordinator):
+    """Sends a decision's marker as it writes the decision, before it is durable: a
+    crash may lose the decision that the marker carried out."""
+
+    def decide(self, prepare: TxnMetadata, done: Callable[..., None]) -> None:
+        self.finish(prepare, lambda: None)
+        self.write(prepare, lambda ok: None if ok else done(KafkaError.NOT_COORDINATOR))
+        done(KafkaError.NONE, keep_busy=True)
+
+
+class NeverExpires(SimCoordinator):
+    """Never aborts a transaction open past its timeout: one whose producer died stays
+    open until that producer comes back, if it ever does."""
+
+    def expire(self) -> None:
+        return None
+
+
+class TrustsLostMarkers(SimCoordinator):
+    """Takes a marker whose answer never came (its leader died, or the answer was lost)
+    as written, and completes the transaction."""
+
+    def marker_lost(self, pending: PendingMarker) -> None:
+        self.marker_written(pending)

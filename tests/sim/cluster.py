@@ -30,18 +30,15 @@ Invariants, checked after every event:
   answering node's high watermark, nor one the committed history does not hold there;
 * ``consumer-fenced``: a consumer fetch naming a leader epoch is served records only by
   the leader of that very epoch;
-* transactions (``transactions``): transactional producers write batches in
-  transactions that a coordinator (the simulation: its decision is durable at once)
-  ends with a commit or abort marker through the driver, retried until a quorum holds
-  it, with the epoch bumped when a batch's outcome is unknown (as a coordinator fences a
-  producer); read_committed consumers fetch too. ``consumer-above-lso``: a
-  read_committed fetch is served nothing at or above its last stable offset;
-  ``txn-uncommitted-visible``: what it sees, after dropping the aborted transactions it
-  is told of, holds no transactional record whose commit marker is not in the committed
-  history (aborted, or not decided yet: a committed transaction never partly appears
-  before its marker commits); ``txn-committed-hidden``: nor does it miss one whose commit
-  marker is; ``lso-monotonic``: the last stable offset the leaders report never goes
-  back;
+* transactions (``transactions``, ``txn``): transactional producers write batches in
+  transactions that a transaction coordinator ends (``coordinator``: the product's rules
+  of ``replica.kafka.txn``, its state in a replicated log of its own beside the main
+  partition, its markers through the driver), while coordinators, partition leaders and
+  producers are killed at its crucial steps; read_committed consumers fetch too. The
+  invariants (``txn_checks``): ``txn-marker-undecided``, ``txn-decision-reversed``,
+  ``txn-undecided`` (after the heal, within the transaction timeout and a failover),
+  ``consumer-above-lso``, ``txn-uncommitted-visible``, ``txn-committed-hidden``,
+  ``lso-monotonic``;
 * ``truncated-below-hwm``: a follower never truncates below its HWM;
 * ``corrupt-served``: no damaged batch is ever sent, to a follower or to a consumer
   (consumers fetch through the driver, which reports damage it reads to the core);
@@ -114,14 +111,8 @@ from quorumlog.replica.raft import (
     Role,
 )
 from quorumlog.replica.raft.state import LeaderState
-from quorumlog.replica.storage.transactions import committed_batches
 
-from .memlog import (
-    COMMIT as COMMIT_FLAG,
-)
-from .memlog import (
-    CONTROL as CONTROL_FLAG,
-)
+from .coordinator import TXN_KEY, CoordinatorClass, Later, SimCoordinator
 from .memlog import (
     TXN as TXN_FLAG,
 )
@@ -129,13 +120,12 @@ from .memlog import (
     MemLog,
     client_batch,
     decode_batches,
-    decode_with_producers,
     is_voter_record,
     marker_of,
-    marker_record_id,
-    transactional_batch,
     voter_of,
 )
+from .txn import SimTxns
+from .violation import Violation
 
 CLUSTER_ID = "sim-cluster"
 KEY = ("sim", 0)
@@ -166,7 +156,8 @@ FRESH = ElectionState(0)
     PAUSE,
     LEARN,
     TXN,
-) = range(16)
+    COORD,
+) = range(17)
 KIND_NAMES = [
     "deliver",
     "tick",
@@ -184,6 +175,7 @@ KIND_NAMES = [
     "pause",
     "learn",
     "txn",
+    "coord",
 ]
 #: An idempotent producer resends a batch left unanswered this long (the node may have
 #: died with it): longer than the produce timeout a leader answers within.
@@ -195,16 +187,6 @@ MAX_EVENTS = 300_000
 
 ReplicaFactory = Callable[..., RaftReplica]
 DriverClass = type[Driver]
-
-
-class Violation(Exception):
-    def __init__(self, invariant: str, detail: str) -> None:
-        super().__init__(f"{invariant}: {detail}")
-        self.invariant = invariant
-        self.detail = detail
-
-    def __reduce__(self) -> tuple[type[Violation], tuple[str, str]]:
-        return Violation, (self.invariant, self.detail)  # results cross process pools
 
 
 @dataclass
@@ -319,25 +301,6 @@ class SimProducer:
 
 
 @dataclass
-class SimTxnProducer:
-    """A transactional producer and its coordinator: a few batches (each sent once;
-    one left without a good answer dooms the transaction), then the decision, whose
-    marker is resent until a quorum holds it. A doomed transaction is aborted with the
-    epoch bumped, fencing the batch whose outcome is unknown; the producer then starts
-    the next epoch at sequence 0."""
-
-    producer_id: int
-    epoch: int = 0
-    next_sequence: int = 0
-    batches_left: int = 0  # to send in the open transaction (0: none open)
-    in_flight: tuple[int, int] | None = None  # (token, sent at) of a batch
-    doomed: bool = False
-    # The decision being written: (commit, marker epoch), its marker's (token, sent at).
-    deciding: tuple[bool, int] | None = None
-    marker_in_flight: tuple[int, int] | None = None
-
-
-@dataclass
 class SimNode:
     id: int
     voter: bool
@@ -412,6 +375,7 @@ class Simulation:
         trace_len: int = 60,
         driver_class: DriverClass = Driver,
         log_factory: Callable[[], MemLog] = MemLog,
+        coordinator_class: CoordinatorClass = SimCoordinator,
     ) -> None:
         self.seed = seed
         self.p = params or SimParams.for_seed(seed)
@@ -479,8 +443,7 @@ class Simulation:
         # Transactions, on a random stream of their own (seeds without them run as
         # before): producers, and the highest last stable offset reported (epoch, LSO).
         self.txn_rng = random.Random(seed * 7919 + 9)
-        self.txn_producers = [SimTxnProducer(7), SimTxnProducer(8)]
-        self.max_lso = (-1, -1)
+        self.txns = SimTxns(self, coordinator_class) if self.p.transactions else None
         # Answers read before a damage, by id (kept, so that no other takes the id).
         self.read_before_damage: dict[int, Any] = {}
 
@@ -489,6 +452,9 @@ class Simulation:
     def push(self, at: int, kind: int, data: Any) -> None:
         self.seq += 1
         heapq.heappush(self.events, (at, self.seq, kind, data))
+
+    def push_later(self, at: int, later: Later) -> None:
+        self.push(at, COORD, later)
 
     def local(self, node: SimNode) -> int:
         return self.now + node.skew
@@ -510,9 +476,12 @@ class Simulation:
             self.push(self.rng.randint(20, 80), IDEMPOTENT, None)
             if self.p.pauses:
                 self.push(self.rng.randint(200, 1500), PAUSE, None)
-            if self.p.transactions:
+            if self.txns is not None:
                 self.push(self.txn_rng.randint(20, 80), TXN, None)
+                self.txns.start()
             end = self.p.fault_ms + self.p.liveness_bound_ms
+            if self.txns is not None:
+                end += self.txns.extra_ms  # until the transactions settle
             while self.events:
                 at, _, kind, data = heapq.heappop(self.events)
                 if at > end:
@@ -523,7 +492,11 @@ class Simulation:
                     raise Violation("progress", f"over {MAX_EVENTS} events by t={at} (a storm)")
                 self.trace.append((at, kind, data))
                 self.step(kind, data)
-                if self.live_at is not None and self.now > self.live_at + 1000:
+                if (
+                    self.live_at is not None
+                    and self.now > self.live_at + 1000
+                    and (self.txns is None or self.txns.settled())
+                ):
                     break
             if self.live_at is None:
                 raise Violation(
@@ -534,6 +507,8 @@ class Simulation:
             if self.unclean:
                 for node in self.nodes.values():
                     self.check_truncation_visible(node)
+            if self.txns is not None:
+                self.txns.check_undecided(final=True)
         except Violation as v:
             violation = v
         self.stats["committed"] = len(self.committed)
@@ -628,10 +603,11 @@ class Simulation:
         elif kind == LEARN:
             self.learn_target(*data)
         elif kind == TXN:
-            if self.now >= self.paused_until:
-                for txn_producer in self.txn_producers:
-                    self.txn_step(txn_producer)
+            assert self.txns is not None
+            self.txns.step()
             self.push(self.now + self.txn_rng.randint(20, 80), TXN, None)
+        elif kind == COORD:
+            data.fn()
         elif kind == IDEMPOTENT:
             if self.now >= self.paused_until:
                 for producer in self.producers:
@@ -658,8 +634,8 @@ class Simulation:
         # on a real node.
         node.driver.news_partitions = 1
         opened = Ready()  # carried out together, as a node does the steps of one turn
-        for i in range(self.p.extra_partitions):
-            key = ("idle", i)
+        keys = [("idle", i) for i in range(self.p.extra_partitions)]
+        for key in keys + ([TXN_KEY] if self.txns is not None else []):
             lg = node.extra_logs.setdefault(key, MemLog())
             persisted = node.extra_persisted.get(key)
             opened.merge(node.driver.open(key, self.voter_ids, lg, persisted, self.local(node)))
@@ -688,6 +664,11 @@ class Simulation:
         for other in self.nodes.values():
             if other.alive:
                 self.refuse(other, node)
+
+    def crash(self, node: SimNode, why: str, restart_in: int) -> None:
+        self.fault(f"crash node {node.id}: {why}")
+        self.stop(node, lose_unflushed=True)
+        self.push(self.now + restart_in, RESTART, (node.id, node.incarnation))
 
     def refuse(self, node: SimNode, peer: SimNode) -> None:
         """``node``'s link to a stopped ``peer`` finds it refusing connections (as TCP
@@ -737,6 +718,8 @@ class Simulation:
             if self.unclean:
                 self.check_truncation_visible(node)
         self.check_node(node)
+        if self.txns is not None:
+            self.txns.check_state(node)
         for token, resp in ready.answers:
             self.answered(node, token, resp)
         self.schedule(node)
@@ -794,12 +777,12 @@ class Simulation:
 
     # ------------------------------------------------------------------ clients
 
-    def submit(self, node: SimNode, req: Any, what: Any) -> None:
+    def submit(self, node: SimNode, req: Any, what: Any, key: tuple[str, int] = KEY) -> None:
         assert node.driver is not None
         token = self.next_token
         self.next_token += 1
         self.requests[token] = (node.id, node.incarnation, what)
-        self.execute(node, node.driver.request(token, KEY, req, self.local(node)))
+        self.execute(node, node.driver.request(token, key, req, self.local(node)))
 
     def pick_producer_target(self) -> SimNode | None:
         """Mostly a leader, now and then a node that is not."""
@@ -887,155 +870,6 @@ class Simulation:
         else:
             batch.token = None  # resent at the next round
 
-    # ------------------------------------------------------------------ transactions
-
-    def txn_target(self) -> SimNode | None:
-        """As ``pick_producer_target``, on the transactions' own random stream."""
-        alive = [n for n in self.nodes.values() if n.driver is not None]
-        leaders = [n for n in alive if n.core and n.core.role is Role.LEADER]
-        if not alive or (not leaders and self.txn_rng.random() < 0.9):
-            return None
-        return self.txn_rng.choice(leaders if leaders and self.txn_rng.random() < 0.9 else alive)
-
-    def txn_step(self, t: SimTxnProducer) -> None:
-        if t.deciding is not None:
-            if t.marker_in_flight is None or self.now - t.marker_in_flight[1] >= RETRY_AFTER_MS:
-                self.send_marker(t)
-            return
-        if t.in_flight is not None:
-            if self.now - t.in_flight[1] < RETRY_AFTER_MS:
-                return
-            t.in_flight, t.doomed = None, True  # no answer: its outcome is unknown
-        if t.batches_left == 0 and not t.doomed:
-            t.batches_left = self.txn_rng.randint(1, 3)  # a new transaction
-            return
-        if t.doomed or t.batches_left == 0:
-            return self.decide(t, commit=False)
-        node = self.txn_target()
-        if node is None:
-            return
-        ids = [self.next_uid + i for i in range(self.txn_rng.randint(1, 3))]
-        self.next_uid += len(ids)
-        records = transactional_batch(ids, (t.producer_id, t.epoch, t.next_sequence))
-        t.next_sequence += len(ids)
-        t.in_flight = (self.next_token, self.now)
-        t.batches_left -= 1
-        self.submit(node, self.produce_request(records), ("txn-batch", (t, ids, self.next_token)))
-        if t.batches_left == 0 and not t.doomed:
-            t.batches_left = -1  # every batch sent: decide once answered
-
-    def decide(self, t: SimTxnProducer, commit: bool) -> None:
-        """The coordinator's decision, durable at once; aborting a doomed transaction
-        bumps the epoch (its unknown batch is fenced)."""
-        t.deciding = (commit, t.epoch + (1 if t.doomed else 0))
-        self.stats["txn_commits" if commit else "txn_aborts"] = (
-            self.stats.get("txn_commits" if commit else "txn_aborts", 0) + 1
-        )
-        self.send_marker(t)
-
-    def send_marker(self, t: SimTxnProducer) -> None:
-        node = self.txn_target()
-        if node is None or t.deciding is None:
-            return
-        commit, epoch = t.deciding
-        req = m.WriteTxnMarkerRequest(
-            topic=KEY[0],
-            partition=KEY[1],
-            producer_id=t.producer_id,
-            producer_epoch=epoch,
-            commit=commit,
-            coordinator_epoch=0,
-            timeout_ms=LIMITS.produce_timeout_ms,
-            timestamp_ms=self.now,
-        )
-        t.marker_in_flight = (self.next_token, self.now)
-        self.submit(node, req, ("txn-marker", (t, self.next_token)))
-
-    def txn_answered(self, kind: str, resp: m.ProduceResponse, what: Any) -> None:
-        if kind == "txn-batch":
-            t, ids, token = what
-            if resp.error == 0:
-                self.acknowledged(resp, ids)
-            if t.in_flight is None or t.in_flight[0] != token:
-                return  # given up on already: its transaction is doomed
-            t.in_flight = None
-            if resp.error != 0:
-                t.doomed = True
-            if t.batches_left == -1 and not t.doomed:
-                t.batches_left = 0
-                self.decide(t, commit=self.txn_rng.random() < 0.7)
-            elif t.batches_left == -1:
-                t.batches_left = 0
-            return
-        t, token = what
-        if t.marker_in_flight is None or t.marker_in_flight[0] != token:
-            return  # an earlier send of a marker resent since
-        t.marker_in_flight = None
-        # A later epoch's marker there already makes this one moot (as the coordinator
-        # takes INVALID_PRODUCER_EPOCH).
-        if t.deciding is None or resp.error not in (0, ErrorCode.INVALID_PRODUCER_EPOCH):
-            return
-        if resp.error == 0:
-            self.acknowledged(resp, [marker_record_id(t.producer_id, t.deciding[0])])
-        if t.deciding[1] != t.epoch:
-            t.epoch, t.next_sequence = t.deciding[1], 0
-        t.deciding, t.doomed, t.batches_left = None, False, 0
-
-    def check_read_committed(self, node: SimNode, resp: m.FetchResponse) -> None:
-        """What a read_committed fetch was served, against the committed history."""
-        epoch, lso = resp.leader_epoch, resp.last_stable_offset
-        if not self.unclean:
-            if epoch >= self.max_lso[0] and lso < self.max_lso[1]:
-                raise Violation(
-                    "lso-monotonic",
-                    f"node {node.id} reported LSO {lso} in epoch {epoch}; "
-                    f"{self.max_lso[1]} was reported in epoch {self.max_lso[0]}",
-                )
-            if epoch >= self.max_lso[0]:
-                self.max_lso = (epoch, lso)
-        batches = list(decode_with_producers(resp.records))
-        headers = [_SimHeader(b, flags, producer[0]) for b, _, flags, _, producer in batches]
-        aborted = [(a.producer_id, a.first_offset) for a in resp.aborted_transactions]
-        seen = {h.base_offset for h in committed_batches(headers, aborted)}
-        if resp.records:
-            self.stats["read_committed_fetched"] = self.stats.get("read_committed_fetched", 0) + 1
-        if any(
-            h.is_transactional and not h.is_control and h.base_offset not in seen for h in headers
-        ):
-            self.stats["aborted_dropped"] = self.stats.get("aborted_dropped", 0) + 1
-        for base, _, flags, ids, producer in batches:
-            if base + len(ids) > lso:
-                raise Violation(
-                    "consumer-above-lso",
-                    f"node {node.id} served offsets {base}-{base + len(ids) - 1} to a "
-                    f"read_committed fetch with LSO {lso}",
-                )
-            if not flags & TXN_FLAG or flags & CONTROL_FLAG or self.unclean:
-                continue
-            outcome = self.txn_outcome(producer[0], base + len(ids))
-            if base in seen and outcome is not True:
-                raise Violation(
-                    "txn-uncommitted-visible",
-                    f"node {node.id} let a read_committed fetch see producer {producer[0]}'s "
-                    f"batch at {base}, whose transaction is "
-                    f"{'aborted' if outcome is False else 'not committed'}",
-                )
-            if base not in seen and outcome is True:
-                raise Violation(
-                    "txn-committed-hidden",
-                    f"a read_committed fetch from node {node.id} dropped producer "
-                    f"{producer[0]}'s batch at {base} of a committed transaction",
-                )
-
-    def txn_outcome(self, producer_id: int, after: int) -> bool | None:
-        """The outcome of the first marker of ``producer_id`` at or after ``after`` in
-        the committed history (None: none there yet)."""
-        for _, uid in self.committed[after:]:
-            marker = marker_of(uid)
-            if marker is not None and marker[0] == producer_id:
-                return marker[1]
-        return None
-
     def consume(self) -> None:
         """A consumer fetches from any node: at the epoch it knows (now and then a stale
         one, or none), from a committed offset or the HWM (a long-poll)."""
@@ -1056,7 +890,7 @@ class Simulation:
             min_bytes=1,
             max_bytes=64,
         )
-        if self.p.transactions and self.txn_rng.random() < 0.5:
+        if self.txns is not None and self.txn_rng.random() < 0.5:
             req = dataclasses.replace(req, isolation_level=m.READ_COMMITTED)
         self.submit(node, req, ("consume", req))
 
@@ -1069,8 +903,9 @@ class Simulation:
         if kind == "idempotent":
             self.idempotent_answered(node, resp, what)
             return
-        if kind in ("txn-batch", "txn-marker"):
-            self.txn_answered(kind, resp, what)
+        if kind in ("txn-batch", "txn-marker", "txn-state"):
+            assert self.txns is not None
+            self.txns.answered(node, kind, resp, what)
             return
         if resp.error != 0:
             return
@@ -1099,7 +934,8 @@ class Simulation:
     def served(self, node: SimNode, req: m.FetchRequest, resp: m.FetchResponse) -> None:
         self.stats["fetches"] = self.stats.get("fetches", 0) + 1
         if req.isolation_level == m.READ_COMMITTED and resp.error == 0:
-            self.check_read_committed(node, resp)
+            assert self.txns is not None
+            self.txns.check_read_committed(node, resp)
         if not resp.records:
             return
         self.stats["fetched"] = self.stats.get("fetched", 0) + 1
@@ -1471,6 +1307,8 @@ class Simulation:
                         )
                     self.committed.append(rec)
                     self.committed_ids.add(rec[1])
+                    if self.txns is not None and log.entries[off][3] & TXN_FLAG:
+                        self.txns.key_committed(log, off)
                     if is_voter_record(rec[1]) and log.entries[off][2] == off:
                         self.commit_voters(off, log)
                     acked = self.acked.pop(off, None)
@@ -1713,40 +1551,25 @@ class Simulation:
                 )
 
 
-@dataclass(frozen=True)
-class _SimHeader:
-    """A simulated batch as ``storage.transactions`` reads headers."""
-
-    base_offset: int
-    flags: int
-    producer_id: int
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.flags & CONTROL_FLAG)
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.flags & TXN_FLAG)
-
-    @property
-    def marker(self) -> bool | None:
-        if self.flags & (CONTROL_FLAG | TXN_FLAG) != CONTROL_FLAG | TXN_FLAG:
-            return None
-        return bool(self.flags & COMMIT_FLAG)
-
-
 def run_seed(
     seed: int,
     factory: ReplicaFactory = RaftReplica,
     driver_class: DriverClass = Driver,
     log_factory: Callable[[], MemLog] = MemLog,
+    coordinator_class: CoordinatorClass = SimCoordinator,
     **overrides: Any,
 ) -> SimResult:
     params = SimParams.for_seed(seed)
     for key, value in overrides.items():
         setattr(params, key, value)
-    sim = Simulation(seed, params, factory, driver_class=driver_class, log_factory=log_factory)
+    sim = Simulation(
+        seed,
+        params,
+        factory,
+        driver_class=driver_class,
+        log_factory=log_factory,
+        coordinator_class=coordinator_class,
+    )
     return sim.run()
 
 
