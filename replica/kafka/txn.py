@@ -56,6 +56,7 @@ __all__ = [
     "group_commit",
     "group_of",
     "init_producer_id",
+    "names_another_producer",
 ]
 
 TXN_KEY_VERSION = 0
@@ -191,6 +192,14 @@ def check_producer(meta: TxnMetadata | None, producer_id: int, producer_epoch: i
     return KafkaError.NONE
 
 
+def names_another_producer(meta: TxnMetadata | None, expected: tuple[int, int]) -> bool:
+    """An InitProducerId naming (id, epoch) (KIP-360) that are not the id's current
+    producer: a zombie of an earlier epoch, fenced (PRODUCER_FENCED), which must not
+    touch the live producer's transaction."""
+    pid, epoch = expected
+    return pid >= 0 and meta is not None and (pid, epoch) != (meta.producer_id, meta.producer_epoch)
+
+
 def init_producer_id(
     meta: TxnMetadata | None,
     transactional_id: str,
@@ -205,8 +214,7 @@ def init_producer_id(
     (``begin_abort_on_timeout`` with the epoch bumped), then asks again."""
     if meta is not None and meta.state.preparing:
         return Decision(KafkaError.CONCURRENT_TRANSACTIONS)
-    pid, epoch = expected
-    if pid >= 0 and meta is not None and (pid, epoch) != (meta.producer_id, meta.producer_epoch):
+    if names_another_producer(meta, expected):
         return Decision(KafkaError.PRODUCER_FENCED)
     if meta is None or meta.producer_epoch >= MAX_PRODUCER_EPOCH:
         producer_id, producer_epoch = new_producer_id, 0

@@ -61,6 +61,7 @@ from ..kafka.txn import (
     expired,
     group_of,
     init_producer_id,
+    names_another_producer,
 )
 from ..node.api import Api
 from ..protocol import ErrorCode
@@ -413,6 +414,8 @@ class TransactionCoordinator:
         await self._settled(part, tid)
         async with self._lock(tid):
             meta = part.txns.get(tid)
+            if names_another_producer(meta, (producer_id, producer_epoch)):
+                return KafkaError.PRODUCER_FENCED, -1, -1  # a zombie: the live one's stays
             if meta is not None and meta.state == TxnState.ONGOING:
                 code = await self._abort_ongoing(part, meta)
                 if code != KafkaError.NONE:

@@ -198,3 +198,25 @@ def test_a_producer_gone_mid_transaction_is_aborted_by_its_timeout(
     plain.close()
     assert not _settled(client, "nhung")  # the open transaction holds the LSO back
     _committed_view(client, "nhung", [b"later"])
+
+
+def test_a_zombie_naming_its_old_epoch_does_not_touch_the_live_producer(
+    tcluster: LocalCluster,
+) -> None:
+    """InitProducerId naming an epoch the id has left (KIP-360) is PRODUCER_FENCED before
+    anything else: the live producer's open transaction is not aborted by it."""
+    c = tcluster
+    c.create_topic("nzombie", PARTITIONS)
+    client = Client(c.bootstrap)
+    zombie = Producer(client, transactional_id="n-zombie")
+    zombie.init_transactions()
+    live = Producer(client, transactional_id="n-zombie")
+    live.begin()
+    live.send("nzombie", b"live", partition=0)
+    live.flush()
+    with pytest.raises(ProducerFencedError):
+        zombie.init_transactions()  # names its own, older epoch
+    live.commit()
+    zombie.close()
+    live.close()
+    _committed_view(client, "nzombie", [b"live"])
