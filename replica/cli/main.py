@@ -679,6 +679,7 @@ PERF = {
     "producer": "replica.cli.perf_producer",
     "reassign": "replica.cli.perf_reassign",
     "transactions": "replica.cli.perf_transactions",
+    "sink": "replica.cli.perf_sink",
 }
 
 
