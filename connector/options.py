@@ -549,9 +549,12 @@ def parse_sink_delivery(options: Mapping[str, str]) -> SinkDelivery:
 def parse_sink_options(options: Mapping[str, str]) -> SourceOptions:
     """The sink's options (``df.write.format("quorumlog")``): bootstrap, an optional single
     ``topic`` (else a 'topic' column), requestTimeoutMs and the security options."""
-    # Spark hands a streaming sink the query's checkpointLocation too.
+    # Spark hands a streaming sink the query's checkpointLocation (and queryName) too.
     opts, bootstrap = _known_options_and_bootstrap(
-        options, SINK_OPTION_NAMES, "writing format", also_ignored=("checkpointlocation",)
+        options,
+        SINK_OPTION_NAMES,
+        "writing format",
+        also_ignored=("checkpointlocation", "queryname"),
     )
     topics: tuple[str, ...] = ()
     if "topic" in opts:

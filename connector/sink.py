@@ -53,6 +53,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from ..replica.client import Client
+from ..replica.client.errors import ProducerFencedError
 from ..replica.client.partitioner import DEFAULT_PARTITIONER, UNKEYED, key_partitions
 from ..replica.client.producer import Producer
 from ..replica.client.security import ClientSecurity
@@ -135,10 +136,11 @@ def _client(opts: SinkOptions) -> Client:
 def _send_rows(
     opts: SinkOptions, client: Client, producer: Producer, batches: Iterator[pa.RecordBatch]
 ) -> int:
-    """Queue every row on ``producer``; returns how many."""
+    """Queue every row on ``producer``; returns how many. Rows without key or partition
+    rotate over the partitions one Arrow batch at a time, each task from its own."""
     rows = 0
     counts: dict[str, int] = {}
-    turn = 0
+    turn = _task().partitionId()
     for batch in batches:
         if batch.num_rows == 0:
             continue
@@ -207,7 +209,17 @@ def _decide(opts: SinkOptions, messages: list[Any], batch_id: int, commit: bool)
         for tid, pid, epoch in (msg.member for msg in done if msg.member is not None)
     ]
     with _client(opts) as client:
-        client.txn_group_commit(group, batch_id, members, commit=commit)
+        try:
+            client.txn_group_commit(group, batch_id, members, commit=commit)
+        except ProducerFencedError as exc:
+            raise ProducerFencedError(
+                f"batch {batch_id} of {group} was not committed: a task's transaction was "
+                f"ended before the commit (aborted after transactionTimeoutMs, "
+                f"{opts.transaction_timeout_ms} ms, or fenced by another attempt of the "
+                f"task); nothing of the batch is visible, and the query resumes from its "
+                f"checkpoint when restarted ({exc})",
+                exc.error_code,
+            ) from exc
     return sum(msg.rows for msg in done)
 
 
