@@ -119,29 +119,31 @@ def main(argv: list[str] | None = None) -> int:
             .start()
         )
 
+    # One query at a time, in the order given: two streaming queries of one session
+    # submitting tasks at once can corrupt a task's serialized properties in Spark
+    # (java.io.OptionalDataException on the executor, every attempt).
     sinks = dict(sink.split("=", 1) for sink in args.sink)
-    running = {delivery: start(delivery, topic) for delivery, topic in sinks.items()}
-    restarts = dict.fromkeys(sinks, 0)
     result: dict[str, Any] = {}
-    while running:
-        for delivery, query in list(running.items()):
-            if query.isActive:
-                continue
+    for delivery, topic in sinks.items():
+        restarts = 0
+        query = start(delivery, topic)
+        while True:
+            while query.isActive:
+                time.sleep(0.2)
             error = query.exception()
-            if error is not None and WORKER_TIMEOUT in str(error) and restarts[delivery] < 5:
+            if error is not None and WORKER_TIMEOUT in str(error) and restarts < 5:
                 # Spark gives a Python worker it starts 10 s to connect back; a busy machine
                 # may take longer. The query restarts from its checkpoint, as after a crash.
-                restarts[delivery] += 1
+                restarts += 1
                 print(f"RESTART {delivery}: {WORKER_TIMEOUT}", flush=True)
-                running[delivery] = start(delivery, sinks[delivery])
+                query = start(delivery, topic)
                 continue
-            result[delivery] = {
-                "error": None if error is None else str(error)[:2000],
-                "batches": [p["batchId"] for p in query.recentProgress],
-                "restarts": restarts[delivery],
-            }
-            del running[delivery]
-        time.sleep(0.2)
+            break
+        result[delivery] = {
+            "error": None if error is None else str(error)[:2000],
+            "batches": [p["batchId"] for p in query.recentProgress],
+            "restarts": restarts,
+        }
     print("RESULT " + json.dumps(result), flush=True)
     spark.stop()
     return 0 if all(r["error"] is None for r in result.values()) else 1

@@ -2,9 +2,10 @@
 tasks' first attempts fail after some of their rows reached the sink, whose driver
 (with its local-cluster executors, each in its own JVM) is killed with SIGKILL twice
 mid-batch and restarted from its checkpoint. Read read_committed, the output holds
-every input row exactly once with ``delivery=exactly-once``; the same run with
-``delivery=at-least-once`` loses nothing but writes rows twice (so the first check has
-teeth). Also: a bad ``delivery`` names the option when the writer is defined, and a
+every input row exactly once with ``delivery=exactly-once``; the same driver then runs
+the same stream with ``delivery=at-least-once`` (after the exactly-once query: two
+streaming queries at once trip a Spark race in task serialization), which loses nothing
+but writes rows twice under the same task failures (so the first check has teeth). Also: a bad ``delivery`` names the option when the writer is defined, and a
 batch ``df.write`` round trip."""
 
 from __future__ import annotations
