@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": args.seconds,
         "commit_ms": args.commit_ms,
         "value_size": args.value_size,
+        "idempotent_records": idem["records"],
+        "transactional_records": txn["records"],
         "idempotent_rec_per_s": round(idem["records"] / idem["elapsed"]),
         "transactional_rec_per_s": round(txn["records"] / txn["elapsed"]),
         "transactional_vs_idempotent": round(
