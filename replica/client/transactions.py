@@ -19,7 +19,7 @@ fenced. A fenced producer (another took the id) fails every later call.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ..kafka import messages as km
@@ -53,13 +53,6 @@ def _first_error(answer: Message, topics: str, partitions: str, code: str) -> in
     return 0
 
 
-def _body(api: KafkaApi, version: int, **fields: object) -> Message:
-    """A request of ``api`` at ``version``: its defaults, with ``fields``."""
-    body = api.default_request(version)
-    body.update(fields)
-    return body
-
-
 def _top_error(answer: Message) -> int:
     return int(answer["error_code"])
 
@@ -88,16 +81,24 @@ class Transactions:
 
     # ------------------------------------------------------------------ the coordinator
     def _call(
-        self, api: KafkaApi, version: int, body: Message, error_of: object, *, group: str = ""
+        self,
+        api: KafkaApi,
+        error_of: Callable[[Message], int],
+        *,
+        group: str = "",
+        version: int = _TXN_V,
+        **fields: object,
     ) -> Message:
-        """``body`` to the transaction coordinator (or, with ``group``, that group's);
-        the answer, or its error raised (a fenced producer's for good)."""
+        """A request of ``api`` (its defaults with ``fields``) to the transaction
+        coordinator (or, with ``group``, that group's); the answer, or its error raised
+        (a fenced producer's for good)."""
         topic, key, key_type = (
             (OFFSETS_TOPIC, group, GROUP_KEY_TYPE)
             if group
             else (TXN_STATE_TOPIC, self.transactional_id, TXN_KEY_TYPE)
         )
-        assert callable(error_of)
+        body = api.default_request(version)
+        body.update(fields)
         answer = self._client.coordinator_call(topic, key, key_type, api, version, body, error_of)
         error = kafka_error(error_of(answer), f"{api.name} for transactional id {key!r}")
         if isinstance(error, InvalidProducerEpochError):
@@ -119,15 +120,15 @@ class Transactions:
         with self._lock:
             self._check_usable()
             pid, epoch = self.identity or (-1, -1)
-            body = _body(
+            answer = self._call(
                 km.INIT_PRODUCER_ID,
-                _INIT_V,
+                _top_error,
+                version=_INIT_V,
                 transactional_id=self.transactional_id,
                 transaction_timeout_ms=self.timeout_ms,
                 producer_id=pid,
                 producer_epoch=epoch,
             )
-            answer = self._call(km.INIT_PRODUCER_ID, _INIT_V, body, _top_error)
             self.identity = (answer["producer_id"], answer["producer_epoch"])
             self.open, self._failure = False, None
             self._added.clear()
@@ -168,24 +169,18 @@ class Transactions:
             by_topic: dict[str, list[int]] = {}
             for topic, p in new:
                 by_topic.setdefault(topic, []).append(p)
-            body = _body(
-                km.ADD_PARTITIONS_TO_TXN,
-                _TXN_V,
-                v3_and_below_transactional_id=self.transactional_id,
-                v3_and_below_producer_id=self.identity[0],
-                v3_and_below_producer_epoch=self.identity[1],
-                v3_and_below_topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-            )
             self._call(
                 km.ADD_PARTITIONS_TO_TXN,
-                _TXN_V,
-                body,
                 lambda a: _first_error(
                     a,
                     "results_by_topic_v3_and_below",
                     "results_by_partition",
                     "partition_error_code",
                 ),
+                v3_and_below_transactional_id=self.transactional_id,
+                v3_and_below_producer_id=self.identity[0],
+                v3_and_below_producer_epoch=self.identity[1],
+                v3_and_below_topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
             )
             self._added.update(new)
 
@@ -208,15 +203,14 @@ class Transactions:
                 # The group's offsets partition joins the transaction: the offsets topic
                 # must exist first (a group coordinator's first use creates it).
                 self._client.coordinator_partitions(OFFSETS_TOPIC, group_id, GROUP_KEY_TYPE)
-                body = _body(
+                self._call(
                     km.ADD_OFFSETS_TO_TXN,
-                    _TXN_V,
+                    _top_error,
                     transactional_id=self.transactional_id,
                     producer_id=pid,
                     producer_epoch=epoch,
                     group_id=group_id,
                 )
-                self._call(km.ADD_OFFSETS_TO_TXN, _TXN_V, body, _top_error)
                 self._groups.add(group_id)
             by_topic: dict[str, list[Message]] = {}
             for (topic, p), offset in sorted(offsets.items()):
@@ -228,21 +222,15 @@ class Transactions:
                         "committed_metadata": "",
                     }
                 )
-            body = _body(
+            self._call(
                 km.TXN_OFFSET_COMMIT,
-                _TXN_V,
+                lambda a: _first_error(a, "topics", "partitions", "error_code"),
+                group=group_id,
                 transactional_id=self.transactional_id,
                 group_id=group_id,
                 producer_id=pid,
                 producer_epoch=epoch,
                 topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
-            )
-            self._call(
-                km.TXN_OFFSET_COMMIT,
-                _TXN_V,
-                body,
-                lambda a: _first_error(a, "topics", "partitions", "error_code"),
-                group=group_id,
             )
 
     def end(self, commit: bool) -> None:
@@ -265,18 +253,17 @@ class Transactions:
                 self.init()
                 return
             if self._added or self._groups:
-                body = _body(
+                # Should it fail (a timeout: the decision may be durable or not), the
+                # transaction stays open: the same call again ends it (a retried EndTxn
+                # of a transaction ended so succeeds), or abort() does.
+                self._call(
                     km.END_TXN,
-                    _TXN_V,
+                    _top_error,
                     transactional_id=self.transactional_id,
                     producer_id=self.identity[0],
                     producer_epoch=self.identity[1],
                     committed=commit,
                 )
-                # Should it fail (a timeout: the decision may be durable or not), the
-                # transaction stays open: the same call again ends it (a retried EndTxn
-                # of a transaction ended so succeeds), or abort() does.
-                self._call(km.END_TXN, _TXN_V, body, _top_error)
             self.open = False
             self._added.clear()
             self._groups.clear()

@@ -351,6 +351,8 @@ class Server:
             self._authenticated(principal)
         problems = ConnectionProblems(peer, self.stats, self._budget)
         peer_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
+        # This connection's task has a context of its own; its handler tasks copy it.
+        REQUEST_PRINCIPAL.set((principal, peer_host))
         pending: asyncio.Queue[tuple[int, asyncio.Task[tuple[int, Any] | None]] | None] = (
             asyncio.Queue(MAX_IN_FLIGHT)
         )
@@ -390,6 +392,7 @@ class Server:
                         if principal is None:
                             break
                         self._authenticated(principal)
+                        REQUEST_PRINCIPAL.set((principal, peer_host))
                         continue
                     handled, stated_directory, reply = self._directory_step(
                         frame, principal, stated_directory
@@ -447,7 +450,6 @@ class Server:
                         raft_busy_s = 0.0
                         await asyncio.sleep(0)
                     continue
-                REQUEST_PRINCIPAL.set((principal, peer_host))
                 await pending.put((frame.correlation_id, asyncio.create_task(self._handler(frame))))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
