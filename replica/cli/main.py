@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from .. import defaults
+from ..perf import COMMANDS as PERF
 
 log = logging.getLogger("quorumlog")
 
@@ -667,27 +668,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PERF = {
-    "storage": "replica.storage.perf",
-    "produce": "replica.cli.perf_produce",
-    "failover": "replica.cli.perf_failover",
-    "spark-read": "replica.cli.perf_spark",
-    "delta": "replica.cli.perf_delta",
-    "kafka": "replica.cli.perf_kafka",
-    "partitions": "replica.cli.perf_partitions",
-    "latency": "replica.cli.perf_latency",
-    "producer": "replica.cli.perf_producer",
-    "reassign": "replica.cli.perf_reassign",
-    "transactions": "replica.cli.perf_transactions",
-    "sink": "replica.cli.perf_sink",
-}
-
-
 def run_perf(which: str, argv: list[str]) -> int:
-    import importlib
+    from ..perf import load
 
-    mod = importlib.import_module(f"quorumlog.{PERF[which]}")
-    rc: int = mod.main(argv)
+    rc: int = load(which).main(argv)
     return rc
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from quorumlog.replica.cli import perf_kafka
+from quorumlog.replica.perf import kafka as perf_kafka
 
 
 @pytest.mark.cluster

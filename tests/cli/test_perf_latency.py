@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from quorumlog.replica.cli import perf_latency
+from quorumlog.replica.perf import latency as perf_latency
 
 
 @pytest.mark.cluster

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from quorumlog.replica.cli import perf_partitions
 from quorumlog.replica.cli.main import PERF
-from quorumlog.replica.cli.perfutil import Progress, cpu_seconds
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.perf import partitions as perf_partitions
+from quorumlog.replica.perf.util import Progress, cpu_seconds
 from quorumlog.replica.protocol import messages as m
 
 KEYS = {
@@ -40,7 +40,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[str]
 @pytest.mark.cluster
 @pytest.mark.timeout(60)
 def test_perf_partitions_tiny(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert PERF["partitions"] == "replica.cli.perf_partitions"
+    assert PERF["partitions"] == "partitions"
     start = time.monotonic()
     rc, human, fig = _run(
         capsys,

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from quorumlog.replica.cli import perf_producer
 from quorumlog.replica.client import Client
 from quorumlog.replica.client.producer import Producer
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.perf import producer as perf_producer
 
 pytest.importorskip("confluent_kafka")
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from quorumlog.replica.cli import perf_reassign
 from quorumlog.replica.cli.main import PERF
+from quorumlog.replica.perf import reassign as perf_reassign
 
 
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_perf_reassign_tiny(capsys: pytest.CaptureFixture[str]) -> None:
-    assert PERF["reassign"] == "replica.cli.perf_reassign"
+    assert PERF["reassign"] == "reassign"
     # Producers at a set rate: as fast as acknowledged, the new replicas, on the same two
     # cores and disk as the old, may never catch up, and the disk fills.
     rc = perf_reassign.main(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from quorumlog.replica.cli import perf_sink
+from quorumlog.replica.perf import sink as perf_sink
 
 
 @pytest.mark.cluster

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from quorumlog.replica.cli import perf_transactions
+from quorumlog.replica.perf import transactions as perf_transactions
 
 
 @pytest.mark.cluster

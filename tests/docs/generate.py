@@ -10,7 +10,6 @@ each one from there, stopping ``main`` at its ``parse_args`` call.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,11 +48,12 @@ def _capturing_parse_args() -> Iterator[None]:
 
 
 def perf_parsers() -> Parsers:
-    from quorumlog.replica.cli.main import PERF
+    from quorumlog.replica.perf import COMMANDS as PERF
+    from quorumlog.replica.perf import load
 
     found: Parsers = {}
-    for which, module in sorted(PERF.items()):
-        mod = importlib.import_module(f"quorumlog.{module}")
+    for which in sorted(PERF):
+        mod = load(which)
         with _capturing_parse_args():
             try:
                 mod.main([])

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 from quorumlog.connector.delta import DeltaSink
-from quorumlog.replica.cli.perf_reassign import METADATA_TIMEOUT_S, LeaderWatch
 from quorumlog.replica.client import Client
 from quorumlog.replica.client.errors import QuorumLogError
 from quorumlog.replica.client.producer import Producer
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.perf.reassign import METADATA_TIMEOUT_S, LeaderWatch
 
 from tests.support.cli import cluster_cli
 from tests.support.cluster import read_all

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from quorumlog.replica import defaults
-from quorumlog.replica.cli.perf_failover import trial as failover_trial
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.perf.failover import trial as failover_trial
 from quorumlog.replica.storage.records import encode_batch
 
 from tests.support.cluster import (

@@ -282,7 +282,7 @@ def test_a_closed_journal_refuses_writes(tmp_path: Path) -> None:
 def test_perf_storage_times_quorum_states(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from quorumlog.replica.storage import perf
+    from quorumlog.replica.perf import storage as perf
 
     assert perf.main(["--mb", "1", "--json", "--quorum-states", "20", "--dir", str(tmp_path)]) == 0
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["quorum_states"]
@@ -293,7 +293,7 @@ def test_perf_storage_times_quorum_states(
 def test_perf_storage_times_what_retention_holds_its_caller(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from quorumlog.replica.storage import perf
+    from quorumlog.replica.perf import storage as perf
 
     assert perf.main(["--mb", "40", "--dir", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()

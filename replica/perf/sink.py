@@ -35,8 +35,8 @@ from typing import Any
 from ..client import Client
 from ..node.cluster import LocalCluster
 from ..storage.records import encode_batch
-from .perf_spark import session
-from .perfutil import Progress, emit, percentile
+from .spark import session
+from .util import Progress, emit, percentile
 
 DELIVERIES = ("at-least-once", "exactly-once")
 #: A stamped row's value: its wall-clock send time, then padding.

@@ -36,10 +36,11 @@ import time
 from pathlib import Path
 
 from .. import defaults
+from ..cli.reassign import Move, move_status
 from ..client.balance import even_leaders
 from ..node.cluster import LocalCluster
 from ..storage.records import encode_batch
-from .perfutil import (
+from .util import (
     MachineCpu,
     ProduceJob,
     ProduceLoad,
@@ -48,7 +49,6 @@ from .perfutil import (
     page_cache_args,
     run_producers,
 )
-from .reassign import Move, move_status
 
 TOPIC = "reassign"
 THREE_REPLICAS_TOPIC = "reassign-three-replicas"

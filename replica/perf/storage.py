@@ -23,12 +23,12 @@ import tempfile
 import threading
 import time
 
-from .fdcache import FdCache
-from .groupflush import flush_logs, syncfs_available
-from .log import Log, LogConfig
-from .quorum_journal import QuorumJournal
-from .quorum_state import QuorumState, QuorumStateStore
-from .records import batches_to_table, encode_batch, iter_batches
+from ..storage.fdcache import FdCache
+from ..storage.groupflush import flush_logs, syncfs_available
+from ..storage.log import Log, LogConfig
+from ..storage.quorum_journal import QuorumJournal
+from ..storage.quorum_state import QuorumState, QuorumStateStore
+from ..storage.records import batches_to_table, encode_batch, iter_batches
 
 RECORD_BYTES = 100
 MIB = 1024 * 1024

@@ -1,6 +1,6 @@
-"""``perfutil.cpu_seconds``: another process's CPU time to the nanosecond, so that a
+"""``util.cpu_seconds``: another process's CPU time to the nanosecond, so that a
 short measure of a process that did little (the nodes of a tiny ``perf kafka`` run)
-reads more than 0; /proc's clock ticks (10 ms) read 0 there. ``perfutil.MachineCpu``:
+reads more than 0; /proc's clock ticks (10 ms) read 0 there. ``util.MachineCpu``:
 the host's share of the machine's CPU time (steal) between two readings."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from quorumlog.replica.cli.perfutil import MachineCpu, cpu_seconds
+from quorumlog.replica.perf.util import MachineCpu, cpu_seconds
 
 # Waits for a line, burns 3 ms of CPU, waits for another.
 CHILD = (

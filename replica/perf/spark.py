@@ -19,7 +19,7 @@ from typing import Any
 
 from ..client import Client
 from ..node.cluster import LocalCluster
-from .perfutil import Progress, emit
+from .util import Progress, emit
 
 CEILING_NAME = "quorumlog_perf_ceiling"
 

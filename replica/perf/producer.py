@@ -34,7 +34,7 @@ from typing import Any
 from ..client import Client
 from ..client.producer import Producer
 from ..node.cluster import LocalCluster
-from .perfutil import (
+from .util import (
     Progress,
     add_page_cache_option,
     emit,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..node.cluster import LocalCluster
-from .perfutil import Progress, cpu_seconds, emit
+from .util import Progress, cpu_seconds, emit
 
 #: librdkafka's fetch back-off when a partition's prefetch queue is full (its default,
 #: 1000 ms, stalls a consumer that reads faster than its queue thresholds assume).

@@ -34,7 +34,7 @@ from ..client.errors import QuorumLogError
 from ..node.cluster import LocalCluster
 from ..protocol import ApiKey
 from ..protocol import messages as m
-from .perfutil import (
+from .util import (
     PRODUCER_MODES,
     ProduceJob,
     Progress,

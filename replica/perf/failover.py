@@ -9,7 +9,7 @@ import time
 
 from ..client import Client
 from ..node.cluster import LocalCluster
-from .perfutil import Progress, emit, median
+from .util import Progress, emit, median
 
 
 def trial(cluster: LocalCluster, topic: str, graceful: bool, payload: bytes) -> float:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..client import Client
 from ..node.cluster import LocalCluster
-from .perfutil import ProduceJob, emit, peak_rss_mb, percentile, run_producers
+from .util import ProduceJob, emit, peak_rss_mb, percentile, run_producers
 
 
 def _epochs(client: Client, topic: str) -> dict[int, int]:

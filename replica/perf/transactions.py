@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..node.cluster import LocalCluster
-from .perfutil import cpu_seconds, emit, percentile
+from .util import cpu_seconds, emit, percentile
 
 #: Records per ``produce_batch`` call.
 CHUNK = 1_000

@@ -22,8 +22,8 @@ from typing import Any
 from ..client import Client
 from ..node.cluster import LocalCluster
 from ..storage.records import encode_batch
-from .perf_spark import session
-from .perfutil import Progress, emit, percentile
+from .spark import session
+from .util import Progress, emit, percentile
 
 #: Spark's checkpoint writer for a file system through Hadoop's FileSystem API. The default
 #: one (FileContext) starts a ``chmod`` or ``readlink`` process for every file it writes

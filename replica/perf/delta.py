@@ -22,8 +22,8 @@ import tempfile
 import time
 
 from ..node.cluster import LocalCluster
-from .perf_spark import produce, session
-from .perfutil import emit
+from .spark import produce, session
+from .util import emit
 
 
 def main(argv: list[str] | None = None) -> int:
