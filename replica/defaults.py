@@ -98,6 +98,17 @@ RETENTION_BYTES: int | None = None
 RETENTION_MS: int | None = None
 # [segment.ms] roll an active segment older than this; None: never.
 SEGMENT_MS: int | None = None
+# Log compaction (Kafka's topic configs and their log.cleaner.* broker defaults):
+# [cleanup.policy] delete, compact, or compact,delete.
+CLEANUP_POLICY = "delete"
+# [min.cleanable.dirty.ratio] clean a log once this share of it is dirty (uncleaned).
+MIN_CLEANABLE_DIRTY_RATIO = 0.5
+# [min.compaction.lag.ms] a record stays uncompacted at least this long.
+MIN_COMPACTION_LAG_MS = 0
+# [max.compaction.lag.ms] a record is compacted within this long (None: no bound).
+MAX_COMPACTION_LAG_MS: int | None = None
+# [delete.retention.ms] a tombstone stays readable this long after its segment is cleaned.
+DELETE_RETENTION_MS = 86_400_000
 # Background CRC scrub of sealed segments, for the whole node (0: off). 4 MiB/s reads
 # 1 TiB in about 3 days for well under 1% of a core (crc32 runs at GB/s).
 SCRUB_BYTES_PER_SECOND = 4 << 20

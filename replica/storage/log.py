@@ -116,6 +116,11 @@ class LogConfig:
       out of the page cache and, on a virtual machine whose host takes back freed memory,
       pay a first touch for every new page (a move's copies then cost its node several
       times the CPU of the same bytes written into reused memory).
+    cleanup_policy (cleanup.policy): "delete", "compact" or "compact,delete": whether the
+      cleaner keeps only the latest record of each key, and whether retention deletes.
+    min_cleanable_dirty_ratio, min_compaction_lag_ms, max_compaction_lag_ms (None: no
+      bound), delete_retention_ms: when the cleaner runs and how long tombstones stay
+      (Kafka's topic configs of those names).
     """
 
     segment_bytes: int = defaults.SEGMENT_BYTES
@@ -125,6 +130,11 @@ class LogConfig:
     retention_ms: int | None = defaults.RETENTION_MS
     validate_records: bool = True
     drop_synced_pages: bool = False
+    cleanup_policy: str = defaults.CLEANUP_POLICY
+    min_cleanable_dirty_ratio: float = defaults.MIN_CLEANABLE_DIRTY_RATIO
+    min_compaction_lag_ms: int = defaults.MIN_COMPACTION_LAG_MS
+    max_compaction_lag_ms: int | None = defaults.MAX_COMPACTION_LAG_MS
+    delete_retention_ms: int = defaults.DELETE_RETENTION_MS
 
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= 1 << 31:
