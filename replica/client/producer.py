@@ -85,7 +85,7 @@ from .errors import (
 )
 from .identity import _NOT_SENT, ProducerIdentity, _encoder, _Started, _stored_codec
 from .partitioner import DEFAULT_PARTITIONER, PARTITIONERS
-from .transactions import Transactions
+from .transactions import NOT_IN_TRANSACTION, Transactions
 
 __all__ = ["ManyFuture", "Producer", "RecordFuture", "RecordMetadata"]
 
@@ -428,7 +428,7 @@ class Producer(ProducerIdentity):
         return self._txn
 
     def _refuse_send(self) -> None:
-        raise TransactionStateError("a transactional producer sends only after begin()")
+        raise TransactionStateError(NOT_IN_TRANSACTION)
 
     def init_transactions(self) -> None:
         """Take the transactional id: a new epoch of its producer id, which fences every

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from .client import Client
 
 #: The Kafka versions the native client speaks to the coordinators.
+#: Why a transactional producer refuses a record outside ``begin()`` ... ``commit()``.
+NOT_IN_TRANSACTION = "a transactional producer sends only after begin()"
 _INIT_V = 4  # the first with PRODUCER_FENCED (KIP-588)
 _TXN_V = 3
 
@@ -151,16 +153,14 @@ class Transactions:
         with self._lock:
             self._check_usable()
             if not self.open or self.identity is None:
-                raise TransactionStateError("a transactional producer sends only after begin()")
+                raise TransactionStateError(NOT_IN_TRANSACTION)
             return self.identity
 
     def add(self, partitions: Iterable[Partition]) -> None:
         """Before sending to them: the partitions not yet in the transaction are added
         to it at the coordinator."""
         with self._lock:
-            self._check_usable()
-            if not self.open or self.identity is None:
-                raise TransactionStateError("a transactional producer sends only after begin()")
+            pid, epoch = self.current_identity()
             new = sorted(set(partitions) - self._added)
             if not new:
                 return
@@ -178,8 +178,8 @@ class Transactions:
                     "partition_error_code",
                 ),
                 v3_and_below_transactional_id=self.transactional_id,
-                v3_and_below_producer_id=self.identity[0],
-                v3_and_below_producer_epoch=self.identity[1],
+                v3_and_below_producer_id=pid,
+                v3_and_below_producer_epoch=epoch,
                 v3_and_below_topics=[{"name": t, "partitions": ps} for t, ps in by_topic.items()],
             )
             self._added.update(new)
