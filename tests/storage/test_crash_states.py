@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from quorumlog.replica.storage import Log, LogConfig, encode_batch, fileio, fileutil
 from quorumlog.replica.storage import log as log_module
+from quorumlog.replica.storage.errors import CorruptLogError
 
 from .crash_explorer import SweepResult, sweep
 from .crashfs import RecordingFileOps, Shadow, materialize
@@ -78,9 +79,23 @@ def test_teeth_a_rename_not_made_durable_is_caught(monkeypatch: pytest.MonkeyPat
 
 
 def _users_of_atomic_write() -> Iterator[object]:
-    from quorumlog.replica.storage import epoch_cache, quorum_journal, segment
+    from quorumlog.replica.storage import (
+        epoch_cache,
+        log_files,
+        log_flush,
+        quorum_journal,
+        segment,
+    )
 
-    for module in (fileutil, log_module, epoch_cache, quorum_journal, segment):
+    for module in (
+        fileutil,
+        log_module,
+        log_files,
+        log_flush,
+        epoch_cache,
+        quorum_journal,
+        segment,
+    ):
         if hasattr(module, "atomic_write"):
             yield module
 
@@ -139,7 +154,7 @@ def test_recovery_cuts_at_a_gap_past_the_recovery_point_and_refuses_one_below(
         shutil.copytree(directory, copy)
         os.unlink(os.path.join(copy, f"{2:020d}.log"))  # fsync'd data gone: damage
         os.unlink(os.path.join(copy, ".clean-shutdown"))
-        with pytest.raises(log_module.CorruptLogError, match="below the recovery point"):
+        with pytest.raises(CorruptLogError, match="below the recovery point"):
             Log(copy, config)
 
 

@@ -16,9 +16,9 @@ from quorumlog.replica.storage import (
     StorageError,
     flush_logs,
     groupflush,
+    log_flush,
     syncfs_available,
 )
-from quorumlog.replica.storage import log as log_module
 from quorumlog.replica.storage import syncfs as syncfs_module
 
 from tests.support.pages import resident_pages
@@ -63,7 +63,7 @@ def test_an_abandoned_flush_claims_nothing_and_the_next_one_syncs_the_directory(
     pending.abandon()
     pending.abandon()  # idempotent
     assert lg.durable_end_offset == 0
-    dirs = record_calls(monkeypatch, log_module, "fsync_dir")
+    dirs = record_calls(monkeypatch, log_flush, "fsync_dir")
     assert lg.flush() == lg.end_offset
     # The log made its directory with its first write: the entry of that goes too.
     assert dirs == [lg.directory, str(tmp_path)]

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 from quorumlog.replica.defaults import TAIL_LOG_BATCHES
-from quorumlog.replica.storage import DiskError, Log, LogConfig, iter_batches
-from quorumlog.replica.storage import log as log_module
+from quorumlog.replica.storage import DiskError, Log, LogConfig, iter_batches, log_append
 from quorumlog.replica.storage.segment import Segment
 from quorumlog.replica.storage.tail import Tail, TailBudget
 
@@ -102,7 +101,7 @@ def test_a_write_failing_part_way_clears_the_tail(
     log = Log(str(tmp_path), LogConfig(segment_bytes=2 * size), tail=TailBudget(1 << 20))
     log.append_as_leader(client_batch(0, 1), 1)
     writes = []
-    real = log_module._writev_all
+    real = log_append._writev_all
 
     def second_fails(fd: int, buffers: list[bytes | memoryview]) -> None:
         writes.append(fd)
@@ -110,11 +109,11 @@ def test_a_write_failing_part_way_clears_the_tail(
             raise OSError(28, "No space left on device")
         real(fd, buffers)
 
-    monkeypatch.setattr(log_module, "_writev_all", second_fails)
+    monkeypatch.setattr(log_append, "_writev_all", second_fails)
     with pytest.raises(DiskError) as info:
         log.append_as_leader(client_batch(1, 1) + client_batch(2, 1), 1)
     assert info.value.errno == 28
-    monkeypatch.setattr(log_module, "_writev_all", real)
+    monkeypatch.setattr(log_append, "_writev_all", real)
     assert log.end_offset == 2
     log.append_as_leader(client_batch(2, 1), 1)
     assert [summary(log.read(o, 1)) for o in range(3)] == [[(o, 1, 1)] for o in range(3)]
