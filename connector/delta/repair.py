@@ -127,6 +127,11 @@ class LogDivergenceResolver:
             found = first_offset_not_in_log(held, end_offset_for_epoch)
         return position.offset if found is None else found
 
+    def log_start(self, topic: str, partition: int) -> int:
+        """The partition's log start offset (ListOffsets earliest)."""
+        with self._client() as client:
+            return int(client.list_offsets(topic, partition, "earliest").offset)
+
     def read(self, topic: str, partition: int, start: int, end: int) -> pa.Table:
         """The log's records of ``topic/partition`` in [start, end), as the source's rows
         (headers included); fails if the log is truncated again meanwhile."""

@@ -52,6 +52,14 @@ from .spark_engine import (
     write_delta_spark,
 )
 from .staging import DEFAULT_WRITE_TIMEOUT_S, SWEEP_INTERVAL_S, staging_path, sweep
+from .upsert import (
+    UPSERT_COLUMNS,
+    check_keyed,
+    latest_per_key,
+    latest_per_key_spark,
+    merge_latest,
+    rebuilt_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +72,7 @@ SMALL_BATCH_BYTES = 8 << 20
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 Engine = Literal["delta-rs", "delta-spark", "auto"]
+Mode = Literal["append", "upsert"]
 
 
 class DeltaSink:
@@ -77,6 +86,10 @@ class DeltaSink:
             below the table's transaction version would be skipped.
         partition_by: partition columns of a new table (an existing table keeps its own).
         storage_options: passed to delta-rs.
+        mode: ``"append"`` (default): every record a row; ``"upsert"``: one row per
+            ``(topic, partition, key)`` with its latest record, a tombstone deletes it
+            (``upsert.py``; a truncation rebuilds the partition from the log, which
+            needs ``bootstrap``).
         engine: ``"delta-rs"`` (default, verified), ``"delta-spark"`` (requires the
             session to be configured for it), ``"auto"`` (delta-spark when detected).
         on_commit: called on the driver right after each Delta commit.
@@ -110,6 +123,7 @@ class DeltaSink:
         app_id: str | None = None,
         partition_by: Sequence[str] | None = DEFAULT_PARTITION_BY,
         storage_options: dict[str, str] | None = None,
+        mode: Mode = "append",
         engine: Engine = "delta-rs",
         on_commit: Callable[[CommitResult], None] | None = None,
         resolve_divergence: DivergenceResolver | None = None,
@@ -123,12 +137,17 @@ class DeltaSink:
     ) -> None:
         if engine not in ("delta-rs", "delta-spark", "auto"):
             raise ValueError(f"engine must be 'delta-rs', 'delta-spark' or 'auto', not {engine!r}")
+        if mode not in ("append", "upsert"):
+            raise ValueError(f"DeltaSink option 'mode' must be 'append' or 'upsert', not {mode!r}")
+        if mode == "upsert" and engine != "delta-rs":
+            raise ValueError(f"DeltaSink mode='upsert' needs engine='delta-rs', not {engine!r}")
         if app_id is not None and not app_id:
             raise ValueError("app_id must be a non-empty string or None (the query's id)")
         self.path = str(path)
         self.app_id = app_id
         self.partition_by = list(partition_by) if partition_by else None
         self.storage_options = storage_options
+        self.mode = mode
         self.engine = engine
         self.on_commit = on_commit
         if resolve_divergence is None and bootstrap is not None:
@@ -166,11 +185,12 @@ class DeltaSink:
         """Write one micro-batch; ``None`` if it was skipped (replayed or empty)."""
         app_id = self._resolve_app_id(df)
         if app_id not in self._checked_apps:  # a query's batches share its columns
-            missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+            required = [*REQUIRED_COLUMNS, *(UPSERT_COLUMNS if self.mode == "upsert" else ())]
+            missing = [c for c in required if c not in df.columns]
             if missing:
                 raise DeltaSinkError(
                     f"Delta sink {self.path}: the DataFrame lacks columns {missing} (has "
-                    f"{df.columns}); keep the quorumlog source's columns {list(REQUIRED_COLUMNS)}."
+                    f"{df.columns}); keep the quorumlog source's columns {required}."
                 )
             self._checked_apps.add(app_id)
         self._sweep_staging(app_id)
@@ -187,6 +207,8 @@ class DeltaSink:
                     committed,
                 )
                 return None
+        if self.mode == "upsert":
+            return self._write_upsert(df, batch_id, app_id, table)
         engine = self._engine(df)
         if engine == "delta-spark":
             return self._write_delta_spark(df, batch_id, app_id, table)
@@ -202,6 +224,53 @@ class DeltaSink:
         if small is not None:
             return self._write_on_driver(small, batch_id, app_id, table)
         return self._write_distributed(df, batch_id, app_id, table)
+
+    def _write_upsert(
+        self, df: Any, batch_id: int, app_id: str, table: DeltaTable | None
+    ) -> CommitResult | None:
+        """mode='upsert': the batch reduced to its latest record per key (on the driver
+        when small, by Spark when large), merged in one commit (``upsert.py``)."""
+        from_log = self._read_small_from_log(df, batch_id)
+        data = from_log if isinstance(from_log, pa.Table) else None
+        if data is None and not isinstance(from_log, TooLarge) and not self._known_large(df):
+            data = self._collect_if_small(df)
+        if data is not None:
+            if data.num_rows == 0:
+                return None
+            data, ranges = batch_ranges(data)
+            latest = latest_per_key(data)
+        else:
+            ranges = delta_spark_ranges(df)
+            if not ranges:
+                return None
+            latest = latest_per_key_spark(df)
+        check_keyed(latest, f"Delta sink {self.path}: batch {batch_id}")
+        if table is not None:
+            latest = latest.select(self._table_columns(latest.column_names, table))
+        previous = self._previous_positions(table)
+        plan = plan_commit(app_id, batch_id, ranges, previous)
+        resolver = self.resolve_divergence
+        parts, rebuilds = rebuilt_rows(
+            resolver if isinstance(resolver, LogDivergenceResolver) else None,
+            self.path,
+            [(t.topic, t.partition, t.first_redelivered_offset) for t in plan.truncations],
+            latest.schema,
+        )
+        if parts:
+            latest = latest_per_key(pa.concat_tables([*parts, latest]))
+        try:
+            merge_latest(
+                self.path,
+                table,
+                latest,
+                rebuilds,
+                self._commit_properties(plan),
+                self.partition_by,
+                self.storage_options,
+            )
+        except DeltaError as exc:
+            raise self._write_error(plan, exc) from exc
+        return self._committed(plan, sum(r.rows for r in ranges))
 
     def _read_small_from_log(self, df: Any, batch_id: int) -> pa.Table | TooLarge | None:
         """A small batch of the source's rows unchanged, read from the log on the driver
@@ -577,7 +646,7 @@ class DeltaSink:
             plan.batch_id,
             result.version,
             rows,
-            "replace" if plan.replaces else "append",
+            self.mode if self.mode == "upsert" else "replace" if plan.replaces else "append",
         )
         if self.on_commit is not None:
             self.on_commit(result)
