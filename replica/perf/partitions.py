@@ -1,6 +1,9 @@
-"""quorumlog perf partitions: how a cluster copes with many partitions (issue 14).
+"""quorumlog perf partitions: how a cluster copes with many partitions (issues 14, 65).
 
-One topic of N partitions, replication factor = nodes, on an embedded cluster; then, each
+One topic of N partitions (or ``--topics T`` of N each, created one after another, each
+once the one before is led), replication factor = nodes, on an embedded cluster, while a
+prober asks every node for the Metadata of a one-partition topic every 0.2 s (``probe``:
+how promptly a node answers a small request while partitions are created); then, each
 printed as it finishes: the time until every partition has a leader, the nodes' CPU and
 the elections during an idle window, leadership per node, kill -9 of the node leading
 the most partitions (time until every partition it led has a new leader), and a
@@ -11,7 +14,7 @@ node, sent to all of them before any answer is read. A partition's epoch is the 
 any node reports; it counts as led when a node says it leads it itself
 (``is_local_leader``) in that epoch. No request reaches the nodes during the idle window,
 but for the metrics scrapes of ``--metrics-listen`` (the cost of serving them is then in
-the idle CPU).
+the idle CPU). With several topics, the steps after the creates watch the first one.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ..client.errors import QuorumLogError
 from ..node.cluster import LocalCluster
 from ..protocol import ApiKey
 from ..protocol import messages as m
+from .probe import MetadataProber, ProbeResult
 from .util import (
     PRODUCER_MODES,
     ProduceJob,
@@ -47,6 +51,8 @@ from .util import (
 )
 
 TOPIC = "partitions"
+# The one-partition topic the prober asks for while the others are created.
+PROBE_TOPIC = "probe"
 VALUE_SIZE = 100
 # Threads: on the 2-core machine of issue 14 (8 producers, 100-record batches, 1 and 64
 # partitions) they reported 56k / 18k records/s against 50k / 15k for one process per
@@ -183,6 +189,11 @@ class ClusterView:
             self._drop(node)
 
 
+def topic_name(i: int) -> str:
+    """The name of the ``i``-th topic created (from 0)."""
+    return TOPIC if i == 0 else f"{TOPIC}-{i}"
+
+
 def _pause(interval_s: float, poll_s: float) -> float:
     """The sleep before the next poll: polls start ``interval_s`` apart, but the nodes get
     at least as long without one as the last one took, so that polling a slow cluster
@@ -272,7 +283,14 @@ def main(argv: list[str] | None = None) -> int:
         "elections, leadership per node, kill -9 failover, many-producer produce.",
     )
     ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--partitions", type=int, default=10_000, help="partitions per topic")
+    ap.add_argument(
+        "--topics",
+        type=int,
+        default=1,
+        help="topics of --partitions each, created one after another, each once the one "
+        "before is led (default 1); all_led_s is the last one's",
+    )
     ap.add_argument("--led-timeout", type=float, default=600, help="seconds (default 600)")
     ap.add_argument(
         "--balance-timeout",
@@ -325,13 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--json", action="store_true", help="print only the final JSON line")
     args = ap.parse_args(argv)
-    if args.partitions < 1 or args.nodes < 1 or args.in_flight < 1:
-        ap.error("--partitions, --nodes and --in-flight must be at least 1")
+    if min(args.partitions, args.nodes, args.in_flight, args.topics) < 1:
+        ap.error("--partitions, --topics, --nodes and --in-flight must be at least 1")
 
     figures: dict[str, Any] = {
         "bench": "partitions",
         "nodes": args.nodes,
         "partitions": args.partitions,
+        "topics": args.topics,
         "idle_seconds": args.idle_seconds,
         "ulimit_nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
         "all_led_s": None,
@@ -372,6 +391,7 @@ class _Bench:
     cluster: LocalCluster
     viewer: ClusterView
     figures: dict[str, Any]
+    last_start: float = 0.0  # when the last topic's create was sent
 
     def say(self, line: str) -> None:
         if not self.args.json:
@@ -381,32 +401,38 @@ class _Bench:
         n = self.args.partitions
         nodes = sorted(self.cluster.procs)
 
-        # 1. create, until every partition has a leader.
+        # 1. create, until every partition has a leader; each further topic once the one
+        # before is led, the prober asking throughout.
         long_ms = int(max(self.args.led_timeout, 30) * 1000)
         with Client(
             self.cluster.bootstrap, request_timeout_ms=long_ms, attempt_timeout_ms=long_ms
         ) as admin:
-            start = time.monotonic()
-            admin.create_topic(TOPIC, n, self.args.nodes)
-            self.figures["create_s"] = round(time.monotonic() - start, 3)
-        all_led, view = _wait_all_led(
-            self.cluster, self.viewer, n, start, self.args.led_timeout, "all led"
-        )
+            admin.create_topic(PROBE_TOPIC, 1, self.args.nodes)
+            admin.wait_for_leaders(PROBE_TOPIC, long_ms)
+            prober = MetadataProber(
+                [(self.cluster.host, self.cluster.ports[i]) for i in nodes], PROBE_TOPIC
+            )
+            try:
+                all_led, view = self.create_topics(admin)
+            finally:
+                probed = prober.stop()
+        self.report_probe(probed)
         self.figures["fds_per_node"] = [_open_fds(self.cluster.procs[i].pid) for i in nodes]
         self.figures["metadata_poll_ms"] = round(median(self.viewer.rtts) * 1000, 1)
+        last = topic_name(self.args.topics - 1)
         if all_led is None:
             self.figures["all_led_timeout"] = True
             self.figures["led_at_timeout"] = len(view.leaders)
             self.say(
-                f"create {n} partitions (RF {self.args.nodes}): NOT all led after "
+                f"create {n} partitions of {last} (RF {self.args.nodes}): NOT all led after "
                 f"{self.args.led_timeout:.0f}s ({len(view.leaders)}/{n} led; create call "
                 f"{self.figures['create_s']:.2f}s)",
             )
         else:
             self.figures["all_led_s"] = round(all_led, 3)
             self.say(
-                f"create {n} partitions (RF {self.args.nodes}): all led after {all_led:.2f}s "
-                f"(create call {self.figures['create_s']:.2f}s; metadata poll "
+                f"create {n} partitions of {last} (RF {self.args.nodes}): all led after "
+                f"{all_led:.2f}s (create call {self.figures['create_s']:.2f}s; metadata poll "
                 f"{self.figures['metadata_poll_ms']} ms)",
             )
         self.say(
@@ -418,7 +444,7 @@ class _Bench:
         # node's are led elsewhere; the idle window starts after.
         if all_led is not None:
             balanced = _wait_balanced(
-                self.cluster, self.viewer, n, start, self.args.balance_timeout
+                self.cluster, self.viewer, n, self.last_start, self.args.balance_timeout
             )
             self.figures["balanced_s"] = None if balanced is None else round(balanced, 3)
             self.say(
@@ -489,6 +515,67 @@ class _Bench:
         # 6. many producers, small batches.
         if not self.args.skip_produce:
             self.produce()
+
+    def create_topics(self, admin: Client) -> tuple[float | None, View]:
+        """Create the topics one after another, each once the one before is led: (the
+        last one's seconds from its create until all its partitions are led, or None at
+        the timeout, and its last view). Each topic's figures go in the lists
+        ``create_s_per_topic`` and ``all_led_s_per_topic``; ``create_s`` is the last's."""
+        n = self.args.partitions
+        nodes = sorted(self.cluster.procs)
+        creates: list[float] = []
+        leds: list[float | None] = []
+        self.figures.update(create_s_per_topic=creates, all_led_s_per_topic=leds)
+        all_led: float | None = None
+        view = View()
+        for i in range(self.args.topics):
+            name = topic_name(i)
+            viewer = self.viewer if name == TOPIC else ClusterView(self.cluster, name)
+            try:
+                start = self.last_start = time.monotonic()
+                admin.create_topic(name, n, self.args.nodes)
+                creates.append(round(time.monotonic() - start, 3))
+                self.figures["create_s"] = creates[-1]
+                label = "all led" if self.args.topics == 1 else f"{name}: all led"
+                all_led, view = _wait_all_led(
+                    self.cluster, viewer, n, start, self.args.led_timeout, label
+                )
+            finally:
+                if viewer is not self.viewer:
+                    self.viewer.rtts += viewer.rtts
+                    viewer.close()
+            leds.append(None if all_led is None else round(all_led, 3))
+            if self.args.topics > 1:
+                self.say(
+                    f"topic {i + 1}/{self.args.topics} ({name}, {n} partitions): create call "
+                    f"{creates[-1]:.2f}s, "
+                    + ("NOT all led" if all_led is None else f"all led after {all_led:.2f}s")
+                )
+            if all_led is None:
+                break
+        if self.args.topics > 1 and all_led is not None:
+            # Every topic's partitions still led once the last one is.
+            led = 0
+            for i in range(self.args.topics):
+                viewer = ClusterView(self.cluster, topic_name(i))
+                try:
+                    led += len(viewer.poll(nodes).leaders)
+                finally:
+                    viewer.close()
+            self.figures["led_total"] = led
+            self.say(f"after the last create: {led}/{n * self.args.topics} partitions led")
+        return all_led, view
+
+    def report_probe(self, probed: ProbeResult) -> None:
+        figures = probed.figures()
+        self.figures.update(figures)
+        self.say(
+            f"metadata probe ({PROBE_TOPIC!r}, every node every 0.2 s while creating): "
+            f"{figures['probes']} answered, p50 {figures['probe_ms_p50']} ms, p99 "
+            f"{figures['probe_ms_p99']} ms, max {figures['probe_ms_max']} ms; "
+            f"{figures['probes_over_300ms']} over 300 ms, {figures['probe_failures']} "
+            "not answered"
+        )
 
     def metadata_cost(self) -> None:
         with Client(self.cluster.bootstrap) as client:

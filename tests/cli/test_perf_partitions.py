@@ -220,3 +220,29 @@ def test_perf_partitions_metrics_listen(capsys: pytest.CaptureFixture[str], tmp_
     assert 0 < fig["metrics_scan_ms"] <= fig["metrics_scrape_ms_max"]
     assert fig["metrics_series"] > 50
     assert any("metrics scrapes, median" in line for line in human), human
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(90)
+def test_perf_partitions_topics_one_after_another_probed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--topics 3: three topics created one after another, each once the one before is
+    led, while the prober asks every node for the Metadata of a one-partition topic."""
+    rc, human, fig = _run(
+        capsys,
+        *("--partitions", "5", "--topics", "3", "--idle-seconds", "1", "--settle-seconds", "0"),
+        *("--balance-timeout", "0", "--skip-failover", "--skip-produce"),
+        *("--data-dir", str(tmp_path)),
+    )
+    assert rc == 0, fig.get("error")
+    assert fig["topics"] == 3 and len(fig["create_s_per_topic"]) == 3
+    assert all(s is not None for s in fig["all_led_s_per_topic"])
+    assert fig["all_led_s"] == fig["all_led_s_per_topic"][-1]
+    assert fig["led_total"] == 15
+    # Every node asked at least once before the first create, and every answer timed.
+    assert fig["probes"] >= 3 and fig["probe_failures"] == 0
+    assert 0 < fig["probe_ms_p50"] <= fig["probe_ms_p99"] <= fig["probe_ms_max"]
+    for i, name in enumerate(("partitions", "partitions-1", "partitions-2")):
+        assert any(line.startswith(f"topic {i + 1}/3 ({name}, 5 partitions)") for line in human)
+    assert any(line.startswith("metadata probe ('probe'") for line in human), human
