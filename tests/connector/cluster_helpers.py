@@ -128,7 +128,13 @@ class Truncation:
 
 
 def unclean_election(
-    c: Any, topic: str, partition: int, lost_values: list[bytes], *, before_force: Any = None
+    c: Any,
+    topic: str,
+    partition: int,
+    lost_values: list[bytes | None],
+    *,
+    before_force: Any = None,
+    lost_keys: list[bytes | None] | None = None,
 ) -> Truncation:
     """Acknowledged records ``lost_values`` are truncated away: a follower is paused, the
     records are written to the other two, the leader is killed and the other follower
@@ -138,15 +144,17 @@ def unclean_election(
     ``before_force`` (optional) runs after the records are acknowledged, before anything is
     killed (to read them, plan a batch...). A record ``b"absorbed"`` is written just before
     ``lost_values``; the forced leader may hold it (its parked fetch can carry it) or not, so
-    the divergence is ``lost[0].offset - 1`` or ``lost[0].offset``, read from the new log."""
+    the divergence is ``lost[0].offset - 1`` or ``lost[0].offset``, read from the new log.
+    With ``lost_keys`` (a keyed topic) the lost records carry them, and ``b"absorbed"``
+    has the key ``b"absorbed"``."""
     leader = wait_replicated(c, topic, partition)
     lagging, other = [n for n in sorted(c.ports) if n != leader]
     c.pause(lagging)
     try:
         # answers the fetch the paused follower had parked (it may take this record with
         # it), then it hears nothing more
-        c.produce(topic, partition, [b"absorbed"])
-        lost = c.produce(topic, partition, lost_values)
+        c.produce(topic, partition, [b"absorbed"], None if lost_keys is None else [b"absorbed"])
+        lost = c.produce(topic, partition, lost_values, lost_keys)
         if before_force is not None:
             before_force()
     finally:
