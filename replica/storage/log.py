@@ -87,6 +87,16 @@ class LogConfig:
       out of the page cache and, on a virtual machine whose host takes back freed memory,
       pay a first touch for every new page (a move's copies then cost its node several
       times the CPU of the same bytes written into reused memory).
+    cleanup_policy (cleanup.policy): "delete", "compact" or "compact,delete"; with
+      "compact" the node's cleaner keeps the latest record of each key
+      (``storage.compaction``), with "delete" too retention also applies.
+    min_cleanable_dirty_ratio (min.cleanable.dirty.ratio): clean once the part of the log
+      not yet cleaned is at least this share of it.
+    min_compaction_lag_ms / max_compaction_lag_ms (min/max.compaction.lag.ms): a record
+      younger than the first is never cleaned away; one older than the second (None:
+      no bound) makes the log cleanable whatever its dirty ratio.
+    delete_retention_ms (delete.retention.ms): how long a tombstone (a null value)
+      stays after its clean before a later clean drops it.
     """
 
     segment_bytes: int = defaults.SEGMENT_BYTES
@@ -96,6 +106,21 @@ class LogConfig:
     retention_ms: int | None = defaults.RETENTION_MS
     validate_records: bool = True
     drop_synced_pages: bool = False
+    cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int | None = None
+    delete_retention_ms: int = 86_400_000
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the cleaner compacts this log (cleanup.policy names "compact")."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def deletes(self) -> bool:
+        """Whether retention deletes this log's old segments (cleanup.policy names "delete")."""
+        return "delete" in self.cleanup_policy.split(",")
 
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= 1 << 31:

@@ -142,7 +142,7 @@ class TruncationRole(LogFields):
         the number of segments deleted."""
         self._check_open()
         config = self.config
-        if config.retention_ms is None and config.retention_bytes is None:
+        if not config.deletes or (config.retention_ms is None and config.retention_bytes is None):
             return 0
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         with self._flush_lock:
