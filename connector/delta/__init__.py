@@ -47,7 +47,8 @@ Layout
 
 Modules
     ``sink`` (``DeltaSink``: per batch, the replay check, the path by size, the commit),
-    ``commits`` (the plan and the metadata each commit carries), ``executors`` (the
+    ``commits`` (the plan and the metadata each commit carries), ``upsert``
+    (``mode="upsert"``: the latest record per key merged), ``executors`` (the
     distributed write and repair, driver side), ``files`` (their tasks), ``repair`` (where
     the log diverged, exactly), ``staging`` (staging directories and their sweep),
     ``spark_engine`` (the same commit through delta-spark).

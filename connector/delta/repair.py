@@ -13,8 +13,9 @@ into the same commit, so the table equals the log row for row.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,6 +26,11 @@ from ...replica.client.security import ClientSecurity
 from ..offsets import UNKNOWN_EPOCH, Position, TopicPartition
 from ..truncation import EpochRun, first_offset_not_in_log
 from ..validation import validate
+
+if TYPE_CHECKING:
+    from .commits import CommitPlan
+
+logger = logging.getLogger(__name__)
 
 #: ``(topic, partition, last committed end position) -> divergence offset`` (or None).
 DivergenceResolver = Callable[[str, int, Position], int | None]
@@ -160,3 +166,55 @@ class LogDivergenceResolver:
         )
         batches: list[Any] = list(read_partition(task))
         return pa.Table.from_batches(batches, ARROW_SCHEMA)
+
+
+def exact_resolver(
+    resolver: DivergenceResolver | None, table: DeltaTable | None
+) -> DivergenceResolver | None:
+    """The divergence resolver for a batch: the log's answer made exact from the table's
+    epochs when the sink can ask the log (``LogDivergenceResolver``)."""
+    if not isinstance(resolver, LogDivergenceResolver) or table is None:
+        return resolver
+    log = resolver
+
+    def exact(topic: str, partition: int, last: Position) -> int | None:
+        return log.exact(topic, partition, last, lambda: table_epoch_runs(table, topic, partition))
+
+    return exact
+
+
+def log_gap(
+    resolver: DivergenceResolver | None, path: str, plan: CommitPlan, schema: pa.Schema
+) -> pa.Table | None:
+    """The log's records between each truncation's divergence offset and the first
+    offset the batch re-delivers (after an inexact answer the stream resumed past the
+    divergence; after an exact one only control records lie there), as rows of
+    ``schema``; None when there are none or the sink cannot ask the log."""
+    from .commits import DeltaSinkError
+
+    if not isinstance(resolver, LogDivergenceResolver):
+        return None
+    parts = [
+        resolver.read(t.topic, t.partition, t.divergence_offset, t.first_redelivered_offset)
+        for t in plan.truncations
+        if t.divergence_offset < t.first_redelivered_offset
+    ]
+    gap = pa.concat_tables(parts) if parts else None
+    if gap is None or gap.num_rows == 0:
+        return None
+    missing = [name for name in schema.names if name not in gap.column_names]
+    if missing:
+        raise DeltaSinkError(
+            f"Delta sink {path}: batch {plan.batch_id}: the log's records "
+            f"{[(t.topic, t.partition, t.divergence_offset) for t in plan.truncations]} "
+            f"onwards must replace the table's, but the table has columns {missing} the "
+            "source's rows have not; keep the source's columns to repair exactly."
+        )
+    logger.warning(
+        "Delta sink %s: batch %d: %d records of the log below the re-delivered offsets "
+        "replace the table's rows there",
+        path,
+        plan.batch_id,
+        gap.num_rows,
+    )
+    return gap.select(schema.names).cast(schema)

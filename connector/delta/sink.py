@@ -18,7 +18,6 @@ from deltalake.transaction import RemoveAction
 
 from ...replica.client.security import ClientSecurity
 from ..driver_read import DriverReads, TooLarge, batch_read_offsets
-from ..offsets import Position
 from .commits import (
     DEFAULT_METADATA_LOOKBACK,
     DEFAULT_PARTITION_BY,
@@ -44,7 +43,7 @@ from .executors import (
     _write_gap,
     commit_files,
 )
-from .repair import DivergenceResolver, LogDivergenceResolver, table_epoch_runs
+from .repair import DivergenceResolver, LogDivergenceResolver, exact_resolver, log_gap
 from .spark_engine import (
     DELTA_SPARK_EXTENSION,
     delta_spark_available,
@@ -322,8 +321,10 @@ class DeltaSink:
             data = data.select(self._table_columns(data.column_names, table))
         data, ranges = batch_ranges(data)
         previous = self._previous_positions(table)
-        plan = plan_commit(app_id, batch_id, ranges, previous, self._resolver(table))
-        gap = self._log_gap(plan, data.schema)
+        plan = plan_commit(
+            app_id, batch_id, ranges, previous, exact_resolver(self.resolve_divergence, table)
+        )
+        gap = log_gap(self.resolve_divergence, self.path, plan, data.schema)
         if gap is not None:
             data, ranges = batch_ranges(pa.concat_tables([gap, data]))
             plan = _replanned(plan, ranges, previous)
@@ -385,9 +386,13 @@ class DeltaSink:
             batch.place()
             ranges = _ranges_of_files(batch)
             previous = self._previous_positions(table)
-            plan = plan_commit(app_id, batch_id, ranges, previous, self._resolver(table))
+            plan = plan_commit(
+                app_id, batch_id, ranges, previous, exact_resolver(self.resolve_divergence, table)
+            )
             if table is not None and plan.replaces:
-                gap = self._log_gap(plan, pa.schema(table.schema().to_arrow()))
+                gap = log_gap(
+                    self.resolve_divergence, self.path, plan, pa.schema(table.schema().to_arrow())
+                )
                 if gap is not None:
                     batch.files.extend(_write_gap(batch, gap))
                     ranges = _ranges_of_files(batch)
@@ -420,54 +425,6 @@ class DeltaSink:
             sweep(root, app_id, self._staging_in_use, self.write_timeout_s, time.time())
         except OSError:
             logger.warning("Delta sink %s: sweeping staging directories failed", self.path)
-
-    def _resolver(self, table: DeltaTable | None) -> DivergenceResolver | None:
-        """The divergence resolver for this batch: the log's answer made exact from the
-        table's epochs when the sink can ask the log (``LogDivergenceResolver``)."""
-        resolver = self.resolve_divergence
-        if not isinstance(resolver, LogDivergenceResolver) or table is None:
-            return resolver
-        log = resolver
-
-        def exact(topic: str, partition: int, last: Position) -> int | None:
-            return log.exact(
-                topic, partition, last, lambda: table_epoch_runs(table, topic, partition)
-            )
-
-        return exact
-
-    def _log_gap(self, plan: CommitPlan, schema: pa.Schema) -> pa.Table | None:
-        """The log's records between each truncation's divergence offset and the first
-        offset the batch re-delivers (after an inexact answer the stream resumed past the
-        divergence; after an exact one only control records lie there), as rows of
-        ``schema``; None when there are none or the sink cannot ask the log."""
-        resolver = self.resolve_divergence
-        if not isinstance(resolver, LogDivergenceResolver):
-            return None
-        parts = [
-            resolver.read(t.topic, t.partition, t.divergence_offset, t.first_redelivered_offset)
-            for t in plan.truncations
-            if t.divergence_offset < t.first_redelivered_offset
-        ]
-        gap = pa.concat_tables(parts) if parts else None
-        if gap is None or gap.num_rows == 0:
-            return None
-        missing = [name for name in schema.names if name not in gap.column_names]
-        if missing:
-            raise DeltaSinkError(
-                f"Delta sink {self.path}: batch {plan.batch_id}: the log's records "
-                f"{[(t.topic, t.partition, t.divergence_offset) for t in plan.truncations]} "
-                f"onwards must replace the table's, but the table has columns {missing} the "
-                "source's rows have not; keep the source's columns to repair exactly."
-            )
-        logger.warning(
-            "Delta sink %s: batch %d: %d records of the log below the re-delivered offsets "
-            "replace the table's rows there",
-            self.path,
-            plan.batch_id,
-            gap.num_rows,
-        )
-        return gap.select(schema.names).cast(schema)
 
     def _table_columns(self, given: Sequence[str], table: DeltaTable | None) -> list[str]:
         """The columns to write, in the table's order; a DataFrame must bring exactly the
