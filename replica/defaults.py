@@ -158,6 +158,11 @@ OFFSETS_TOPIC_NUM_PARTITIONS = 8
 # created (Kafka: 50): each partition's leader coordinates the transactional ids hashed
 # to it, as the offsets topic's do groups.
 TRANSACTION_STATE_NUM_PARTITIONS = 8
+# [offsets.topic.segment.bytes] / [transaction.state.log.segment.bytes] the segment size
+# of both compacted internal topics (Kafka: 100 MiB). The cleaner never touches the active
+# segment, so this bounds what a coordinator reads after a failover beyond one record per
+# key: 1 MiB is a few thousand commits.
+INTERNAL_TOPIC_SEGMENT_BYTES = 1 << 20
 # [transaction.max.timeout.ms] the longest transaction.timeout.ms a producer may ask for
 # (Kafka's: 15 minutes); a transaction open longer is aborted by its coordinator.
 TRANSACTION_MAX_TIMEOUT_MS = 900_000
@@ -177,6 +182,10 @@ GROUP_MAX_SESSION_TIMEOUT_MS = 1_800_000
 GROUP_MAX_SIZE = 1000
 GROUP_MAX_COUNT = 10_000
 GROUP_MAX_REBALANCE_TIMEOUT_MS = 300_000
+# [group.initial.rebalance.delay.ms] a new (empty) group's first rebalance waits this long
+# for more members, and as long again after each one that joins meanwhile (within the
+# rebalance timeout), so members that start together share one generation (Kafka's).
+GROUP_INITIAL_REBALANCE_DELAY_MS = 3000
 
 # ---- client, CLI and connector ------------------------------------------------------------
 # [default.api.timeout.ms / delivery.timeout.ms] what one client call may take, retries

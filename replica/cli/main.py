@@ -387,6 +387,28 @@ def build_parser() -> argparse.ArgumentParser:
         ("--segment-bytes", defaults.SEGMENT_BYTES, "segment.bytes"),
         ("--retention-bytes", defaults.RETENTION_BYTES, "retention.bytes per partition"),
         ("--retention-ms", defaults.RETENTION_MS, "retention.ms"),
+        ("--segment-ms", defaults.SEGMENT_MS, "segment.ms: roll a segment this old"),
+        (
+            "--min-compaction-lag-ms",
+            defaults.MIN_COMPACTION_LAG_MS,
+            "min.compaction.lag.ms: compacted topics keep every record this young",
+        ),
+        (
+            "--max-compaction-lag-ms",
+            defaults.MAX_COMPACTION_LAG_MS,
+            "max.compaction.lag.ms: compact a record at most this long after it is written",
+        ),
+        (
+            "--delete-retention-ms",
+            defaults.DELETE_RETENTION_MS,
+            "delete.retention.ms: a compacted topic's tombstones stay this long",
+        ),
+        (
+            "--group-initial-rebalance-delay-ms",
+            defaults.GROUP_INITIAL_REBALANCE_DELAY_MS,
+            "group.initial.rebalance.delay.ms: a new consumer group's first rebalance waits "
+            "this long for more members (0 = none)",
+        ),
         (
             "--max-message-bytes",
             defaults.MAX_MESSAGE_BYTES,
@@ -414,6 +436,22 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         shown = "unlimited" if default is None else "%(default)s"
         p.add_argument(flag, type=int, default=default, help=f"{what} (default {shown})")
+    p.add_argument(
+        "--cleanup-policy",
+        default=defaults.CLEANUP_POLICY,
+        metavar="POLICY",
+        help="cleanup.policy for topics that set none: delete (retention deletes old "
+        "segments), compact (keep the latest record of each key) or compact,delete "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--min-cleanable-dirty-ratio",
+        type=float,
+        default=defaults.MIN_CLEANABLE_DIRTY_RATIO,
+        metavar="RATIO",
+        help="min.cleanable.dirty.ratio: compact a log once this share of it is not yet "
+        "compacted (default %(default)s)",
+    )
     p.add_argument(
         "--peer-address",
         action="append",

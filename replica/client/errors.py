@@ -100,6 +100,12 @@ class RecordTooLargeError(QuorumLogError, code=ErrorCode.MESSAGE_TOO_LARGE):
     on the node's MESSAGE_TOO_LARGE answer; never retried: the same batch fails again."""
 
 
+class InvalidRecordError(QuorumLogError, code=ErrorCode.INVALID_RECORD):
+    """The node refused a record of the batch (Kafka's InvalidRecordException): a record
+    without a key produced to a compacted topic. Never retried: the same batch fails
+    again."""
+
+
 class OutOfOrderSequenceError(QuorumLogError, code=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER):
     """The leader does not hold the idempotent producer's previous batch: its sequence
     numbers are in doubt (Kafka's OutOfOrderSequenceException). The producer starts a

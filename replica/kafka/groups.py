@@ -9,7 +9,11 @@ and the ``__consumer_offsets`` topic live in ``replica/kafka_listener/groups.py`
 
 States and transitions follow Kafka's ``GroupMetadata`` / ``GroupCoordinator``:
 
-* EMPTY: no members. A JoinGroup starts a rebalance.
+* EMPTY: no members. A JoinGroup starts a rebalance, which waits
+  ``initial_rebalance_delay_ms`` (group.initial.rebalance.delay.ms) for more members,
+  and as long again after each new one, within the rebalance timeout (Kafka's
+  InitialDelayedJoin): members that start together share the first generation instead
+  of the first taking every partition and a second rebalance following.
 * PREPARING_REBALANCE: waiting for every known member to (re)join; members that have not
   by the rebalance timeout (the largest of the members') are removed. Then the
   generation increments, a protocol all members support is chosen (each member votes for
@@ -88,6 +92,8 @@ class GroupConfig:
     offsets_commit_timeout_ms: int = (
         defaults.OFFSETS_COMMIT_TIMEOUT_MS
     )  # [offsets.commit.timeout.ms]
+    # [group.initial.rebalance.delay.ms]
+    initial_rebalance_delay_ms: int = defaults.GROUP_INITIAL_REBALANCE_DELAY_MS
 
 
 class GroupState(enum.Enum):
@@ -162,6 +168,9 @@ class Group:
     # PREPARING_REBALANCE: when the join phase ends; COMPLETING_REBALANCE/STABLE: when
     # members still in ``awaiting_sync`` are removed.
     phase_deadline: int = 0
+    # PREPARING_REBALANCE out of EMPTY: the join phase ends no sooner than this
+    # (group.initial.rebalance.delay.ms after the last new member, within the deadline).
+    join_not_before: int = 0
     awaiting_sync: set[str] = field(default_factory=set)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
 
@@ -314,6 +323,7 @@ class GroupCoordinator:
         elif member_id not in group.members:
             return fail(KafkaError.UNKNOWN_MEMBER_ID)
         member = group.members.get(member_id)
+        is_new = member is None
         if member is None:
             member = group.members[member_id] = Member(
                 member_id, protocol_type, protos, session_timeout_ms, rebalance_timeout_ms, 0
@@ -330,8 +340,14 @@ class GroupCoordinator:
             )
         member.join_token = token
         member.session_deadline = now + session_timeout_ms
-        if group.state is not GroupState.PREPARING_REBALANCE:
+        if group.state is GroupState.EMPTY:
             self._prepare_rebalance(group, now)
+            group.join_not_before = min(now + cfg.initial_rebalance_delay_ms, group.phase_deadline)
+        elif group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now)
+        elif now < group.join_not_before and is_new:
+            # Another member while the first rebalance waits: wait for more again.
+            group.join_not_before = min(now + cfg.initial_rebalance_delay_ms, group.phase_deadline)
         self._maybe_complete_join(group, now)
 
     def _replace_static(self, group: Group, old_id: str, protocol_type: str) -> str:
@@ -397,10 +413,13 @@ class GroupCoordinator:
         group.awaiting_sync.clear()
         group.state = GroupState.PREPARING_REBALANCE
         group.phase_deadline = now + group.rebalance_timeout_ms()
+        group.join_not_before = 0
 
     def _maybe_complete_join(self, group: Group, now: int) -> None:
-        if group.state is GroupState.PREPARING_REBALANCE and all(
-            m.join_token is not None for m in group.members.values()
+        if (
+            group.state is GroupState.PREPARING_REBALANCE
+            and now >= group.join_not_before
+            and all(m.join_token is not None for m in group.members.values())
         ):
             self._complete_join(group, now)
 
@@ -611,6 +630,8 @@ class GroupCoordinator:
                 for mid in late:
                     _forget_static(group, group.members.pop(mid))
                 self._complete_join(group, now)
+            elif group.state is GroupState.PREPARING_REBALANCE:
+                self._maybe_complete_join(group, now)  # an initial delay may have ended
             elif group.awaiting_sync and now >= group.phase_deadline:
                 self._remove_members(group, sorted(group.awaiting_sync), now)
             self._forget_if_empty(group)

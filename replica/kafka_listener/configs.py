@@ -1,9 +1,12 @@
 """What DescribeConfigs answers (``handlers``): a topic's configs and this node's, with the
 values the node really applies, in Kafka's names.
 
-``retention.ms``, ``retention.bytes``, ``segment.bytes`` and ``max.message.bytes`` are
-the topic's where it sets them (DYNAMIC_TOPIC_CONFIG; ``topic_configs``), else the
-node's; those four are the ones AlterConfigs and IncrementalAlterConfigs change. ``min.insync.replicas``
+``retention.ms``, ``retention.bytes``, ``segment.bytes``, ``segment.ms``,
+``max.message.bytes``, ``cleanup.policy`` and the compaction settings
+(``min.cleanable.dirty.ratio``, ``min.compaction.lag.ms``, ``max.compaction.lag.ms``,
+``delete.retention.ms``) are the topic's where it sets them (DYNAMIC_TOPIC_CONFIG;
+``topic_configs``), else the node's; those are the ones AlterConfigs and
+IncrementalAlterConfigs change. ``min.insync.replicas``
 is the quorum's majority of the topic's replicas: acks=all waits for that many.
 ``compression.type`` is the topic's (default ``producer``): how a Kafka producer's batches
 are stored (Arrow IPC buffer compression); fetches answer uncompressed Kafka batches.
@@ -27,7 +30,9 @@ DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # ... .ConfigType
-BOOLEAN, STRING, INT, LONG, LIST = 1, 2, 3, 5, 7
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+#: How Kafka writes "never" for a time bound (segment.ms, max.compaction.lag.ms).
+LONG_MAX = str((1 << 63) - 1)
 
 
 @dataclass(frozen=True)
@@ -42,9 +47,13 @@ class ConfigEntry:
     read_only: bool = True
 
 
-def _node_value(value: int | None, default: int | None) -> tuple[str, int]:
-    """A node setting as Kafka writes it (-1: unlimited) and where it came from."""
-    text = "-1" if value is None else str(value)
+NodeValue = int | float | str | None
+
+
+def _node_value(value: NodeValue, default: NodeValue, unset: str = "-1") -> tuple[str, int]:
+    """A node setting as Kafka writes it (``unset`` for None: -1, unlimited, or LONG_MAX,
+    never) and where it came from."""
+    text = unset if value is None else str(value)
     return text, DEFAULT_CONFIG if value == default else STATIC_BROKER_CONFIG
 
 
@@ -55,9 +64,15 @@ def _fixed(name: str, value: str, config_type: int, doc: str) -> ConfigEntry:
 
 
 def _from_node(
-    name: str, broker_name: str, value: int | None, default: int | None, config_type: int, doc: str
+    name: str,
+    broker_name: str,
+    value: NodeValue,
+    default: NodeValue,
+    config_type: int,
+    doc: str,
+    unset: str = "-1",
 ) -> ConfigEntry:
-    text, source = _node_value(value, default)
+    text, source = _node_value(value, default, unset)
     return ConfigEntry(name, text, source, config_type, doc, ((broker_name, text, source),))
 
 
@@ -65,14 +80,15 @@ def _topic_or_node(
     topic: TopicAssignment,
     name: str,
     broker_name: str,
-    value: int | None,
-    default: int | None,
+    value: NodeValue,
+    default: NodeValue,
     config_type: int,
     doc: str,
+    unset: str = "-1",
 ) -> ConfigEntry:
     """A config the topic may set: its own value if it does (the node's as a synonym),
     else the node's."""
-    node = _from_node(name, broker_name, value, default, config_type, doc)
+    node = _from_node(name, broker_name, value, default, config_type, doc, unset)
     own = topic.configs.get(name)
     if own is None:
         return dataclasses.replace(node, read_only=False)
@@ -102,7 +118,25 @@ def _set_by_topic(
 def topic_configs(config: NodeConfig, topic: TopicAssignment) -> list[ConfigEntry]:
     replicas = len(topic.replicas[0]) if topic.replicas else 0
     return [
-        _fixed("cleanup.policy", "delete", LIST, "Old segments are deleted by retention."),
+        _topic_or_node(
+            topic,
+            "cleanup.policy",
+            "log.cleanup.policy",
+            config.cleanup_policy,
+            defaults.CLEANUP_POLICY,
+            LIST,
+            "delete: retention deletes old segments; compact: the cleaner keeps the latest "
+            "record of each key (records without a key are refused); or both.",
+        ),
+        _topic_or_node(
+            topic,
+            "delete.retention.ms",
+            "log.cleaner.delete.retention.ms",
+            config.delete_retention_ms,
+            defaults.DELETE_RETENTION_MS,
+            LONG,
+            "How long a compacted topic keeps a tombstone once its segment is cleaned.",
+        ),
         _topic_only(
             topic,
             "compression.type",
@@ -121,11 +155,39 @@ def topic_configs(config: NodeConfig, topic: TopicAssignment) -> list[ConfigEntr
             INT,
             "The largest record batch a producer may send to this topic.",
         ),
+        _topic_or_node(
+            topic,
+            "max.compaction.lag.ms",
+            "log.cleaner.max.compaction.lag.ms",
+            config.max_compaction_lag_ms,
+            defaults.MAX_COMPACTION_LAG_MS,
+            LONG,
+            "The longest a record stays uncompacted in a compacted topic.",
+            unset=LONG_MAX,
+        ),
         _fixed(
             "message.timestamp.type",
             "CreateTime",
             STRING,
             "Records keep the timestamp their producer gave them.",
+        ),
+        _topic_or_node(
+            topic,
+            "min.cleanable.dirty.ratio",
+            "log.cleaner.min.cleanable.ratio",
+            config.min_cleanable_dirty_ratio,
+            defaults.MIN_CLEANABLE_DIRTY_RATIO,
+            DOUBLE,
+            "A compacted log is cleaned once this share of it is not yet compacted.",
+        ),
+        _topic_or_node(
+            topic,
+            "min.compaction.lag.ms",
+            "log.cleaner.min.compaction.lag.ms",
+            config.min_compaction_lag_ms,
+            defaults.MIN_COMPACTION_LAG_MS,
+            LONG,
+            "The least time a record stays uncompacted in a compacted topic.",
         ),
         _fixed(
             "min.insync.replicas",
@@ -161,6 +223,16 @@ def topic_configs(config: NodeConfig, topic: TopicAssignment) -> list[ConfigEntr
             INT,
             "The segment size.",
         ),
+        _topic_or_node(
+            topic,
+            "segment.ms",
+            "log.roll.ms",
+            config.segment_ms,
+            defaults.SEGMENT_MS,
+            LONG,
+            "Roll the active segment once it is this old.",
+            unset=LONG_MAX,
+        ),
         _fixed(
             "unclean.leader.election.enable",
             "false",
@@ -185,9 +257,14 @@ def broker_configs(config: NodeConfig, nodes: int) -> list[ConfigEntry]:
         )
 
     def node(
-        name: str, value: int | None, default: int | None, config_type: int, doc: str
+        name: str,
+        value: NodeValue,
+        default: NodeValue,
+        config_type: int,
+        doc: str,
+        unset: str = "-1",
     ) -> ConfigEntry:
-        return _from_node(name, name, value, default, config_type, doc)
+        return _from_node(name, name, value, default, config_type, doc, unset)
 
     return [
         static("node.id", node_id, INT, "This node's id."),
@@ -199,6 +276,49 @@ def broker_configs(config: NodeConfig, nodes: int) -> list[ConfigEntry]:
             str(min(3, nodes)),
             INT,
             "Replicas of a topic created without a replication factor.",
+        ),
+        node(
+            "group.initial.rebalance.delay.ms",
+            config.group_initial_rebalance_delay_ms,
+            defaults.GROUP_INITIAL_REBALANCE_DELAY_MS,
+            INT,
+            "How long a new group's first rebalance waits for more members.",
+        ),
+        node(
+            "log.cleaner.delete.retention.ms",
+            config.delete_retention_ms,
+            defaults.DELETE_RETENTION_MS,
+            LONG,
+            "delete.retention.ms for topics that set none.",
+        ),
+        node(
+            "log.cleaner.max.compaction.lag.ms",
+            config.max_compaction_lag_ms,
+            defaults.MAX_COMPACTION_LAG_MS,
+            LONG,
+            "max.compaction.lag.ms for topics that set none.",
+            unset=LONG_MAX,
+        ),
+        node(
+            "log.cleaner.min.cleanable.ratio",
+            config.min_cleanable_dirty_ratio,
+            defaults.MIN_CLEANABLE_DIRTY_RATIO,
+            DOUBLE,
+            "min.cleanable.dirty.ratio for topics that set none.",
+        ),
+        node(
+            "log.cleaner.min.compaction.lag.ms",
+            config.min_compaction_lag_ms,
+            defaults.MIN_COMPACTION_LAG_MS,
+            LONG,
+            "min.compaction.lag.ms for topics that set none.",
+        ),
+        node(
+            "log.cleanup.policy",
+            config.cleanup_policy,
+            defaults.CLEANUP_POLICY,
+            LIST,
+            "cleanup.policy for topics that set none.",
         ),
         node(
             "message.max.bytes",
@@ -220,6 +340,14 @@ def broker_configs(config: NodeConfig, nodes: int) -> list[ConfigEntry]:
             defaults.RETENTION_MS,
             LONG,
             "Age bound on records (-1: none).",
+        ),
+        node(
+            "log.roll.ms",
+            config.segment_ms,
+            defaults.SEGMENT_MS,
+            LONG,
+            "segment.ms for topics that set none.",
+            unset=LONG_MAX,
         ),
         node(
             "log.segment.bytes",

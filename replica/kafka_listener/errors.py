@@ -15,7 +15,7 @@ _LEADER_MOVED = frozenset(
 
 def kafka_error(code: int) -> int:
     """The Kafka error code for a native one (same number where Kafka has that error)."""
-    if -1 <= code <= _KAFKA_NUMBERED:
+    if -1 <= code <= _KAFKA_NUMBERED or code == ErrorCode.INVALID_RECORD:
         return code
     if code in _LEADER_MOVED:
         return int(KafkaError.NOT_LEADER_OR_FOLLOWER)

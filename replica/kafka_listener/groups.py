@@ -31,8 +31,11 @@ of key ``[2, group, topic, partition, producer id, producer epoch]``: it waits i
 cache (``OffsetsCache.pending``) until the transaction's marker reaches this partition,
 and counts only if it commits in that epoch (the loader replays the same from the log).
 
-The last record of a key wins. There is no compaction: the topic keeps every commit
-under the nodes' retention settings (none by default).
+The last record of a key wins, and the topic is compacted (``internal_topics``): the
+cleaner keeps the latest record of each key, so a coordinator's load reads about one
+record per committed partition (and per transactional commit's producer epoch).
+DeleteGroups and OffsetDelete write tombstones, which the cleaner drops after
+``delete.retention.ms``.
 
 **Cache.** OffsetFetch is answered from memory on the coordinator. The cache of a
 partition is built when this node first needs it as leader: once the leader has
@@ -136,6 +139,9 @@ class KafkaGroups:
     ) -> None:
         self.api = api
         self.advertised = advertised
+        if config is None:
+            delay = api.config.group_initial_rebalance_delay_ms
+            config = GroupConfig(initial_rebalance_delay_ms=delay)
         self.machine = GroupCoordinator(config)
         self.caches: dict[int, OffsetsCache] = {}
         self._waiting: dict[int, asyncio.Future[JoinResult | SyncResult]] = {}

@@ -5,6 +5,12 @@ as its new leader, and appending to it durably.
 A coordinator's partition is read once this node leads it and an entry of its epoch is
 committed (so everything before is committed too), up to the high watermark, fenced by
 that epoch; its own writes then keep its cache current.
+
+Both topics are compacted (``cleanup.policy=compact``, as Kafka creates them): every
+record has a key, and the latest record of a key is the state (a null value deletes
+it), so the cleaner leaves about one record per key and a new coordinator reads that
+much. Their segments are small (``defaults.INTERNAL_TOPIC_SEGMENT_BYTES``: the cleaner
+never cleans the active segment).
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
+from .. import defaults
 from ..kafka.errors import KafkaError
 from ..node.api import Api
+from ..node.topic_configs import CLEANUP_POLICY, SEGMENT_BYTES
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from ..storage import batches_to_table
@@ -25,6 +33,11 @@ from ..storage.records import BatchHeader, iter_batches
 
 log = logging.getLogger(__name__)
 
+#: The configs the internal topics are created with.
+INTERNAL_TOPIC_CONFIGS = {
+    CLEANUP_POLICY: "compact",
+    SEGMENT_BYTES: str(defaults.INTERNAL_TOPIC_SEGMENT_BYTES),
+}
 #: Bytes per read while loading a partition.
 LOAD_READ_BYTES = 1 << 20
 #: How long a request waits for its coordinator's partition to load before it is answered
@@ -111,7 +124,10 @@ class InternalTopic:
 
     async def _create(self) -> None:
         req = m.CreateTopicRequest(
-            name=self.name, partitions=self.partitions(), replication_factor=0
+            name=self.name,
+            partitions=self.partitions(),
+            replication_factor=0,
+            configs=[m.TopicConfig(name=k, value=v) for k, v in INTERNAL_TOPIC_CONFIGS.items()],
         )
         resp = await self.api.controller.create_topic(req, internal=True)
         if resp.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):

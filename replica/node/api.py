@@ -19,6 +19,7 @@ from .config import NodeConfig
 from .controller import MetadataController
 from .metadata import INTERNAL_TOPICS, METADATA_TOPIC
 from .topic_changes import TopicChanges
+from .topic_configs import CLEANUP_POLICY, keyless_record
 
 _PARTITION_INFO = positional(m.PartitionInfo)
 
@@ -139,7 +140,16 @@ class Api:
         too_large = self._oversized_batch(req.topic, req.records)
         if too_large is not None:
             return error_response(type(req), ErrorCode.MESSAGE_TOO_LARGE, too_large)
+        keyless = keyless_record(self._topic_policy(req.topic), req.records)
+        if keyless is not None:
+            return error_response(type(req), ErrorCode.INVALID_RECORD, keyless)
         return _metadata_refused(req)
+
+    def _topic_policy(self, topic: str) -> str:
+        """The cleanup.policy ``topic`` runs with: its own, else the node's."""
+        t = self.controller.state.topics.get(topic)
+        own = t.configs.get(CLEANUP_POLICY) if t is not None else None
+        return own or self.config.cleanup_policy
 
     async def produce_many(self, req: m.ProduceManyRequest) -> Any:
         """Each item as its own Produce (its checks, its answer), all handed to the driver

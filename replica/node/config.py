@@ -79,6 +79,23 @@ def check_max_message_bytes(value: int, max_frame_bytes: int, what: str) -> str 
     return None
 
 
+def topic_defaults_problem(config: NodeConfig) -> str | None:
+    """Why the node's defaults of topic configs are not values a topic could set, or
+    None (the topics' own checks, ``topic_configs``)."""
+    from .topic_configs import node_config_problem  # topic_configs imports this module
+
+    return node_config_problem(
+        {
+            "segment.ms": config.segment_ms,
+            "cleanup.policy": config.cleanup_policy,
+            "min.cleanable.dirty.ratio": config.min_cleanable_dirty_ratio,
+            "min.compaction.lag.ms": config.min_compaction_lag_ms,
+            "max.compaction.lag.ms": config.max_compaction_lag_ms,
+            "delete.retention.ms": config.delete_retention_ms,
+        }
+    )
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -104,6 +121,17 @@ class NodeConfig:
     segment_bytes: int = defaults.SEGMENT_BYTES
     retention_bytes: int | None = defaults.RETENTION_BYTES
     retention_ms: int | None = defaults.RETENTION_MS
+    # The topic configs' node defaults (segment.ms, cleanup.policy and compaction's:
+    # ``topic_configs``); None is "never"/"no bound".
+    segment_ms: int | None = defaults.SEGMENT_MS
+    cleanup_policy: str = defaults.CLEANUP_POLICY
+    min_cleanable_dirty_ratio: float = defaults.MIN_CLEANABLE_DIRTY_RATIO
+    min_compaction_lag_ms: int = defaults.MIN_COMPACTION_LAG_MS
+    max_compaction_lag_ms: int | None = defaults.MAX_COMPACTION_LAG_MS
+    delete_retention_ms: int = defaults.DELETE_RETENTION_MS
+    # group.initial.rebalance.delay.ms: how long a new group's first rebalance waits for
+    # more members.
+    group_initial_rebalance_delay_ms: int = defaults.GROUP_INITIAL_REBALANCE_DELAY_MS
     # Drop the logs' pages from the page cache once synced (--page-cache drop).
     drop_synced_pages: bool = False
     # Transport.
@@ -199,6 +227,14 @@ class NodeConfig:
                     "bind one (e.g. 127.0.0.1), or give the node TLS (--tls-cert, --tls-key, "
                     "--tls-ca) and the metrics are served over it"
                 )
+        problem = topic_defaults_problem(self)
+        if problem:
+            raise ValueError(problem)
+        if self.group_initial_rebalance_delay_ms < 0:
+            raise ValueError(
+                "--group-initial-rebalance-delay-ms must be >= 0, got "
+                f"{self.group_initial_rebalance_delay_ms}"
+            )
         if not 1 <= self.offsets_topic_partitions <= 10000:
             raise ValueError(
                 f"--offsets-topic-partitions must be 1..10000, got {self.offsets_topic_partitions}"
@@ -306,6 +342,23 @@ class NodeConfig:
             segment_bytes=args.segment_bytes,
             retention_bytes=args.retention_bytes,
             retention_ms=args.retention_ms,
+            segment_ms=getattr(args, "segment_ms", defaults.SEGMENT_MS),
+            cleanup_policy=getattr(args, "cleanup_policy", defaults.CLEANUP_POLICY),
+            min_cleanable_dirty_ratio=getattr(
+                args, "min_cleanable_dirty_ratio", defaults.MIN_CLEANABLE_DIRTY_RATIO
+            ),
+            min_compaction_lag_ms=getattr(
+                args, "min_compaction_lag_ms", defaults.MIN_COMPACTION_LAG_MS
+            ),
+            max_compaction_lag_ms=getattr(
+                args, "max_compaction_lag_ms", defaults.MAX_COMPACTION_LAG_MS
+            ),
+            delete_retention_ms=getattr(args, "delete_retention_ms", defaults.DELETE_RETENTION_MS),
+            group_initial_rebalance_delay_ms=getattr(
+                args,
+                "group_initial_rebalance_delay_ms",
+                defaults.GROUP_INITIAL_REBALANCE_DELAY_MS,
+            ),
             drop_synced_pages=getattr(args, "page_cache", "keep") == "drop",
             max_message_bytes=args.max_message_bytes,
             scrub_bytes_per_second=args.scrub_bytes_per_second,

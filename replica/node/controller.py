@@ -391,6 +391,9 @@ class MetadataController:
                 configs.pop(name, None)
             else:
                 configs[name] = value
+        problem = config_problem(configs, self.config.max_frame_bytes)  # the whole (lags)
+        if problem:
+            return None, (ErrorCode.INVALID_CONFIG, problem)
         replicas = [list(r) for r in t.replicas]
         if wanted > have:
             nodes = self.book.placeable()

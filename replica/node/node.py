@@ -65,6 +65,7 @@ from .security import (
     server_context,
 )
 from .topic_changes import TopicChanges
+from .topic_configs import cleanup_policy
 from .transport import Server
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,12 @@ class Node:
             retention_bytes=config.retention_bytes,
             retention_ms=config.retention_ms,
             drop_synced_pages=config.drop_synced_pages,
+            segment_ms=config.segment_ms,
+            cleanup_policy=cleanup_policy(config.cleanup_policy) or config.cleanup_policy,
+            min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
+            min_compaction_lag_ms=config.min_compaction_lag_ms,
+            max_compaction_lag_ms=config.max_compaction_lag_ms,
+            delete_retention_ms=config.delete_retention_ms,
         )
         self.rng = random.Random(int.from_bytes(os.urandom(8), "little"))
         self.driver = Driver(

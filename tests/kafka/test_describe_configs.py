@@ -59,25 +59,37 @@ def test_a_topic_describes_the_configs_its_nodes_apply(cluster: LocalCluster) ->
     configs = got[plain]
     assert isinstance(configs, dict)
     values = {name: e.value for name, e in configs.items()}
+    never = str((1 << 63) - 1)  # Kafka's "no bound" for a time
     assert values == {
         "cleanup.policy": "delete",
         "compression.type": "producer",
+        "delete.retention.ms": str(defaults.DELETE_RETENTION_MS),
+        "max.compaction.lag.ms": never,
         "max.message.bytes": str(defaults.MAX_MESSAGE_BYTES),
         "message.timestamp.type": "CreateTime",
+        "min.cleanable.dirty.ratio": str(defaults.MIN_CLEANABLE_DIRTY_RATIO),
+        "min.compaction.lag.ms": str(defaults.MIN_COMPACTION_LAG_MS),
         "min.insync.replicas": "2",
         "retention.bytes": "-1",
         "retention.ms": str(RETENTION_MS),
         "segment.bytes": str(defaults.SEGMENT_BYTES),
+        "segment.ms": never,
         "unclean.leader.election.enable": "false",
     }
     assert configs["retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     assert configs["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
     alterable = {
+        "cleanup.policy",
         "compression.type",
+        "delete.retention.ms",
+        "max.compaction.lag.ms",
         "max.message.bytes",
+        "min.cleanable.dirty.ratio",
+        "min.compaction.lag.ms",
         "retention.bytes",
         "retention.ms",
         "segment.bytes",
+        "segment.ms",
     }
     assert {n for n, e in configs.items() if not e.is_read_only} == alterable
     assert not any(e.is_sensitive for e in configs.values())
@@ -95,6 +107,10 @@ def test_a_broker_describes_its_own_configs(cluster: LocalCluster) -> None:
     assert configs["message.max.bytes"].value == str(defaults.MAX_MESSAGE_BYTES)
     assert configs["log.retention.ms"].value == str(RETENTION_MS)
     assert configs["auto.create.topics.enable"].value == "false"
+    assert configs["log.cleanup.policy"].value == "delete"
+    assert configs["group.initial.rebalance.delay.ms"].value == str(
+        defaults.GROUP_INITIAL_REBALANCE_DELAY_MS
+    )
 
 
 def test_unknown_topics_and_unserved_resource_types_err_per_resource(

@@ -36,6 +36,8 @@ class Harness:
     """A coordinator with deterministic member ids and a token per request."""
 
     def __init__(self, config: GroupConfig | None = None) -> None:
+        # No initial rebalance delay unless a test asks for one: joins complete at once.
+        config = config or GroupConfig(initial_rebalance_delay_ms=0)
         ids = itertools.count(1)
         self.c = GroupCoordinator(config, new_member_id=lambda prefix: f"{prefix}-{next(ids)}")
         self.tokens = itertools.count(1)
@@ -318,7 +320,7 @@ def test_the_protocol_most_members_prefer_wins() -> None:
 
 
 def test_groups_and_members_are_bounded() -> None:
-    h = Harness(GroupConfig(max_size=2, max_groups=2))
+    h = Harness(GroupConfig(max_size=2, max_groups=2, initial_rebalance_delay_ms=0))
     h.new_member()
     h.new_member()
     assert h.joined(h.join("")).error == KafkaError.GROUP_MAX_SIZE_REACHED
@@ -328,13 +330,48 @@ def test_groups_and_members_are_bounded() -> None:
 
 
 def test_rebalance_timeouts_are_capped_so_every_parked_join_ends() -> None:
-    h = Harness(GroupConfig(max_rebalance_timeout_ms=1000))
+    h = Harness(GroupConfig(max_rebalance_timeout_ms=1000, initial_rebalance_delay_ms=0))
     a, b = h.stable_pair()
     ta = h.join(a, now=0)
     h.tick(999)
     assert ta not in h.answers
     h.tick(1000)
     assert h.joined(ta).error == KafkaError.NONE
+
+
+def test_a_new_group_s_first_rebalance_waits_for_members_that_start_together() -> None:
+    # group.initial.rebalance.delay.ms: each new member restarts the wait (Kafka's
+    # InitialDelayedJoin), so both land in generation 1 together.
+    h = Harness(GroupConfig(initial_rebalance_delay_ms=3000))
+    a = h.new_member(now=0)
+    ta = h.join(a, now=0)
+    h.tick(2000)
+    assert ta not in h.answers
+    b = h.new_member(now=2500)
+    tb = h.join(b, now=2500)
+    h.tick(3000)  # a's delay is over, but b's has restarted it
+    assert ta not in h.answers and tb not in h.answers
+    h.tick(5500)
+    ja, jb = h.joined(ta), h.joined(tb)
+    assert (ja.error, jb.error) == (KafkaError.NONE, KafkaError.NONE)
+    assert ja.generation_id == jb.generation_id == 1
+    assert {m for m, _ in ja.members} == {a, b}
+
+
+def test_the_initial_delay_ends_by_the_rebalance_timeout_and_spares_later_rebalances() -> None:
+    h = Harness(GroupConfig(initial_rebalance_delay_ms=3000, max_rebalance_timeout_ms=1000))
+    a = h.new_member(now=0)
+    ta = h.join(a, now=0)
+    h.tick(999)
+    assert ta not in h.answers
+    h.tick(1000)
+    assert h.joined(ta).generation_id == 1
+    h.sync(a, 1, now=1000)
+    # A stable group's rebalance (a member joins) waits for no delay.
+    b = h.new_member(now=2000)
+    tb = h.join(b, now=2000)
+    h.join(a, now=2000)
+    assert h.joined(tb).generation_id == 2
 
 
 def test_moving_the_coordinator_answers_parked_requests_not_coordinator() -> None:

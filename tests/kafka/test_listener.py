@@ -339,7 +339,7 @@ def test_admin_client_creates_and_deletes_topics(kcluster: LocalCluster) -> None
         admin.create_topics(
             [
                 new("kadmin", 3, 3, config={"max.message.bytes": "2000000"}),
-                new("kbadconf", 1, 3, config={"cleanup.policy": "compact"}),
+                new("kbadconf", 1, 3, config={"cleanup.policy": "compact,shred"}),
             ]
         )
     )

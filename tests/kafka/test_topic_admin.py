@@ -148,7 +148,9 @@ def test_configs_altered_incrementally_and_whole_are_described_as_the_topic_s(
         "topic",
         "kconf",
         incremental_configs=[
-            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)
+            ConfigEntry(
+                "min.cleanable.dirty.ratio", "1.5", incremental_operation=AlterConfigOpType.SET
+            )
         ],
     )
     with pytest.raises(confluent_kafka.KafkaException) as refused:
