@@ -117,15 +117,25 @@ def cmd_cluster_new_secret(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
-    from ..node.cluster import LocalCluster
+    from ..node.cluster import LocalCluster, rack_layout
 
     _setup_logging("WARNING")
+    racks: dict[int, str] = {}
+    if args.racks is not None or args.nodes_per_rack is not None:
+        racks = rack_layout(args.nodes_per_rack or 1, args.racks or 1)
+        if args.nodes is not None and args.nodes != len(racks):
+            raise ValueError(
+                f"--nodes {args.nodes} is not --nodes-per-rack x --racks ({len(racks)}): "
+                "give one or the other"
+            )
+    nodes = len(racks) or args.nodes or 3
     cluster = LocalCluster(
-        args.nodes,
+        nodes,
         args.data_dir,
         log_level=args.log_level,
         kafka=args.kafka,
         metrics=args.metrics,
+        racks=racks,
     )
     stop = False
 
@@ -136,8 +146,10 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     with cluster:
-        print(f"quorumlog cluster of {args.nodes} nodes is up (data under {cluster.data_dir})")
+        print(f"quorumlog cluster of {nodes} nodes is up (data under {cluster.data_dir})")
         print(f"bootstrap: {cluster.bootstrap}")
+        for rack in sorted(set(racks.values())):
+            print(f"{rack}: nodes {[n for n, r in racks.items() if r == rack]}")
         if args.kafka:
             print(f"Kafka clients' bootstrap.servers: {cluster.kafka_bootstrap}")
         if args.metrics:
@@ -161,7 +173,7 @@ def cmd_topic(args: argparse.Namespace) -> int:
     with _client(args) as c:
         if args.action == "create":
             partitions = args.partitions or 1
-            c.create_topic(
+            warning = c.create_topic(
                 args.name,
                 partitions,
                 args.replication_factor,
@@ -170,11 +182,14 @@ def cmd_topic(args: argparse.Namespace) -> int:
             )
             c.wait_for_leaders(args.name)
             print(f"created topic {args.name} with {partitions} partition(s)")
+            if warning:
+                print(f"rack warning: {warning}")
         elif args.action == "alter":
             configs: dict[str, str | None] = dict(_topic_configs(args.config))
             configs.update(dict.fromkeys(args.delete_config))
+            warning = ""
             if args.partitions or configs:
-                c.alter_topic(args.name, partitions=args.partitions, configs=configs)
+                warning = c.alter_topic(args.name, partitions=args.partitions, configs=configs)
             if args.replication_factor is not None:
                 from .reassign import alter_replication_factor
 
@@ -184,6 +199,8 @@ def cmd_topic(args: argparse.Namespace) -> int:
             t = c.metadata([args.name])[args.name]
             shown = ", ".join(f"{k}={v}" for k, v in sorted(t.configs.items())) or "none"
             print(f"altered topic {args.name}: {len(t.partitions)} partition(s), configs {shown}")
+            if warning:
+                print(f"rack warning: {warning}")
         elif args.action == "delete":
             c.delete_topic(args.name)
             print(f"deleted topic {args.name}")
@@ -321,7 +338,29 @@ def cmd_describe(args: argparse.Namespace) -> int:
             if t.configs:
                 shown = ", ".join(f"{k}={v}" for k, v in sorted(t.configs.items()))
                 print(f"{name} configs: {shown}")
+        _describe_racks(c, meta)
     return 0
+
+
+def _describe_racks(c: Any, meta: dict[str, Any]) -> None:
+    """The nodes' racks, and the described partitions whose replicas share one though
+    the racks could keep them apart (nothing without racks)."""
+    from ..client.balance import rack_problems
+    from .reassign import cluster_view
+
+    racks = c.node_racks
+    if not racks:
+        return
+    by_rack: dict[str, list[int]] = {}
+    for node in c.node_ids:
+        by_rack.setdefault(racks.get(node, "(none)"), []).append(node)
+    print(
+        "racks: "
+        + "; ".join(f"{r}: nodes {', '.join(map(str, n))}" for r, n in sorted(by_rack.items()))
+    )
+    assignments, nodes = cluster_view(c)
+    for line in rack_problems(assignments, nodes, racks, meta):
+        print(f"rack warning: {line}")
 
 
 def cmd_force_leader(args: argparse.Namespace) -> int:
@@ -368,6 +407,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--data-dir", required=True)
     p.add_argument("--cluster-id", help="required with --voters; with --join, checked if given")
+    p.add_argument(
+        "--rack",
+        default=None,
+        metavar="NAME",
+        help="the failure domain this node stands in (broker.rack: a machine, a rack, a "
+        "zone): a partition's replicas go to distinct racks while there are as many racks "
+        "as replicas",
+    )
     p.add_argument("--log-level", default="INFO")
     p.add_argument(
         "--log-format",
@@ -583,7 +630,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     csub = p.add_subparsers(dest="action", required=True)
     up = csub.add_parser("up", help="start N nodes, print the bootstrap, stop them on Ctrl-C")
-    up.add_argument("--nodes", type=int, default=3)
+    up.add_argument("--nodes", type=int, default=None, help="how many nodes (default 3)")
+    up.add_argument(
+        "--nodes-per-rack",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --racks: N nodes in each rack (serve --rack rack-1, rack-2, ...), as "
+        "several nodes on each of R machines",
+    )
+    up.add_argument("--racks", type=int, default=None, metavar="R", help="how many racks")
     up.add_argument("--data-dir", default=None)
     up.add_argument("--log-level", default="INFO")
     up.add_argument(

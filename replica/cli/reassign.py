@@ -1,7 +1,8 @@
 """``quorumlog partition reassign``: move partitions' replicas online, watch the moves,
 cancel them; and the node lifecycle built on it: ``quorumlog cluster decommission``,
 ``rebalance``, ``add-voter`` and ``remove-voter``, and ``topic alter
---replication-factor`` (its plan comes from ``client.balance``).
+--replication-factor`` (their plans come from ``client.balance``, which keeps a
+partition's replicas on distinct racks where it can; each says where it could not).
 
 A plan file is Kafka's reassignment JSON (what ``kafka-reassign-partitions`` reads)::
 
@@ -33,6 +34,7 @@ __all__ = [
     "add_parser",
     "apply_plan",
     "load_plan",
+    "rack_report",
     "move_status",
     "throttle_rate",
 ]
@@ -178,6 +180,26 @@ def cluster_view(client: Any) -> tuple[dict[str, list[list[int]]], list[int]]:
     return assignments, [n for n in client.node_ids if n not in retired]
 
 
+def rack_report(
+    client: Any,
+    assignments: dict[str, list[list[int]]],
+    plan: dict[str, dict[int, list[int]]],
+    nodes: list[int],
+    topics: list[str] | None = None,
+) -> None:
+    """Say what the cluster will look like against its racks once ``plan`` is carried
+    out: the partitions (of ``topics``, default all) whose replicas will still share a
+    rack though the racks could keep them apart, or more replicas than racks."""
+    from ..client.balance import rack_problems
+
+    after = {t: [list(r) for r in parts] for t, parts in assignments.items()}
+    for topic, parts in plan.items():
+        for p, replicas in parts.items():
+            after[topic][p] = replicas
+    for line in rack_problems(after, nodes, client.node_racks, topics or ()):
+        print(f"rack warning: {line}")
+
+
 def apply_plan(
     client: Any, plan: dict[str, dict[int, list[int]]], *, wait: bool, timeout_s: float
 ) -> bool:
@@ -233,10 +255,13 @@ def cmd_decommission(args: argparse.Namespace) -> int:
         c.retire_node(args.node)  # first: nothing new is placed on it from now on
         print(f"node {args.node} retired: it takes no new replicas")
         try:
-            plan = decommission_plan(assignments, [*nodes, args.node], args.node, into)
+            plan = decommission_plan(
+                assignments, [*nodes, args.node], args.node, into, c.node_racks
+            )
         except ValueError as exc:
             print(f"quorumlog cluster decommission: {exc}", file=sys.stderr)
             return 2
+        rack_report(c, assignments, plan, [n for n in nodes if n != args.node])
         if not apply_plan(c, plan, wait=True, timeout_s=args.timeout_s):
             return 1
         try:
@@ -254,7 +279,8 @@ def cmd_rebalance(args: argparse.Namespace) -> int:
 
     with _client(args) as c:
         assignments, nodes = cluster_view(c)
-        plan = rebalance_plan(assignments, nodes)
+        plan = rebalance_plan(assignments, nodes, c.node_racks)
+        rack_report(c, assignments, plan, nodes)
         return 0 if apply_plan(c, plan, wait=args.wait, timeout_s=args.timeout_s) else 1
 
 
@@ -283,7 +309,8 @@ def alter_replication_factor(client: Any, topic: str, factor: int, timeout_s: fl
     from ..client.balance import replication_factor_plan
 
     assignments, nodes = cluster_view(client)
-    plan = replication_factor_plan(assignments, nodes, topic, factor)
+    plan = replication_factor_plan(assignments, nodes, topic, factor, client.node_racks)
+    rack_report(client, assignments, plan, nodes, [topic])
     return apply_plan(client, plan, wait=True, timeout_s=timeout_s)
 
 

@@ -124,6 +124,12 @@ def _node_id(s: Scrape) -> str:
     return next((lab["node"] for lab, _ in s.samples.get("quorumlog_node_info", [])), "?")
 
 
+def _rack(s: Scrape | None) -> str:
+    """The node's rack (``serve --rack``), "-" for none or unknown."""
+    labels = s.samples.get("quorumlog_node_info", []) if s is not None else []
+    return next((lab.get("rack") or "-" for lab, _ in labels), "-")
+
+
 def _short(url: str) -> str:
     """An endpoint's URL as its HOST:PORT."""
     return url.split("://", 1)[-1].split("/", 1)[0]
@@ -152,7 +158,7 @@ def render(cur: list[Scrape], prev: list[Scrape] | None) -> str:
         if s.error is not None:
             # The node id it answered with last, if it did.
             node = _node_id(p) if p is not None else "?"
-            nodes.append((node, _short(s.endpoint), "down", *("-",) * 6))
+            nodes.append((node, _short(s.endpoint), "down", _rack(p), *("-",) * 6))
             continue
         node = _node_id(s)
         cpu = _rate(s, p, lambda x: x.value("process_cpu_seconds_total")) * 100
@@ -161,6 +167,7 @@ def render(cur: list[Scrape], prev: list[Scrape] | None) -> str:
                 node,
                 _short(s.endpoint),
                 "up",
+                _rack(s),
                 f"{s.value('quorumlog_partitions_led'):.0f}",
                 f"{s.value('quorumlog_partitions_hosted'):.0f}",
                 f"{s.value('quorumlog_partitions_under_replicated'):.0f}",
@@ -169,8 +176,8 @@ def render(cur: list[Scrape], prev: list[Scrape] | None) -> str:
                 f"{s.value('quorumlog_open_connections'):.0f}",
             )
         )
-    header = ("NODE", "ENDPOINT", "STATE", "LEADS", "REPLICAS", "UNDER-REPL", "CPU%", "RSS-MB")
-    lines += ["", *_table((*header, "CONNS"), nodes)]
+    header = ("NODE", "ENDPOINT", "STATE", "RACK", "LEADS", "REPLICAS", "UNDER-REPL", "CPU%")
+    lines += ["", *_table((*header, "RSS-MB", "CONNS"), nodes)]
     lines += ["", *_table(*_topics(up, before))]
     lines += ["", "latencies over the last interval (ms):", *_table(*_latencies(up, before))]
     return "\n".join(lines) + "\n"

@@ -25,16 +25,17 @@ class AdminCalls(RequestRouting):
         *,
         max_message_bytes: int | None = None,
         configs: Mapping[str, str] | None = None,
-    ) -> None:
+    ) -> str:
         """``max_message_bytes``: the topic's limit on one record batch (Kafka's
         max.message.bytes); None: each node's ``serve --max-message-bytes`` applies.
         ``configs``: what else the topic sets, in Kafka's names (retention.ms,
-        retention.bytes, segment.bytes, max.message.bytes)."""
+        retention.bytes, segment.bytes, max.message.bytes). Returns what the placement
+        could not honour of the nodes' racks ("": nothing; the topic is created)."""
         if max_message_bytes is not None and max_message_bytes <= 0:
             raise ValueError(f"max_message_bytes must be > 0, got {max_message_bytes}")
         attempts: list[float] = []
         try:
-            self._admin(
+            resp = self._admin(
                 ApiKey.CREATE_TOPIC,
                 m.CreateTopicRequest(
                     name=name,
@@ -52,6 +53,8 @@ class AdminCalls(RequestRouting):
             # That is this call's success if the topic is the one asked for.
             if len(attempts) < 2 or len(self.metadata([name])[name].partitions) != partitions:
                 raise
+            return ""
+        return resp.warning
 
     def alter_topic(
         self,
@@ -59,10 +62,11 @@ class AdminCalls(RequestRouting):
         *,
         partitions: int | None = None,
         configs: Mapping[str, str | None] | None = None,
-    ) -> None:
+    ) -> str:
         """Grow ``name`` to ``partitions`` (never fewer) and set its ``configs`` (Kafka's
-        names; a None value deletes one, so the nodes' value applies again)."""
-        self._admin(
+        names; a None value deletes one, so the nodes' value applies again). Returns what
+        the new partitions' placement could not honour of the racks ("": nothing)."""
+        return self._admin(
             ApiKey.ALTER_TOPIC,
             m.AlterTopicRequest(
                 name=name,
@@ -71,7 +75,7 @@ class AdminCalls(RequestRouting):
             ),
             m.AlterTopicResponse,
             controller=True,
-        )
+        ).warning
 
     def reassign(
         self, topic: str, moves: Mapping[int, Sequence[int]], *, cancel: bool = False

@@ -123,6 +123,7 @@ class Client(AdminCalls, ProduceCalls, ReadCalls, CoordinatorCalls):
         self._controller_id = m.UNKNOWN
         self.cluster_id = ""
         self._retired = set()
+        self._racks = {}
         self._pool = None
         self._internal_counts = {}
 

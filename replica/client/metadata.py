@@ -77,6 +77,8 @@ class MetadataCache(ClientBase):
     _controller_id: int
     cluster_id: str
     _retired: set[int]
+    # node -> its rack (``serve --rack``), for the nodes that registered one.
+    _racks: dict[int, str]
 
     def _metadata_timeout_s(self, timeout_s: float | None) -> float:
         """How long a metadata call waits for the nodes: ``timeout_s`` (retry loops pass
@@ -93,6 +95,7 @@ class MetadataCache(ClientBase):
         for n in resp.nodes:
             self._nodes[n.node_id] = (n.host, n.port)
         self._retired = {n.node_id for n in resp.nodes if n.retired}
+        self._racks = {n.node_id: n.rack for n in resp.nodes if n.rack is not None}
         if resp.controller_id >= 0:
             self._controller_id = resp.controller_id
         return resp
@@ -234,6 +237,11 @@ class MetadataCache(ClientBase):
         """Those of ``node_ids`` decommissioned (``retire_node``): they take no new
         replicas."""
         return sorted(self._retired)
+
+    @property
+    def node_racks(self) -> dict[int, str]:
+        """The racks of ``node_ids`` that registered one (``serve --rack``)."""
+        return dict(self._racks)
 
     def refresh_nodes(self, *, timeout_s: float | None = None) -> None:
         """Learn the nodes and the metadata controller from every reachable node, with a

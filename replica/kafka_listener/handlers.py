@@ -185,8 +185,9 @@ class KafkaHandlers:
             else [t["name"] or self._topic_by_id(t["topic_id"]) or "" for t in requested]
         )
         out = api.default_response(version)
+        racks = self.api.controller.book.racks
         out["brokers"] = [
-            {"node_id": i, "host": h, "port": p, "rack": None}
+            {"node_id": i, "host": h, "port": p, "rack": racks.get(i)}
             for i, (h, p) in sorted(self.advertised.items())
         ]
         out["cluster_id"] = self.api.config.cluster_id
@@ -233,8 +234,9 @@ class KafkaHandlers:
             return out
         out["cluster_id"] = self.api.config.cluster_id
         out["controller_id"] = or_unknown(self.api.controller.leader_id())
+        racks = self.api.controller.book.racks
         out["brokers"] = [
-            {"broker_id": i, "host": h, "port": p, "rack": None}
+            {"broker_id": i, "host": h, "port": p, "rack": racks.get(i)}
             for i, (h, p) in sorted(self.advertised.items())
         ]
         if body["include_cluster_authorized_operations"]:

@@ -265,6 +265,7 @@ class Api:
             node_id=self.config.node_id,
             controller_id=self.controller.leader_id(),
             nodes=nodes,
+                rack=book.racks.get(i),
             topics=topics,
         )
 

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,17 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def rack_layout(nodes_per_rack: int, racks: int) -> dict[int, str]:
+    """Node ids 1.. ``nodes_per_rack`` in ``rack-1``, the next as many in ``rack-2``,
+    ...: ``quorumlog cluster up --nodes-per-rack N --racks R``'s layout (one rack a
+    machine, several nodes a machine, as docs/deploying.md runs them)."""
+    if nodes_per_rack < 1 or racks < 1:
+        raise ValueError(f"give 1 or more nodes a rack and racks, got {nodes_per_rack} and {racks}")
+    return {
+        n: f"rack-{(n - 1) // nodes_per_rack + 1}" for n in range(1, nodes_per_rack * racks + 1)
+    }
+
+
 class LocalCluster:
     def __init__(
         self,
@@ -98,8 +110,11 @@ class LocalCluster:
         kafka: bool = False,
         node_env: dict[int, dict[str, str]] | None = None,
         metrics: bool = False,
+        racks: Mapping[int, str] | None = None,
     ) -> None:
-        """``node_env``: extra environment variables of a node's process (by node id).
+        """``racks``: each node's ``serve --rack`` (by node id; ``rack_layout`` makes
+        one; a node not in it has none).
+        ``node_env``: extra environment variables of a node's process (by node id).
         ``secure``: TLS on every listener with a throwaway CA, and SCRAM authentication
         with principals node-1..N, ``admin`` and ``principals`` (name -> (kind, topics));
         ``mutual_tls`` also requires client certificates. ``kafka``: every node also
@@ -118,6 +133,7 @@ class LocalCluster:
         self.node_args = node_args or []
         self.log_level = log_level
         self.node_env = node_env or {}
+        self.racks = dict(racks or {})
         self.start_timeout_s = start_timeout_s
         ids = range(1, nodes + 1)
         # One call: all distinct.
@@ -208,6 +224,7 @@ class LocalCluster:
             *self._security_args(node),
             *self._kafka_args(node),
             *self._metrics_args(node),
+            *(["--rack", self.racks[node]] if node in self.racks else []),
             *self.node_args,
         ]
 
@@ -329,14 +346,16 @@ class LocalCluster:
             raise
         return self
 
-    def join(self, node: int, timeout_s: float = 60.0) -> None:
-        """Start a new node ``node`` with ``serve --join`` (no voter list names it) and
-        wait until every running node lists it. Secure clusters cannot grow this way (their
-        principals file names the nodes they started with)."""
+    def join(self, node: int, timeout_s: float = 60.0, *, rack: str | None = None) -> None:
+        """Start a new node ``node`` with ``serve --join`` (no voter list names it; in
+        ``rack`` if given) and wait until every running node lists it. Secure clusters
+        cannot grow this way (their principals file names the nodes they started with)."""
         if node in self.ports:
             raise ValueError(f"node {node} is a node of this cluster already")
         if self.secure:
             raise ValueError("a secure LocalCluster cannot grow: its principals are fixed")
+        if rack is not None:
+            self.racks[node] = rack
         wanted = 1 + bool(self.kafka_ports) + bool(self.metrics_ports)
         taken = {*self.ports.values(), *self.kafka_ports.values(), *self.metrics_ports.values()}
         ports = [p for p in free_ports(wanted + len(taken), self.host) if p not in taken][:wanted]

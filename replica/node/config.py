@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,22 @@ DEFAULT_MAX_MESSAGE_BYTES = defaults.MAX_MESSAGE_BYTES
 # trial, 16 MiB ones now and then cause one, 32 MiB ones make leadership churn. A higher
 # ceiling needs a longer fetch timeout, or appends off the event loop.
 MAX_MESSAGE_BYTES_CEILING = DEFAULT_MAX_MESSAGE_BYTES
+
+
+#: What a rack name may hold (Kafka takes any string; these survive every shell, unit
+#: template and metrics label unquoted).
+RACK_NAME = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def parse_rack(text: str | None) -> str | None:
+    """``--rack``'s value, checked (None: not given)."""
+    if text is None:
+        return None
+    if not RACK_NAME.match(text):
+        raise SystemExit(
+            f"quorumlog: --rack {text!r}: give 1-64 letters, digits, '.', '_', ':' or '-'"
+        )
+    return text
 
 
 def check_max_message_bytes(value: int, max_frame_bytes: int, what: str) -> str | None:
@@ -179,6 +196,9 @@ class NodeConfig:
     join: list[tuple[str, int]] = field(default_factory=list)
     # The voters the metadata quorum started with (None: ``voters``, a new cluster's).
     metadata_voters: list[int] | None = None
+    # broker.rack (``--rack``): the failure domain placement keeps a partition's replicas
+    # apart by; None: none (the node is a rack of its own).
+    rack: str | None = None
     # The heartbeat incarnation the node's driver uses (None: drawn at start); a joining
     # node registers with it before it starts.
     incarnation: int | None = None
@@ -388,6 +408,7 @@ class NodeConfig:
             metrics_listen=metrics_listen,
             metrics_per_partition=bool(getattr(args, "metrics_per_partition", False)),
             join=join,
+            rack=parse_rack(getattr(args, "rack", None)),
         )
 
 

@@ -281,7 +281,9 @@ class MetadataController:
         if problem is not None:
             return _answer(m.CreateTopicResponse, problem)
         nodes = self.book.placeable()
-        replicas = assign_replicas(req.name, req.partitions, ask.replication_factor, nodes)
+        replicas = assign_replicas(
+            req.name, req.partitions, ask.replication_factor, nodes, self.book.placeable_racks()
+        )
         record: dict[str, Any] = {
             "op": "create_topic",
             "name": req.name,
@@ -294,7 +296,9 @@ class MetadataController:
         log.info(
             "created topic %s: %d partition(s), replicas %s", req.name, req.partitions, replicas
         )
-        return m.CreateTopicResponse(error=0, error_message="")
+        return m.CreateTopicResponse(
+            error=0, error_message="", warning=self.book.rack_warning(self.state, req.name)
+        )
 
     def _ask(self, req: m.CreateTopicRequest, internal: bool = False) -> _Ask:
         rf = req.replication_factor or min(3, len(self.book.placeable()))
@@ -364,7 +368,9 @@ class MetadataController:
                 len(record["replicas"]),
                 record["configs"],
             )
-        return m.AlterTopicResponse(error=0, error_message="")
+        grew = record is not None and not req.validate_only and req.partitions
+        warning = self.book.rack_warning(self.state, req.name) if grew else ""
+        return m.AlterTopicResponse(error=0, error_message="", warning=warning)
 
     def _altered(self, req: m.AlterTopicRequest) -> Decision:
         """The ``alter_topic`` record ``req`` asks for (None: nothing changes), or why not."""
@@ -398,7 +404,8 @@ class MetadataController:
         if wanted > have:
             nodes = self.book.placeable()
             rf = len(t.replicas[0]) if t.replicas else min(3, len(nodes))
-            replicas += assign_replicas(req.name, wanted, rf, nodes)[have:]
+            racks = self.book.placeable_racks()
+            replicas += assign_replicas(req.name, wanted, rf, nodes, racks)[have:]
         if replicas == t.replicas and configs == t.configs:
             return None, None
         record = {"op": "alter_topic", "name": req.name, "replicas": replicas, "configs": configs}

@@ -111,7 +111,7 @@ def _register(
     finally:
         datadir.unlock()
     reg = NodeRegistration(
-        config.node_id, directory, (config.host, config.port), config.kafka_listen
+        config.node_id, directory, (config.host, config.port), config.kafka_listen, config.rack
     )
     req = reg.request(incarnation)
     while True:

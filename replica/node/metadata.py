@@ -6,7 +6,7 @@ Records (msgpack maps): ``create_topic`` (name, replicas, configs), ``alter_topi
 the whole new replicas and configs: applying one twice changes nothing), ``reassign``
 (name, ``moves``: [partition, new replicas, replicas before] each), ``quorum_voters``
 (the metadata quorum's new voters), ``delete_topic`` (name), ``register_node`` (a node's
-id, data directory and listeners: ``NodeRegistration``), ``retire_node`` (node id, and
+id, data directory, listeners and rack: ``NodeRegistration``), ``retire_node`` (node id, and
 whether it is given no new replicas from now on, or again some) and ``catch_up_throttle``
 (``bytes_per_s`` every node's leaders send new replicas, or None for each node's own). A
 ``create_topic`` of an earlier version carries ``max_message_bytes`` instead of configs."""
@@ -20,6 +20,7 @@ from typing import Any
 
 import msgpack
 
+from ..client.balance import Racks, rack_aware_assignment
 from ..kafka.coordinators import OFFSETS_TOPIC, TXN_STATE_TOPIC
 from ..protocol import messages as m
 
@@ -64,13 +65,15 @@ class TopicAssignment:
 
 @dataclass(frozen=True)
 class NodeRegistration:
-    """A node as it registered: its data directory and where it listens (the Kafka
-    listener None if it serves none)."""
+    """A node as it registered: its data directory, where it listens (the Kafka
+    listener None if it serves none) and its rack (``serve --rack``; None: none given,
+    as in every registration a log written before racks holds)."""
 
     node_id: int
     directory: str
     address: tuple[str, int]
     kafka: tuple[str, int] | None = None
+    rack: str | None = None
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -82,6 +85,8 @@ class NodeRegistration:
         }
         if self.kafka is not None:
             out["kafka_host"], out["kafka_port"] = self.kafka
+        if self.rack is not None:
+            out["rack"] = self.rack
         return out
 
     def request(self, incarnation: int) -> m.RegisterNodeRequest:
@@ -97,12 +102,15 @@ class NodeRegistration:
             kafka_host=kafka_host,
             kafka_port=kafka_port,
             incarnation=incarnation,
+            rack=self.rack,
         )
 
     @staticmethod
     def of_request(req: m.RegisterNodeRequest) -> NodeRegistration:
         kafka = (req.kafka_host, req.kafka_port) if req.kafka_port else None
-        return NodeRegistration(req.node_id, req.directory, (req.host, req.port), kafka)
+        return NodeRegistration(
+            req.node_id, req.directory, (req.host, req.port), kafka, req.rack or None
+        )
 
     @staticmethod
     def of(record: dict[str, Any]) -> NodeRegistration:
@@ -112,6 +120,7 @@ class NodeRegistration:
             str(record["directory"]),
             (str(record["host"]), int(record["port"])),
             None if kafka is None else (str(kafka), int(record["kafka_port"])),
+            None if record.get("rack") is None else str(record["rack"]),
         )
 
 
@@ -192,14 +201,22 @@ def validate_topic_name(name: str) -> str | None:
 
 
 def assign_replicas(
-    name: str, partitions: int, replication_factor: int, nodes: list[int]
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    nodes: list[int],
+    racks: Racks | None = None,
 ) -> list[list[int]]:
-    """Kafka's rack-unaware assignment. The first (preferred) replicas go round-robin from
+    """Where a topic's partitions go. With ``racks`` (node -> rack, for the nodes that
+    have one), Kafka's rack-aware assignment (``balance.rack_aware_assignment``); without,
+    Kafka's rack-unaware one. The first (preferred) replicas go round-robin from
     a per-topic start, so leaders spread across nodes. The followers follow the first at a
     shift that grows by one each time the first replicas have gone round the nodes once:
     the partitions a node prefers have each other node as first follower equally often,
     so when it dies the partitions it led go to the survivors evenly (the first follower
     stands first, ``Driver.peer_unreachable``), not all to the node after it."""
+    if racks:
+        return rack_aware_assignment(name, partitions, replication_factor, nodes, racks)
     ids = sorted(nodes)
     n = len(ids)
     start = zlib.crc32(name.encode()) % n

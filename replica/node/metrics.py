@@ -352,9 +352,11 @@ class NodeMetrics:
     def _node_metrics(self) -> Iterator[Metric]:
         node = self.node
         info = GaugeMetricFamily(
-            "quorumlog_node_info", "This node: its id and cluster.", labels=["node", "cluster"]
+            "quorumlog_node_info",
+            "This node: its id, cluster and rack (serve --rack; empty: none).",
+            labels=["node", "cluster", "rack"],
         )
-        info.add_metric([str(node.node_id), node.config.cluster_id], 1)
+        info.add_metric([str(node.node_id), node.config.cluster_id, node.config.rack or ""], 1)
         yield info
         up = GaugeMetricFamily(
             "quorumlog_peer_up",

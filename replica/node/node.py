@@ -335,7 +335,7 @@ class Node:
         kafka = dict(config.kafka_voters)
         if config.kafka_listen is not None and not kafka:
             kafka = {self.node_id: config.kafka_listen}
-        self.book = NodeBook(config.node_id, config.voters, kafka)
+        self.book = NodeBook(config.node_id, config.voters, kafka, config.rack)
         self.partitions = PartitionManager(
             config.node_id,
             self.datadir,
@@ -690,6 +690,7 @@ class Node:
             self.directories.own,
             self.book.native[self.node_id],
             self.book.kafka.get(self.node_id),
+            self.config.rack,
         )
         req = reg.request(self.driver.incarnation)
         said = ""

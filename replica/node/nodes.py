@@ -1,7 +1,7 @@
 """The cluster's nodes as this node knows them: those it was started with (``--voters``,
 ``--kafka-voters``, or what ``serve --join`` learned) and those registered in the
-metadata log since (``register_node`` records), with where each listens and whether it
-is retired (decommissioned: no new replicas). One book per node, updated as the metadata
+metadata log since (``register_node`` records), with where each listens, its rack and
+whether it is retired (decommissioned: no new replicas). One book per node, updated as the metadata
 log is applied; Metadata answers, topic placement, forwarding and raft links read it."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..client.balance import rack_problems
 from ..storage.fileutil import atomic_write
 from .metadata import MetadataState
 
@@ -28,12 +29,17 @@ class NodeBook:
         node_id: int,
         native: Mapping[int, Address],
         kafka: Mapping[int, Address],
+        rack: str | None = None,
     ) -> None:
+        """``rack``: this node's own (``serve --rack``), as its addresses: those it
+        started with, whatever an earlier registration in the log says."""
         self.node_id = node_id
         self.native: dict[int, Address] = dict(native)
         #: Updated in place: the Kafka handlers hold this dict.
         self.kafka: dict[int, Address] = dict(kafka)
         self.retired: set[int] = set()
+        #: Each registered node's rack (``serve --rack``); a node not in it has none.
+        self.racks: dict[int, str] = {} if rack is None else {node_id: rack}
         #: Called with a node's id when it is new to the book or moved to another address.
         self.on_moved: Callable[[int], None] | None = None
 
@@ -45,16 +51,33 @@ class NodeBook:
         """The nodes new replicas may go to."""
         return [n for n in sorted(self.native) if n not in self.retired]
 
+    def placeable_racks(self) -> dict[int, str]:
+        """The racks of the placeable nodes that have one (placement's input)."""
+        return {n: self.racks[n] for n in self.placeable() if n in self.racks}
+
+    def rack_warning(self, state: MetadataState, topic: str) -> str:
+        """What ``topic``'s committed placement could not honour of the racks
+        (``balance.rack_problems``), "" if nothing: a create's or growth's answer."""
+        t = state.topics.get(topic)
+        if t is None:
+            return ""
+        problems = rack_problems({topic: t.replicas}, self.placeable(), self.placeable_racks())
+        return "; ".join(problems)
+
     def address(self, node_id: int) -> Address | None:
         return self.native.get(node_id)
 
     def update(self, state: MetadataState) -> None:
         """Take in the registrations and retirements applied from the metadata log. This
-        node's own addresses stay those it started with: a registration of its own in the
+        node's own addresses and rack stay those it started with: a registration of its own in the
         log may be of an earlier start (its next one says where it is now)."""
         for reg in state.nodes.values():
             if reg.node_id == self.node_id:
                 continue
+            if reg.rack is None:
+                self.racks.pop(reg.node_id, None)
+            else:
+                self.racks[reg.node_id] = reg.rack
             moved = self.native.get(reg.node_id) != reg.address
             self.native[reg.node_id] = reg.address
             if reg.kafka is not None:

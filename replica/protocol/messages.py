@@ -143,6 +143,8 @@ class NodeInfo:
     retired: bool = False
     # The data directory it registered with ("": it has not registered yet).
     directory: str = ""
+    # The rack it registered with (``serve --rack``; Kafka's broker.rack), None: none.
+    rack: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -304,7 +306,9 @@ class CreateTopicRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateTopicResponse(Response):
-    pass
+    # Created, but a placement rule could not be met (replicas of a partition share a
+    # rack: fewer racks than replicas); "": every rule was.
+    warning: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -321,7 +325,8 @@ class AlterTopicRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlterTopicResponse(Response):
-    pass
+    # As CreateTopicResponse's, for the partitions a growth added.
+    warning: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -388,6 +393,8 @@ class RegisterNodeRequest:
     # The registering process's heartbeat incarnation: heartbeats of another one under
     # this id, heard lately, mean another process serves as this node.
     incarnation: int = 0
+    # ``serve --rack``: the failure domain it stands in (None: none given).
+    rack: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
