@@ -1,5 +1,9 @@
 """quorumlog perf produce: committed records/s with acks=quorum, fsync on, 3 replicas;
-single-record latency at low load; elections seen during the run; peak RSS per node."""
+single-record latency at low load; elections seen during the run; peak RSS per node.
+
+``--nodes N`` is the embedded cluster's size: with ``--partitions`` at least N, every node
+leads some, so the figure shows how the log scales with nodes on one machine (each node
+is one process, about one core at most)."""
 
 from __future__ import annotations
 
@@ -20,8 +24,15 @@ def _epochs(client: Client, topic: str) -> dict[int, int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="quorumlog perf produce")
-    ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument(
+        "--nodes",
+        type=int,
+        default=3,
+        help="the embedded cluster's size (the topic has min(3, N) replicas)",
+    )
+    ap.add_argument(
+        "--partitions", type=int, default=1, help="at least --nodes for every node to lead"
+    )
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument(
         "--duration", type=float, default=0, help="run for this many seconds instead of --records"
@@ -82,6 +93,9 @@ def _bench(args: argparse.Namespace, *, secure: bool) -> tuple[dict[str, Any], l
         client = cluster.client
         producer_security = cluster.client_security(principal)
         epochs_before = _epochs(client, topic)
+        meta = client.metadata([topic])[topic].partitions
+        replication_factor = len(meta[0].replicas)
+        leading = len({pm.replicas[0] for pm in meta.values()})
         payload = encode_batch([b"v" * args.value_size] * args.batch_records)
         load = run_producers(
             ProduceJob(
@@ -117,6 +131,8 @@ def _bench(args: argparse.Namespace, *, secure: bool) -> tuple[dict[str, Any], l
         "tls_auth": secure,
         "nodes": args.nodes,
         "partitions": args.partitions,
+        "replication_factor": replication_factor,
+        "nodes_leading": leading,
         "records": records,
         "value_size": args.value_size,
         "seconds": round(elapsed, 3),
@@ -132,7 +148,8 @@ def _bench(args: argparse.Namespace, *, secure: bool) -> tuple[dict[str, Any], l
         if args.json
         else [
             f"committed {records} records of {args.value_size} B in {elapsed:.2f}s with acks=quorum "
-            f"({args.nodes} replicas, fsync on): {rate:,.0f} records/s, {rate * args.value_size / 1e6:.1f} MB/s",
+            f"({args.nodes} nodes, {leading} of them leading, {replication_factor} replicas, fsync "
+            f"on): {rate:,.0f} records/s, {rate * args.value_size / 1e6:.1f} MB/s",
             f"single-record latency: p50 {figures['latency_p50_ms']} ms, p99 {figures['latency_p99_ms']} ms",
             f"leader elections during the run: {elections}",
             "peak RSS per node (MB): " + ", ".join(f"{k}: {v:.0f}" for k, v in rss.items()),
