@@ -6,6 +6,7 @@ the open transaction ends. Real Spark, real nodes, a real librdkafka producer.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,108 @@ def test_a_bad_isolation_level_names_the_option() -> None:
                 "kafka.isolation.level": "read_uncommitted",
             }
         ).schema()
+
+
+GAPS = "txn-gaps"
+
+
+def _gapped_topic(spark: Any, c: LocalCluster) -> tuple[list[tuple[int, str]], set[int]]:
+    """``GAPS`` holding committed, aborted and plain records: every record (offset,
+    value) read read_uncommitted, and the offsets a read_committed reader never sees
+    (aborted records and control records, including the leader's)."""
+    c.create_topic(GAPS, 1)
+    c.wait_for_leader(GAPS, 0, 60)
+    p = _txn_producer(c, "gaps")
+    for prefix, n, commit in (("g-c1", 10, True), ("g-ab", 15, False), ("g-c2", 5, True)):
+        p.begin_transaction()
+        for i in range(n):
+            p.produce(GAPS, f"{prefix}-{i}".encode(), partition=0)
+        assert p.flush(30) == 0
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+        if prefix == "g-ab":
+            plain = confluent_kafka.Producer({"bootstrap.servers": c.kafka_bootstrap})
+            for i in range(5):
+                plain.produce(GAPS, f"g-pl-{i}".encode(), partition=0)
+            assert plain.flush(30) == 0
+    hwm = c.client.list_offsets(GAPS, 0, "latest").offset
+    rows = _source(c, spark, isolationLevel="read_uncommitted").select("offset", "value").collect()
+    everything = sorted((r.offset, r.value.decode()) for r in rows)
+    gaps = set(range(hwm)) - {o for o, v in everything if not v.startswith("g-ab")}
+    return everything, gaps
+
+
+def _source(c: LocalCluster, spark: Any, *, stream: bool = False, **options: str) -> Any:
+    reader = spark.readStream if stream else spark.read
+    return (
+        reader.format("quorumlog")
+        .option("bootstrap", c.bootstrap)
+        .option("topic", GAPS)
+        .options(**options)
+        .load()
+    )
+
+
+def _position(offset: int) -> str:
+    return f'{{"{GAPS}": {{"0": {{"offset": {offset}, "epoch": -1}}}}}}'
+
+
+def test_offset_gaps_are_gaps_in_batch_and_stream(
+    spark: Any, kcluster: LocalCluster, tmp_path: Path
+) -> None:
+    """Offsets the log holds no visible record at (aborted records, markers; a compacted
+    topic's cleaned offsets read the same way) are skipped: a batch read whose start and
+    end fall inside them reads the visible records between, and a stream whose
+    micro-batches end inside them (maxOffsetsPerTrigger) reads every visible record once,
+    without a data-loss or truncation error, checkpointing exact ends."""
+    c = kcluster
+    everything, gaps = _gapped_topic(spark, c)
+    visible = [(o, v) for o, v in everything if o not in gaps]
+    aborted = [o for o, v in everything if v.startswith("g-ab")]
+    hwm = c.client.list_offsets(GAPS, 0, "latest").offset
+
+    # batch: start and end inside the aborted range, and the end inside it alone
+    for start, end in ((aborted[3], hwm), (0, aborted[7]), (aborted[2], aborted[9])):
+        df = _source(
+            c,
+            spark,
+            startingOffsets=_position(start),
+            endingOffsets=_position(end),
+            failOnDataLoss="true",
+        )
+        got = sorted((r.offset, r.value.decode()) for r in df.select("offset", "value").collect())
+        assert got == [(o, v) for o, v in visible if start <= o < end], (start, end)
+
+    # stream: 4 offsets per micro-batch, so ends fall inside the gaps
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    query = (
+        _source(
+            c,
+            spark,
+            stream=True,
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger="4",
+            failOnDataLoss="true",
+            onTruncation="fail",
+        )
+        .select("offset", "value")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(180), "the availableNow query did not end"
+        assert query.exception() is None
+    finally:
+        query.stop()
+    got = sorted((r.offset, r.value.decode()) for r in spark.read.parquet(str(out)).collect())
+    assert got == visible
+    ends = []
+    batches = [p for p in (ck / "offsets").iterdir() if p.name.isdigit()]
+    for entry in sorted(batches, key=lambda p: int(p.name)):
+        source_offsets = entry.read_text().strip().splitlines()[-1]
+        ends.append(json.loads(source_offsets)[GAPS]["0"]["offset"])
+    # each batch took 4 offsets (the last the rest): the checkpoint counts offsets, not rows
+    assert ends == [*range(4, hwm, 4), hwm] if hwm % 4 else [*range(4, hwm + 1, 4)]
+    assert any(e - 1 in gaps for e in ends), (ends, sorted(gaps))
