@@ -7,16 +7,22 @@ cannot keep replicas apart (replication factor 3 over 2 racks) is made and says 
 
 from __future__ import annotations
 
+import argparse
+import re
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from quorumlog.replica.cli.config_file import apply_config_file
+from quorumlog.replica.cli.main import _subparser, build_parser
+from quorumlog.replica.cli.top import Scrape, render
 from quorumlog.replica.node.cluster import LocalCluster, rack_layout
+from quorumlog.replica.node.config import NodeConfig
+from quorumlog.replica.node.metadata import MetadataState, NodeRegistration
+from quorumlog.replica.node.nodes import NodeBook
 
 from tests.support.cli import cluster_cli
 from tests.support.waits import wait_until
-
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 RACKS = rack_layout(2, 2)  # nodes 1, 2 in rack-1; 3, 4 in rack-2
 
@@ -31,6 +37,8 @@ def shared_racks(c: LocalCluster, topic: str) -> dict[int, list[int]]:
     }
 
 
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
 def test_replicas_stay_on_distinct_racks_through_decommission_and_rebalance(
     tmp_path: Path,
 ) -> None:
@@ -91,3 +99,68 @@ def test_replicas_stay_on_distinct_racks_through_decommission_and_rebalance(
             timeout=60,
             what="every partition's voters the replicas the metadata names",
         )
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "examples" / "deploy"
+
+
+def test_a_registration_carries_its_rack_and_an_old_one_loads_without() -> None:
+    reg = NodeRegistration(3, "dir-3", ("10.0.0.2", 7071), None, "machine-2")
+    state = MetadataState()
+    state.apply(reg.record())
+    assert state.nodes[3] == reg
+    assert NodeRegistration.of_request(reg.request(incarnation=7)) == reg
+    # A register_node record written before racks existed.
+    state.apply({"op": "register_node", "node_id": 4, "directory": "d", "host": "h", "port": 1})
+    assert state.nodes[4].rack is None
+    book = NodeBook(1, {1: ("h", 1), 3: ("h", 3), 4: ("h", 4)}, {}, rack="machine-1")
+    # An earlier registration of its own names no rack: a node keeps the one it runs with.
+    state.apply({"op": "register_node", "node_id": 1, "directory": "d", "host": "h", "port": 1})
+    book.update(state)
+    assert book.racks == {1: "machine-1", 3: "machine-2"}
+    state.apply({"op": "retire_node", "node_id": 3})
+    book.update(state)
+    assert book.placeable_racks() == {1: "machine-1"}
+
+
+def serve_args(argv: list[str], config: Path | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    if config is not None:
+        apply_config_file(_subparser(parser, "serve"), str(config))
+    return parser.parse_args(["serve", *argv])
+
+
+def parse_serve(argv: list[str]) -> NodeConfig:
+    return NodeConfig.from_args(serve_args(argv))
+
+
+def test_rack_from_the_flag_or_the_config_file(tmp_path: Path) -> None:
+    base = ["--node-id", "1", "--listen", "127.0.0.1:1", "--voters", "1@127.0.0.1:1"]
+    base += ["--data-dir", str(tmp_path), "--cluster-id", "c"]
+    assert parse_serve(base).rack is None
+    assert parse_serve([*base, "--rack", "eu-west-1a"]).rack == "eu-west-1a"
+    with pytest.raises(SystemExit, match="--rack 'a b'"):
+        parse_serve([*base, "--rack", "a b"])
+    example = serve_args([], DEPLOY / "node-rack.toml")
+    assert (example.node_id, example.rack) == (2, "machine-1")
+    unit = (DEPLOY / "quorumlog@.service").read_text()
+    (exec_start,) = re.findall(r"^ExecStart=(.+)$", unit, re.M)
+    assert exec_start.split()[1:] == ["serve", "--config", "/etc/quorumlog/node-%i.toml"]
+    assert "ReadWritePaths=/var/lib/quorumlog/node-%i" in unit
+
+
+def test_cluster_up_layout_and_top_show_the_racks() -> None:
+    assert rack_layout(2, 3) == {
+        1: "rack-1",
+        2: "rack-1",
+        3: "rack-2",
+        4: "rack-2",
+        5: "rack-3",
+        6: "rack-3",
+    }
+    with pytest.raises(ValueError):
+        rack_layout(0, 2)
+    info = {"quorumlog_node_info": [({"node": "5", "cluster": "c", "rack": "rack-3"}, 1.0)]}
+    frame = render([Scrape("http://127.0.0.1:9/metrics", 1.0, info)], None)
+    header, row = [ln.split() for ln in frame.splitlines() if ln.startswith(("NODE", "5 "))][:2]
+    assert row[header.index("RACK")] == "rack-3"
