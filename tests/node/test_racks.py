@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -16,12 +19,13 @@ from confluent_kafka.admin import AdminClient
 from quorumlog.replica.cli.config_file import apply_config_file
 from quorumlog.replica.cli.main import _subparser, build_parser
 from quorumlog.replica.cli.top import Scrape, render
+from quorumlog.replica.client import Client
 from quorumlog.replica.node.cluster import LocalCluster, rack_layout
 from quorumlog.replica.node.config import NodeConfig
 from quorumlog.replica.node.metadata import MetadataState, NodeRegistration
 from quorumlog.replica.node.nodes import NodeBook
 
-from tests.support.cli import cluster_cli
+from tests.support.cli import QUORUMLOG, cluster_cli
 from tests.support.waits import wait_until
 
 RACKS = rack_layout(2, 2)  # nodes 1, 2 in rack-1; 3, 4 in rack-2
@@ -164,3 +168,31 @@ def test_cluster_up_layout_and_top_show_the_racks() -> None:
     frame = render([Scrape("http://127.0.0.1:9/metrics", 1.0, info)], None)
     header, row = [ln.split() for ln in frame.splitlines() if ln.startswith(("NODE", "5 "))][:2]
     assert row[header.index("RACK")] == "rack-3"
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_cluster_up_starts_nodes_per_rack(tmp_path: Path) -> None:
+    """``quorumlog cluster up --nodes-per-rack 1 --racks 2``, as a user starts it: it says
+    which nodes are in which rack, and each registered its rack; Ctrl-C stops it."""
+    argv = ["cluster", "up", "--nodes-per-rack", "1", "--racks", "2", "--data-dir", str(tmp_path)]
+    proc = subprocess.Popen(
+        [*QUORUMLOG, *argv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        said: list[str] = []
+        deadline = time.monotonic() + 60
+        while not any(ln.startswith("rack-2:") for ln in said) and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"cluster up ended early: {said}"
+            said.append(line.strip())
+        assert said[0].startswith("quorumlog cluster of 2 nodes is up")
+        assert "rack-1: nodes [1]" in said and "rack-2: nodes [2]" in said
+        bootstrap = next(ln for ln in said if ln.startswith("bootstrap: ")).split(": ")[1]
+        with Client(bootstrap) as client:
+            client.refresh_nodes()
+            assert client.node_racks == {1: "rack-1", 2: "rack-2"}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
