@@ -61,7 +61,15 @@ class NodeBook:
         t = state.topics.get(topic)
         if t is None:
             return ""
-        problems = rack_problems({topic: t.replicas}, self.placeable(), self.placeable_racks())
+        racks = self.placeable_racks()
+        problems = rack_problems({topic: t.replicas}, self.placeable(), racks)
+        unknown = [n for n in self.placeable() if n not in state.nodes]
+        if racks and unknown:
+            problems.append(
+                f"nodes {unknown} have not registered yet: their racks are not known, each "
+                "was placed as a rack of its own (`quorumlog cluster rebalance` moves "
+                "replicas apart once they have)"
+            )
         return "; ".join(problems)
 
     def address(self, node_id: int) -> Address | None:

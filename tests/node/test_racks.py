@@ -122,6 +122,10 @@ def test_a_registration_carries_its_rack_and_an_old_one_loads_without() -> None:
     state.apply({"op": "register_node", "node_id": 1, "directory": "d", "host": "h", "port": 1})
     book.update(state)
     assert book.racks == {1: "machine-1", 3: "machine-2"}
+    state.apply({"op": "create_topic", "name": "t", "replicas": [[1, 3], [3, 4]]})
+    assert book.rack_warning(state, "t") == ""
+    book.native[5] = ("h", 5)  # in --voters, not registered yet
+    assert "nodes [5] have not registered yet" in book.rack_warning(state, "t")
     state.apply({"op": "retire_node", "node_id": 3})
     book.update(state)
     assert book.placeable_racks() == {1: "machine-1"}
