@@ -154,7 +154,12 @@ class PartitionDriver:
         # The HWM last sent to each replica: an empty answer may be parked only if it
         # tells that replica nothing new.
         self.sent_hwm: dict[int, int] = {}
-        self.waiters: list[_Waiter] = []
+        # acks=quorum produces waiting for the HWM, in offset order (the log's order of
+        # appends), so each HWM advance looks only at those it answers; and a bound no
+        # later than the earliest of their deadlines (exact after each expiry sweep): a
+        # backlog of thousands of waiters costs a request nothing more.
+        self.waiters: deque[_Waiter] = deque()
+        self.waiters_due: int | None = None
         self.consumers: list[_ConsumerWait] = []
         self.closed = False
         # The node's catch-up throttle (None: unthrottled), and the answers to observers
@@ -533,7 +538,7 @@ class PartitionDriver:
             return
         if acks == m.ACKS_QUORUM:
             timeout = req.timeout_ms if req.timeout_ms > 0 else self.limits.produce_timeout_ms
-            self.waiters.append(_Waiter(token, first, last, epoch, now + timeout, written_in))
+            self._wait(_Waiter(token, first, last, epoch, now + timeout, written_in))
             self._answer_waiters(ready)  # a duplicate may be committed already
         else:
             ready.answers.append((token, self._produced(first, last, written_in)))
@@ -557,21 +562,42 @@ class PartitionDriver:
             leader_id=self.core.node_id,
         )
 
+    def _wait(self, w: _Waiter) -> None:
+        """``w`` waits in offset order: after every other, but for the retry of a batch
+        already appended (placed by its offsets)."""
+        waiters = self.waiters
+        if waiters and waiters[-1].last > w.last:
+            at = len(waiters)
+            while at and waiters[at - 1].last > w.last:
+                at -= 1
+            waiters.insert(at, w)
+        else:
+            waiters.append(w)
+        if self.waiters_due is None or w.deadline_ms < self.waiters_due:
+            self.waiters_due = w.deadline_ms
+
     def _answer_waiters(self, ready: Ready) -> None:
-        hwm, epoch = self.core.high_watermark, self.core.epoch
-        still = []
-        for w in self.waiters:
-            if hwm > w.last and w.epoch == epoch and self.core.is_leader:
+        """Those the HWM has passed, from the front: the rest wait for a later one."""
+        if not self.core.is_leader:
+            return
+        hwm, epoch, waiters = self.core.high_watermark, self.core.epoch, self.waiters
+        while waiters and waiters[0].last < hwm:
+            w = waiters.popleft()
+            if w.epoch == epoch:
                 ready.answers.append((w.token, self._produced(w.first, w.last, w.written_in)))
-            else:
-                still.append(w)
-        self.waiters = still
+            else:  # appended while this replica led an earlier epoch
+                exc = NotLeaderError(self.core.leader_id, epoch)
+                text = f"offsets {w.first}-{w.last} were appended in epoch {w.epoch}: {exc}"
+                ready.answers.append((w.token, _produce_error(ErrorCode.NOT_LEADER, text, exc)))
+        if not waiters:
+            self.waiters_due = None
 
     def _fail_waiters(self, exc: NotLeaderError, ready: Ready) -> None:
         for w in self.waiters:
             text = f"leadership moved before offsets {w.first}-{w.last} were committed: {exc}"
             ready.answers.append((w.token, _produce_error(ErrorCode.NOT_LEADER, text, exc)))
-        self.waiters = []
+        self.waiters.clear()
+        self.waiters_due = None
 
     def fetch(self, token: int, req: m.FetchRequest, now: int, ready: Ready) -> None:
         """A consumer fetch (the one place consumers are served): fenced by
@@ -704,8 +730,8 @@ class PartitionDriver:
             self._send_paced(now, ready)
         if self.consumers and min(w.deadline_ms for w in self.consumers) <= now:
             self._wake_consumers(now, ready, force=False)
-        if self.waiters and min(w.deadline_ms for w in self.waiters) <= now:
-            still = []
+        if self.waiters_due is not None and self.waiters_due <= now:
+            still: deque[_Waiter] = deque()
             for w in self.waiters:
                 if w.deadline_ms <= now:
                     text = f"offsets {w.first}-{w.last} not committed by a quorum in time"
@@ -715,6 +741,7 @@ class PartitionDriver:
                 else:
                     still.append(w)
             self.waiters = still
+            self.waiters_due = min((w.deadline_ms for w in still), default=None)
 
     def next_deadline_ms(self) -> int | None:
         """When ``tick`` next has something to do (the core's timers, held waits)."""
@@ -729,7 +756,8 @@ class PartitionDriver:
         times = [p.deadline_ms for p in self.parked]
         times += [at for at, _ in self.paced.values()]
         times += [w.deadline_ms for w in self.consumers]
-        times += [w.deadline_ms for w in self.waiters]
+        if self.waiters_due is not None:
+            times.append(self.waiters_due)
         if core is not None:
             times.append(core)
         return min(times)

@@ -417,21 +417,38 @@ class KafkaHandlers:
 
     # ------------------------------------------------------------------ partitions
     async def produce(self, api: KafkaApi, version: int, body: Message) -> Message | None:
+        """Every partition's batches appended together (``Api.produce_each``: one driver
+        step, one flush, one replication round and one answer for the request), so a
+        request costs what its records and batches cost, however many partitions it
+        names; a partition whose batches are refused is answered for itself."""
         acks = body["acks"]
         if acks not in (0, 1, -1):
             return self._produce_answer(api, version, body, KafkaError.INVALID_REQUIRED_ACKS)
         native_acks = m.ACKS_QUORUM if acks == -1 else m.ACKS_LEADER
-        jobs = [
-            self._produce_one(t["name"], pd, native_acks, body["timeout_ms"])
-            for t in body["topic_data"]
-            for pd in t["partition_data"]
-        ]
-        answers = iter(await asyncio.gather(*jobs))
+        answers: list[Message] = []
+        appends: list[tuple[int, m.ProduceRequest]] = []  # (answer slot, request)
+        for t in body["topic_data"]:
+            for pd in t["partition_data"]:
+                req = self._produce_request(t["name"], pd, native_acks, body["timeout_ms"])
+                if isinstance(req, m.ProduceRequest):
+                    appends.append((len(answers), req))
+                    answers.append({})
+                else:
+                    answers.append(req)
+        results = await self.api.produce_each([req for _, req in appends])
+        for (slot, req), resp in zip(appends, results, strict=True):
+            answers[slot] = _partition_produced(
+                req.partition,
+                kafka_error(resp.error),
+                getattr(resp, "base_offset", UNKNOWN),
+                resp.error_message,
+            )
         if acks == 0:
             return None
         out = api.default_response(version)
+        each = iter(answers)
         out["responses"] = [
-            {"name": t["name"], "partition_responses": [next(answers) for _ in t["partition_data"]]}
+            {"name": t["name"], "partition_responses": [next(each) for _ in t["partition_data"]]}
             for t in body["topic_data"]
         ]
         return out
@@ -452,7 +469,11 @@ class KafkaHandlers:
         ]
         return out
 
-    async def _produce_one(self, topic: str, pd: Message, acks: int, timeout_ms: int) -> Message:
+    def _produce_request(
+        self, topic: str, pd: Message, acks: int, timeout_ms: int
+    ) -> m.ProduceRequest | Message:
+        """One partition's part of a Produce as the native request that appends it, or
+        the partition's answer when its batches cannot be read."""
         index = pd["index"]
         assigned = self.api.controller.state.topics.get(topic)
         configs = assigned.configs if assigned is not None else {}
@@ -470,19 +491,12 @@ class KafkaHandlers:
             return _partition_produced(index, int(KafkaError.CORRUPT_MESSAGE), UNKNOWN, str(exc))
         if not batches:
             return _partition_produced(index, int(KafkaError.INVALID_REQUEST), UNKNOWN, "empty")
-        req = m.ProduceRequest(
+        return m.ProduceRequest(
             topic=topic,
             partition=index,
             acks=acks,
             timeout_ms=timeout_ms,
             records=b"".join(batches),
-        )
-        resp = await self.api.produce(req)
-        return _partition_produced(
-            index,
-            kafka_error(resp.error),
-            getattr(resp, "base_offset", UNKNOWN),
-            resp.error_message,
         )
 
     async def fetch(self, api: KafkaApi, version: int, body: Message) -> Message:

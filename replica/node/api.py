@@ -159,14 +159,24 @@ class Api:
             items = req.requests()
         except DecodeError as exc:
             return error_response(type(req), ErrorCode.INVALID_REQUEST, str(exc))
+        answers = await self.produce_each(items)
+        return m.ProduceManyResponse(error=0, error_message="", answers=answers)
+
+    async def produce_each(self, items: Sequence[m.ProduceRequest]) -> list[Any]:
+        """Each Produce checked on its own and the rest handed to the driver together, in
+        this turn of the loop and in this order (no task each: one driver step, one flush
+        and one replication round for all of them); their answers in the same order, once
+        the last is answered. ProduceMany and the Kafka listener's Produce (a request
+        naming many partitions) both append this way."""
         answers: list[Any] = [self._refused_produce(item) for item in items]
         submitted = [i for i, answer in enumerate(answers) if answer is None]
-        results = await self.submit_many(
-            [((items[i].topic, items[i].partition), items[i]) for i in submitted]
-        )
-        for i, result in zip(submitted, results, strict=True):
-            answers[i] = result
-        return m.ProduceManyResponse(error=0, error_message="", answers=answers)
+        if submitted:
+            results = await self.submit_many(
+                [((items[i].topic, items[i].partition), items[i]) for i in submitted]
+            )
+            for i, result in zip(submitted, results, strict=True):
+                answers[i] = result
+        return answers
 
     async def write_txn_markers(self, req: m.WriteTxnMarkersRequest) -> m.WriteTxnMarkersResponse:
         """Each marker appended by the partition's leader here and answered once a quorum
@@ -255,6 +265,7 @@ class Api:
                 port=p,
                 retired=i in book.retired,
                 directory=registered[i].directory if i in registered else "",
+                rack=book.racks.get(i),
             )
             for i, (h, p) in sorted(book.native.items())
         ]
@@ -265,7 +276,6 @@ class Api:
             node_id=self.config.node_id,
             controller_id=self.controller.leader_id(),
             nodes=nodes,
-                rack=book.racks.get(i),
             topics=topics,
         )
 

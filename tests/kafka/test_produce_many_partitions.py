@@ -1,0 +1,105 @@
+"""A Kafka Produce request naming many partitions is appended as one: one flush on its
+leader and one replication round (one flush on each follower), however many partitions it
+names; a per-partition path pays for each partition (issue 64)."""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from quorumlog.replica.client import Client
+from quorumlog.replica.kafka import messages as km
+from quorumlog.replica.kafka import records as kafka_records
+from quorumlog.replica.kafka.codec import decode_response, encode_request
+from quorumlog.replica.kafka.wire import FrameDecoder, frame
+from quorumlog.replica.node.cluster import LocalCluster
+
+from tests.support.waits import wait_until
+
+pytestmark = pytest.mark.cluster
+
+TOPIC = "wide"
+#: The partitions one request names; the topic has one such set led by each node.
+PARTITIONS = 64
+_FLUSH_JOBS = re.compile(r"^quorumlog_log_flush_duration_seconds_count (\S+)$", re.M)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(3, tmp_path_factory.mktemp("wide"), kafka=True, metrics=True) as c:
+        c.create_topic(TOPIC, 3 * PARTITIONS)
+        yield c
+
+
+def _flush_jobs(c: LocalCluster) -> dict[int, int]:
+    """Each node's log flush jobs so far (its metrics)."""
+    out = {}
+    for node, url in c.metrics_urls.items():
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text = resp.read().decode()
+        match = _FLUSH_JOBS.search(text)
+        out[node] = int(float(match.group(1))) if match else 0
+    return out
+
+
+def _settled(client: Client, partitions: list[int]) -> bool:
+    """Every replica of these partitions holds what its leader holds, all of it committed
+    (no flush is due anywhere for them)."""
+    for p in partitions:
+        q = client.describe_quorum(TOPIC, p)
+        if any(v.end_offset != q.high_watermark for v in q.voters):
+            return False
+    return True
+
+
+def _produce(port: int, partitions: list[int]) -> dict[str, Any]:
+    batch = kafka_records.encode_batch([b"v" * 100] * 10, [b"k%d" % i for i in range(10)])
+    body = km.PRODUCE.default_request(9)
+    body.update(
+        acks=-1,
+        timeout_ms=30_000,
+        topic_data=[
+            {
+                "name": TOPIC,
+                "partition_data": [{"index": p, "records": batch} for p in partitions],
+            }
+        ],
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(frame(encode_request(km.PRODUCE, 9, 1, body, client_id="raw")))
+        frames = FrameDecoder()
+        while True:
+            data = s.recv(1 << 16)
+            assert data, "the listener closed the connection"
+            answers = frames.feed(data)
+            if answers:
+                return decode_response(km.PRODUCE, 9, answers[0])[1]
+
+
+def test_a_produce_over_64_partitions_is_one_flush_and_one_replication_round(
+    cluster: LocalCluster,
+) -> None:
+    c = cluster
+    leaders = {p: c.wait_for_leader(TOPIC, p, 60) for p in range(3 * PARTITIONS)}
+    by_node: dict[int, list[int]] = {}
+    for p, node in leaders.items():
+        by_node.setdefault(node, []).append(p)
+    node, led = max(by_node.items(), key=lambda item: len(item[1]))
+    assert len(led) >= PARTITIONS, f"node {node} leads {len(led)} partitions: {by_node}"
+    wide = led[:PARTITIONS]
+    with Client(c.bootstrap) as client:
+        wait_until(lambda: _settled(client, list(leaders)), 60, "every replica caught up")
+        before = _flush_jobs(c)
+        answer = _produce(c.kafka_ports[node], wide)
+        wait_until(lambda: _settled(client, wide), 60, "the records on every replica")
+        after = _flush_jobs(c)
+    parts = answer["responses"][0]["partition_responses"]
+    assert sorted(r["index"] for r in parts) == wide
+    assert all(r["error_code"] == 0 and r["base_offset"] >= 0 for r in parts), parts
+    # The leader's appends of all 64 partitions made durable by one flush job, and each
+    # follower's copies of them by one: one replication round.
+    assert {n: after[n] - before[n] for n in after} == {n: 1 for n in after}
