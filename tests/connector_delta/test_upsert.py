@@ -143,3 +143,17 @@ def test_an_unknown_mode_names_the_option(tmp_path: Path) -> None:
         DeltaSink(tmp_path / "t", mode="merge")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="mode='upsert' needs engine='delta-rs'"):
         DeltaSink(tmp_path / "t", mode="upsert", engine="auto")
+
+
+@pytest.mark.spark
+def test_a_truncation_without_the_cluster_fails_saying_so(spark: Any, tmp_path: Path) -> None:
+    """Re-delivered offsets cannot be merged as they are (a truncated tombstone left no
+    row); without the cluster to rebuild from, the batch fails and the table stays."""
+    path = tmp_path / "t"
+    sink = DeltaSink(path, app_id=APP, mode="upsert")
+    first = [("ev", 0, o, f"k{o % 3}", f"v{o}") for o in range(6)]
+    sink.write_batch(spark.createDataFrame(records_table(first)), 0)
+    again = [("ev", 0, 4, "k0", "new")]
+    with pytest.raises(DeltaSinkError, match=r"ev/0 from offset 4.*bootstrap=\.\.\."):
+        sink.write_batch(spark.createDataFrame(records_table(again, epoch=2)), 1)
+    assert table_state(path) == expected(first)
