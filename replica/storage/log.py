@@ -15,7 +15,8 @@ log holds no file descriptor.
 ``Log`` mixes in one class per role, each in its own module and each method running on a
 ``Log`` (as ``RaftReplica`` does): appends (``log_append``), reads and scrub
 (``log_read``), truncation and retention (``log_retention``), flush (``log_flush``),
-recovery (``log_recovery``); their shared state is declared in ``log_fields``.
+recovery (``log_recovery``), compaction (``cleaner``); their shared state is declared
+in ``log_fields``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from .. import defaults
 from ..constants import UNKNOWN
 from . import fileio, syncfs
+from .cleaner import CleanerRole
 from .epoch_cache import LeaderEpochCache
 from .errors import StorageError
 from .fdcache import FdCache, shared_cache
@@ -38,6 +40,7 @@ from .log_append import AppendRole
 from .log_files import (
     CATCH_UP_FILE,
     CLEAN_SHUTDOWN_FILE,
+    CLEANER_OFFSET_FILE,
     LOG_START_FILE,
     RECOVERY_POINT_FILE,
     read_offset_file,
@@ -129,7 +132,7 @@ class LogConfig:
             raise ValueError("index_interval_bytes must be positive")
 
 
-class Log(AppendRole, ReadRole, TruncationRole, FlushRole, RecoveryRole):
+class Log(AppendRole, ReadRole, TruncationRole, FlushRole, RecoveryRole, CleanerRole):
     """One partition replica on disk; satisfies ``replica.raft.log.ReplicaLog``.
 
     Open with ``Log(directory)``: recovers after an unclean shutdown (see ``_recover``).
@@ -189,13 +192,16 @@ class Log(AppendRole, ReadRole, TruncationRole, FlushRole, RecoveryRole):
         self._recovery_point_path = os.path.join(directory, RECOVERY_POINT_FILE)
         self._catch_up_path = os.path.join(directory, CATCH_UP_FILE)
         self._log_start_path = os.path.join(directory, LOG_START_FILE)
+        self._cleaner_offset_path = os.path.join(directory, CLEANER_OFFSET_FILE)
         if self._unmade:  # no directory: none of its files to read
             self._recovery_point, self._catch_up_offset = 0, UNKNOWN
             self._log_start = 0
+            self._cleaned_end = 0
         else:
             self._recovery_point = read_offset_file(self._recovery_point_path, 0)
             self._catch_up_offset = read_offset_file(self._catch_up_path, UNKNOWN)
             self._log_start = read_offset_file(self._log_start_path, 0)
+            self._cleaned_end = read_offset_file(self._cleaner_offset_path, 0)
         # Scrub cursor: (segment base offset, position, expected offset at position).
         self._scrub_at = (-1, 0, 0)
         self.scrub_passes = 0
@@ -248,6 +254,17 @@ class Log(AppendRole, ReadRole, TruncationRole, FlushRole, RecoveryRole):
         lost). Until the durable end is back at it, the replica may lack records it
         acknowledged: it must not vote, stand, or count towards the HWM."""
         return self._catch_up_offset
+
+    @property
+    def cleaned_end(self) -> int:
+        """The log was cleaned below this offset (``storage.cleaner``): batches there may
+        leave gaps between their offsets; 0 for a log never cleaned."""
+        return self._cleaned_end
+
+    def continues(self, expected: int, base_offset: int) -> bool:
+        """Whether a batch at ``base_offset`` may follow one that ended at ``expected``:
+        right after it, or past a gap a clean left (below ``cleaned_end``)."""
+        return base_offset == expected or expected < base_offset <= self._cleaned_end
 
     def last_epoch(self) -> int:
         return self._cache.latest_epoch

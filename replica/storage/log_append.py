@@ -153,7 +153,8 @@ class AppendRole(LogFields):
 
     def append_as_follower(self: Log, batches: bytes) -> AppendInfo | None:
         """Append whole batches fetched from the leader, byte for byte. Base offsets must
-        continue at end_offset and epochs must not go below the latest epoch (else
+        continue at end_offset, or skip offsets a clean of the leader's log dropped (the
+        log's ``cleaned_end`` then rises past the gap), and epochs must not go below the latest epoch (else
         ValueError, nothing written); CRCs are checked."""
         self._check_open()
         view = memoryview(batches)
@@ -163,8 +164,11 @@ class AppendRole(LogFields):
         planned: list[_Planned] = []
         expected = self._end_offset
         latest = self._cache.latest_epoch
+        gap_to = 0
         for header in iter_batches(view, verify_crc=True):
-            if header.base_offset != expected:
+            if header.base_offset > expected:
+                gap_to = header.base_offset  # the leader's log was cleaned here
+            elif header.base_offset != expected:
                 raise ValueError(
                     f"batch at position {header.position} has base offset "
                     f"{header.base_offset}, expected {expected}"
@@ -177,10 +181,15 @@ class AppendRole(LogFields):
             latest = header.leader_epoch
             planned.append(
                 _Planned(
-                    header, expected, header.leader_epoch, [view[header.position : header.end]]
+                    header,
+                    header.base_offset,
+                    header.leader_epoch,
+                    [view[header.position : header.end]],
                 )
             )
             expected = header.next_offset
+        if gap_to > self._cleaned_end:
+            self._set_cleaned_end(gap_to)  # before the gap is written (see cleaned_end)
         info = self._write(planned)
         if self._producers is not None:
             for item in planned:

@@ -49,6 +49,8 @@ class LogFields:
     _recovery_point: int
     _catch_up_offset: int
     _log_start: int
+    _cleaner_offset_path: str
+    _cleaned_end: int
     _scrub_at: tuple[int, int, int]
     _cache: LeaderEpochCache
     _voters: VotersCache

@@ -23,6 +23,11 @@ CATCH_UP_FILE = "catch-up-offset"
 # before retention (or an emptying truncation) deletes segments, so that segments left
 # below it by a crash part-way through are known to be deleted ones, not a gap.
 LOG_START_FILE = "log-start-offset"
+# Kafka's cleaner-offset-checkpoint, per partition directory: "0\n<offset>\n". The log's
+# cleaner (``storage.cleaner``) has cleaned it below <offset>: base offsets there may
+# skip offsets (what a clean dropped), which recovery and the scrub then accept. Written
+# before a clean swaps its segments in, and by a follower before it copies a gap.
+CLEANER_OFFSET_FILE = "cleaner-offset-checkpoint"
 _OFFSET_FILE_VERSION = 0
 
 

@@ -132,6 +132,15 @@ class FlushRole(LogFields):
             self._sync_new_directory()
             self._log_start = offset
 
+    def _set_cleaned_end(self: Log, offset: int) -> None:
+        """Durably (see CLEANER_OFFSET_FILE): before a clean's segments or a follower's
+        gap are written, or before a truncation removes cleaned ones."""
+        if offset != self._cleaned_end:
+            self._make_directory()
+            write_offset_file(self._cleaner_offset_path, offset)
+            self._sync_new_directory()
+            self._cleaned_end = offset
+
     def _sync_new_directory(self: Log) -> None:
         """Before a write that is durable on return (not left to the next flush): the
         directory's own entry, if the log made it, so the file cannot vanish with it."""

@@ -51,7 +51,18 @@ class ReadRole(LogFields):
         kept = self._tail.read(offset, max_bytes, max_offset)
         if kept is not None:
             return kept
-        seg = self._segments[bisect.bisect_right(self._bases, offset) - 1]
+        index = bisect.bisect_right(self._bases, offset) - 1
+        seg = self._segments[index]
+        while offset >= seg.end_offset:
+            # A gap a clean left at the end of the segment (or a cleaned-out segment):
+            # the answer starts with the next segment's first batch.
+            index += 1
+            if index == len(self._segments):
+                return b""  # the gap reaches the log end (a truncation inside a gap)
+            seg = self._segments[index]
+            if max_offset is not None and seg.base_offset >= max_offset:
+                return b""
+            offset = seg.base_offset
         try:
             return self._read_segment(seg, offset, max_bytes, max_offset)
         except OSError as exc:
@@ -72,7 +83,9 @@ class ReadRole(LogFields):
         limit = seg.size
         if max_offset is not None and max_offset < seg.end_offset:
             try:
-                limit = seg.locate(max_offset - 1).end
+                last = seg.locate(max_offset - 1)
+                # Past a gap (a cleaned log) the batch found may start at max_offset.
+                limit = last.position if last.base_offset >= max_offset else last.end
             except CorruptRecordError:
                 limit = first.end  # the damage lies past the first batch: checked below
         target = min(limit, first.position + max(max_bytes, 0))
@@ -142,13 +155,13 @@ class ReadRole(LogFields):
             data = seg.pread(min(max(budget, HEADER_SIZE), seg.size - position), position)
             budget -= len(data)
             self.scrubbed_bytes += len(data)
-            valid, reason = _valid_prefix(data, expected)
+            valid, reason = _valid_prefix(data, expected, self._cleaned_end)
             if not valid and len(data) >= HEADER_SIZE and not reason:
                 # The first batch is larger than the budget: read it whole.
                 try:
                     header = parse_header(data, 0)
                     data = seg.pread(min(header.size, seg.size - position), position)
-                    valid, reason = _valid_prefix(data, expected)
+                    valid, reason = _valid_prefix(data, expected, self._cleaned_end)
                 except CorruptRecordError as exc:
                     reason = str(exc)
             if not valid:
@@ -176,12 +189,12 @@ class ReadRole(LogFields):
         position, expected = seg.index_floor(offset)
         while position < seg.size:
             data = seg.pread(min(8 * 1024 * 1024, seg.size - position), position)
-            valid, why = _valid_prefix(data, expected)
+            valid, why = _valid_prefix(data, expected, self._cleaned_end)
             if not valid:
                 try:
                     header = parse_header(data, 0)
                     data = seg.pread(header.size, position)
-                    valid, why = _valid_prefix(data, expected)
+                    valid, why = _valid_prefix(data, expected, self._cleaned_end)
                 except CorruptRecordError as exc:
                     why = str(exc)
                 if not valid:
@@ -191,9 +204,10 @@ class ReadRole(LogFields):
         return CorruptDataError(seg.path, expected, position, reason)
 
 
-def _valid_prefix(data: bytes, expected: int | None = None) -> tuple[int, str]:
+def _valid_prefix(data: bytes, expected: int | None = None, gaps_below: int = 0) -> tuple[int, str]:
     """Length of the longest prefix of whole, intact batches (header and payload CRC;
-    base offsets continuing from ``expected`` when given) and why it stops ("" when it
+    base offsets continuing from ``expected`` when given, or skipping offsets below
+    ``gaps_below``: a cleaned log's) and why it stops ("" when it
     stops at a batch cut off by the end of ``data``, or at the end)."""
     position = 0
     total = len(data)
@@ -211,7 +225,8 @@ def _valid_prefix(data: bytes, expected: int | None = None) -> tuple[int, str]:
         except CorruptRecordError as exc:
             return position, str(exc)
         if expected is not None:
-            if header.base_offset != expected:
+            base = header.base_offset
+            if base != expected and not expected < base <= gaps_below:
                 return position, f"base offset {header.base_offset}, expected {expected}"
             expected = header.next_offset
         position = header.end

@@ -10,6 +10,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from .cleaner import recover_swap
 from .epoch_cache import CHECKPOINT_FILE, LeaderEpochCache
 from .errors import (
     CorruptCheckpointError,
@@ -90,6 +91,7 @@ class RecoveryRole(LogFields):
         for name in os.listdir(directory):
             if name.endswith(".tmp"):
                 unlink_quietly(os.path.join(directory, name))
+        recover_swap(directory)  # a clean's swap a crash interrupted: finished or undone
         bases = sorted(
             int(name[:-4])
             for name in os.listdir(directory)
@@ -183,7 +185,7 @@ class RecoveryRole(LogFields):
         last flush reach the disk in any order, so a later one may hold data an earlier
         one lost): the log is cut there. Below it, data that was fsync'd is missing:
         CorruptLogError (the directory's own entries were fsync'd with that data)."""
-        if seg.end_offset == nxt.base_offset:
+        if self.continues(seg.end_offset, nxt.base_offset):
             return False
         if seg.end_offset >= self._recovery_point:
             log.warning(
@@ -245,7 +247,7 @@ class RecoveryRole(LogFields):
                 if header.size > len(raw):
                     raw = seg.pread(header.size, position)
                 validate_payload(raw, header)
-                if header.base_offset != expected:
+                if not self.continues(expected, header.base_offset):
                     reason = f"base offset {header.base_offset} does not continue the log"
             except CorruptRecordError as exc:
                 reason = f"{exc} (position relative to the batch start)"
@@ -278,7 +280,7 @@ class RecoveryRole(LogFields):
                     if nxt.end > len(view):
                         break
                     validate_payload(view, nxt)
-                    if nxt.base_offset != expected:
+                    if not self.continues(expected, nxt.base_offset):
                         break
                 except CorruptRecordError:
                     break

@@ -50,26 +50,33 @@ class TruncationRole(LogFields):
             return
         index = bisect.bisect_right(self._bases, offset) - 1
         seg = self._segments[index]
-        batch = seg.locate_lenient(offset)
+        if offset >= seg.end_offset:  # in a gap a clean left after the segment's last batch
+            position, end = seg.size, offset
+        else:
+            batch = seg.locate_lenient(offset)
+            # Inside a cleaned gap the batch found starts past the offset.
+            position, end = batch.position, min(batch.base_offset, offset)
         # First lower the recovery point: a crash part-way through leaves a cut segment
         # before later ones, which recovery then cuts again (_breaks_before), not refuses.
-        self._set_recovery_point(min(self._recovery_point, batch.base_offset))
+        self._set_recovery_point(min(self._recovery_point, end))
+        # And the cleaned end: later segments a crash kept are not a clean's gap then.
+        self._set_cleaned_end(min(self._cleaned_end, end))
         for later in self._segments[index + 1 :]:
             self._delete_segment(later)
         unlink_quietly(seg.index_path)
-        seg.truncate_file(batch.position)
+        seg.truncate_file(position)
         with self._lock:
             del self._segments[index + 1 :]
             del self._bases[index + 1 :]
             seg.index_durable = False
-            seg.truncate_index(batch.position)
-            self._end_offset = batch.base_offset
-            self._durable_end_offset = min(self._durable_end_offset, batch.base_offset)
+            seg.truncate_index(position)
+            self._end_offset = end
+            self._durable_end_offset = min(self._durable_end_offset, end)
         fsync_dir(self.directory)
-        self._cache.truncate_from_end(batch.base_offset)
+        self._cache.truncate_from_end(end)
         self._cache.flush()
-        self._voters.truncate_from_end(batch.base_offset)
-        log.info("%s: truncated to offset %d", self.directory, batch.base_offset)
+        self._voters.truncate_from_end(end)
+        log.info("%s: truncated to offset %d", self.directory, end)
 
     def truncate_corrupt(self: Log, offset: int) -> None:
         """Repair latent corruption found at ``offset``: durably remember the durable
@@ -117,6 +124,7 @@ class TruncationRole(LogFields):
     def _truncate_fully(self: Log, offset: int) -> None:
         self._make_directory()
         self._set_recovery_point(min(self._recovery_point, offset))
+        self._set_cleaned_end(min(self._cleaned_end, offset))
         self._set_log_start(offset)
         for seg in self._segments:
             self._delete_segment(seg)

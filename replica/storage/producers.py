@@ -131,6 +131,11 @@ class ProducerStateTable:
         entry = self._producers.get(producer_id)
         return entry.batches[-1] if entry is not None and entry.batches else None
 
+    def kept_batch_offsets(self) -> set[int]:
+        """The first offsets of every batch the table remembers (what a clean of the log
+        keeps whole, so the table rebuilt from the log after it is this one)."""
+        return {b.first_offset for entry in self._producers.values() for b in entry.batches}
+
     def check(self, producer_id: int, producer_epoch: int, first: int, last: int) -> None:
         """Raise the ``ProducerStateError`` the batch meets, if any (see the module)."""
         entry = self._producers.get(producer_id)

@@ -57,12 +57,15 @@ class Segment:
         create: bool,
         files: FdCache,
         later: bool = False,
+        suffix: str = "",
     ) -> None:
         """``create``: a new file; ``later`` with it: created by its first use (the
-        first segment of a log not written yet, whose directory may not exist yet)."""
+        first segment of a log not written yet, whose directory may not exist yet).
+        ``suffix``: after both file names (a segment the cleaner writes before it swaps
+        it in)."""
         self.base_offset = base_offset
-        self.path = log_path(directory, base_offset)
-        self.index_path = index_path(directory, base_offset)
+        self.path = log_path(directory, base_offset) + suffix
+        self.index_path = index_path(directory, base_offset) + suffix
         self._files = files
         if not create:
             self._file = files.handle(self.path)

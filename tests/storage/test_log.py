@@ -155,7 +155,7 @@ def test_follower_append_validates_offsets(tmp_path: Path) -> None:
     assert [(e.epoch, e.offset) for e in log.epoch_cache.entries] == [(1, 0), (4, 5)]
     assert log.read(0, 1 << 20) == data  # byte for byte
     with pytest.raises(ValueError, match="expected 6"):
-        log.append_as_follower(follower_batch(7, 1, 4))
+        log.append_as_follower(follower_batch(4, 1, 4))  # overlaps what it holds
     with pytest.raises(ValueError, match="below the latest epoch"):
         log.append_as_follower(follower_batch(6, 1, 3))
     assert log.end_offset == 6

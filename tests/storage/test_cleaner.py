@@ -1,0 +1,239 @@
+"""The log cleaner (``storage.cleaner``): a compacted log keeps the latest record of each
+key with its offset, reads and follower copies cope with the gaps, producer state and
+the epoch cache are those of the uncleaned log, and a swap a crash interrupts is
+finished or undone by recovery."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from quorumlog.replica.storage import Log, LogConfig, batches_to_table, encode_batch, iter_batches
+from quorumlog.replica.storage.cleaner import CLEANED_SUFFIX, SWAP_FILE
+from quorumlog.replica.storage.records import Producer, TxnMarker
+
+from .helpers import crash, read_everything
+
+COMPACT = LogConfig(segment_bytes=4096, cleanup_policy="compact", delete_retention_ms=1000)
+NOW = 10_000_000
+
+
+def put(lg: Log, pairs: list[tuple[bytes, bytes | None]], stamp: int = NOW, **kw: object) -> None:
+    lg.append_as_leader(
+        encode_batch(
+            [v for _, v in pairs], keys=[k for k, _ in pairs], timestamps=[stamp] * len(pairs), **kw
+        ),  # type: ignore[arg-type]
+        1,
+    )
+
+
+def contents(lg: Log, start: int | None = None) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of every data record, reading batch by batch from the start."""
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    offset = lg.start_offset if start is None else start
+    while offset < lg.end_offset:
+        data = lg.read(offset, 1 << 16)
+        if not data:
+            break
+        table = batches_to_table(data)
+        out.extend(
+            zip(
+                table.column("offset").to_pylist(),
+                table.column("key").to_pylist(),
+                table.column("value").to_pylist(),
+                strict=True,
+            )
+        )
+        offset = list(iter_batches(data))[-1].next_offset
+    return out
+
+
+def latest(
+    records: list[tuple[int, bytes | None, bytes | None]],
+) -> dict[bytes | None, bytes | None]:
+    last: dict[bytes | None, bytes | None] = {}
+    for _offset, key, value in records:
+        last[key] = value
+    return {k: v for k, v in last.items() if v is not None}
+
+
+def fill(lg: Log, rounds: int = 30, keys: int = 7) -> None:
+    for r in range(rounds):
+        put(lg, [(b"k%d" % ((r * 3 + i) % keys), b"v%d-%d" % (r, i)) for i in range(5)])
+        if r % 9 == 8:
+            put(lg, [(b"k%d" % (r % keys), None)])  # a tombstone
+
+
+def test_a_clean_keeps_the_latest_value_of_each_key_at_its_offset(tmp_path: Path) -> None:
+    lg = Log(str(tmp_path / "p"), COMPACT)
+    fill(lg)
+    lg.flush()
+    before = contents(lg)
+    size_before = lg.size_bytes
+    stats = lg.clean(high_watermark=lg.end_offset, now_ms=NOW)
+    assert stats is not None and stats.records_kept < stats.records_read
+    after = contents(lg)
+    assert latest(after) == latest(before)
+    offsets = [o for o, _, _ in after]
+    assert offsets == sorted(offsets) and set(offsets) <= {o for o, _, _ in before}
+    cleaned = [r for r in after if r[0] < stats.cleanable_end]
+    keys = [k for _, k, _ in cleaned]
+    assert len(keys) == len(set(keys))  # one record per key below the cleanable end
+    assert lg.size_bytes < size_before
+    assert lg.cleaned_end == stats.cleanable_end
+    # The same after a restart, whether clean or not.
+    lg.close()
+    lg = Log(str(tmp_path / "p"), COMPACT)
+    assert contents(lg) == after
+    assert not [n for n in os.listdir(tmp_path / "p") if n.endswith(CLEANED_SUFFIX)]
+
+
+def test_reads_from_inside_a_gap_start_at_the_next_batch(tmp_path: Path) -> None:
+    lg = Log(str(tmp_path / "p"), COMPACT)
+    fill(lg)
+    lg.flush()
+    assert lg.clean(high_watermark=lg.end_offset, now_ms=NOW) is not None
+    records = contents(lg)
+    kept = [o for o, _, _ in records]
+    gaps = [o for o in range(kept[0], kept[-1]) if o not in kept]
+    assert gaps
+    for offset in gaps[:50]:
+        got = contents(lg, start=offset)
+        assert got and got[0][0] > offset and got == [r for r in records if r[0] > offset]
+    # max_offset inside a gap: no batch at or past it.
+    some_gap = gaps[len(gaps) // 2]
+    data = lg.read(lg.start_offset, 1 << 20, max_offset=some_gap)
+    if data:
+        assert max(batches_to_table(data).column("offset").to_pylist()) < some_gap
+
+
+def test_a_follower_copies_a_cleaned_log_and_recovers_it(tmp_path: Path) -> None:
+    leader = Log(str(tmp_path / "l"), COMPACT)
+    fill(leader)
+    leader.flush()
+    assert leader.clean(high_watermark=leader.end_offset, now_ms=NOW) is not None
+    follower = Log(str(tmp_path / "f"), COMPACT)
+    while follower.end_offset < leader.end_offset:
+        follower.append_as_follower(leader.read(follower.end_offset, 1000))
+    assert contents(follower) == contents(leader)
+    assert follower.cleaned_end > 0
+    follower.flush()
+    crash(follower)
+    again = Log(str(tmp_path / "f"), COMPACT)
+    assert contents(again) == contents(leader)
+
+
+def test_truncating_a_cleaned_log_keeps_the_epoch_cache(tmp_path: Path) -> None:
+    plain = Log(str(tmp_path / "plain"), COMPACT)
+    cleaned = Log(str(tmp_path / "cleaned"), COMPACT)
+    for epoch in (1, 2, 3):
+        for lg in (plain, cleaned):
+            for r in range(10):
+                lg.append_as_leader(
+                    encode_batch([b"v%d" % r], keys=[b"k%d" % (r % 3)], timestamps=[NOW]), epoch
+                )
+    for lg in (plain, cleaned):
+        lg.flush()
+    assert cleaned.clean(high_watermark=cleaned.end_offset, now_ms=NOW) is not None
+    for epoch in (0, 1, 2, 3, 4):
+        assert cleaned.end_offset_for(epoch) == plain.end_offset_for(epoch)
+    for offset in (25, 17, 12, 3):
+        plain.truncate_to(offset)
+        cleaned.truncate_to(offset)
+        assert cleaned.end_offset == plain.end_offset == offset
+        for epoch in (0, 1, 2, 3, 4):
+            assert cleaned.end_offset_for(epoch) == plain.end_offset_for(epoch)
+        # What the cleaned log holds below the truncation, the plain one holds too.
+        assert set(contents(cleaned)) <= set(contents(plain))
+
+
+def test_producer_state_and_aborted_transactions_survive_a_clean(tmp_path: Path) -> None:
+    lg = Log(str(tmp_path / "p"), COMPACT)
+    seq = 0
+    for r in range(12):
+        put(lg, [(b"k%d" % (r % 2), b"committed-%d" % r)], producer=Producer(7, 0, seq))
+        seq += 1
+    # A transaction that writes k0 and aborts: it never shadows k0's committed value.
+    put(lg, [(b"k0", b"aborted")], producer=Producer(9, 0, 0), transactional=True)
+    lg.append_markers([TxnMarker(9, 0, False, 0)], 1, NOW)
+    for r in range(40):
+        put(lg, [(b"filler%d" % (r % 3), b"x" * 200)])
+    lg.flush()
+    state_before = lg.producer_state().last_batch(7)
+    assert lg.clean(high_watermark=lg.end_offset, now_ms=NOW) is not None
+    committed = latest([r for r in contents(lg)])
+    assert committed[b"k0"] in (b"committed-10", b"aborted")  # read_uncommitted may see it
+    aborted = [(a.producer_id, a.first_offset) for a in lg.transactions().aborted]
+    visible = batches_to_table(read_everything(lg), aborted=aborted)
+    got = {
+        k: v
+        for k, v in zip(
+            visible.column("key").to_pylist(), visible.column("value").to_pylist(), strict=True
+        )
+    }
+    assert got[b"k0"] == b"committed-10"
+    lg.close()
+    again = Log(str(tmp_path / "p"), COMPACT)
+    assert again.producer_state().last_batch(7) == state_before
+    assert [a.producer_id for a in again.transactions().aborted] == [9]
+
+
+def test_a_clean_never_touches_the_active_segment_or_past_the_high_watermark(
+    tmp_path: Path,
+) -> None:
+    lg = Log(str(tmp_path / "p"), COMPACT)
+    fill(lg)
+    lg.flush()
+    before = contents(lg)
+    bases = lg.segment_base_offsets
+    hwm = bases[3] + 1  # inside the fourth segment: the first three are cleanable
+    stats = lg.clean(high_watermark=hwm, now_ms=NOW)
+    assert stats is not None
+    assert stats.cleanable_end == bases[3]
+    assert stats.cleanable_end <= hwm
+    after = contents(lg)
+    assert [r for r in after if r[0] >= stats.cleanable_end] == [
+        r for r in before if r[0] >= stats.cleanable_end
+    ]
+    assert len(after) < len(before)
+
+
+def test_recovery_finishes_a_swap_with_its_manifest_and_undoes_one_without(tmp_path: Path) -> None:
+    for committed in (False, True):
+        directory = str(tmp_path / f"p{committed}")
+        lg = Log(directory, COMPACT)
+        fill(lg)
+        lg.flush()
+        before = contents(lg)
+        end = lg.clean_point(lg.end_offset, None, NOW)
+        aborted, pinned = lg.clean_inputs()
+        plan = lg.prepare_clean(end, NOW, aborted=aborted, pinned=pinned)
+        assert plan is not None
+        if committed:  # the swap's steps up to its commit point
+            lg._set_cleaned_end(end)
+            lines = ["0"] + [" ".join(str(s.base_offset) for s in g.sources) for g in plan.groups]
+            with open(os.path.join(directory, SWAP_FILE), "w") as fh:
+                fh.write("\n".join(lines) + "\n")
+        lg.close()  # the process stops before (or at) the swap's commit point
+        again = Log(directory, COMPACT)
+        after = contents(again)
+        assert latest(after) == latest(before)
+        if committed:
+            assert len(after) < len(before)
+        else:
+            assert after == before
+        assert not [
+            n for n in os.listdir(directory) if n.endswith(CLEANED_SUFFIX) or n == SWAP_FILE
+        ]
+
+
+def test_retention_deletes_nothing_under_a_compact_only_policy(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=4096, cleanup_policy="compact", retention_bytes=1)
+    lg = Log(str(tmp_path / "p"), config)
+    fill(lg)
+    assert len(lg.segment_base_offsets) > 2
+    assert lg.apply_retention() == 0
+    both = LogConfig(segment_bytes=4096, cleanup_policy="compact,delete", retention_bytes=1)
+    lg.close()
+    lg = Log(str(tmp_path / "p"), both)
+    assert lg.apply_retention() > 0
