@@ -8,8 +8,13 @@ keyless records, as Kafka's own), with delivery reports for errors only: a Pytho
 ``produce`` call and delivery callback per record cost this client ~5 us of CPU a record,
 which on a small machine shared with the nodes bounds the figure before the nodes do.
 ``--producer-api record`` is that per-record loop, partitions in turn (every partition
-gets every Nth record: the smallest batches). Besides records/s, it prints the nodes' CPU
-per million records of each phase: the server's cost, whatever the client.
+gets every Nth record: the smallest batches). ``--keyed`` is the loop most Kafka users
+write: ``produce(topic, value, key)`` per record, a distinct key each, librdkafka's default
+partitioner and batching (``--partitions 64 --keyed``: the shape of issue 64, where a
+backlog of small requests once held the listener to 24k records/s). Besides records/s, it
+prints the nodes' CPU per million records of each phase (the server's cost, whatever the
+client) and the listener's answer time per Produce request while the producer ran (mean
+and p99, from the nodes' request histograms: from a request's read to its answer).
 
 ``--compression lz4|zstd`` has the producer compress with that codec (librdkafka's
 ``compression.type``) into a topic of the same ``compression.type``, so the nodes store
@@ -28,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         help="batch: produce_batch of 1,000 keyless records, librdkafka's partitioner, "
         "error-only delivery reports; record: one produce call and callback per record, "
         "partitions in turn",
+    )
+    ap.add_argument(
+        "--keyed",
+        action="store_true",
+        help="one produce(topic, value, key) call per record, a distinct key each, "
+        "librdkafka's default partitioner (error-only delivery reports)",
     )
     ap.add_argument(
         "--compression",
@@ -105,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
     if args.compression != "none":
         producer_config = {"compression.type": args.compression, **producer_config}
-    with LocalCluster(args.nodes, data_dir, log_level="WARNING", kafka=True) as cluster:
+    producer_api = "keyed" if args.keyed else args.producer_api
+    with LocalCluster(
+        args.nodes, data_dir, log_level="WARNING", kafka=True, metrics=True
+    ) as cluster:
         if args.compression == "none":
             cluster.create_topic(topic, args.partitions)
         else:
@@ -116,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         pids = [proc.pid for proc in cluster.procs.values()]
         boot = cluster.kafka_bootstrap
         cpu0 = sum(cpu_seconds(pid) for pid in pids)
+        answers0 = produce_answers(cluster)
         produced, produce_s = _produce(confluent_kafka, boot, topic, args, producer_config)
+        answered = produce_answers(cluster) - answers0
         cpu1 = sum(cpu_seconds(pid) for pid in pids)
         consumed, consume_s = _consume(confluent_kafka, boot, topic, args, consumer_config)
         cpu2 = sum(cpu_seconds(pid) for pid in pids)
@@ -135,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "partitions": args.partitions,
         "records": args.records,
         "value_size": args.value_size,
-        "producer_api": args.producer_api,
+        "producer_api": producer_api,
         "compression": args.compression,
         "payload": args.payload,
         "disk_bytes_per_record": round(disk_bytes / len(pids) / produced, 1),
@@ -144,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         "consume_default_backoff_rec_per_s": round(consumed_default / consume_default_s),
         "consumed": consumed,
         "node_cpu_s_per_m_produced": round((cpu1 - cpu0) / produced * 1e6, 2),
+        "produce_requests": answered.count,
+        "records_per_produce_request": round(produced / max(answered.count, 1), 1),
+        "produce_answer_ms_mean": round(answered.mean_s() * 1000, 2),
+        "produce_answer_ms_p99": round(answered.quantile_s(0.99) * 1000, 1),
         "node_cpu_s_per_m_consumed": round((cpu2 - cpu1) / consumed * 1e6, 2),
         "producer_config": producer_config,
         "consumer_config": consumer_config,
@@ -155,7 +177,11 @@ def main(argv: list[str] | None = None) -> int:
             f"records               {args.records:,}  ({args.partitions} partitions, "
             f"{args.value_size} B values, {args.nodes} replicas, fsync on)",
             f"librdkafka producer   {figures['produce_rec_per_s']:,} records/s (acks=all, "
-            f"{args.producer_api} API), nodes' CPU {figures['node_cpu_s_per_m_produced']} s per million",
+            f"{producer_api} API), nodes' CPU {figures['node_cpu_s_per_m_produced']} s per million",
+            f"  listener's answer   {figures['produce_requests']:,} Produce requests "
+            f"({figures['records_per_produce_request']} records each), answered in "
+            f"{figures['produce_answer_ms_mean']} ms mean, "
+            f"p99 <= {figures['produce_answer_ms_p99']} ms",
             f"on disk               {figures['disk_bytes_per_record']} bytes per record "
             f"per replica (compression {args.compression}, {args.payload} payload)",
             f"librdkafka consumer   {figures['consume_rec_per_s']:,} records/s, "
@@ -187,7 +213,7 @@ def _produce(
     per record, partitions in turn (each partition gets every Nth record, the smallest
     batches)."""
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "all"}
-    if args.producer_api == "batch":
+    if args.producer_api == "batch" or args.keyed:
         settings["delivery.report.only.error"] = True
     producer = ck.Producer({**settings, **config})
     values = _values(args.payload, args.value_size)
@@ -197,8 +223,11 @@ def _produce(
         state["failed" if err is not None else "acked"] += 1
 
     progress = Progress(args.records, "produce")
+    keys = [b"%016d" % i for i in range(args.records)] if args.keyed else []
     start = time.monotonic()
-    if args.producer_api == "batch":
+    if args.keyed:
+        _produce_keyed(producer, topic, values, keys, delivered, progress)
+    elif args.producer_api == "batch":
         full = ck.KafkaError._QUEUE_FULL
         _produce_batches(producer, topic, values, args.records, delivered, full, state, progress)
     else:
@@ -224,9 +253,93 @@ def _produce(
         raise SystemExit(
             f"quorumlog perf kafka: {state['failed']} records failed, {left} undelivered"
         )
-    if args.producer_api == "batch":
-        state["acked"] = state["queued"]  # none failed, none left: every one acknowledged
+    if args.producer_api == "batch" or args.keyed:
+        # None failed, none left: every one acknowledged.
+        state["acked"] = args.records if args.keyed else state["queued"]
     return state["acked"], elapsed
+
+
+def _produce_keyed(
+    producer: Any,
+    topic: str,
+    values: list[bytes],
+    keys: list[bytes],
+    delivered: Any,
+    progress: Progress,
+) -> None:
+    """``produce(topic, value, key)`` per record (librdkafka's partitioner places it),
+    ``poll(0)`` every 1,000; a full queue is drained by deliveries before the record goes
+    again."""
+    produce, poll = producer.produce, producer.poll
+    deadline = time.monotonic() + 300
+    for i, key in enumerate(keys):
+        while True:
+            try:
+                produce(topic, values[i % len(values)], key, on_delivery=delivered)
+                break
+            except BufferError:
+                poll(0.005)
+                if time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"quorumlog perf kafka: {i} of {len(keys)} queued in 300 s"
+                    ) from None
+        if i % 1000 == 0:
+            poll(0)
+            if i % 100_000 == 0:
+                progress.update(i)
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """The Kafka listeners' Produce answers (summed over the nodes): how many, their total
+    time, and how many took at most each bucket's bound (cumulative, as Prometheus)."""
+
+    count: int
+    sum_s: float
+    buckets: tuple[tuple[float, int], ...]
+
+    def __sub__(self, before: Answered) -> Answered:
+        then = dict(before.buckets)
+        return Answered(
+            self.count - before.count,
+            self.sum_s - before.sum_s,
+            tuple((le, n - then.get(le, 0)) for le, n in self.buckets),
+        )
+
+    def mean_s(self) -> float:
+        return self.sum_s / self.count if self.count else 0.0
+
+    def quantile_s(self, q: float) -> float:
+        """The least bucket bound at or under which a ``q`` share of answers came."""
+        for le, n in self.buckets:
+            if self.count and n >= q * self.count:
+                return le
+        return float("inf") if self.count else 0.0
+
+
+_SERIES = "quorumlog_request_duration_seconds_"
+
+
+def produce_answers(cluster: LocalCluster) -> Answered:
+    """Every node's Kafka Produce answers so far (its metrics endpoint)."""
+    count, total, buckets = 0, 0.0, dict[float, int]()
+    for url in cluster.metrics_urls.values():
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            text = resp.read().decode()
+        for line in text.splitlines():
+            if not line.startswith(_SERIES) or 'listener="kafka"' not in line:
+                continue
+            if 'api="Produce"' not in line:
+                continue
+            kind, value = line[len(_SERIES) :].split("{")[0], float(line.split()[-1])
+            if kind == "count":
+                count += int(value)
+            elif kind == "sum":
+                total += value
+            elif kind == "bucket":
+                le = float(line.split('le="')[1].split('"')[0])
+                buckets[le] = buckets.get(le, 0) + int(value)
+    return Answered(count, total, tuple(sorted(buckets.items())))
 
 
 #: Distinct values a run cycles through (made before the clock starts).

@@ -197,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         help="each node's --catch-up-bytes-per-second (default: the node's default, %(default)s)",
     )
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--json", action="store_true", help="print only the final JSON line")
     add_page_cache_option(ap)
     args = ap.parse_args(argv)
 
@@ -309,35 +310,33 @@ def main(argv: list[str] | None = None) -> int:
         "metadata_slow_samples": watch.slow_samples,
         "max_node_answer_ms": round(probe.max_answer_s * 1000),
     }
-    emit(
-        figures,
-        [
-            f"moved {moved / 1e6:,.0f} MB ({args.partitions} partitions x 2 replicas) in "
-            f"{move_s:.1f} s: {figures['moved_mb_per_s']} MB/s"
-            + ("" if done else " (NOT finished: timed out)"),
-            f"produce: {before_rate:,.0f} records/s alone, {during_rate:,.0f} during the move "
-            f"({figures['during_vs_before']} of alone)",
-            "during the move, 5 s at a time: "
-            + ", ".join(f"{w.rate / 1000:.1f}k ({100 * st:.0f}%)" for w, st in windows)
-            + " records/s (the host's share of the CPUs)",
-            f"produce into 3 replicas a partition (as a record during the move, with no "
-            f"copy): {ceiling_rate:,.0f} records/s; during the move "
-            f"{figures['during_vs_three_replicas']} of it; alone once moved "
-            f"{after_rate:,.0f} records/s",
-            f"the host's share of the CPUs (steal): {figures['steal_pct_before']}% alone, "
-            f"{figures['steal_pct_three_replicas']}% into 3 replicas, "
-            f"{figures['steal_pct_during']}% during the move, {figures['steal_pct_after']}% "
-            f"alone once moved; during the move over alone, each over the CPU it was "
-            f"given: {figures['during_vs_before_given_cpu']}",
-            f"elections: {elections} over {args.partitions} partitions (each move ends "
-            "with a new leader: one election a partition at best)",
-            f"longest time a partition had no leader: {watch.max_leaderless_s:.2f} s "
-            f"(partition {watch.worst_partition if watch.worst_partition >= 0 else 'none'}; "
-            f"{watch.samples} samples, "
-            f"{watch.slow_samples} of them failed or waited the whole {METADATA_TIMEOUT_S:g} s "
-            "for the nodes' Metadata)",
-            f"longest a node took to answer ApiVersions: {probe.max_answer_s * 1000:.0f} ms "
-            f"(node {probe.slowest_node}; asked {probe.asked} times)",
-        ],
-    )
+    lines = [
+        f"moved {moved / 1e6:,.0f} MB ({args.partitions} partitions x 2 replicas) in "
+        f"{move_s:.1f} s: {figures['moved_mb_per_s']} MB/s"
+        + ("" if done else " (NOT finished: timed out)"),
+        f"produce: {before_rate:,.0f} records/s alone, {during_rate:,.0f} during the move "
+        f"({figures['during_vs_before']} of alone)",
+        "during the move, 5 s at a time: "
+        + ", ".join(f"{w.rate / 1000:.1f}k ({100 * st:.0f}%)" for w, st in windows)
+        + " records/s (the host's share of the CPUs)",
+        f"produce into 3 replicas a partition (as a record during the move, with no "
+        f"copy): {ceiling_rate:,.0f} records/s; during the move "
+        f"{figures['during_vs_three_replicas']} of it; alone once moved "
+        f"{after_rate:,.0f} records/s",
+        f"the host's share of the CPUs (steal): {figures['steal_pct_before']}% alone, "
+        f"{figures['steal_pct_three_replicas']}% into 3 replicas, "
+        f"{figures['steal_pct_during']}% during the move, {figures['steal_pct_after']}% "
+        f"alone once moved; during the move over alone, each over the CPU it was "
+        f"given: {figures['during_vs_before_given_cpu']}",
+        f"elections: {elections} over {args.partitions} partitions (each move ends "
+        "with a new leader: one election a partition at best)",
+        f"longest time a partition had no leader: {watch.max_leaderless_s:.2f} s "
+        f"(partition {watch.worst_partition if watch.worst_partition >= 0 else 'none'}; "
+        f"{watch.samples} samples, "
+        f"{watch.slow_samples} of them failed or waited the whole {METADATA_TIMEOUT_S:g} s "
+        "for the nodes' Metadata)",
+        f"longest a node took to answer ApiVersions: {probe.max_answer_s * 1000:.0f} ms "
+        f"(node {probe.slowest_node}; asked {probe.asked} times)",
+    ]
+    emit(figures, [] if args.json else lines)
     return 0

@@ -51,3 +51,18 @@ def test_json_payload_values_are_distinct_events_of_the_asked_size() -> None:
 def test_client_settings_are_key_value_pairs() -> None:
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         perf_kafka.main(["--producer-config", "linger.ms"])
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(120)
+def test_keyed_records_over_many_partitions_and_the_listener_s_answer_time(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--keyed: a produce(topic, value, key) call per record over every partition, each
+    delivered and read; the listener's Produce answers are counted and timed."""
+    rc = perf_kafka.main(["--records", "3000", "--partitions", "8", "--keyed", "--json"])
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and figures["producer_api"] == "keyed" and figures["consumed"] == 3000
+    assert figures["produce_requests"] > 0
+    assert figures["records_per_produce_request"] > 0
+    assert 0 < figures["produce_answer_ms_mean"] <= figures["produce_answer_ms_p99"]

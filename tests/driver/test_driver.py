@@ -240,6 +240,24 @@ def test_waiting_produces_fail_when_leadership_is_lost_and_expire_at_their_deadl
     assert resp.error == ErrorCode.NOT_LEADER  # type: ignore[attr-defined]
 
 
+def test_a_backlog_of_waiting_produces_is_answered_in_order_and_each_expires_on_time() -> None:
+    """Produces wait in offset order (each HWM advance answers from the front); one with
+    a short timeout behind others with long ones still expires at its own deadline."""
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    p = nodes.drivers[leader].partitions[KEY]
+    long = [nodes.request(leader, produce([i], timeout_ms=60_000)) for i in range(1, 200)]
+    short = nodes.request(leader, produce([500], timeout_ms=50))
+    assert p.next_deadline_ms() is not None and p.next_deadline_ms() <= nodes.now + 50
+    nodes.advance(60, flush=False)  # nothing durable: nothing commits
+    assert nodes.answers[short].error == ErrorCode.REQUEST_TIMED_OUT  # type: ignore[attr-defined]
+    assert not any(t in nodes.answers for t in long)
+    nodes.advance(300)
+    offsets = [nodes.answers[t].base_offset for t in long]  # type: ignore[attr-defined]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(long)
+    assert not p.waiters and p.waiters_due is None
+
+
 def test_unknown_partitions_and_closed_ones_answer_every_request() -> None:
     nodes = Nodes(1)
     leader = nodes.leader()
