@@ -85,6 +85,21 @@ def parse_rack(text: str | None) -> str | None:
     return text
 
 
+#: The most partitions a topic may have (a create, or a growth). Kafka sets none; what
+#: bounds them is what a node can hold: with the replication factor at the number of
+#: nodes, each node holds a replica of every partition (100,000 replicas take about 1 GB
+#: of memory a node). The topic's metadata record (its whole assignment) and a Metadata
+#: answer for all of it fit in their frames at this bound.
+MAX_TOPIC_PARTITIONS = 100_000
+
+
+def partitions_problem(partitions: int, what: str = "partitions") -> str | None:
+    """Why a topic may not have ``partitions`` partitions, or None."""
+    if not 1 <= partitions <= MAX_TOPIC_PARTITIONS:
+        return f"{what} must be 1..{MAX_TOPIC_PARTITIONS}, got {partitions}"
+    return None
+
+
 def check_max_message_bytes(value: int, max_frame_bytes: int, what: str) -> str | None:
     """Why ``value`` is not an allowed max.message.bytes, or None."""
     ceiling = min(MAX_MESSAGE_BYTES_CEILING, max_batch_bytes(max_frame_bytes))
@@ -255,15 +270,13 @@ class NodeConfig:
                 "--group-initial-rebalance-delay-ms must be >= 0, got "
                 f"{self.group_initial_rebalance_delay_ms}"
             )
-        if not 1 <= self.offsets_topic_partitions <= 10000:
-            raise ValueError(
-                f"--offsets-topic-partitions must be 1..10000, got {self.offsets_topic_partitions}"
-            )
-        if not 1 <= self.transaction_state_partitions <= 10000:
-            raise ValueError(
-                "--transaction-state-partitions must be 1..10000, got "
-                f"{self.transaction_state_partitions}"
-            )
+        for what, n in (
+            ("--offsets-topic-partitions", self.offsets_topic_partitions),
+            ("--transaction-state-partitions", self.transaction_state_partitions),
+        ):
+            problem = partitions_problem(n, what)
+            if problem:
+                raise ValueError(problem)
         if self.transaction_max_timeout_ms < 1:
             raise ValueError(
                 f"--transaction-max-timeout-ms must be >= 1, got {self.transaction_max_timeout_ms}"

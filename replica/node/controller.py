@@ -15,7 +15,7 @@ from ..protocol import messages as m
 from ..storage import batches_to_table
 from ..storage.errors import CorruptDataError
 from ..storage.records import encode_batch, iter_batches
-from .config import NodeConfig, check_max_message_bytes
+from .config import MAX_TOPIC_PARTITIONS, NodeConfig, check_max_message_bytes, partitions_problem
 from .datadir import DataDir
 from .metadata import (
     INTERNAL_TOPICS,
@@ -53,6 +53,8 @@ NOT_LEADER: Problem = (ErrorCode.NOT_LEADER, "not the metadata leader")
 NOT_COMMITTED: Problem = (ErrorCode.REQUEST_TIMED_OUT, "metadata record not committed")
 #: How often a change waiting for the log to settle looks whether this node still leads.
 SETTLE_POLL_S = 0.05
+#: The metadata records that change a topic (its ``name``'s replicas).
+TOPIC_OPS = frozenset({"create_topic", "alter_topic", "reassign", "delete_topic"})
 
 _R = TypeVar(
     "_R",
@@ -131,6 +133,8 @@ class MetadataController:
         hwm = p.core.high_watermark if upto is None else min(upto, p.log.end_offset)
         state = self.state
         before = state.applied_offset
+        # The topics the records applied change: only their replicas are reconciled.
+        changed: dict[str, None] = {}
         while state.applied_offset < hwm:
             try:
                 data = p.log.read(state.applied_offset, 1 << 20, max_offset=hwm)
@@ -145,7 +149,10 @@ class MetadataController:
             for off, value in zip(offsets, values, strict=True):
                 if state.applied_offset <= off < hwm:
                     try:
-                        state.apply(decode_record(value))
+                        record = decode_record(value)
+                        state.apply(record)
+                        if record.get("op") in TOPIC_OPS:
+                            changed[str(record["name"])] = None
                     except (ValueError, KeyError, TypeError):
                         log.exception("bad metadata record at offset %d", off)
             ends = [h.next_offset for h in iter_batches(data)]
@@ -155,7 +162,7 @@ class MetadataController:
         if state.applied_offset > before and upto is None:
             self.datadir.save_metadata_applied(state.applied_offset)
         self.book.update(state)
-        self.partitions.reconcile(state)
+        self.partitions.reconcile(state, changed)
         if state.quorum_voters is not None:
             self.driver.set_target(METADATA_KEY, state.quorum_voters, self.now_ms())
         self.driver.set_catch_up_rate(self.catch_up_rate(), self.now_ms())
@@ -314,11 +321,9 @@ class MetadataController:
         )
         if problem:
             return ErrorCode.INVALID_TOPIC, problem
-        if not 1 <= req.partitions <= 10000:
-            return (
-                ErrorCode.INVALID_PARTITIONS,
-                f"partitions must be 1..10000, got {req.partitions}",
-            )
+        problem = partitions_problem(req.partitions)
+        if problem:
+            return ErrorCode.INVALID_PARTITIONS, problem
         n = len(self.book.placeable())
         rf = self._ask(req).replication_factor
         if not 1 <= rf <= n:
@@ -381,11 +386,11 @@ class MetadataController:
             return None, (ErrorCode.INVALID_TOPIC, f"topic {req.name!r} is internal")
         have = len(t.replicas)
         wanted = req.partitions or have
-        if wanted < have or wanted > 10000:
+        if wanted < have or wanted > MAX_TOPIC_PARTITIONS:
             return None, (
                 ErrorCode.INVALID_PARTITIONS,
                 f"topic {req.name!r} has {have} partition(s): it can grow to at most "
-                f"10000, never shrink (asked for {wanted})",
+                f"{MAX_TOPIC_PARTITIONS}, never shrink (asked for {wanted})",
             )
         changes = {c.name: c.value for c in req.configs}
         problem = config_problem(changes, self.config.max_frame_bytes)

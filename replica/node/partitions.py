@@ -8,7 +8,7 @@ import asyncio
 import errno
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +32,12 @@ from .topic_configs import log_config_for
 
 log = logging.getLogger(__name__)
 
-# Replicas opened per event-loop turn by reconcile (each open is a directory and a file),
-# and per executed Ready (one journal write for their first election states).
-OPEN_PER_TURN = 500
+# Replicas opened (or deleted) per slice of a topic change at most, their first steps
+# executed together (one journal write for their first election states); and the time a
+# slice may take, after which the event loop runs its other work (heartbeats, fetches,
+# requests) before the next. A topic of 10,000 partitions opens in 40 slices or more.
 OPEN_CHUNK = 250
+SLICE_BUDGET_S = 0.03
 
 
 class WallClockLog(Log):
@@ -113,8 +115,17 @@ class PartitionManager:
         self._metadata: MetadataState | None = None
         #: The storage settings of topics that set some of their own (retention.ms, ...).
         self._topic_log_configs: dict[str, LogConfig] = {}
-        self._reconcile_scheduled = False
         self._journal: QuorumJournal | None = None
+        #: The partitions of each topic open here: a topic's change looks at its own.
+        self._by_topic: dict[str, set[int]] = {}
+        #: Topics whose replicas here may have to open or go, in the order they changed
+        #: (a dict as an ordered set); ``_reconciler`` works through them.
+        self._changed: dict[str, None] = {}
+        self._reconciler: asyncio.Task[None] | None = None
+        #: What the changes cost: partitions looked at, slices run, the largest slice.
+        self.examined = 0
+        self.slices = 0
+        self.slice_max = 0
 
     def __iter__(self) -> Iterator[tuple[PartitionKey, Files]]:
         return iter(list(self.files.items()))
@@ -186,6 +197,7 @@ class PartitionManager:
         elif old is not None and old.exists():
             old.remove()  # moved to the journal, and a crash came before the removal
         self.files[key] = Files(d, lg, voters, legacy)
+        self._by_topic.setdefault(topic, set()).add(partition)
         step = self.driver.open(key, voters, lg, _to_election_state(state), self.now_ms())
         if ready is None:
             self.execute(step)
@@ -203,6 +215,11 @@ class PartitionManager:
     def close(self, key: PartitionKey) -> Files | None:
         self.execute(self.driver.close(key))
         f = self.files.pop(key, None)
+        hosted = self._by_topic.get(key[0])
+        if hosted is not None:
+            hosted.discard(key[1])
+            if not hosted:
+                del self._by_topic[key[0]]
         if f is not None:
             try:
                 f.log.close()
@@ -211,6 +228,9 @@ class PartitionManager:
         return f
 
     def close_all(self) -> None:
+        if self._reconciler is not None:
+            self._reconciler.cancel()
+            self._reconciler = None
         for key, _ in self:
             self.close(key)
         if self._journal is not None:
@@ -243,24 +263,38 @@ class PartitionManager:
                 continue
             if old is not None and old.voters:
                 found[key] = list(old.voters)
-        self._open_many(
-            [(k, found[k]) for k in sorted(found) if k[0] != METADATA_TOPIC], limit=None
-        )
+        self._open_many([(k, found[k]) for k in sorted(found) if k[0] != METADATA_TOPIC])
 
-    def _open_many(self, items: list[tuple[PartitionKey, list[int]]], limit: int | None) -> int:
-        """Open up to ``limit`` (None: all) of these replicas not open yet, executing their
-        first steps together per chunk; returns how many are left to open."""
+    def _open_many(self, items: list[tuple[PartitionKey, list[int]]]) -> None:
+        """Open these replicas not open yet, executing their first steps together per
+        chunk (at start, or without an event loop: at once)."""
         todo = [(k, reps) for k, reps in items if k not in self.files]
-        count = len(todo) if limit is None else min(limit, len(todo))
         t0 = time.monotonic()
-        for start in range(0, count, OPEN_CHUNK):
-            ready = Ready()
-            for key, reps in todo[start : min(start + OPEN_CHUNK, count)]:
+        for start in range(0, len(todo), OPEN_CHUNK):
+            self._open_slice(todo[start : start + OPEN_CHUNK], deadline=None)
+        if len(todo) > 1:
+            log.info("opened %d replicas in %.2f s", len(todo), time.monotonic() - t0)
+
+    def _open_slice(
+        self, items: Sequence[tuple[PartitionKey, list[int]]], deadline: float | None
+    ) -> int:
+        """Open replicas of ``items`` in order, until all are or ``deadline`` (monotonic)
+        passed, their first steps executed together: how many of ``items`` were done."""
+        ready = Ready()
+        done = 0
+        for key, reps in items:
+            if key not in self.files:
                 self.open(key[0], key[1], reps, ready)
-            self.execute(ready)
-        if count > 1:
-            log.info("opened %d replicas in %.2f s", count, time.monotonic() - t0)
-        return len(todo) - count
+            done += 1
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        self.execute(ready)
+        self._count_slice(done)
+        return done
+
+    def _count_slice(self, size: int) -> None:
+        self.slices += 1
+        self.slice_max = max(self.slice_max, size)
 
     def log_config_of(self, topic: str) -> LogConfig:
         """The storage settings ``topic``'s replicas run with: the node's, with what the
@@ -282,55 +316,153 @@ class PartitionManager:
             for t in metadata.topics.values()
             if t.configs
         }
-        if configs == self._topic_log_configs:
+        before = self._topic_log_configs
+        if configs == before:
             return
         self._topic_log_configs = configs
-        for (topic, _), f in self.files.items():
+        for topic in configs.keys() | before.keys():
             wanted = configs.get(topic, self.log_config)
-            if f.log.config != wanted:
-                f.log.config = wanted
+            if wanted == before.get(topic, self.log_config):
+                continue
+            for partition in self._by_topic.get(topic, ()):
+                f = self.files[(topic, partition)]
+                if f.log.config != wanted:
+                    f.log.config = wanted
 
-    def reconcile(self, metadata: MetadataState) -> None:
+    def reconcile(self, metadata: MetadataState, topics: Collection[str] | None = None) -> None:
         """Open the replicas the metadata assigns here (with their topic's configs); delete
-        those of deleted topics. Thousands of new replicas (one topic of 10,000 partitions)
-        open a slice at a time, the rest on the event loop's next turns, so heartbeats and
-        fetches keep flowing."""
+        those of deleted topics. ``topics``: the topics that changed since the last call
+        (None: every topic, and every deleted one), the only ones looked at, so that a
+        change costs what it changes, not what the cluster holds.
+
+        Small changes are done here. On the event loop, a big one (more than
+        ``OPEN_CHUNK`` replicas of a topic to open or delete) is done by a task, a slice
+        at a time (``OPEN_CHUNK`` replicas, ``SLICE_BUDGET_S``), the loop's other work
+        running between slices: a topic of 10,000 partitions never holds heartbeats,
+        fetches or Metadata answers back for long. Without a loop (tests, tools) all of
+        it is done here."""
         self._metadata = metadata
         self._apply_topic_configs(metadata)
-        wanted: dict[PartitionKey, list[int]] = {}
-        moving: list[tuple[PartitionKey, list[int]]] = []
-        for t in metadata.topics.values():
-            for p, reps in enumerate(t.replicas):
-                key = (t.name, p)
-                if p in t.previous:
-                    if self.node_id not in t.hosts(p) or not self._keeps(key, reps):
-                        continue
-                    moving.append((key, reps))
-                    wanted[key] = t.voters(p)
-                elif self.node_id in reps:
-                    wanted[key] = reps
-        left = self._open_many(list(wanted.items()), OPEN_PER_TURN)
-        now = self.now_ms()
-        for key, target in moving:
-            self.driver.set_target(key, target, now)
-        if left and not self._reconcile_scheduled:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                loop = None
-            if loop is not None:
-                self._reconcile_scheduled = True
-                loop.call_soon(self._reconcile_again)
-            else:
-                self._open_many(list(wanted.items()), None)
-        self._delete(
-            [
-                key
-                for key, _ in (self if metadata.deleted else ())
-                if key[0] in metadata.deleted and key not in wanted
-            ],
-            "its topic was deleted",
+        names = (
+            [*metadata.topics, *sorted(metadata.deleted - metadata.topics.keys())]
+            if topics is None
+            else topics
         )
+        for name in names:
+            if name != METADATA_TOPIC:
+                self._changed[name] = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if self._reconciler is not None and not self._reconciler.done():
+            return  # it takes the changes in their turn
+        deadline = time.monotonic() + SLICE_BUDGET_S
+        while self._changed and (loop is None or time.monotonic() < deadline):
+            name = next(iter(self._changed))
+            deletes, opens, targets = self._plan(name, metadata)
+            if loop is not None and max(len(deletes), len(opens)) > OPEN_CHUNK:
+                break  # for the task, which plans it again
+            del self._changed[name]
+            self._delete(deletes, "its topic was deleted")
+            self._open_many(opens)
+            self._set_targets(targets)
+        if self._changed and loop is not None:
+            self._reconciler = loop.create_task(self._reconcile_changes())
+
+    def _plan(
+        self, name: str, metadata: MetadataState
+    ) -> tuple[
+        list[PartitionKey],
+        list[tuple[PartitionKey, list[int]]],
+        list[tuple[PartitionKey, list[int]]],
+    ]:
+        """What topic ``name``'s change asks of this node: the replicas to delete (its
+        topic deleted), those to open (with their voters), and the targets of those
+        moving (set once they are open)."""
+        t = metadata.topics.get(name)
+        hosted = self._by_topic.get(name, set())
+        if t is None:
+            self.examined += len(hosted)
+            gone = name in metadata.deleted
+            return ([(name, p) for p in sorted(hosted)] if gone else []), [], []
+        self.examined += len(t.replicas)
+        opens: list[tuple[PartitionKey, list[int]]] = []
+        targets: list[tuple[PartitionKey, list[int]]] = []
+        for p, reps in enumerate(t.replicas):
+            key = (name, p)
+            if p in t.previous:
+                if self.node_id not in t.hosts(p) or not self._keeps(key, reps):
+                    continue
+                targets.append((key, reps))
+                if p not in hosted:
+                    opens.append((key, t.voters(p)))
+            elif self.node_id in reps and p not in hosted:
+                opens.append((key, reps))
+        return [], opens, targets
+
+    def _set_targets(self, targets: list[tuple[PartitionKey, list[int]]]) -> None:
+        now = self.now_ms()
+        for key, reps in targets:
+            self.driver.set_target(key, reps, now)
+
+    async def _reconcile_changes(self) -> None:
+        """The changed topics, one at a time in the order they changed, a slice per turn
+        of the event loop. A topic that changes again while its slices run is planned
+        anew (from the metadata as it is then) when its turn comes again."""
+        while self._changed and self._metadata is not None:
+            name = next(iter(self._changed))
+            del self._changed[name]
+            try:
+                await self._reconcile_topic(name, self._metadata)
+            except (StorageError, OSError):
+                log.exception("opening or deleting the replicas of topic %s", name)
+
+    async def _reconcile_topic(self, name: str, metadata: MetadataState) -> None:
+        deletes, opens, targets = self._plan(name, metadata)
+        done = 0
+        while done < len(deletes) and name not in self._changed:
+            part = deletes[done : done + OPEN_CHUNK]
+            await self._delete_slice(part)
+            done += len(part)
+        done = 0
+        while done < len(opens) and name not in self._changed:
+            deadline = time.monotonic() + SLICE_BUDGET_S
+            done += self._open_slice(opens[done : done + OPEN_CHUNK], deadline)
+            await asyncio.sleep(0)
+        if name not in self._changed:
+            self._set_targets(targets)
+        if len(opens) > 1:
+            log.info("opened %d replicas of topic %s", done, name)
+
+    async def _delete_slice(self, keys: list[PartitionKey]) -> None:
+        """Delete these replicas (their topic was deleted), the files' closing and the
+        directories' renaming into the trash in a worker thread: closing a log that was
+        written syncs its index and markers, many fsyncs for thousands of replicas. Their
+        election states are forgotten after, as ``_delete`` does."""
+        closed = []
+        for key in keys:
+            self.execute(self.driver.close(key))
+            f = self.files.pop(key, None)
+            hosted = self._by_topic.get(key[0])
+            if hosted is not None:
+                hosted.discard(key[1])
+                if not hosted:
+                    del self._by_topic[key[0]]
+            if f is not None:
+                closed.append(f)
+        await asyncio.get_running_loop().run_in_executor(None, self._discard, closed)
+        self.journal.forget_many(keys)
+        self._count_slice(len(keys))
+        log.info("deleted %d replica(s) of topic %s: it was deleted", len(keys), keys[0][0])
+
+    def _discard(self, closed: list[Files]) -> None:
+        for f in closed:
+            try:
+                f.log.close()
+            except StorageError:
+                log.exception("closing %s", f.directory)
+            self.datadir.discard(Path(f.directory))
 
     def _delete(self, keys: list[PartitionKey], why: str) -> None:
         """Close these replicas and delete their directories (renamed into the trash,
@@ -374,11 +506,6 @@ class PartitionManager:
                     dropped.append(key)
         self._delete(dropped, "moved off this node")
         return dropped
-
-    def _reconcile_again(self) -> None:
-        self._reconcile_scheduled = False
-        if self._metadata is not None:
-            self.reconcile(self._metadata)
 
 
 def _to_quorum_state(s: ElectionState, voters: list[int]) -> QuorumState:

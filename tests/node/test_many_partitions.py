@@ -1,0 +1,171 @@
+"""Many partitions without a stall (issue 65): a topic change costs what it changes, not
+what the node already holds, and a big one runs in slices with the event loop's other
+work between them; a topic may have more than 10,000 partitions."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+from quorumlog.replica.client import Client
+from quorumlog.replica.driver import Driver, Limits, Ready
+from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.node.config import MAX_TOPIC_PARTITIONS, partitions_problem
+from quorumlog.replica.node.datadir import DataDir
+from quorumlog.replica.node.metadata import MetadataState, TopicAssignment
+from quorumlog.replica.node.partitions import OPEN_CHUNK, PartitionManager
+from quorumlog.replica.perf.probe import MetadataProber
+from quorumlog.replica.raft import QuorumConfig
+from quorumlog.replica.storage import LogConfig
+from quorumlog.replica.storage.records import encode_batch
+
+VOTERS = [1, 2, 3]
+# Bounds every wait on the event loop below (turns, not time).
+MAX_TURNS = 100_000
+
+
+def manager(path: Path) -> PartitionManager:
+    driver = Driver(1, "c", QuorumConfig(), Limits(1 << 20, 5000), random.Random(1))
+
+    def execute(ready: Ready) -> None:
+        pm.persist_all(ready.persist)
+
+    pm = PartitionManager(1, DataDir(path, "c", 1), LogConfig(), driver, execute, lambda: 0)
+    return pm
+
+
+def topic(name: str, partitions: int) -> TopicAssignment:
+    return TopicAssignment(name, [list(VOTERS) for _ in range(partitions)])
+
+
+def opened(pm: PartitionManager, name: str) -> int:
+    return sum(1 for t, _ in pm.files if t == name)
+
+
+async def _turns_until(cond: object, counter: list[int]) -> None:
+    """Yield to the loop until ``cond()``, counting the turns in ``counter``."""
+    assert callable(cond)
+    for _ in range(MAX_TURNS):
+        if cond():
+            return
+        counter[0] += 1
+        await asyncio.sleep(0)
+    raise AssertionError("not done within the turns allowed")
+
+
+def test_a_big_topic_opens_in_slices_with_the_loop_turning_between(tmp_path: Path) -> None:
+    n = 4 * OPEN_CHUNK + 10
+    pm = manager(tmp_path)
+    state = MetadataState(topics={"big": topic("big", n)})
+
+    async def main() -> tuple[int, list[int]]:
+        pm.reconcile(state, ["big"])
+        right_after = opened(pm, "big")  # what reconcile did before returning
+        turns = [0]
+        await _turns_until(lambda: opened(pm, "big") == n, turns)
+        return right_after, turns
+
+    right_after, turns = asyncio.run(main())
+    assert right_after == 0  # a big change is the task's, from the next turn
+    assert opened(pm, "big") == n
+    assert pm.slices >= n // OPEN_CHUNK + 1 and pm.slice_max <= OPEN_CHUNK
+    # The loop ran other work (this test's turns) between the slices.
+    assert turns[0] >= pm.slices - 1
+    pm.close_all()
+
+
+def test_a_small_change_is_done_at_once(tmp_path: Path) -> None:
+    pm = manager(tmp_path)
+
+    async def main() -> int:
+        pm.reconcile(MetadataState(topics={"small": topic("small", 3)}), ["small"])
+        return opened(pm, "small")
+
+    assert asyncio.run(main()) == 3  # as before: a created topic's replicas open with it
+    pm.close_all()
+
+
+def test_a_change_looks_only_at_the_topics_it_changes(tmp_path: Path) -> None:
+    pm = manager(tmp_path)
+    state = MetadataState(topics={"big": topic("big", 2000)})
+    pm.reconcile(state)  # no loop: all of it here
+    assert opened(pm, "big") == 2000
+    state.topics["small"] = topic("small", 3)
+    looked = pm.examined
+    pm.reconcile(state, ["small"])
+    assert opened(pm, "small") == 3
+    assert pm.examined - looked == 3  # not the 2,000 replicas already open
+    pm.close_all()
+
+
+def test_a_deleted_big_topic_goes_in_slices(tmp_path: Path) -> None:
+    n = 2 * OPEN_CHUNK + 5
+    pm = manager(tmp_path)
+    state = MetadataState(topics={"big": topic("big", n), "kept": topic("kept", 1)})
+    pm.reconcile(state)
+    for p in (0, n - 1):  # two of them written: they have directories
+        pm.files[("big", p)].log.append_as_leader(encode_batch([b"v"]), 1)
+    assert (tmp_path / "big-0").is_dir()
+    del state.topics["big"]
+    state.deleted.add("big")
+    slices = pm.slices
+
+    async def main() -> None:
+        pm.reconcile(state, ["big"])
+        await _turns_until(lambda: opened(pm, "big") == 0 and not pm._changed, [0])
+        await _turns_until(lambda: pm._reconciler is None or pm._reconciler.done(), [0])
+
+    asyncio.run(main())
+    assert sorted(pm.files) == [("kept", 0)]
+    assert pm.slices - slices >= 3 and pm.slice_max <= OPEN_CHUNK
+    assert not (tmp_path / "big-0").exists() and not (tmp_path / f"big-{n - 1}").exists()
+    assert sorted(pm.journal.states()) in ([], [("kept", 0)])
+    assert pm.datadir.trash.wait(30)
+    pm.close_all()
+
+
+def test_a_topic_may_have_more_than_10000_partitions() -> None:
+    assert partitions_problem(10_001) is None
+    assert partitions_problem(MAX_TOPIC_PARTITIONS) is None
+    assert partitions_problem(MAX_TOPIC_PARTITIONS + 1) is not None
+    assert partitions_problem(0) is not None
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(240)
+def test_a_topic_of_10001_partitions_is_created(tmp_path: Path) -> None:
+    with LocalCluster(1, tmp_path, log_level="WARNING") as c:
+        with Client(c.bootstrap, request_timeout_ms=120_000) as client:
+            client.create_topic("wide", 10_001, 1)
+            meta = client.metadata(["wide"])["wide"]
+            assert len(meta.partitions) == 10_001
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(300)
+def test_small_metadata_is_answered_while_thousands_of_partitions_are_created(
+    tmp_path: Path,
+) -> None:
+    """Topics of 1,500 partitions created one after another on 3 nodes while a prober
+    asks every node for a one-partition topic every 0.2 s: every probe is answered and
+    every partition gets a leader (how fast is ``quorumlog perf partitions``'s figure)."""
+    topics = [f"many-{i}" for i in range(3)]
+    with LocalCluster(3, tmp_path, log_level="WARNING") as c:
+        c.create_topic("probe", 1, 3, timeout_s=60)
+        prober = MetadataProber([(c.host, c.ports[i]) for i in sorted(c.procs)], "probe")
+        try:
+            with Client(c.bootstrap, request_timeout_ms=120_000) as client:
+                for name in topics:
+                    client.create_topic(name, 1500, 3)
+                    client.wait_for_leaders(name, 180_000)
+        finally:
+            probed = prober.stop()
+        assert probed.failures == 0
+        assert len(probed.times_ms) >= 3  # every node, at least once before the creates
+        with Client(c.bootstrap) as client:
+            for name in topics:
+                meta = client.metadata([name])[name]
+                assert len(meta.partitions) == 1500
+                assert all(p.leader_id >= 0 for p in meta.partitions.values())
