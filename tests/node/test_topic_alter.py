@@ -72,7 +72,8 @@ def test_configs_at_create_and_alter_are_shown_and_checked(cluster: LocalCluster
         "the altered max.message.bytes in Metadata",
     )
     for bad, why in (
-        ({"cleanup.policy": "compact"}, "not served"),
+        ({"flush.ms": "1000"}, "not served"),
+        ({"cleanup.policy": "compacted"}, "cleanup.policy must be"),
         ({"retention.ms": "soon"}, "must be an integer"),
         ({"segment.bytes": "10"}, f"[{MIN_SEGMENT_BYTES},"),
     ):
