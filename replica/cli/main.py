@@ -676,7 +676,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=VALUE",
         help="a topic config in Kafka's names (retention.ms, retention.bytes, segment.bytes, "
-        "max.message.bytes); repeatable",
+        "segment.ms, max.message.bytes, compression.type, cleanup.policy, "
+        "min.cleanable.dirty.ratio, min.compaction.lag.ms, max.compaction.lag.ms, "
+        "delete.retention.ms); repeatable",
     )
     p.add_argument(
         "--delete-config",
