@@ -95,24 +95,45 @@ def rack_aware_assignment(
     arranged = [m[i] for i in range(max(map(len, members))) for m in members if i < len(m)]
     n, rack_count = len(arranged), len(members)
     start = zlib.crc32(name.encode()) % n
+    # A partition's replicas follow from its first node and its shift (modulo the other
+    # nodes): at most n * (n - 1) lists to work out, however many partitions.
+    known: dict[tuple[int, int], list[int]] = {}
     out = []
     for p in range(partitions):
         first = (start + p) % n
-        shift = (p // n) * rack_count
-        replicas = [arranged[first]]
-        used = {_rack(racks, arranged[first])}
-        # Two passes over the other nodes: a new rack each while there is one, then any.
-        for k in range(2 * (n - 1)):
-            if len(replicas) >= replication_factor:
-                break
-            node = arranged[(first + 1 + (shift + k) % (n - 1)) % n]
-            key = _rack(racks, node)
-            if node in replicas or (key in used and len(used) < rack_count):
-                continue
-            replicas.append(node)
-            used.add(key)
-        out.append(replicas)
+        shift = (p // n) * rack_count % max(1, n - 1)
+        replicas = known.get((first, shift))
+        if replicas is None:
+            replicas = known[first, shift] = _followed(
+                arranged, first, shift, replication_factor, racks, rack_count
+            )
+        out.append(list(replicas))
     return out
+
+
+def _followed(
+    arranged: list[int],
+    first: int,
+    shift: int,
+    replication_factor: int,
+    racks: Racks,
+    rack_count: int,
+) -> list[int]:
+    """The replicas of a partition whose first is ``arranged[first]``: two passes over the
+    other nodes from ``shift`` on, a node of a new rack each while there is one, then any."""
+    n = len(arranged)
+    replicas = [arranged[first]]
+    used = {_rack(racks, arranged[first])}
+    for k in range(2 * (n - 1)):
+        if len(replicas) >= replication_factor:
+            break
+        node = arranged[(first + 1 + (shift + k) % (n - 1)) % n]
+        key = _rack(racks, node)
+        if node in replicas or (key in used and len(used) < rack_count):
+            continue
+        replicas.append(node)
+        used.add(key)
+    return replicas
 
 
 def rack_problems(
@@ -127,13 +148,17 @@ def rack_problems(
     ids = sorted(set(nodes))
     rack_count = _rack_count(racks, ids)
     names = sorted(topics) if topics else sorted(assignments)
+    spread: dict[tuple[int, ...], bool] = {}  # per replica list: on as many racks as it can
+
+    def apart(replicas: Sequence[int]) -> bool:
+        key = tuple(replicas)
+        if key not in spread:
+            spread[key] = _rack_count(racks, key) >= min(len(key), rack_count)
+        return spread[key]
+
     out = []
     for topic in names:
-        short = [
-            p
-            for p, replicas in enumerate(assignments.get(topic, ()))
-            if _rack_count(racks, replicas) < min(len(replicas), rack_count)
-        ]
+        short = [p for p, replicas in enumerate(assignments.get(topic, ())) if not apart(replicas)]
         if short:
             shown = ", ".join(map(str, short[:10])) + (", ..." if len(short) > 10 else "")
             out.append(
