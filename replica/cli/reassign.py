@@ -370,6 +370,10 @@ def cmd_reassign(args: argparse.Namespace) -> int:
         else:
             for mv in moves:
                 by_topic[mv.topic][mv.partition] = mv.replicas
+            c.refresh_nodes()
+            if c.node_racks:  # an operator's own plan: moved as asked, said if off-rack
+                assignments, nodes = cluster_view(c)
+                rack_report(c, assignments, dict(by_topic), nodes, sorted(by_topic))
         for topic, parts in sorted(by_topic.items()):
             c.reassign(topic, parts, cancel=args.cancel)
     verb = "cancelled" if args.cancel else "started"

@@ -104,6 +104,23 @@ def test_replicas_stay_on_distinct_racks_through_decommission_and_rebalance(
             what="every partition's voters the replicas the metadata names",
         )
 
+        # An operator's own move onto one rack is made, and said; rebalance undoes it.
+        argv = ["--topic", "pairs", "--partition", "0", "--replicas", "3,4"]
+        out = cluster_cli(c.bootstrap, "partition", "reassign", *argv)
+        assert "rack warning: pairs: 1 partition(s) have two replicas in one rack" in out
+        wait_until(
+            lambda: (
+                c.client.describe_quorum("pairs", 0).voters
+                and sorted(v.replica_id for v in c.client.describe_quorum("pairs", 0).voters)
+                == [3, 4]
+            ),
+            timeout=60,
+            what="pairs/0 moved to 3 and 4",
+        )
+        assert shared_racks(c, "pairs") == {0: [3, 4]}
+        cluster_cli(c.bootstrap, "cluster", "rebalance", "--wait", "--timeout-s", "200")
+        assert shared_racks(c, "pairs") == {}
+
 
 DEPLOY = Path(__file__).resolve().parents[2] / "examples" / "deploy"
 
