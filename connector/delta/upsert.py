@@ -178,6 +178,9 @@ def merge_latest(
             source_alias=_SOURCE,
             target_alias=_TARGET,
             commit_properties=properties,
+            # the source is one small in-memory batch: not streamed, its statistics give
+            # the early pruning predicate (only the partitions and key ranges it touches)
+            streamed_exec=False,
         )
         .when_matched_delete(predicate=tombstone)
         .when_matched_update_all()

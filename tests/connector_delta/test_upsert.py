@@ -116,9 +116,17 @@ def test_upsert_many_versions_and_tombstones(spark: Any, tmp_path: Path, small_r
     # a replayed batch is skipped: the table stays as it is
     assert sink.write_batch(spark.createDataFrame(records_table(b1)), 1) is None
     assert table_state(path) == expected(seen)
-    assert DeltaTable(str(path)).transaction_version(APP) == 2
+    # a batch of one partition: the merge reads none of the other partition's files
+    b3 = [("ev", 1, 11, "k2", "only-p1")]
+    sink(spark.createDataFrame(records_table(b3)), 3)
+    seen += b3
+    assert table_state(path) == expected(seen)
+    metrics = DeltaTable(str(path)).history(limit=1)[0]["operationMetrics"]
+    assert metrics["num_target_files_scanned"] == 1, metrics
+    assert metrics["num_target_files_skipped_during_scan"] >= 1, metrics
+    assert DeltaTable(str(path)).transaction_version(APP) == 3
     assert read_committed_positions(path)["ev"][0].offset == 92
-    assert read_committed_positions(path)["ev"][1].offset == 11
+    assert read_committed_positions(path)["ev"][1].offset == 12
 
 
 @pytest.mark.spark
