@@ -73,9 +73,10 @@ fuzz: $(STAMP)
 		$(BIN)/python -m pytest tests/node/test_fuzz.py -s $(PYTEST_ARGS)
 
 # The deep crash-state sweep: >= 100,000 states a power loss may leave, each recovered
-# and checked (`make test` runs a bounded one); JOBS workers over distinct seeds.
+# and checked (`make test` runs a bounded one); JOBS workers over distinct seeds; WORKLOAD
+# log, cleaner (compaction's rewrite and swap) or all (both for each seed).
 crash-sweep: $(STAMP)
-	$(BIN)/python -m tests.storage.crash_explorer --states $(or $(STATES),100000) --jobs $(or $(JOBS),2)
+	$(BIN)/python -m tests.storage.crash_explorer --states $(or $(STATES),100000) --jobs $(or $(JOBS),2) --workload $(or $(WORKLOAD),all)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -18,8 +18,9 @@ and checked:
 - the quorum journal holds, per replica, the state before or after the call in progress,
   and every state it reported durable.
 
-``python -m tests.storage.crash_explorer --states N`` runs a sweep (``make crash-sweep``:
-a deep one); the bounded sweep runs in ``make test`` (tests/storage/test_crash_states.py).
+The cleaner workload (``crash_cleaner``: compaction's rewrite and swap) has checks of
+its own. ``python -m tests.storage.crash_explorer --states N [--workload
+log|cleaner|all]`` runs a sweep (``make crash-sweep``: a deep one of both); the bounded sweep runs in ``make test`` (tests/storage/test_crash_states.py).
 A violation prints the seed, the crash point, the workload's calls up to it and the files.
 """
 
@@ -58,6 +59,7 @@ from quorumlog.replica.storage.records import VOTERS_KEY, BatchHeader, TxnMarker
 from quorumlog.replica.storage.tail import TailBudget
 from quorumlog.replica.storage.transactions import TransactionIndex, committed_batches
 
+from .crash_cleaner import CleanerWorkload
 from .crashfs import RecordingFileOps, Shadow, materialize
 
 LOG_DIR = "t-0"
@@ -542,6 +544,7 @@ def explore(
     *,
     recover_twice: int = 0,
     on_state: Callable[[], None] | None = None,
+    workload_name: str = "log",
 ) -> SweepResult:
     """Run one recorded workload and check up to ``per_point`` crash states at every
     point of its stream. ``recover_twice``: every that-many states, the recovery itself
@@ -550,7 +553,11 @@ def explore(
     root = tempfile.mkdtemp(prefix="qlwork", dir=scratch)
     rec = RecordingFileOps(root)
     previous = fileio.install(rec)
-    workload = LogWorkload(seed, root, steps)
+    workload: LogWorkload | CleanerWorkload = (
+        CleanerWorkload(seed, root, steps)
+        if workload_name == "cleaner"
+        else LogWorkload(seed, root, steps)
+    )
     try:
         workload.run(rec)
     finally:
@@ -596,8 +603,15 @@ def explore(
 
 
 def _check_state(
-    target: str, workload: LogWorkload, before: Snapshot, after: Snapshot, *, use_it: bool = True
+    target: str,
+    workload: LogWorkload | CleanerWorkload,
+    before: Snapshot,
+    after: Snapshot,
+    *,
+    use_it: bool = True,
 ) -> str:
+    if isinstance(workload, CleanerWorkload):
+        return workload.check(target, before, after, use_it=use_it)
     problem = ""
     if os.path.isdir(os.path.join(target, JOURNAL_DIR)):
         problem = check_journal(os.path.join(target, JOURNAL_DIR), before, after)
@@ -618,7 +632,7 @@ def _check_state(
 def _recover_twice(
     state: dict[str, bytes],
     target: str,
-    workload: LogWorkload,
+    workload: LogWorkload | CleanerWorkload,
     before: Snapshot,
     after: Snapshot,
     rng: random.Random,
@@ -672,9 +686,12 @@ def sweep(
     recover_twice: int = 0,
     deadline_s: float | None = None,
     out: Callable[[str], None] | None = None,
+    workload: str = "log",
 ) -> SweepResult:
     """Workloads from ``first_seed`` on until ``states`` crash states are checked (or
-    the deadline passes, or a violation is found)."""
+    the deadline passes, or a violation is found). ``workload``: "log", "cleaner", or
+    "all" (both, for each seed)."""
+    names = ["log", "cleaner"] if workload == "all" else [workload]
     total = SweepResult(workloads=0)
     started = time.monotonic()
     scratch = tempfile.mkdtemp(prefix="qlcrash", dir=_scratch_root())
@@ -683,17 +700,27 @@ def sweep(
         while total.states < states:
             if deadline_s is not None and time.monotonic() - started > deadline_s:
                 break
-            one = explore(seed, steps, per_point, scratch, recover_twice=recover_twice)
-            total.workloads += 1
-            total.points += one.points
-            total.states += one.states
-            total.violations += one.violations
-            if out is not None:
-                out(
-                    f"seed {seed}: {one.points} crash points, {one.states} states "
-                    f"(total {total.states} in {time.monotonic() - started:.0f} s)"
+            for name in names:
+                one = explore(
+                    seed,
+                    steps,
+                    per_point,
+                    scratch,
+                    recover_twice=recover_twice,
+                    workload_name=name,
                 )
-            if one.violations:
+                total.workloads += 1
+                total.points += one.points
+                total.states += one.states
+                total.violations += one.violations
+                if out is not None:
+                    out(
+                        f"seed {seed} ({name}): {one.points} crash points, {one.states} "
+                        f"states (total {total.states} in {time.monotonic() - started:.0f} s)"
+                    )
+                if one.violations:
+                    break
+            if total.violations:
                 break
             seed += seed_step
     finally:
@@ -718,6 +745,7 @@ def _sweep_share(share: tuple[int, int, int, argparse.Namespace]) -> SweepResult
         per_point=args.per_point,
         recover_twice=args.recover_twice,
         out=print,
+        workload=args.workload,
     )
 
 
@@ -731,6 +759,12 @@ def main(argv: list[str] | None = None) -> int:
         "--recover-twice", type=int, default=25, help="every N states, crash during recovery"
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--workload",
+        choices=["log", "cleaner", "all"],
+        default="log",
+        help="the log's calls, the cleaner's (crash_cleaner), or both for each seed",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     jobs = max(1, args.jobs)

@@ -33,6 +33,38 @@ def test_bounded_sweep_finds_no_violation(capsys: pytest.CaptureFixture[str]) ->
     assert result.states >= STATES
 
 
+def test_bounded_cleaner_sweep_finds_no_violation(capsys: pytest.CaptureFixture[str]) -> None:
+    """Compaction's rewrite and swap (tests/storage/crash_cleaner.py)."""
+    result = sweep(
+        STATES, first_seed=2, steps=14, per_point=3, recover_twice=40, workload="cleaner"
+    )
+    with capsys.disabled():
+        print(
+            f"\ncleaner crash-state sweep: {result.workloads} workloads, {result.states} crash "
+            f"states, {len(result.violations)} violations"
+        )
+    assert not result.violations, "\n".join(str(v) for v in result.violations)
+    assert result.states >= STATES
+
+
+def test_teeth_a_recovery_that_undoes_a_committed_swap_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recovery that deletes a swap's cleaned files and manifest instead of finishing it:
+    a crash part-way through the renames leaves some groups cleaned and others not, and a
+    dropped tombstone's key comes back with a value from an uncleaned segment."""
+    from quorumlog.replica.storage import cleaner, log_recovery
+
+    def rollback_only(directory: str) -> None:
+        for name in os.listdir(directory):
+            if name.endswith(cleaner.CLEANED_SUFFIX) or name == cleaner.SWAP_FILE:
+                fileio.unlink(os.path.join(directory, name))
+
+    monkeypatch.setattr(log_recovery, "recover_swap", rollback_only)
+    result = sweep(6000, first_seed=1, steps=30, per_point=10, workload="cleaner")
+    assert result.violations, f"not caught in {result.states} crash states"
+
+
 def test_a_voters_checkpoint_whose_segment_a_crash_undid_is_dropped() -> None:
     """Pinned from the deep sweep (seed 17): a voter-set record appended to a new log's
     first segment, the voters checkpoint written (before the record, as it always is)
