@@ -135,7 +135,7 @@ def topic_configs(config: NodeConfig, topic: TopicAssignment) -> list[ConfigEntr
             config.delete_retention_ms,
             defaults.DELETE_RETENTION_MS,
             LONG,
-            "How long a compacted topic keeps a tombstone once its segment is cleaned.",
+            "How long a compacted topic keeps a tombstone, from its timestamp.",
         ),
         _topic_only(
             topic,
