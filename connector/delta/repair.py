@@ -14,8 +14,8 @@ into the same commit, so the table equals the log row for row.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -141,11 +141,20 @@ class LogDivergenceResolver:
     def read(self, topic: str, partition: int, start: int, end: int) -> pa.Table:
         """The log's records of ``topic/partition`` in [start, end), as the source's rows
         (headers included); fails if the log is truncated again meanwhile."""
-        from ..fetch import QuorumLogPartition, read_partition
         from ..schema import ARROW_SCHEMA
 
+        return pa.Table.from_batches(
+            list(self.read_batches(topic, partition, start, end)), ARROW_SCHEMA
+        )
+
+    def read_batches(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> Iterator[pa.RecordBatch]:
+        """``read``'s rows as they are fetched, batch by batch."""
+        from ..fetch import QuorumLogPartition, read_partition
+
         if end <= start:
-            return ARROW_SCHEMA.empty_table()
+            return
         with self._client() as client:
             leader_epoch = client.partition_metadata(topic, partition, refresh=True).leader_epoch
         task = QuorumLogPartition(
@@ -164,8 +173,7 @@ class LogDivergenceResolver:
             security=self.security,
             include_headers=True,
         )
-        batches: list[Any] = list(read_partition(task))
-        return pa.Table.from_batches(batches, ARROW_SCHEMA)
+        yield from read_partition(task)
 
 
 def exact_resolver(

@@ -20,7 +20,8 @@ Exactly once across a truncation
     the log no longer holds: their records were truncated). The table then equals the
     latest value of each live key of the log as it is now. Rows below the log start
     (retention removed their records) are kept. The rebuild reads the partition on the
-    driver: on a compacted topic about its live keys.
+    driver, reducing it to the latest record per key as it is fetched: it holds the
+    partition's live keys.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ logger = logging.getLogger(__name__)
 MERGE_KEYS: tuple[str, ...] = ("topic", "partition", "key")
 UPSERT_COLUMNS: tuple[str, ...] = ("key", "value")
 _SOURCE, _TARGET = "s", "t"
+#: A rebuild's log records are reduced to the latest per key whenever this many are held.
+REDUCE_ROWS = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,9 @@ def rebuilt_rows(
     truncated: Sequence[tuple[str, int, int]],
     schema: pa.Schema,
 ) -> tuple[list[pa.Table], list[Rebuild]]:
-    """For each truncated ``(topic, partition, first re-delivered offset)``: the log's
-    records from its log start up to that offset (as rows of ``schema``), and the
-    ``Rebuild`` the merge applies."""
+    """For each truncated ``(topic, partition, first re-delivered offset)``: the latest
+    record per key of the log's records from its log start up to that offset (as rows of
+    ``schema``), and the ``Rebuild`` the merge applies."""
     if not truncated:
         return [], []
     if resolver is None:
@@ -125,26 +128,52 @@ def rebuilt_rows(
     parts, rebuilds = [], []
     for topic, partition, first_redelivered in truncated:
         log_start = resolver.log_start(topic, partition)
-        part = resolver.read(topic, partition, log_start, first_redelivered)
-        missing = [n for n in schema.names if n not in part.column_names]
-        if missing:
-            raise DeltaSinkError(
-                f"Delta sink {path}: rebuilding {topic}/{partition} from the log needs the "
-                f"source's columns, but the table has {missing} the source's rows have not."
-            )
+        part, records = _reduced_log(
+            resolver, path, topic, partition, log_start, first_redelivered, schema
+        )
         logger.warning(
             "Delta sink %s: %s/%d was truncated; rebuilding its rows from the log's %d "
             "records in [%d, %d) and the batch",
             path,
             topic,
             partition,
-            part.num_rows,
+            records,
             log_start,
             first_redelivered,
         )
-        parts.append(part.select(schema.names).cast(schema))
+        parts.append(part)
         rebuilds.append(Rebuild(topic, partition, log_start))
     return parts, rebuilds
+
+
+def _reduced_log(
+    resolver: LogDivergenceResolver,
+    path: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    schema: pa.Schema,
+) -> tuple[pa.Table, int]:
+    """The latest record per key of the log's records in [start, end), as rows of
+    ``schema``, reduced as they are fetched (at most the live keys and
+    ``REDUCE_ROWS`` more are held), and how many records were read."""
+    held: list[pa.Table] = []
+    rows = records = 0
+    for batch in resolver.read_batches(topic, partition, start, end):
+        missing = [n for n in schema.names if n not in batch.schema.names]
+        if missing:
+            raise DeltaSinkError(
+                f"Delta sink {path}: rebuilding {topic}/{partition} from the log needs the "
+                f"source's columns, but the table has {missing} the source's rows have not."
+            )
+        held.append(pa.Table.from_batches([batch]).select(schema.names).cast(schema))
+        rows += batch.num_rows
+        records += batch.num_rows
+        if rows >= REDUCE_ROWS:
+            reduced = latest_per_key(pa.concat_tables(held))
+            held, rows = [reduced], reduced.num_rows
+    return latest_per_key(pa.concat_tables(held) if held else schema.empty_table()), records
 
 
 def merge_latest(
