@@ -9,7 +9,8 @@ cleaner (``storage.cleaner``) and the simulator run the same rules.
   than ``min.compaction.lag.ms`` (by the segment's largest timestamp, as Kafka's).
 * **Survivors** (``survivors``), among the records below the cleanable end: the latest
   record of each key; a tombstone (a null value) among them only until it is older than
-  ``delete.retention.ms``; records of aborted transactions never count (dropped, so an
+  ``delete.retention.ms`` and no pinned record of its key is left (its value would be
+  the key's latest again); records of aborted transactions never count (dropped, so an
   aborted write never shadows a committed one); records without a key kept (a topic
   may have held some before it was compacted); ``pinned`` records always (control
   batches: voter sets, leader changes, transaction markers; each producer's last batch,
@@ -130,8 +131,13 @@ def survivors(
     table = pa.table({"key": keys, "row": rows_index}).filter(voting)
     latest_rows = table.group_by("key", use_threads=False).aggregate([("row", "max")])
     latest = pc.is_in(rows_index, value_set=latest_rows.column("row_max"))
+    # A tombstone past delete.retention goes, unless a record of its key is pinned (kept
+    # whatever the rules say): without the tombstone, that older value would be the
+    # key's latest again, a deleted key brought back.
+    pinned_keys = keys.filter(pc.and_(pc.and_(candidate, pinned_mask), keyed))
+    holds_pinned = pc.fill_null(pc.is_in(keys, value_set=pinned_keys), False)
     expired_tombstone = pc.and_(
-        values.is_null(),
+        pc.and_(values.is_null(), pc.invert(holds_pinned)),
         pc.fill_null(pc.less(stamps, now_ms - delete_retention_ms), False),
     )
     live_latest = pc.and_(latest, pc.invert(expired_tombstone))

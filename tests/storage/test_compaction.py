@@ -70,6 +70,28 @@ def test_pinned_records_and_keyless_ones_are_kept() -> None:
     assert keep(keys, [b"1", b"x", b"2", b"3"], pinned=[False, False, True, False]) == [1, 2, 3]
 
 
+def test_an_expired_tombstone_stays_while_a_pinned_value_of_its_key_is_kept() -> None:
+    # a@0 is pinned (a producer's remembered batch): dropping the expired tombstone a@1
+    # would make that value a's latest again (found by the simulator, seed 9).
+    keys, values = [b"a", b"a", b"b"], [b"1", None, b"2"]
+    stamps = [0, 400, 0]
+    assert keep(keys, values, stamps=stamps, retention=500, pinned=[True, False, False]) == [
+        0,
+        1,
+        2,
+    ]
+    # An aborted pinned record is no value a reader sees: the tombstone goes.
+    pinned_aborted = keep(
+        keys,
+        values,
+        stamps=stamps,
+        retention=500,
+        pinned=[True, False, False],
+        aborted=[True, False, False],
+    )
+    assert pinned_aborted == [0, 2]
+
+
 def test_offsets_keep_their_gaps() -> None:
     assert keep([b"a", b"b", b"a"], [b"1", b"2", b"3"], offsets=[10, 15, 40]) == [15, 40]
 
