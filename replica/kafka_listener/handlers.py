@@ -45,18 +45,15 @@ from ..kafka.codec import (
     api_versions_body,
     fetched_partition,
 )
-from ..kafka.columnar import iter_batches
-from ..kafka.convert import kafka_to_quorumlog, quorumlog_to_kafka
+from ..kafka.convert import quorumlog_to_kafka
 from ..kafka.coordinators import OFFSETS_TOPIC
 from ..kafka.errors import KafkaError
-from ..kafka.records import check_produced
 from ..kafka.schema import Api as KafkaApi
 from ..kafka.schema import Message
 from ..kafka.wire import KafkaDecodeError
 from ..node.api import Api
 from ..node.metadata import INTERNAL_TOPICS, METADATA_TOPIC
 from ..node.topic_changes import TopicChanges
-from ..node.topic_configs import stored_compression
 from ..protocol import ErrorCode
 from ..protocol import messages as m
 from .auth import (
@@ -71,6 +68,7 @@ from .group_admin import SERVED as GROUP_ADMIN_APIS
 from .group_admin import GroupAdmin
 from .groups import SERVED as GROUP_APIS
 from .groups import KafkaGroups
+from .produce import ProduceAppender, partition_produced
 from .topic_admin import SERVED as TOPIC_ADMIN_APIS
 from .topic_admin import TopicAdmin
 from .txn_admin import TxnAdmin
@@ -136,6 +134,7 @@ class KafkaHandlers:
         self.api = api
         self.advertised = advertised
         self.changes = changes
+        self.appender = ProduceAppender(api)
         self.handlers: dict[int, Handler] = {
             km.API_VERSIONS.key: self.api_versions,
             km.METADATA.key: self.metadata,
@@ -417,38 +416,20 @@ class KafkaHandlers:
 
     # ------------------------------------------------------------------ partitions
     async def produce(self, api: KafkaApi, version: int, body: Message) -> Message | None:
-        """Every partition's batches appended together (``Api.produce_each``: one driver
-        step, one flush, one replication round and one answer for the request), so a
-        request costs what its records and batches cost, however many partitions it
-        names; a partition whose batches are refused is answered for itself."""
+        """Every partition's batches appended with those of the other Produce requests of
+        this turn (``produce.ProduceAppender``), so a request costs what its records and
+        batches cost, however many partitions it names; a partition whose batches are
+        refused is answered for itself."""
         acks = body["acks"]
         if acks not in (0, 1, -1):
             return self._produce_answer(api, version, body, KafkaError.INVALID_REQUIRED_ACKS)
         native_acks = m.ACKS_QUORUM if acks == -1 else m.ACKS_LEADER
-        answers: list[Message] = []
-        appends: list[tuple[int, m.ProduceRequest]] = []  # (answer slot, request)
-        for t in body["topic_data"]:
-            for pd in t["partition_data"]:
-                req = self._produce_request(t["name"], pd, native_acks, body["timeout_ms"])
-                if isinstance(req, m.ProduceRequest):
-                    appends.append((len(answers), req))
-                    answers.append({})
-                else:
-                    answers.append(req)
-        results = await self.api.produce_each([req for _, req in appends])
-        for (slot, req), resp in zip(appends, results, strict=True):
-            answers[slot] = _partition_produced(
-                req.partition,
-                kafka_error(resp.error),
-                getattr(resp, "base_offset", UNKNOWN),
-                resp.error_message,
-            )
+        answers = iter(await self.appender.produce(body, native_acks))
         if acks == 0:
             return None
         out = api.default_response(version)
-        each = iter(answers)
         out["responses"] = [
-            {"name": t["name"], "partition_responses": [next(each) for _ in t["partition_data"]]}
+            {"name": t["name"], "partition_responses": [next(answers) for _ in t["partition_data"]]}
             for t in body["topic_data"]
         ]
         return out
@@ -461,43 +442,13 @@ class KafkaHandlers:
             {
                 "name": t["name"],
                 "partition_responses": [
-                    _partition_produced(pd["index"], int(error), UNKNOWN, error.name)
+                    partition_produced(pd["index"], int(error), UNKNOWN, error.name)
                     for pd in t["partition_data"]
                 ],
             }
             for t in body["topic_data"]
         ]
         return out
-
-    def _produce_request(
-        self, topic: str, pd: Message, acks: int, timeout_ms: int
-    ) -> m.ProduceRequest | Message:
-        """One partition's part of a Produce as the native request that appends it, or
-        the partition's answer when its batches cannot be read."""
-        index = pd["index"]
-        assigned = self.api.controller.state.topics.get(topic)
-        configs = assigned.configs if assigned is not None else {}
-        try:
-            batches = []
-            for batch in iter_batches(pd["records"] or b""):
-                check_produced(batch)
-                codec = stored_compression(configs, batch.compression)
-                batches.append(kafka_to_quorumlog(batch, compression=codec))
-        except KafkaDecodeError as exc:
-            # CORRUPT_MESSAGE, or what the batch's fault is in Kafka's words (INVALID_RECORD,
-            # UNSUPPORTED_COMPRESSION_TYPE: errors a client does not retry).
-            return _partition_produced(index, int(exc.error_code), UNKNOWN, str(exc))
-        except ValueError as exc:
-            return _partition_produced(index, int(KafkaError.CORRUPT_MESSAGE), UNKNOWN, str(exc))
-        if not batches:
-            return _partition_produced(index, int(KafkaError.INVALID_REQUEST), UNKNOWN, "empty")
-        return m.ProduceRequest(
-            topic=topic,
-            partition=index,
-            acks=acks,
-            timeout_ms=timeout_ms,
-            records=b"".join(batches),
-        )
 
     async def fetch(self, api: KafkaApi, version: int, body: Message) -> Message:
         """Partitions are read one after another within the request's ``max_bytes`` (the
@@ -676,15 +627,3 @@ async def _each_partition(
 def _isolation(body: Message) -> int:
     """A Fetch's or ListOffsets' isolation level (Kafka's: 1 read_committed)."""
     return m.READ_COMMITTED if body["isolation_level"] == 1 else m.READ_UNCOMMITTED
-
-
-def _partition_produced(index: int, error: int, base_offset: int, message: str) -> Message:
-    return {
-        "index": index,
-        "error_code": error,
-        "base_offset": base_offset if error == 0 else -1,
-        "log_append_time_ms": -1,
-        "log_start_offset": -1,
-        "record_errors": [],
-        "error_message": message or None,
-    }

@@ -1,6 +1,8 @@
 """A Kafka Produce request naming many partitions is appended as one: one flush on its
 leader and one replication round (one flush on each follower), however many partitions it
-names; a per-partition path pays for each partition (issue 64)."""
+names; a per-partition path pays for each partition (issue 64). Small plain batches of
+the requests a node reads together are stored as one batch, each answered with its own
+offsets."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from quorumlog.replica.kafka import records as kafka_records
 from quorumlog.replica.kafka.codec import decode_response, encode_request
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
 from quorumlog.replica.node.cluster import LocalCluster
+from quorumlog.replica.storage.records import CONTROL_FLAG, iter_batches
 
 from tests.support.waits import wait_until
 
@@ -56,28 +59,34 @@ def _settled(client: Client, partitions: list[int]) -> bool:
     return True
 
 
-def _produce(port: int, partitions: list[int]) -> dict[str, Any]:
-    batch = kafka_records.encode_batch([b"v" * 100] * 10, [b"k%d" % i for i in range(10)])
+def _produce_request(topic: str, partitions: list[int], batch: bytes, cid: int) -> bytes:
     body = km.PRODUCE.default_request(9)
     body.update(
         acks=-1,
         timeout_ms=30_000,
         topic_data=[
-            {
-                "name": TOPIC,
-                "partition_data": [{"index": p, "records": batch} for p in partitions],
-            }
+            {"name": topic, "partition_data": [{"index": p, "records": batch} for p in partitions]}
         ],
     )
+    return frame(encode_request(km.PRODUCE, 9, cid, body, client_id="raw"))
+
+
+def _exchange(port: int, requests: list[bytes]) -> list[dict[str, Any]]:
+    """``requests`` sent at once on one connection; their answers, in order."""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-        s.sendall(frame(encode_request(km.PRODUCE, 9, 1, body, client_id="raw")))
+        s.sendall(b"".join(requests))
         frames = FrameDecoder()
-        while True:
+        answers: list[bytes] = []
+        while len(answers) < len(requests):
             data = s.recv(1 << 16)
             assert data, "the listener closed the connection"
-            answers = frames.feed(data)
-            if answers:
-                return decode_response(km.PRODUCE, 9, answers[0])[1]
+            answers.extend(frames.feed(data))
+    return [decode_response(km.PRODUCE, 9, a)[1] for a in answers]
+
+
+def _produce(port: int, partitions: list[int]) -> dict[str, Any]:
+    batch = kafka_records.encode_batch([b"v" * 100] * 10, [b"k%d" % i for i in range(10)])
+    return _exchange(port, [_produce_request(TOPIC, partitions, batch, 1)])[0]
 
 
 def test_a_produce_over_64_partitions_is_one_flush_and_one_replication_round(
@@ -103,3 +112,30 @@ def test_a_produce_over_64_partitions_is_one_flush_and_one_replication_round(
     # The leader's appends of all 64 partitions made durable by one flush job, and each
     # follower's copies of them by one: one replication round.
     assert {n: after[n] - before[n] for n in after} == {n: 1 for n in after}
+
+
+def test_small_batches_of_requests_read_together_are_stored_as_one_each_with_its_offsets(
+    cluster: LocalCluster,
+) -> None:
+    """50 requests of one record each, sent at once: each answered with its own offset,
+    in the order sent, and the leader stores them in fewer batches than requests."""
+    c = cluster
+    c.create_topic("merged", 1)
+    leader = c.wait_for_leader("merged", 0, 60)
+    requests = [
+        _produce_request("merged", [0], kafka_records.encode_batch([b"v%d" % i], [b"k%d" % i]), i)
+        for i in range(50)
+    ]
+    answers = _exchange(c.kafka_ports[leader], requests)
+    parts = [a["responses"][0]["partition_responses"][0] for a in answers]
+    assert all(p["error_code"] == 0 for p in parts), parts
+    offsets = [p["base_offset"] for p in parts]
+    assert offsets == list(range(offsets[0], offsets[0] + 50))
+    stored = [
+        h
+        for f in sorted(c.node_dir(leader).glob("merged-0/*.log"))
+        for h in iter_batches(f.read_bytes())
+        if not h.flags & CONTROL_FLAG
+    ]
+    assert sum(h.record_count for h in stored) == 50
+    assert len(stored) < 50

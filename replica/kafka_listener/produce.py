@@ -1,0 +1,233 @@
+"""The Kafka listener's Produce path: every partition's batches of the Produce requests
+handled in one turn of the event loop appended together (``Api.produce_each``: one
+driver step, one flush, one replication round), and a partition's plain batches of those
+requests merged into one stored batch.
+
+Why merge: a producer under a backlog (librdkafka, keyed records over many partitions,
+its default linger of 5 ms) sends thousands of small requests, each carrying a few
+records for each of a few dozen partitions. What a node spends goes by the batch (the
+append, the replicas' copies, their checks), so small batches held it to a fraction of
+its rate with big ones, answers came later, and the producer's batches stayed small.
+Merged, the batches a node appends grow with the backlog instead. Only plain batches
+merge (no producer id, not transactional: an idempotent producer's sequence numbers
+name its batches), of one compression, and only while the merged batch stays well under
+the topic's max.message.bytes; on a compacted topic a batch holding a record without a
+key stays alone (its refusal is its own). Offsets are those the batches would have had
+appended one after another, so each is answered with its own base offset."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ..constants import UNKNOWN
+from ..kafka.columnar import KafkaColumns, iter_batches
+from ..kafka.convert import kafka_to_quorumlog
+from ..kafka.errors import KafkaError
+from ..kafka.records import check_produced
+from ..kafka.schema import Message
+from ..kafka.wire import KafkaDecodeError
+from ..node.api import Api
+from ..node.topic_configs import is_compacted, stored_compression
+from ..protocol import messages as m
+from ..storage.records import encode_arrow
+from .errors import kafka_error
+
+log = logging.getLogger(__name__)
+
+#: A merged batch holds at most this many bytes of Kafka records, and at most this share
+#: of the topic's max.message.bytes (stored as Arrow it takes a little more room).
+MERGE_MAX_BYTES = 1 << 20
+MERGE_MAX_SHARE = 4
+
+
+@dataclass(slots=True)
+class _Share:
+    """One partition's batches of one request, and the answer it waits for."""
+
+    index: int
+    batches: list[KafkaColumns]
+    codecs: list[str | None]  # each batch's stored compression
+    answer: asyncio.Future[Message]
+    rows: int = 0  # its records
+
+
+@dataclass(slots=True)
+class _Append:
+    """One native Produce of a turn: one share's batches as they came, or plain batches
+    of several shares merged."""
+
+    topic: str
+    partition: int
+    acks: int
+    timeout_ms: int
+    codec: str | None
+    mergeable: bool
+    room: int  # Kafka record bytes it may still take
+    shares: list[_Share] = field(default_factory=list)
+
+
+class ProduceAppender:
+    """Appends the partition shares of the Produce requests of one turn of the loop."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self._turn: list[_Append] | None = None
+        self._open: dict[tuple[str, int], _Append] = {}  # the turn's last append a partition
+        self._tasks: set[asyncio.Task[None]] = set()
+        # For tests and perf: appends handed to the driver, and shares merged into them.
+        self.appends = 0
+        self.shares = 0
+
+    async def produce(self, body: Message, acks: int) -> list[Message]:
+        """Every partition's answer of the Produce ``body`` (in its order): appended with
+        the other requests of this turn, ``acks`` the native acks."""
+        answers: list[Message | asyncio.Future[Message]] = []
+        for t in body["topic_data"]:
+            for pd in t["partition_data"]:
+                answers.append(self._take(t["name"], pd, acks, body["timeout_ms"]))
+        return [a if isinstance(a, dict) else await a for a in answers]
+
+    def _take(
+        self, topic: str, pd: Message, acks: int, timeout_ms: int
+    ) -> Message | asyncio.Future[Message]:
+        index = pd["index"]
+        assigned = self.api.controller.state.topics.get(topic)
+        configs = assigned.configs if assigned is not None else {}
+        try:
+            batches = []
+            for batch in iter_batches(pd["records"] or b""):
+                check_produced(batch)
+                batches.append(batch)
+            codecs = [stored_compression(configs, b.compression) for b in batches]
+        except KafkaDecodeError as exc:
+            # CORRUPT_MESSAGE, or what the batch's fault is in Kafka's words (INVALID_RECORD,
+            # UNSUPPORTED_COMPRESSION_TYPE: errors a client does not retry).
+            return partition_produced(index, int(exc.error_code), UNKNOWN, str(exc))
+        except ValueError as exc:
+            return partition_produced(index, int(KafkaError.CORRUPT_MESSAGE), UNKNOWN, str(exc))
+        if not batches:
+            return partition_produced(index, int(KafkaError.INVALID_REQUEST), UNKNOWN, "empty")
+        loop = asyncio.get_running_loop()
+        codec = codecs[0]
+        share = _Share(index, batches, codecs, loop.create_future())
+        share.rows = sum(b.record_count for b in batches)
+        size = sum(b.size for b in batches)
+        mergeable = (
+            codecs.count(codec) == len(codecs)
+            and all(b.producer_id < 0 and not b.is_transactional for b in batches)
+            and not self._keyless_on_compacted(topic, batches)
+        )
+        if self._turn is None:
+            self._turn, self._open = [], {}
+            loop.call_soon(self._append_turn)
+        key = (topic, index)
+        last = self._open.get(key)
+        if (
+            mergeable
+            and last is not None
+            and last.mergeable
+            and (last.acks, last.codec) == (acks, codec)
+            and size <= last.room
+        ):
+            last.shares.append(share)
+            last.room -= size
+            last.timeout_ms = min(last.timeout_ms, timeout_ms)
+            return share.answer
+        limit = min(
+            MERGE_MAX_BYTES, self.api.controller.max_message_bytes(topic) // MERGE_MAX_SHARE
+        )
+        append = _Append(topic, index, acks, timeout_ms, codec, mergeable, limit - size, [share])
+        self._turn.append(append)
+        self._open[key] = append
+        return share.answer
+
+    def _keyless_on_compacted(self, topic: str, batches: list[KafkaColumns]) -> bool:
+        if not any(b.records.column("key").null_count for b in batches):
+            return False
+        return is_compacted(self.api._topic_policy(topic))
+
+    def _append_turn(self) -> None:
+        turn, self._turn, self._open = self._turn or [], None, {}
+        task = asyncio.get_running_loop().create_task(self._append(turn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _append(self, turn: list[_Append]) -> None:
+        requests: list[m.ProduceRequest] = []
+        appended: list[_Append] = []
+        for a in turn:
+            try:
+                records = _stored(a)
+            except (KafkaDecodeError, ValueError, pa.ArrowException) as exc:
+                error = getattr(exc, "error_code", KafkaError.CORRUPT_MESSAGE)
+                for s in a.shares:
+                    _answer(s, partition_produced(s.index, int(error), UNKNOWN, str(exc)))
+                continue
+            appended.append(a)
+            requests.append(
+                m.ProduceRequest(
+                    topic=a.topic,
+                    partition=a.partition,
+                    acks=a.acks,
+                    timeout_ms=a.timeout_ms,
+                    records=records,
+                )
+            )
+        self.appends += len(requests)
+        self.shares += sum(len(a.shares) for a in appended)
+        try:
+            results = await self.api.produce_each(requests)
+        except BaseException as exc:
+            for a in appended:
+                for s in a.shares:
+                    if not s.answer.done():
+                        s.answer.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for a, resp in zip(appended, results, strict=True):
+            code = kafka_error(resp.error)
+            base = getattr(resp, "base_offset", UNKNOWN)
+            for s in a.shares:
+                _answer(s, partition_produced(s.index, code, base, resp.error_message))
+                if code == 0:
+                    base += s.rows
+
+
+def _stored(a: _Append) -> bytes:
+    """The stored batches of an append: its shares' plain batches merged into one, or
+    each batch as it came."""
+    batches = [b for s in a.shares for b in s.batches]
+    if a.mergeable and len(batches) > 1:
+        table = pa.Table.from_batches([b.records for b in batches])
+        return encode_arrow(table, compression=a.codec)
+    return b"".join(
+        kafka_to_quorumlog(b, compression=codec)
+        for s in a.shares
+        for b, codec in zip(s.batches, s.codecs, strict=True)
+    )
+
+
+def _answer(share: _Share, answer: Message) -> None:
+    if not share.answer.done():
+        share.answer.set_result(answer)
+
+
+def partition_produced(index: int, error: int, base_offset: int, message: str) -> Message:
+    """One partition's entry of a Produce answer."""
+    return {
+        "index": index,
+        "error_code": error,
+        "base_offset": base_offset if error == 0 else -1,
+        "log_append_time_ms": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message or None,
+    }
+
+
+__all__ = ["ProduceAppender", "partition_produced"]
