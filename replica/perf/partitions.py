@@ -704,10 +704,10 @@ class _Bench:
             self.args.producers,
             mode=self.args.producer_mode,
         )
-        cpu = [
-            round((cpu_seconds(self.cluster.procs[i].pid) - cpu0[i]) / load.seconds * 100, 1)
-            for i in nodes
-        ]
+        used = {i: cpu_seconds(self.cluster.procs[i].pid) - cpu0[i] for i in nodes}
+        cpu = [round(used[i] / load.seconds * 100, 1) for i in nodes]
+        # The nodes' CPU (all of them) per record produced: the server's cost of a record.
+        per_record_us = sum(used.values()) / max(load.records, 1) * 1e6
         faults = [
             round((minor_faults(self.cluster.procs[i].pid) - faults0[i]) / load.seconds)
             for i in nodes
@@ -725,6 +725,7 @@ class _Bench:
             produce_in_flight=min(self.args.in_flight, len(parts)),
             produce_leaders_per_node=spread.leaders_per_node(nodes),
             produce_cpu_pct=cpu,
+            produce_node_cpu_us_per_record=round(per_record_us, 2),
             produce_page_faults_per_s=faults,
         )
         self.say(
@@ -732,7 +733,8 @@ class _Bench:
             f"{self.figures['produce_in_flight']} batch(es) in flight each, {self.args.batch} x "
             f"{VALUE_SIZE} B batches, acks=quorum, over {len(parts)} partition(s) (leaders per "
             f"node {self.figures['produce_leaders_per_node']}): {rate:,.0f} records/s "
-            f"({load.records:,} in {load.seconds:.2f}s; node CPU {_pct(cpu)}, producers' CPU "
+            f"({load.records:,} in {load.seconds:.2f}s; node CPU {_pct(cpu)}, "
+            f"{per_record_us:.2f} us of it a record, producers' CPU "
             f"{load.client_cpu_pct:.1f}%; page faults per node and second {faults})",
         )
         if load.mode == "threads" and load.client_cpu_pct >= GIL_BOUND_PCT:
