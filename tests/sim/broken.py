@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyarrow as pa
 from quorumlog.replica.constants import UNKNOWN
 from quorumlog.replica.driver import Driver, PartitionDriver, Ready
 from quorumlog.replica.kafka.errors import KafkaError
@@ -19,8 +20,9 @@ from quorumlog.replica.raft.state import FollowerState, LeaderState, Role
 from quorumlog.replica.storage.producers import ProducerStateTable
 from quorumlog.replica.storage.transactions import AbortedTxn, TransactionIndex
 
+from .compaction import SimCleaner
 from .coordinator import PendingMarker, SimCoordinator
-from .memlog import MemLog
+from .memlog import GONE, MemLog
 
 
 class TwoVotesPerEpoch(RaftReplica):
@@ -335,6 +337,18 @@ class ForgetsAborts(MemLog):
     txn_class = _ForgetsAborts
 
 
+class CopiesGapsIntoTheNextEpoch(MemLog):
+    """A follower copying a cleaned leader's gap followed by a new epoch's batch starts
+    that epoch at the gap: its epoch cache then answers end_offset_for of the epoch
+    before with an end below records it holds."""
+
+    def _copy_gap(self, base: int, epoch: int) -> None:
+        start = self.end_offset
+        super()._copy_gap(base, epoch)
+        if epoch > self.last_epoch():
+            self.epochs.append((epoch, start))
+
+
 # ---------------------------------------------------------------------- broken coordinators
 # The simulated transaction coordinator executes replica.kafka.txn's rules as the
 # product's coordinator does; each of these gets one step of it wrong.
@@ -375,3 +389,60 @@ class TrustsLostMarkers(SimCoordinator):
 
     def marker_lost(self, pending: PendingMarker) -> None:
         self.marker_written(pending)
+
+
+# ---------------------------------------------------------------------- broken cleaners
+# The simulated cleaner runs storage.compaction's rules as the storage cleaner does;
+# each of these gets one of them wrong.
+
+
+class KeepsFirstOfEachKey(SimCleaner):
+    """Keeps the first record of each key instead of the last (the rules run over the
+    records in reverse)."""
+
+    def survivors(self, *columns: pa.Array, **kwargs: Any) -> list[bool]:
+        back = pa.array(range(len(columns[0]) - 1, -1, -1), pa.int64())
+        rev = [c.take(back) for c in columns]
+        kwargs = {k: v.take(back) if isinstance(v, pa.Array) else v for k, v in kwargs.items()}
+        return super().survivors(*rev, **kwargs)[::-1]
+
+
+class DropsTombstonesOverPinnedValues(SimCleaner):
+    """The rule before the simulator found it wrong: pinned records are kept, but an
+    expired tombstone goes though a pinned older value of its key stays (that value is
+    then the key's latest again)."""
+
+    def survivors(self, *columns: pa.Array, **kwargs: Any) -> list[bool]:
+        pinned = kwargs["pinned"].to_pylist()
+        kwargs["pinned"] = pa.array([False] * len(pinned))
+        kept = super().survivors(*columns, **kwargs)
+        return [k or bool(p) for k, p in zip(kept, pinned, strict=True)]
+
+
+class CleansPastTheHighWatermark(SimCleaner):
+    """Takes the log's end for the high watermark (and no transaction as undecided):
+    records not committed, which a new leader may truncate, shadow older ones."""
+
+    def cleanable_end(
+        self,
+        log: MemLog,
+        bases: list[int],
+        max_stamps: list[int],
+        high_watermark: int,
+        last_stable_offset: int | None,
+        now_ms: int,
+        lag_ms: int,
+    ) -> int:
+        return super().cleanable_end(log, bases, max_stamps, log.end_offset, None, now_ms, lag_ms)
+
+
+class RenumbersOffsets(SimCleaner):
+    """Closes the gaps: the kept records below the cleanable end move down to
+    consecutive offsets (each its own batch), the offsets freed left as gaps."""
+
+    def apply(self, log: MemLog, end: int, dropped: Sequence[int]) -> None:
+        super().apply(log, end, dropped)
+        kept = [e for e in log.entries[:end] if e[2] != GONE]
+        log.entries[:end] = [(e[0], e[1], i, e[3]) for i, e in enumerate(kept)]
+        log.entries[len(kept) : end] = [(e[0], 0, GONE, 0) for e in log.entries[len(kept) : end]]
+        log.producer_of = {b: p for b, p in log.producer_of.items() if b >= end}

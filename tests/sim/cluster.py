@@ -112,6 +112,7 @@ from quorumlog.replica.raft import (
 )
 from quorumlog.replica.raft.state import LeaderState
 
+from .compaction import SimCleaner, SimCompaction
 from .coordinator import TXN_KEY, CoordinatorClass, Later, SimCoordinator
 from .memlog import (
     TXN as TXN_FLAG,
@@ -157,7 +158,8 @@ FRESH = ElectionState(0)
     LEARN,
     TXN,
     COORD,
-) = range(17)
+    CLEAN,
+) = range(18)
 KIND_NAMES = [
     "deliver",
     "tick",
@@ -176,6 +178,7 @@ KIND_NAMES = [
     "learn",
     "txn",
     "coord",
+    "clean",
 ]
 #: An idempotent producer resends a batch left unanswered this long (the node may have
 #: died with it): longer than the produce timeout a leader answers within.
@@ -187,6 +190,7 @@ MAX_EVENTS = 300_000
 
 ReplicaFactory = Callable[..., RaftReplica]
 DriverClass = type[Driver]
+CleanerClass = type[SimCleaner]
 
 
 @dataclass
@@ -228,6 +232,10 @@ class SimParams:
     extra_partitions: int = 0
     # Transactional producers and read_committed consumers (``transactions`` above).
     transactions: bool = False
+    # A compacted topic (``compaction``): keyed records, each replica cleaning its log.
+    compaction: bool = False
+    # The cleaner's rules (a teeth test breaks one: ``tests.sim.broken``).
+    cleaner: CleanerClass = SimCleaner
     config: QuorumConfig = field(default_factory=lambda: QuorumConfig(quiesce=True))
 
     @classmethod
@@ -240,6 +248,7 @@ class SimParams:
         membership = random.Random(seed * 7919 + 5).choice([0.0, 0.0, 0.3])
         target_lag = random.Random(seed * 7919 + 6).choice([0.0, 0.5])
         transactions = random.Random(seed * 7919 + 8).random() < 0.5
+        compacted = random.Random(seed * 7919 + 10).random() < 0.5
         idle = random.Random(seed * 7919 + 3)
         quiesce, pauses = idle.random() < 0.8, idle.random() < 0.6
         extra = idle.choice([0, 1, 2])
@@ -270,6 +279,7 @@ class SimParams:
             pauses=pauses,
             extra_partitions=extra,
             transactions=transactions,
+            compaction=compacted,
         )
 
 
@@ -446,6 +456,12 @@ class Simulation:
         self.txns = SimTxns(self, coordinator_class) if self.p.transactions else None
         # Answers read before a damage, by id (kept, so that no other takes the id).
         self.read_before_damage: dict[int, Any] = {}
+        # A compacted topic (not with an unclean election: its data invariants are off).
+        self.compaction = (
+            SimCompaction(self, self.p.cleaner())
+            if self.p.compaction and not self.p.unclean
+            else None
+        )
 
     # ------------------------------------------------------------------ plumbing
 
@@ -479,6 +495,8 @@ class Simulation:
             if self.txns is not None:
                 self.push(self.txn_rng.randint(20, 80), TXN, None)
                 self.txns.start()
+            if self.compaction is not None:
+                self.push(self.compaction.rng.randint(*self.compaction.every_ms), CLEAN, None)
             end = self.p.fault_ms + self.p.liveness_bound_ms
             if self.txns is not None:
                 end += self.txns.extra_ms  # until the transactions settle
@@ -491,6 +509,8 @@ class Simulation:
                 if self.stats["events"] > MAX_EVENTS:
                     raise Violation("progress", f"over {MAX_EVENTS} events by t={at} (a storm)")
                 self.trace.append((at, kind, data))
+                if self.compaction is not None:
+                    self.compaction.before_step()
                 self.step(kind, data)
                 if (
                     self.live_at is not None
@@ -509,6 +529,8 @@ class Simulation:
                     self.check_truncation_visible(node)
             if self.txns is not None:
                 self.txns.check_undecided(final=True)
+            if self.compaction is not None:
+                self.compaction.final_check()
         except Violation as v:
             violation = v
         self.stats["committed"] = len(self.committed)
@@ -608,6 +630,12 @@ class Simulation:
             self.push(self.now + self.txn_rng.randint(20, 80), TXN, None)
         elif kind == COORD:
             data.fn()
+        elif kind == CLEAN:
+            assert self.compaction is not None
+            self.compaction.step()
+            self.push(
+                self.now + self.compaction.rng.randint(*self.compaction.every_ms), CLEAN, None
+            )
         elif kind == IDEMPOTENT:
             if self.now >= self.paused_until:
                 for producer in self.producers:
@@ -714,6 +742,8 @@ class Simulation:
                 raise Violation("truncated-below-hwm", f"node {node.id} truncated to {offset}")
             if committed_lost:
                 self.stats["committed_truncations"] = self.stats.get("committed_truncations", 0) + 1
+            if node.log.cleaned_end > 0:  # a clean (or its gaps copied) below the cut
+                self.stats["cleaned_truncations"] = self.stats.get("cleaned_truncations", 0) + 1
             node.checked_upto = min(node.checked_upto, offset)
             if self.unclean:
                 self.check_truncation_visible(node)
@@ -1285,13 +1315,19 @@ class Simulation:
             for off in range(node.checked_upto, hwm):
                 rec = log.record(off)
                 if off < len(self.committed):
-                    if self.committed[off] != rec:
+                    if self.committed[off] != rec and not log.gone(off):
                         raise Violation(
                             "log-matching",
                             f"node {node.id} holds {rec} at committed offset {off}, "
                             f"committed history has {self.committed[off]}",
                         )
                 else:
+                    if log.gone(off):
+                        raise Violation(
+                            "compaction-uncommitted",
+                            f"node {node.id} holds a gap a clean left at offset {off}, "
+                            "above the committed history",
+                        )
                     # A marker's id names its producer and outcome: one per transaction.
                     if rec[1] in self.committed_ids and marker_of(rec[1]) is None:
                         raise Violation(
@@ -1311,6 +1347,8 @@ class Simulation:
                         self.txns.key_committed(log, off)
                     if is_voter_record(rec[1]) and log.entries[off][2] == off:
                         self.commit_voters(off, log)
+                    if self.compaction is not None:
+                        self.compaction.committed(off, log)
                     acked = self.acked.pop(off, None)
                     if acked is not None and acked != rec:
                         raise Violation(

@@ -14,6 +14,13 @@ Latent corruption: ``damage(offset)`` marks the batch holding ``offset`` as dama
 it is the first batch), as ``replica.storage.Log`` does with its CRCs.
 
 A full disk: with ``full`` set, every append raises ``DiskError`` and writes nothing.
+
+Compaction (``apply_clean``): a clean drops records below ``cleaned_end`` and leaves
+their offsets as gaps (an entry whose base is ``GONE``); a kept run of a partly kept
+batch becomes a batch of its own at its first offset (its producer's sequence moved with
+it), as ``storage.cleaner`` writes it. Reads skip gaps (a read starting in one starts at
+the next batch); a follower copies a leader's gaps (a batch past its end fills the gap
+and raises its ``cleaned_end``), as ``storage.Log`` does.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ TXN = 4  # written in a transaction; with CONTROL a transaction marker (one reco
 COMMIT = 8  # on a marker: it commits (else it aborts)
 Producer = tuple[int, int, int]  # producer id, producer epoch, base sequence
 NO_PRODUCER: Producer = (-1, -1, -1)
+GONE = -1  # the batch base of an offset a clean dropped (a gap)
 
 
 def encode_batch(
@@ -147,6 +155,8 @@ class MemLog:
         # A full disk: appends are refused (DiskError), nothing written; counted.
         self.full = False
         self.refusals = 0
+        self.cleaned_end = 0  # gaps a clean left (or a follower copied) lie below this
+        self.gaps_copied = 0
 
     # --- ReplicaLog -------------------------------------------------------------
     @property
@@ -277,22 +287,45 @@ class MemLog:
             return None
         self._check_room()
         first = self.end_offset
-        for base, epoch, flags, ids, producer in decode_with_producers(batches):
-            if base != self.end_offset:
-                raise ValueError(f"batch base {base} does not continue at {self.end_offset}")
+        decoded = list(decode_with_producers(batches))
+        expected = first
+        for base, _, _, ids, _ in decoded:
+            if base < expected:
+                raise ValueError(f"batch base {base} does not continue at {expected}")
+            expected = base + len(ids)
+        for base, epoch, flags, ids, producer in decoded:
+            if base > self.end_offset:  # the leader's log was cleaned here: copy the gap
+                self._copy_gap(base, epoch)
             self._append(base, epoch, ids, flags, producer)
         return AppendInfo(first, self.end_offset - 1, self.end_offset - first)
+
+    def _copy_gap(self, base: int, epoch: int) -> None:
+        """Offsets up to ``base`` (where a batch of ``epoch`` follows) were cleaned from
+        the leader's log: gaps here too, in the epoch they were written in (the latest:
+        an epoch's first batch, a control batch, is never cleaned)."""
+        self.cleaned_end = max(self.cleaned_end, base)
+        self.gaps_copied += 1
+        gap_epoch = self.last_epoch()
+        self.entries.extend((gap_epoch, 0, GONE, 0) for _ in range(base - self.end_offset))
 
     def read(self, offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         out: list[bytes] = []
         size = 0
-        if offset >= len(self.entries):
+        entries = self.entries
+        if offset >= len(entries):
             return b""
-        pos = self.entries[offset][2]  # the batch holding offset
-        while pos < len(self.entries):
+        while offset < len(entries) and entries[offset][2] == GONE:
+            offset += 1  # a read starting in a gap starts at the next batch
+        if offset >= len(entries):
+            return b""
+        pos = entries[offset][2]  # the batch holding offset
+        while pos < len(entries):
+            if entries[pos][2] == GONE:
+                pos += 1
+                continue
             if max_offset is not None and pos >= max_offset:
                 break
-            epoch, _, base, flags = self.entries[pos]
+            epoch, _, base, flags = entries[pos]
             if base in self.damaged:
                 if out:
                     break
@@ -316,6 +349,7 @@ class MemLog:
     def truncate_to(self, offset: int) -> None:
         offset = max(0, offset)
         del self.entries[offset:]
+        self.cleaned_end = min(self.cleaned_end, offset)
         while self.epochs and self.epochs[-1][1] >= offset:
             self.epochs.pop()
         while self.voter_sets and self.voter_sets[-1][0] >= offset:
@@ -355,7 +389,10 @@ class MemLog:
         self.truncate_to(self.durable)
 
     def damage(self, offset: int) -> int:
-        """Damage the batch holding ``offset`` on disk; returns its base offset."""
+        """Damage the batch holding ``offset`` on disk (or the next one, in a gap);
+        returns its base offset."""
+        while self.entries[offset][2] == GONE:
+            offset += 1
         base = self.entries[offset][2]
         self.damaged.add(base)
         return base
@@ -365,12 +402,46 @@ class MemLog:
         return min(self.damaged) if self.damaged else None
 
     def holds(self, offset: int, rec: tuple[int, int]) -> bool:
-        """Durably holds ``rec`` at ``offset``, undamaged."""
+        """Durably holds ``rec`` at ``offset``, undamaged (or a gap a clean left there:
+        ``tests.sim.compaction`` checks what a clean drops)."""
         return (
             self.durable > offset
-            and self.record(offset) == rec
+            and (self.record(offset) == rec or self.entries[offset][2] == GONE)
             and self.entries[offset][2] not in self.damaged
         )
+
+    def gone(self, offset: int) -> bool:
+        """A clean dropped the record at ``offset`` (a gap)."""
+        return self.entries[offset][2] == GONE
+
+    def apply_clean(self, end: int, dropped: Sequence[int]) -> None:
+        """A clean below ``end`` dropped the records at ``dropped`` (ascending, each
+        below ``end`` and present): their offsets become gaps, each kept run of a partly
+        kept batch a batch of its own at its first offset, its producer's sequence moved
+        with it (``storage.cleaner``'s rewrite)."""
+        entries = self.entries
+        touched = sorted({entries[o][2] for o in dropped})
+        for o in dropped:
+            epoch, uid, _, flags = entries[o]
+            entries[o] = (epoch, uid, GONE, flags)
+        for base in touched:
+            producer = self.producer_of.pop(base, None)
+            pos = base
+            while pos < len(entries) and entries[pos][2] in (base, GONE):
+                if entries[pos][2] == GONE:
+                    pos += 1
+                    continue
+                run = pos
+                while pos < len(entries) and entries[pos][2] == base:
+                    pos += 1
+                if run != base:
+                    for o in range(run, pos):
+                        epoch, uid, _, flags = entries[o]
+                        entries[o] = (epoch, uid, run, flags)
+                if producer is not None:
+                    (pid, pepoch, seq), _ = producer
+                    self.producer_of[run] = ((pid, pepoch, seq + run - base), pos - run)
+        self.cleaned_end = max(self.cleaned_end, end)
 
     def record(self, offset: int) -> tuple[int, int]:
         """(epoch, record id) at offset, for invariant checks."""

@@ -17,9 +17,12 @@ from .broken import (
     AddsOnStaleCatchUp,
     AddsUnassigned,
     ChecksQuorumNever,
+    CleansPastTheHighWatermark,
+    CopiesGapsIntoTheNextEpoch,
     CopiesToAllAtOnce,
     CountsNewVotersAtOnce,
     DefersEpochRecordOnAnyLog,
+    DropsTombstonesOverPinnedValues,
     EndsTransactionsAtTheMarker,
     ForgetsAborts,
     ForgetsProducers,
@@ -27,10 +30,12 @@ from .broken import (
     HwmCountsUnflushed,
     IgnoresPeerChanges,
     KeepsDueTimer,
+    KeepsFirstOfEachKey,
     KeepsLeadingOnDiskFaults,
     MarksBeforeDecisionDurable,
     NeverExpires,
     NeverWakes,
+    RenumbersOffsets,
     SendsBeforeFlush,
     SendsBeforePersist,
     ServesAboveHwm,
@@ -43,6 +48,7 @@ from .broken import (
     VotesWithUnknownFloor,
 )
 from .cluster import (
+    CleanerClass,
     CoordinatorClass,
     DriverClass,
     ReplicaFactory,
@@ -330,6 +336,47 @@ def test_simulator_catches_a_broken_coordinator(
 ) -> None:
     result = first_violation(coordinator.__name__, coordinator_class=coordinator, transactions=True)
     assert result.violation is not None and result.violation.invariant in invariant, result.report()
+
+
+def test_compacted_topics_keep_every_invariant() -> None:
+    """Seeds whose partition is a compacted topic (keyed records, tombstones), each
+    replica cleaning its own log at random points: every invariant holds, also the
+    compaction ones, while replicas crash, truncate cleaned logs and followers fetch
+    across a cleaned leader's gaps; and each of those really ran."""
+    totals: Counter[str] = Counter()
+    for result in each_seed(range(30), compaction=True):
+        assert result.violation is None, result.report()
+        totals.update({k: v for k, v in result.stats.items() if isinstance(v, int)})
+    assert totals["cleans"] > 100
+    assert totals["cleaned_records"] > 3000
+    assert totals["gaps_copied"] > 50
+    assert totals["cleaned_truncations"] > 5
+
+
+@pytest.mark.parametrize(
+    ("cleaner", "invariant"),
+    [
+        (KeepsFirstOfEachKey, ("compaction-dropped-latest", "compaction-latest")),
+        (CleansPastTheHighWatermark, ("compaction-dropped-latest", "compaction-uncommitted")),
+        (RenumbersOffsets, ("compaction-renumbered", "log-matching")),
+        # The rule as it was: a deleted key's pinned older value came back.
+        (DropsTombstonesOverPinnedValues, ("compaction-latest",)),
+    ],
+)
+def test_simulator_catches_a_broken_cleaner(cleaner: CleanerClass, invariant: tuple[str]) -> None:
+    result = first_violation(cleaner.__name__, compaction=True, cleaner=cleaner)
+    assert result.violation is not None
+    assert result.violation.invariant in invariant, result.report()
+
+
+def test_simulator_catches_a_follower_copying_a_gap_into_the_next_epoch() -> None:
+    """A follower that starts a new epoch where a cleaned leader's gap before it starts
+    answers end_offset_for as no uncleaned log would."""
+    result = first_violation(
+        "CopiesGapsIntoTheNextEpoch", compaction=True, log_factory=CopiesGapsIntoTheNextEpoch
+    )
+    assert result.violation is not None
+    assert result.violation.invariant == "compaction-epoch-cache", result.report()
 
 
 def test_unclean_election_truncation_is_visible_to_readers() -> None:
