@@ -82,6 +82,13 @@ acknowledged records: ``majority-holds`` counts it as physically damaged, as a l
 and every other invariant stays on. One damaged replica at a time (a second one, while
 the first catches up, can leave no majority able to elect: a real loss of availability).
 
+Log compaction (``compaction``, half the seeds, not with an unclean election): the
+partition is a compacted topic whose records carry keys and tombstones, and each replica
+cleans its own log at random points with the product's rules (``tests.sim.compaction``,
+its invariants ``compaction-*`` there); gaps a clean leaves count as held by
+``majority-holds`` and as matching in ``log-matching`` (what a clean may drop is checked
+there).
+
 With an injected unclean election (``force_leader``) the data invariants are off and
 ``truncation-visible`` takes over: a reader positioned after a committed record that a
 log no longer holds learns it from that log's ``end_offset_for``.
