@@ -5,7 +5,9 @@ tests/support's."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from quorumlog.replica.client import Client
@@ -205,3 +207,14 @@ def diagnose(c: Any, topic: str, partition: int) -> str:
     for n in sorted(c.ports):
         out.append(f"--- node {n} (running={c.is_running(n)}):\n{c.tail(n, 25)}")
     return "\n".join(out)
+
+
+def checkpoint_ends(checkpoint: Path, topic: str, partition: int) -> list[int]:
+    """The end offset of ``topic/partition`` of every micro-batch a streaming query's
+    checkpoint planned (its offset log, ``offsets/<batch id>``), in batch order."""
+    entries = [p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+    ends = []
+    for entry in sorted(entries, key=lambda p: int(p.name)):
+        source_offsets = json.loads(entry.read_text().strip().splitlines()[-1])
+        ends.append(int(source_offsets[topic][str(partition)]["offset"]))
+    return ends
