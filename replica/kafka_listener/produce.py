@@ -78,9 +78,6 @@ class ProduceAppender:
         self._turn: list[_Append] | None = None
         self._open: dict[tuple[str, int], _Append] = {}  # the turn's last append a partition
         self._tasks: set[asyncio.Task[None]] = set()
-        # For tests and perf: appends handed to the driver, and shares merged into them.
-        self.appends = 0
-        self.shares = 0
 
     async def produce(self, body: Message, acks: int) -> list[Message]:
         """Every partition's answer of the Produce ``body`` (in its order): appended with
@@ -157,6 +154,19 @@ class ProduceAppender:
         task.add_done_callback(self._tasks.discard)
 
     async def _append(self, turn: list[_Append]) -> None:
+        try:
+            await self._append_all(turn)
+        except BaseException as exc:
+            # Whatever failed, no share is left unanswered: its request fails (and the
+            # listener closes its connection, as for any request that cannot be answered).
+            for a in turn:
+                for s in a.shares:
+                    if not s.answer.done():
+                        s.answer.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _append_all(self, turn: list[_Append]) -> None:
         requests: list[m.ProduceRequest] = []
         appended: list[_Append] = []
         for a in turn:
@@ -177,18 +187,7 @@ class ProduceAppender:
                     records=records,
                 )
             )
-        self.appends += len(requests)
-        self.shares += sum(len(a.shares) for a in appended)
-        try:
-            results = await self.api.produce_each(requests)
-        except BaseException as exc:
-            for a in appended:
-                for s in a.shares:
-                    if not s.answer.done():
-                        s.answer.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
+        results = await self.api.produce_each(requests)
         for a, resp in zip(appended, results, strict=True):
             code = kafka_error(resp.error)
             base = getattr(resp, "base_offset", UNKNOWN)
