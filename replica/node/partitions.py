@@ -103,8 +103,12 @@ class PartitionManager:
         execute: Callable[[Ready], None],
         now_ms: Callable[[], int],
         space: DiskSpace | None = None,
+        settle_gc: Callable[[], None] | None = None,
     ) -> None:
         self.node_id = node_id
+        #: Called once thousands of replicas were opened (their objects live as long as
+        #: the replicas): the node takes them out of the collector's scans.
+        self.settle_gc = settle_gc
         self.space = space
         self.datadir = datadir
         self.log_config = log_config
@@ -274,6 +278,8 @@ class PartitionManager:
             self._open_slice(todo[start : start + OPEN_CHUNK], deadline=None)
         if len(todo) > 1:
             log.info("opened %d replicas in %.2f s", len(todo), time.monotonic() - t0)
+        if len(todo) > OPEN_CHUNK and self.settle_gc is not None:
+            self.settle_gc()
 
     def _open_slice(
         self, items: Sequence[tuple[PartitionKey, list[int]]], deadline: float | None
@@ -434,6 +440,8 @@ class PartitionManager:
             self._set_targets(targets)
         if len(opens) > 1:
             log.info("opened %d replicas of topic %s", done, name)
+        if done > OPEN_CHUNK and self.settle_gc is not None:
+            self.settle_gc()
 
     async def _delete_slice(self, keys: list[PartitionKey]) -> None:
         """Delete these replicas (their topic was deleted), the files' closing and the

@@ -26,13 +26,26 @@ VOTERS = [1, 2, 3]
 MAX_TURNS = 100_000
 
 
-def manager(path: Path) -> PartitionManager:
+def manager(path: Path, settled: list[int] | None = None) -> PartitionManager:
+    """``settled``: counts the calls of the manager's ``settle_gc``."""
     driver = Driver(1, "c", QuorumConfig(), Limits(1 << 20, 5000), random.Random(1))
 
     def execute(ready: Ready) -> None:
         pm.persist_all(ready.persist)
 
-    pm = PartitionManager(1, DataDir(path, "c", 1), LogConfig(), driver, execute, lambda: 0)
+    def settle() -> None:
+        assert settled is not None
+        settled.append(len(pm.files))
+
+    pm = PartitionManager(
+        1,
+        DataDir(path, "c", 1),
+        LogConfig(),
+        driver,
+        execute,
+        lambda: 0,
+        settle_gc=None if settled is None else settle,
+    )
     return pm
 
 
@@ -126,6 +139,27 @@ def test_a_deleted_big_topic_goes_in_slices(tmp_path: Path) -> None:
     pm.close_all()
 
 
+def test_the_collector_is_settled_once_a_big_topic_is_open(tmp_path: Path) -> None:
+    """Thousands of replicas opened: the node takes their objects out of the collector's
+    full scans (``node.settle_gc``), once they are all open; not for a small topic."""
+    settled: list[int] = []
+    pm = manager(tmp_path, settled)
+    n = 2 * OPEN_CHUNK + 1
+    state = MetadataState(topics={"small": topic("small", 3)})
+
+    async def main() -> None:
+        pm.reconcile(state, ["small"])
+        assert settled == []
+        state.topics["big"] = topic("big", n)
+        pm.reconcile(state, ["big"])
+        await _turns_until(lambda: opened(pm, "big") == n, [0])
+        await _turns_until(lambda: pm._reconciler is None or pm._reconciler.done(), [0])
+
+    asyncio.run(main())
+    assert settled == [n + 3]
+    pm.close_all()
+
+
 def test_a_topic_may_have_more_than_10000_partitions() -> None:
     assert partitions_problem(10_001) is None
     assert partitions_problem(MAX_TOPIC_PARTITIONS) is None
@@ -137,7 +171,7 @@ def test_a_topic_may_have_more_than_10000_partitions() -> None:
 @pytest.mark.timeout(240)
 def test_a_topic_of_10001_partitions_is_created(tmp_path: Path) -> None:
     with LocalCluster(1, tmp_path, log_level="WARNING") as c:
-        with Client(c.bootstrap, request_timeout_ms=120_000) as client:
+        with Client(c.bootstrap, request_timeout_ms=120_000, attempt_timeout_ms=30_000) as client:
             client.create_topic("wide", 10_001, 1)
             meta = client.metadata(["wide"])["wide"]
             assert len(meta.partitions) == 10_001
@@ -156,7 +190,9 @@ def test_small_metadata_is_answered_while_thousands_of_partitions_are_created(
         c.create_topic("probe", 1, 3, timeout_s=60)
         prober = MetadataProber([(c.host, c.ports[i]) for i in sorted(c.procs)], "probe")
         try:
-            with Client(c.bootstrap, request_timeout_ms=120_000) as client:
+            with Client(
+                c.bootstrap, request_timeout_ms=120_000, attempt_timeout_ms=30_000
+            ) as client:
                 for name in topics:
                     client.create_topic(name, 1500, 3)
                     client.wait_for_leaders(name, 180_000)
@@ -164,7 +200,7 @@ def test_small_metadata_is_answered_while_thousands_of_partitions_are_created(
             probed = prober.stop()
         assert probed.failures == 0
         assert len(probed.times_ms) >= 3  # every node, at least once before the creates
-        with Client(c.bootstrap) as client:
+        with Client(c.bootstrap, request_timeout_ms=120_000, attempt_timeout_ms=30_000) as client:
             for name in topics:
                 meta = client.metadata([name])[name]
                 assert len(meta.partitions) == 1500
