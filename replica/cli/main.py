@@ -475,6 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
             "(0 = off); damage found is repaired from the leader",
         ),
         (
+            "--cleaner-bytes-per-second",
+            defaults.CLEANER_BYTES_PER_SECOND,
+            "log.cleaner.io.max.bytes.per.second: the log cleaner's pace compacting topics "
+            "whose cleanup.policy is compact, bytes read and written per second for the "
+            "node (0 = unthrottled)",
+        ),
+        (
             "--catch-up-bytes-per-second",
             defaults.CATCH_UP_BYTES_PER_S,
             "the replication throttle: bytes per second this node's leaders send replicas "

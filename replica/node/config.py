@@ -177,6 +177,7 @@ class NodeConfig:
     quiesce: bool = defaults.QUIESCE
     leader_imbalance_check_interval_ms: int = defaults.LEADER_IMBALANCE_CHECK_INTERVAL_MS
     scrub_bytes_per_second: int = defaults.SCRUB_BYTES_PER_SECOND
+    cleaner_bytes_per_second: int = defaults.CLEANER_BYTES_PER_SECOND
     catch_up_bytes_per_second: int = defaults.CATCH_UP_BYTES_PER_S
     # Raft traffic to these peers goes here instead of their --voters address (e.g.
     # through a fault-injecting proxy); Metadata still advertises --voters.
@@ -395,6 +396,9 @@ class NodeConfig:
             drop_synced_pages=getattr(args, "page_cache", "keep") == "drop",
             max_message_bytes=args.max_message_bytes,
             scrub_bytes_per_second=args.scrub_bytes_per_second,
+            cleaner_bytes_per_second=getattr(
+                args, "cleaner_bytes_per_second", defaults.CLEANER_BYTES_PER_SECOND
+            ),
             catch_up_bytes_per_second=getattr(
                 args, "catch_up_bytes_per_second", defaults.CATCH_UP_BYTES_PER_S
             ),

@@ -43,6 +43,7 @@ from ..protocol import messages as m
 from ..raft import Message, QuorumConfig
 from ..storage import LogConfig, StorageError, fileio, flush_logs
 from .api import Api
+from .cleaner import LogCleaner
 from .config import NodeConfig
 from .controller import METADATA_KEY, MetadataController
 from .datadir import DataDir
@@ -371,6 +372,7 @@ class Node:
             self.execute,
             self.clock.now,
         )
+        self.cleaner = LogCleaner(self.driver, self.partitions, config.cleaner_bytes_per_second)
         self.api = Api(
             config, self.driver, self.controller, self.changes, self.submit, self.submit_many
         )
@@ -582,6 +584,7 @@ class Node:
                 self.clock.turn(period_ms)
                 self.execute(self.driver.tick(self.clock.now()))
                 self.space.poll()
+                self.cleaner.run()
                 if self.maintenance.run() and self.datadir.catch_up_pending:
                     # Also when no metadata arrives any more.
                     self.controller.maybe_end_catch_up_pending()
@@ -754,6 +757,7 @@ class Node:
             await self.metrics_server.close()
         for link in self.peers.values():
             await link.close()
+        await self.cleaner.stop()  # no swap after this; a rewrite running gives up
         await self.flusher.wait_idle()  # no log is closed under its running fsync
         self.partitions.close_all()
         self.datadir.unlock()

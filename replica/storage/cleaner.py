@@ -408,6 +408,7 @@ class CleanerRole(LogFields):
                 self._segments = segments
                 self._bases = [seg.base_offset for seg in segments]
             self._tail.clear()
+            self._scrub_at = (-1, 0, 0)  # its position was in a file replaced now
         log.info(
             "%s: cleaned below offset %d: %d segment(s), %d -> %d bytes, %d of %d records kept",
             self.directory,

@@ -88,6 +88,22 @@ def test_a_clean_keeps_the_latest_value_of_each_key_at_its_offset(tmp_path: Path
     assert not [n for n in os.listdir(tmp_path / "p") if n.endswith(CLEANED_SUFFIX)]
 
 
+def test_the_scrub_verifies_a_cleaned_log_whole_even_mid_pass(tmp_path: Path) -> None:
+    lg = Log(str(tmp_path / "p"), COMPACT)
+    for r in range(6):  # the first segment keeps one record of each batch
+        put(lg, [(b"keep%d" % r, b"v"), (b"a", b"1"), (b"b", b"2"), (b"c", b"3"), (b"d", b"4")])
+    fill(lg)
+    lg.flush()
+    assert lg.scrub(1500) is None  # a pass part done: its cursor is inside a segment
+    assert lg.clean(high_watermark=lg.end_offset, now_ms=NOW) is not None
+    passes = lg.scrub_passes
+    for _ in range(100):
+        assert lg.scrub(5000) is None
+        if lg.scrub_passes > passes:
+            break
+    assert lg.scrub_passes > passes
+
+
 def test_reads_from_inside_a_gap_start_at_the_next_batch(tmp_path: Path) -> None:
     lg = Log(str(tmp_path / "p"), COMPACT)
     fill(lg)
