@@ -212,8 +212,11 @@ class SimCompaction:
         seg = self.segment
         bases = list(range(0, log.end_offset // seg * seg + 1, seg))
         entries = log.entries
+        # A segment's largest timestamp: its last record's (ids grow with time). Only
+        # those below the high watermark can be cleanable: the others' are not read.
         stamps_of = [
-            max((self.stamp(e[1]) for e in entries[b : b + seg]), default=0) for b in bases
+            self.stamp(max((e[1] for e in entries[b : b + seg]), default=0)) if b < hwm else 0
+            for b in bases
         ]
         end = self.cleaner.cleanable_end(log, bases, stamps_of, hwm, lso, now, self.lag_ms)
         if end <= 0:
