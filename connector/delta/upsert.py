@@ -207,8 +207,8 @@ def merge_latest(
             source_alias=_SOURCE,
             target_alias=_TARGET,
             commit_properties=properties,
-            # the source is one small in-memory batch: not streamed, its statistics give
-            # the early pruning predicate (only the partitions and key ranges it touches)
+            # the source is in memory already: not streamed, its statistics give the
+            # early pruning predicate (only the partitions and key ranges it touches)
             streamed_exec=False,
         )
         .when_matched_delete(predicate=tombstone)
