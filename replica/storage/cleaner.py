@@ -330,6 +330,7 @@ class CleanerRole(LogFields):
         numbers = {sources.index(seg) for seg in group}
         interval = self.config.index_interval_bytes
         pending: list[tuple[BatchHeader, bytes]] = []
+        pending_bytes = 0
         for batch in batches:
             if batch.source not in numbers:
                 continue
@@ -341,12 +342,15 @@ class CleanerRole(LogFields):
             if kept.all():
                 raw = seg.pread(header.size, batch.position)
                 pending.append((header._replace(position=0), raw))
+                pending_bytes += header.size
             else:
                 raw = seg.pread(header.size, batch.position)
-                pending.extend(_kept_runs(raw, header, kept))
-            if sum(h.size for h, _ in pending) >= _CHUNK:
+                runs = _kept_runs(raw, header, kept)
+                pending.extend(runs)
+                pending_bytes += sum(h.size for h, _ in runs)
+            if pending_bytes >= _CHUNK:
                 _append(out, pending, interval, plan.stats, pace)
-                pending = []
+                pending, pending_bytes = [], 0
         _append(out, pending, interval, plan.stats, pace)
         out.sync_now()
         atomic_write(out.index_path, out.index_bytes())
@@ -526,6 +530,7 @@ def _kept_runs(
     table = batches_to_table(raw, include_control=True, verify_crc=False).select(
         RECORD_SCHEMA.names
     )
+    stamps = pc.fill_null(table.column("timestamp").cast(pa.int64()), -1).to_numpy()
     rows = np.flatnonzero(kept)
     breaks = np.flatnonzero(np.diff(rows) != 1)
     starts = rows[np.r_[0, breaks + 1]]
@@ -545,6 +550,7 @@ def _kept_runs(
             leader_epoch=header.leader_epoch,
             flags=header.flags,
             producer=producer,
+            max_timestamp=int(stamps[start:end].max()) if end > start else -1,
         )
         out.append((parse_header(data, 0), data))
     return out

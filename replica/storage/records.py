@@ -438,6 +438,7 @@ def encode_arrow(
     producer: Producer | None = None,
     transactional: bool = False,
     flags: int | None = None,
+    max_timestamp: int | None = None,
 ) -> bytes:
     """Encode a Table/RecordBatch as one batch. ``value`` is required; ``key`` and
     ``headers`` default to null and ``timestamp`` to now. Columns are cast to
@@ -446,7 +447,8 @@ def encode_arrow(
     ``producer``: the idempotent producer's id, epoch and first sequence number;
     ``transactional``: written inside that producer's open transaction. ``flags``: the
     header flags whole (a transaction marker's), instead of ``control`` and
-    ``transactional``."""
+    ``transactional``. ``max_timestamp``: the rows' largest timestamp when the caller
+    knows it (the cleaner, re-encoding runs of a batch)."""
     if flags is None:
         flags = (CONTROL_FLAG if control else 0) | (TRANSACTIONAL_FLAG if transactional else 0)
     pid, pepoch, seq = producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
@@ -477,7 +479,9 @@ def encode_arrow(
     return _frame(
         _ipc_payload(table, compression),
         record_count=rows,
-        max_timestamp=_max_timestamp(table.column("timestamp")),
+        max_timestamp=(
+            _max_timestamp(table.column("timestamp")) if max_timestamp is None else max_timestamp
+        ),
         base_offset=base_offset,
         leader_epoch=leader_epoch,
         flags=flags,
