@@ -117,6 +117,7 @@ class CleanPlan:
     """The cleaned segments written, not yet swapped in (``Log.swap_clean``)."""
 
     cleanable_end: int
+    truncations: int  # the log's count when the plan began (a truncation drops it)
     groups: list[_Group] = field(default_factory=list)
     stats: CleanStats = field(default_factory=CleanStats)
 
@@ -216,6 +217,7 @@ class CleanerRole(LogFields):
         called with each chunk's bytes read or written (it may sleep). None: nothing
         below ``end``, or a segment went away meanwhile (retention, truncation)."""
         with self._lock:
+            truncations = self._truncations
             sources = [
                 seg
                 for i, seg in enumerate(self._segments[:-1])
@@ -224,7 +226,7 @@ class CleanerRole(LogFields):
         if not sources:
             return None
         pace = throttle or (lambda _n: None)
-        plan = CleanPlan(end)
+        plan = CleanPlan(end, truncations)
         try:
             batches, columns = self._read_for_clean(sources, aborted, pinned, plan.stats, pace)
             if not batches:
@@ -377,7 +379,7 @@ class CleanerRole(LogFields):
                 ] or at + len(group.sources) >= len(current):
                     break
                 starts.append(at)
-            if len(starts) != len(plan.groups):
+            if len(starts) != len(plan.groups) or plan.truncations != self._truncations:
                 log.info("%s: the log changed during a clean; dropping it", self.directory)
                 discard_plan(plan)
                 return None

@@ -204,6 +204,7 @@ class Log(AppendRole, ReadRole, TruncationRole, FlushRole, RecoveryRole, Cleaner
             self._cleaned_end = read_offset_file(self._cleaner_offset_path, 0)
         # Scrub cursor: (segment base offset, position, expected offset at position).
         self._scrub_at = (-1, 0, 0)
+        self._truncations = 0
         self.scrub_passes = 0
         self.scrubbed_bytes = 0
         self._cache = self._open_cache()

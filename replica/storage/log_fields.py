@@ -51,6 +51,7 @@ class LogFields:
     _log_start: int
     _cleaner_offset_path: str
     _cleaned_end: int
+    _truncations: int  # truncations so far: a clean prepared before one is dropped
     _scrub_at: tuple[int, int, int]
     _cache: LeaderEpochCache
     _voters: VotersCache

@@ -45,6 +45,8 @@ class TruncationRole(LogFields):
             return
         self._tail.clear()
         self._producers = self._txns = None  # rebuilt from what is left when next needed
+        with self._lock:
+            self._truncations += 1  # a clean being prepared read what this changes
         if offset < self.start_offset:
             self._truncate_fully(offset)
             return

@@ -243,6 +243,26 @@ def test_recovery_finishes_a_swap_with_its_manifest_and_undoes_one_without(tmp_p
         ]
 
 
+def test_a_clean_prepared_before_a_truncation_is_dropped(tmp_path: Path) -> None:
+    """A truncation cuts a segment in place (the same object) and appends then seal it
+    again: the plan read it whole and must not bring back what was cut."""
+    lg = Log(str(tmp_path / "p"), COMPACT)
+    fill(lg)
+    lg.flush()
+    end = lg.clean_point(lg.end_offset, None, NOW)
+    aborted, pinned = lg.clean_inputs()
+    plan = lg.prepare_clean(end, NOW, aborted=aborted, pinned=pinned)
+    assert plan is not None
+    cut = lg.segment_base_offsets[-2] + 2  # inside the last segment the plan cleaned
+    lg.truncate_to(cut)
+    fill(lg, rounds=20)  # a new branch, rolling past the cut segment again
+    lg.flush()
+    now = contents(lg)
+    assert lg.swap_clean(plan) is None
+    assert contents(lg) == now
+    assert not [n for n in os.listdir(tmp_path / "p") if n.endswith(CLEANED_SUFFIX)]
+
+
 def test_retention_deletes_nothing_under_a_compact_only_policy(tmp_path: Path) -> None:
     config = LogConfig(segment_bytes=4096, cleanup_policy="compact", retention_bytes=1)
     lg = Log(str(tmp_path / "p"), config)
