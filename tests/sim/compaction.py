@@ -30,6 +30,13 @@ transaction) in offset order. Invariants:
   the replica's own transaction index) is that record, or nothing if it is a tombstone
   (expired and dropped): never an older value, nor an aborted one. (Below a later
   record of the key, a compacted log promises no prefix: Kafka's guarantee is the head's.)
+
+Counted, not yet an invariant (``follower_misfits``): a follower whose own clean split a
+batch, then cut its log at a kept run's first offset (a damaged batch repaired there),
+fetches from a leader whose batch holding that offset starts below it; its log refuses
+the batch (it does not continue the log) and the follower fetches it again, forever:
+stuck, never caught up (seed 13 with ``compaction=True``). ``storage.Log`` refuses it
+alike.
 """
 
 from __future__ import annotations
@@ -202,6 +209,8 @@ class SimCompaction:
         nodes = [n for n in sim.alive_nodes() if n.core is not None]
         if nodes:
             self.clean(self.rng.choice(nodes))
+            # And a reader of any replica, cleaned or holding a cleaned leader's gaps.
+            self.check_log(self.rng.choice(nodes))
 
     def clean(self, node: SimNode) -> None:
         sim, log, core = self.sim, node.log, node.core
@@ -350,6 +359,8 @@ class SimCompaction:
         stats = self.sim.stats
         for node in self.sim.nodes.values():
             stats["gaps_copied"] = stats.get("gaps_copied", 0) + node.log.gaps_copied
+            if node.log.misfits:  # see the module's docstring: a follower left stuck
+                stats["follower_misfits"] = stats.get("follower_misfits", 0) + node.log.misfits
             if node.alive:
                 self.check_log(node)
 

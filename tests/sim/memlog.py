@@ -157,6 +157,7 @@ class MemLog:
         self.refusals = 0
         self.cleaned_end = 0  # gaps a clean left (or a follower copied) lie below this
         self.gaps_copied = 0
+        self.misfits = 0  # fetched batches refused as not continuing the log
 
     # --- ReplicaLog -------------------------------------------------------------
     @property
@@ -291,6 +292,7 @@ class MemLog:
         expected = first
         for base, _, _, ids, _ in decoded:
             if base < expected:
+                self.misfits += 1
                 raise ValueError(f"batch base {base} does not continue at {expected}")
             expected = base + len(ids)
         for base, epoch, flags, ids, producer in decoded:
