@@ -34,9 +34,9 @@ transaction) in offset order. Invariants:
 Counted, not yet an invariant (``follower_misfits``): a follower whose own clean split a
 batch, then cut its log at a kept run's first offset (a damaged batch repaired there),
 fetches from a leader whose batch holding that offset starts below it; its log refuses
-the batch (it does not continue the log) and the follower fetches it again, forever:
-stuck, never caught up (seed 13 with ``compaction=True``). ``storage.Log`` refuses it
-alike.
+the batch (it does not continue the log) and the follower fetches it again, stuck until
+the leader changes or its own clean splits that batch there, if it ever does (seed 13
+with ``compaction=True``). ``storage.Log`` refuses it alike.
 """
 
 from __future__ import annotations
