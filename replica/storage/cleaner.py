@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -478,9 +478,9 @@ def recover_swap(directory: str) -> None:
         fsync_dir(directory)
 
 
-def _chunks(seg: Segment) -> list[tuple[int, bytes]]:
-    """The segment's bytes in chunks of whole batches (about ``_CHUNK`` each)."""
-    out: list[tuple[int, bytes]] = []
+def _chunks(seg: Segment) -> Iterator[tuple[int, bytes]]:
+    """The segment's bytes in chunks of whole batches (about ``_CHUNK`` each), one in
+    memory at a time."""
     position = 0
     while position < seg.size:
         data = seg.pread(min(_CHUNK, seg.size - position), position)
@@ -491,9 +491,8 @@ def _chunks(seg: Segment) -> list[tuple[int, bytes]]:
             header = seg.header_at(position)
             data = seg.pread(header.size, position)
             whole = header.size
-        out.append((position, data[:whole]))
+        yield position, data[:whole]
         position += whole
-    return out
 
 
 def iter_batches_prefix(data: bytes) -> list[BatchHeader]:
