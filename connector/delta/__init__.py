@@ -40,6 +40,12 @@ Truncation-safe
     lets the caller supply the divergence offset (OffsetsForLeaderEpoch) so old rows in
     that gap are replaced too.
 
+Upsert
+    ``DeltaSink(path, bootstrap=..., mode="upsert")`` keeps one row per ``(topic,
+    partition, key)``, its latest record; a tombstone deletes it. Each micro-batch is one
+    MERGE commit with the same app transaction and positions; a re-delivery rebuilds the
+    partition from the log in that commit (``upsert.py`` says how and why).
+
 Layout
     New tables are partitioned by ``(topic, partition)``: the replace predicate then
     touches only the truncated partition's directory, and file statistics on ``offset``
