@@ -23,6 +23,7 @@ COMMANDS = {
     "reassign": "reassign",
     "transactions": "transactions",
     "sink": "sink",
+    "compaction": "compaction",
 }
 
 
