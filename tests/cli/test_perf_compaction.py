@@ -21,6 +21,7 @@ FIGURES = {
     "records_read",
     "records_kept",
     "load_1m",
+    "backlog_cleaning_s",
 }
 
 
