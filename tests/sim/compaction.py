@@ -384,7 +384,10 @@ def _aborted(log: MemLog, base: int, flags: int, aborted_txns: Sequence[object])
     transaction of its producer (the log's transaction index)."""
     if not flags & TXN or flags & CONTROL:
         return False
-    pid = log.producer_of[base][0][0]
+    producer = log.producer_of.get(base)
+    if producer is None:
+        return False  # no producer known for it: no abort can name it
+    pid = producer[0][0]
     return any(
         t.producer_id == pid and t.first_offset <= base < t.last_offset  # type: ignore[attr-defined]
         for t in aborted_txns

@@ -391,11 +391,16 @@ class MemLog:
         self.truncate_to(self.durable)
 
     def damage(self, offset: int) -> int:
-        """Damage the batch holding ``offset`` on disk (or the next one, in a gap);
-        returns its base offset."""
-        while self.entries[offset][2] == GONE:
-            offset += 1
-        base = self.entries[offset][2]
+        """Damage the batch holding ``offset`` on disk (in a gap, the next one, or the
+        one before if none follows); returns its base offset."""
+        at = offset
+        while at < len(self.entries) and self.entries[at][2] == GONE:
+            at += 1
+        if at == len(self.entries):  # the log ends in gaps: the batch before them
+            at = offset
+            while self.entries[at][2] == GONE:
+                at -= 1
+        base = self.entries[at][2]
         self.damaged.add(base)
         return base
 
