@@ -2,7 +2,7 @@
 compacted topic. Its records gain keys (``key_of``: from the record id, over a few keys
 so that they supersede each other; a share of tombstones, ``is_tombstone``) and their
 producers' timestamps (the simulated time each id was made). Each replica cleans its
-own log at random points of the run (the injected ``clean_rng``), as the node's cleaner
+own log at random points of the run (its own random stream), as the node's cleaner
 worker does: the cleanable end from ``compaction.cleanable_end`` on THAT replica's high
 watermark (and durable end), last stable offset and segment layout (fixed offset ranges
 of ``segment`` offsets), the records kept from ``compaction.survivors`` (the product's
