@@ -38,6 +38,14 @@ from .errors import kafka_error
 
 log = logging.getLogger(__name__)
 
+#: The Kafka record bytes one turn appends at most (a request larger than this alone is
+#: appended alone): the rest wait for the next turn. Read ahead, a backlog of thousands
+#: of requests decoded and appended in one turn held the event loop for seconds on a
+#: loaded machine, and its followers, their fetches unanswered, elected new leaders.
+TURN_BYTES = 256 << 10
+#: Turns a request waits for room at most before it joins one anyway.
+TURN_WAITS = 10_000
+
 #: A merged batch holds at most this many bytes of Kafka records, and at most this share
 #: of the topic's max.message.bytes (stored as Arrow it takes a little more room).
 MERGE_MAX_BYTES = 1 << 20
@@ -78,10 +86,22 @@ class ProduceAppender:
         self._turn: list[_Append] | None = None
         self._open: dict[tuple[str, int], _Append] = {}  # the turn's last append a partition
         self._tasks: set[asyncio.Task[None]] = set()
+        self._turn_bytes = 0  # the Kafka record bytes of the turn being gathered
+        self._turn_end: asyncio.Future[None] | None = None  # done once that turn starts
 
     async def produce(self, body: Message, acks: int) -> list[Message]:
         """Every partition's answer of the Produce ``body`` (in its order): appended with
         the other requests of this turn, ``acks`` the native acks."""
+        size = sum(
+            len(pd["records"] or b"") for t in body["topic_data"] for pd in t["partition_data"]
+        )
+        for _ in range(TURN_WAITS):
+            if self._turn is None or self._turn_bytes + size <= TURN_BYTES:
+                break
+            if self._turn_end is None:
+                self._turn_end = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._turn_end)
+        self._turn_bytes += size
         answers: list[Message | asyncio.Future[Message]] = []
         for t in body["topic_data"]:
             for pd in t["partition_data"]:
@@ -149,6 +169,10 @@ class ProduceAppender:
 
     def _append_turn(self) -> None:
         turn, self._turn, self._open = self._turn or [], None, {}
+        self._turn_bytes = 0
+        if self._turn_end is not None:
+            self._turn_end.set_result(None)
+            self._turn_end = None
         task = asyncio.get_running_loop().create_task(self._append(turn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
