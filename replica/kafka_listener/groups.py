@@ -30,6 +30,9 @@ A TxnOffsetCommit (an offset committed inside a Kafka transaction, KIP-447) is a
 of key ``[2, group, topic, partition, producer id, producer epoch]``: it waits in the
 cache (``OffsetsCache.pending``) until the transaction's marker reaches this partition,
 and counts only if it commits in that epoch (the loader replays the same from the log).
+Once the commit marker is written, the coordinator writes those offsets again as plain
+commits: the next transaction of that producer epoch writes records of the same keys,
+which would shadow them on the compacted topic (and lose them if it aborts).
 
 The last record of a key wins, and the topic is compacted (``internal_topics``): the
 cleaner keeps the latest record of each key, so a coordinator's load reads about one
@@ -148,6 +151,8 @@ class KafkaGroups:
         self._tokens = itertools.count(1)
         self._ticker: asyncio.Task[None] | None = None
         self._busy = asyncio.Event()
+        # Writes of transactions' committed offsets as plain commits (``marker_written``).
+        self._rewrites: set[asyncio.Task[None]] = set()
         self.offsets = InternalTopic(
             api, OFFSETS_TOPIC, lambda: api.config.offsets_topic_partitions
         )
@@ -164,8 +169,46 @@ class KafkaGroups:
             km.TXN_OFFSET_COMMIT.key: self.txn_offset_commit,
         }
 
+    def marker_written(
+        self, partition: int, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """A transaction marker this node wrote to offsets partition ``partition``: the
+        producer's pending offset commits there count (commit) or are dropped. Those that
+        count are written again as plain offset commits, so their value stops resting on
+        the transactional record: on the compacted topic, the record of a later
+        transaction of the same producer epoch (the same key) shadows it, and if that
+        one aborts, a load after the next clean would have lost the committed offset."""
+        cache = self.caches.get(partition)
+        if cache is None:
+            return
+        committed = cache.end_pending(producer_id, producer_epoch, commit)
+        if committed:
+            task = asyncio.create_task(self._write_committed(cache, committed))
+            self._rewrites.add(task)
+            task.add_done_callback(self._rewrites.discard)
+
+    async def _write_committed(
+        self, cache: OffsetsCache, committed: dict[tuple[str, str, int], Committed]
+    ) -> None:
+        """``committed`` (a transaction's offsets, just counted) as plain commits, each
+        only while the cache still holds it (a later commit of that partition wins)."""
+        by_group: dict[str, dict[tuple[str, int], Committed | None]] = {}
+        for (group, topic, part), c in committed.items():
+            if cache.groups.get(group, {}).get((topic, part)) is c:
+                by_group.setdefault(group, {})[(topic, part)] = c
+        for group, rows in by_group.items():
+            code = await self._write(group, cache, rows)
+            if code != KafkaError.NONE:  # the transactional record and marker still hold it
+                log.info(
+                    "%s/%d: rewriting %s's committed offsets: %s",
+                    OFFSETS_TOPIC,
+                    cache.partition,
+                    group,
+                    code.name,
+                )
+
     async def close(self) -> None:
-        tasks: list[asyncio.Task[Any]] = [t for t in (self._ticker,) if t]
+        tasks: list[asyncio.Task[Any]] = [t for t in (self._ticker, *self._rewrites) if t]
         tasks += [c.task for c in self.caches.values() if c.task is not None]
         for task in tasks:
             task.cancel()

@@ -408,11 +408,10 @@ class KafkaHandlers:
     def _marker_written(self, marker: m.WriteTxnMarkerRequest) -> None:
         """A marker this node's leader committed: on an offsets partition, it completes
         (or drops) the producer's transactional offset commits there."""
-        if marker.topic != OFFSETS_TOPIC:
-            return
-        cache = self.groups.caches.get(marker.partition)
-        if cache is not None:
-            cache.end_pending(marker.producer_id, marker.producer_epoch, marker.commit)
+        if marker.topic == OFFSETS_TOPIC:
+            self.groups.marker_written(
+                marker.partition, marker.producer_id, marker.producer_epoch, marker.commit
+            )
 
     # ------------------------------------------------------------------ partitions
     async def produce(self, api: KafkaApi, version: int, body: Message) -> Message | None:

@@ -130,10 +130,15 @@ class OffsetsCache:
         offsets[ident] = c
         self.pending[producer_id] = (producer_epoch, offsets)
 
-    def end_pending(self, producer_id: int, producer_epoch: int, commit: bool) -> None:
+    def end_pending(
+        self, producer_id: int, producer_epoch: int, commit: bool
+    ) -> dict[tuple[str, str, int], Committed]:
         """A transaction marker of ``producer_id``: its pending offsets become committed
-        (only those of the marker's epoch: a fenced producer's never are) or are dropped."""
+        (only those of the marker's epoch: a fenced producer's never are) or are dropped.
+        Returns those committed."""
         epoch, offsets = self.pending.pop(producer_id, (producer_epoch, {}))
-        if commit and epoch == producer_epoch:
-            for ident, c in offsets.items():
-                self.apply(ident, c)
+        if not (commit and epoch == producer_epoch):
+            return {}
+        for ident, c in offsets.items():
+            self.apply(ident, c)
+        return offsets
