@@ -10,7 +10,8 @@ watermark, the last stable offset), and starts a job:
 
 1. on the loop, the producer state's part (``Log.clean_inputs``);
 2. in the cleaner's own thread, never the loop, the rewrite (``Log.prepare_clean``),
-   throttled to ``bytes_per_second`` of segment bytes read and written (0: unthrottled);
+   throttled to ``bytes_per_second`` of segment bytes read and written (0: unthrottled),
+   at most ``defaults.CLEANER_MAX_DIRTY_BYTES`` of the backlog per round;
 3. back on the loop, the log's owner, the swap (``Log.swap_clean``), unless the replica
    was closed meanwhile (the plan's files are deleted then).
 
@@ -27,6 +28,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .. import defaults
 from ..driver import Driver, PartitionKey
 from ..storage import StorageError
 from ..storage.cleaner import CleanPlan, CleanStats, discard_plan
@@ -46,6 +48,7 @@ class LogCleaner:
         self.driver = driver
         self.partitions = partitions
         self.bytes_per_second = bytes_per_second
+        self.max_dirty_bytes = defaults.CLEANER_MAX_DIRTY_BYTES
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-cleaner")
         self._job: asyncio.Task[None] | None = None
         self._stopped = threading.Event()
@@ -79,6 +82,7 @@ class LogCleaner:
         picked = self._dirtiest(now)
         if picked is not None:
             key, files, end = picked
+            end = files.log.capped_end(end, self.max_dirty_bytes)
             self._job = asyncio.get_running_loop().create_task(self._clean(key, files, end, now))
 
     def _dirtiest(self, now: int) -> tuple[PartitionKey, Files, int] | None:

@@ -149,6 +149,18 @@ class CleanerRole(LogFields):
             min_compaction_lag_ms=self.config.min_compaction_lag_ms,
         )
 
+    def capped_end(self: Log, end: int, max_dirty_bytes: int) -> int:
+        """``compaction.capped_end`` of this log: one round of a large backlog."""
+        with self._lock:
+            segments = list(self._segments)
+        return compaction.capped_end(
+            [seg.base_offset for seg in segments],
+            [seg.size for seg in segments],
+            end,
+            self._cleaned_end,
+            max_dirty_bytes,
+        )
+
     def dirty_state(
         self: Log, high_watermark: int, last_stable_offset: int | None, now_ms: int
     ) -> DirtyState:

@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["cleanable_end", "dirty_ratio", "should_clean", "survivors"]
+__all__ = ["capped_end", "cleanable_end", "dirty_ratio", "should_clean", "survivors"]
 
 
 def cleanable_end(
@@ -57,6 +57,29 @@ def cleanable_end(
         if nxt > limit or segment_max_timestamps[i] > now_ms - min_compaction_lag_ms:
             break
         end = nxt
+    return end
+
+
+def capped_end(
+    segment_bases: Sequence[int],
+    segment_sizes: Sequence[int],
+    end: int,
+    cleaned_end: int,
+    max_dirty_bytes: int,
+) -> int:
+    """``end`` lowered to a segment boundary so that one clean takes at most about
+    ``max_dirty_bytes`` of segments not cleaned yet (at least one of them): a large
+    backlog is cleaned in rounds, each swapped in when done, its keys in memory only
+    for its own range (Kafka's cleaner bounds a round by its offset map the same way)."""
+    dirty = 0
+    for i in range(len(segment_bases) - 1):
+        nxt = segment_bases[i + 1]
+        if nxt > end:
+            break
+        if nxt > cleaned_end:
+            if dirty and dirty + segment_sizes[i] > max_dirty_bytes:
+                return segment_bases[i]
+            dirty += segment_sizes[i]
     return end
 
 

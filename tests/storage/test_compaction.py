@@ -7,6 +7,7 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from quorumlog.replica.storage.compaction import (
+    capped_end,
     cleanable_end,
     dirty_ratio,
     should_clean,
@@ -112,6 +113,14 @@ def test_cleanable_end_stops_at_the_active_segment_hwm_lso_and_lag() -> None:
     )
     assert lagged == 10  # the second segment's newest record is 800 ms old: too young
     assert cleanable_end([0], [5], high_watermark=99, last_stable_offset=None, **common) == 0
+
+
+def test_a_round_takes_at_most_max_dirty_bytes_of_uncleaned_segments() -> None:
+    bases, sizes = [0, 10, 20, 30, 40], [100, 100, 100, 100, 5]
+    assert capped_end(bases, sizes, 40, cleaned_end=0, max_dirty_bytes=250) == 20
+    assert capped_end(bases, sizes, 40, cleaned_end=0, max_dirty_bytes=50) == 10  # one
+    assert capped_end(bases, sizes, 40, cleaned_end=20, max_dirty_bytes=150) == 30
+    assert capped_end(bases, sizes, 40, cleaned_end=0, max_dirty_bytes=1000) == 40
 
 
 def test_should_clean_by_dirty_ratio_or_max_lag() -> None:
