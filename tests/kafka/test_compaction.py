@@ -186,6 +186,7 @@ RETRIED = {
     confluent_kafka.KafkaError.REQUEST_TIMED_OUT,
     confluent_kafka.KafkaError._TRANSPORT,
     confluent_kafka.KafkaError._TIMED_OUT,
+    confluent_kafka.KafkaError._WAIT_COORD,
 }
 
 
