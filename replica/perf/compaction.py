@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=512,
         help="MiB of compacted backlog per replica the nodes clean while producers write "
-        "(at the default throttle, 64 MiB/s a node, about --seconds of cleaning)",
+        "(more than a node cleans in --seconds at the default throttle)",
     )
     ap.add_argument("--seconds", type=float, default=8.0, help="each producers' run")
     ap.add_argument("--partitions", type=int, default=3)
