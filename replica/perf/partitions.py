@@ -578,7 +578,11 @@ class _Bench:
         )
 
     def metadata_cost(self) -> None:
-        with Client(self.cluster.bootstrap) as client:
+        # As long as the creates may wait: a loaded machine's nodes answer late.
+        long_ms = int(max(self.args.led_timeout, 30) * 1000)
+        with Client(
+            self.cluster.bootstrap, request_timeout_ms=long_ms, attempt_timeout_ms=long_ms
+        ) as client:
             whole = _median_ms(lambda: client.metadata([TOPIC]), METADATA_SAMPLES)
             one = _median_ms(lambda: client.metadata([TOPIC], partitions=[0]), METADATA_SAMPLES)
         self.figures.update(metadata_topic_ms=whole, metadata_partition_ms=one)
