@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -43,8 +44,6 @@ log = logging.getLogger(__name__)
 #: of requests decoded and appended in one turn held the event loop for seconds on a
 #: loaded machine, and its followers, their fetches unanswered, elected new leaders.
 TURN_BYTES = 256 << 10
-#: Turns a request waits for room at most before it joins one anyway.
-TURN_WAITS = 10_000
 
 #: A merged batch holds at most this many bytes of Kafka records, and at most this share
 #: of the topic's max.message.bytes (stored as Arrow it takes a little more room).
@@ -87,7 +86,11 @@ class ProduceAppender:
         self._open: dict[tuple[str, int], _Append] = {}  # the turn's last append a partition
         self._tasks: set[asyncio.Task[None]] = set()
         self._turn_bytes = 0  # the Kafka record bytes of the turn being gathered
-        self._turn_end: asyncio.Future[None] | None = None  # done once that turn starts
+        # Requests waiting for room in a turn, first come first served (a connection's
+        # requests are appended in the order they came), and those let in but not yet
+        # taken (none may pass them).
+        self._waiting: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self._let_in = 0
 
     async def produce(self, body: Message, acks: int) -> list[Message]:
         """Every partition's answer of the Produce ``body`` (in its order): appended with
@@ -95,18 +98,50 @@ class ProduceAppender:
         size = sum(
             len(pd["records"] or b"") for t in body["topic_data"] for pd in t["partition_data"]
         )
-        for _ in range(TURN_WAITS):
-            if self._turn is None or self._turn_bytes + size <= TURN_BYTES:
-                break
-            if self._turn_end is None:
-                self._turn_end = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._turn_end)
-        self._turn_bytes += size
+        await self._admit(size)
         answers: list[Message | asyncio.Future[Message]] = []
         for t in body["topic_data"]:
             for pd in t["partition_data"]:
                 answers.append(self._take(t["name"], pd, acks, body["timeout_ms"]))
+        if self._turn is None:
+            self._next_turn()  # nothing of it was appended: the turn's room is free
         return [a if isinstance(a, dict) else await a for a in answers]
+
+    async def _admit(self, size: int) -> None:
+        """Until this turn has room for ``size`` bytes more (a turn with none takes any),
+        after every request that waited before."""
+        if not self._waiting and not self._let_in and self._fits(size):
+            self._turn_bytes += size
+            return
+        room = asyncio.get_running_loop().create_future()
+        self._waiting.append((size, room))
+        try:
+            await room
+        except asyncio.CancelledError:
+            if room.done() and not room.cancelled():
+                self._let_in -= 1  # let in, then cancelled: the next may go
+                if self._turn is None:
+                    self._next_turn()
+            raise
+        self._let_in -= 1
+
+    def _fits(self, size: int) -> bool:
+        return not self._turn_bytes or self._turn_bytes + size <= TURN_BYTES
+
+    def _next_turn(self) -> None:
+        """A new turn's room: the requests waiting for it let in, in order, as they fit."""
+        self._turn_bytes = 0
+        while self._waiting:
+            size, room = self._waiting[0]
+            if room.done():  # its request was cancelled
+                self._waiting.popleft()
+                continue
+            if not self._fits(size):
+                break
+            self._waiting.popleft()
+            self._turn_bytes += size
+            self._let_in += 1
+            room.set_result(None)
 
     def _take(
         self, topic: str, pd: Message, acks: int, timeout_ms: int
@@ -169,10 +204,7 @@ class ProduceAppender:
 
     def _append_turn(self) -> None:
         turn, self._turn, self._open = self._turn or [], None, {}
-        self._turn_bytes = 0
-        if self._turn_end is not None:
-            self._turn_end.set_result(None)
-            self._turn_end = None
+        self._next_turn()
         task = asyncio.get_running_loop().create_task(self._append(turn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -18,6 +18,7 @@ from quorumlog.replica.kafka import messages as km
 from quorumlog.replica.kafka import records as kafka_records
 from quorumlog.replica.kafka.codec import decode_response, encode_request
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
+from quorumlog.replica.kafka_listener.produce import TURN_BYTES
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.storage.records import CONTROL_FLAG, iter_batches
 
@@ -139,3 +140,33 @@ def test_small_batches_of_requests_read_together_are_stored_as_one_each_with_its
     ]
     assert sum(h.record_count for h in stored) == 50
     assert len(stored) < 50
+
+
+def test_a_backlog_read_at_once_is_appended_in_the_order_sent(cluster: LocalCluster) -> None:
+    """100 requests (2 MB for one partition) read at once, more than a turn takes
+    (``produce.TURN_BYTES``): appended in the order they were sent (those waiting for a
+    later turn are not passed by later ones), each answered with its own offsets, and no
+    stored batch holds more than a turn's records."""
+    c = cluster
+    c.create_topic("backlog", 1)
+    leader = c.wait_for_leader("backlog", 0, 60)
+    value = b"v" * 1000
+    per_request = 20
+    requests = [
+        _produce_request("backlog", [0], kafka_records.encode_batch([value] * per_request), i)
+        for i in range(100)
+    ]
+    answers = _exchange(c.kafka_ports[leader], requests)
+    parts = [a["responses"][0]["partition_responses"][0] for a in answers]
+    assert all(p["error_code"] == 0 for p in parts), parts
+    offsets = [p["base_offset"] for p in parts]
+    assert offsets == list(range(offsets[0], offsets[0] + 100 * per_request, per_request))
+    stored = [
+        h
+        for f in sorted(c.node_dir(leader).glob("backlog-0/*.log"))
+        for h in iter_batches(f.read_bytes())
+        if not h.flags & CONTROL_FLAG
+    ]
+    assert sum(h.record_count for h in stored) == 100 * per_request
+    most = max(h.record_count for h in stored) * len(value)
+    assert most <= TURN_BYTES + per_request * len(value)
