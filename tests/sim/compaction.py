@@ -5,10 +5,11 @@ producers' timestamps (the simulated time each id was made). Each replica cleans
 own log at random points of the run (its own random stream), as the node's cleaner
 worker does: the cleanable end from ``compaction.cleanable_end`` on THAT replica's high
 watermark (and durable end), last stable offset and segment layout (fixed offset ranges
-of ``segment`` offsets), the records kept from ``compaction.survivors`` (the product's
-rules, with the product's aborted and pinned inputs: its transaction index, control
-batches and the producer state's remembered batches), then the memlog rewritten keeping
-the survivors at their offsets (``MemLog.apply_clean``). Crashes, truncations, leader
+of ``segment`` offsets; on some seeds in rounds, ``compaction.capped_end``), the
+records kept from ``compaction.survivors`` (the product's rules, with the product's
+aborted and pinned inputs: its transaction index, control batches and the producer
+state's remembered batches), then the memlog rewritten keeping the survivors at their
+offsets (``MemLog.apply_clean``). Crashes, truncations, leader
 changes and followers fetching across a cleaned leader's gaps all go on.
 
 The model: the committed history (``Simulation.committed``) read by a read_committed
@@ -86,6 +87,11 @@ class SimCleaner:
             min_compaction_lag_ms=lag_ms,
         )
 
+    def capped_end(
+        self, bases: list[int], sizes: list[int], end: int, cleaned_end: int, cap: int
+    ) -> int:
+        return compaction.capped_end(bases, sizes, end, cleaned_end, cap)
+
     def survivors(
         self,
         offsets: pa.Array,
@@ -130,6 +136,9 @@ class SimCompaction:
         self.retention_ms = r.choice([200, 1000, 5000])
         self.min_ratio = r.choice([0.0, 0.3])
         self.every_ms = (100, 700)
+        # A round's most records not cleaned yet (``compaction.capped_end``, records for
+        # bytes): a backlog cleaned in rounds, or all at once.
+        self.round_cap = random.Random(sim.seed * 7919 + 12).choice([1 << 30, 1 << 30, 12, 40])
         # (first record id, when) of the ids made since: a record's timestamp.
         self.uid_times: list[tuple[int, int]] = [(0, 0)]
         # The model: per key, the offsets of its visible committed records; whether a
@@ -233,6 +242,12 @@ class SimCompaction:
         end = self.cleaner.cleanable_end(log, bases, stamps_of, hwm, lso, now, self.lag_ms)
         if end <= 0:
             return
+        if self.round_cap < 1 << 30:
+            sizes = [
+                sum(1 for e in entries[b : b + seg] if e[2] != GONE) if b < end else 0
+                for b in bases
+            ]
+            end = self.cleaner.capped_end(bases, sizes, end, log.cleaned_end, self.round_cap)
         rows = [o for o in range(min(end, len(entries))) if entries[o][2] != GONE]
         dirty = sum(1 for o in rows if o >= log.cleaned_end)
         if not compaction.should_clean(
