@@ -80,7 +80,7 @@ _SWAP_VERSION = "0"
 _CHUNK = 8 * 1024 * 1024
 _MAX_RELATIVE = (1 << 31) - 1
 _SEQUENCE_WRAP = 1 << 31
-_NO_KEYS = pa.array([], pa.binary())
+_NO_KEYS = pa.nulls(0, pa.binary())  # not pa.array: see node.keep_pandas_out
 
 
 @dataclass
