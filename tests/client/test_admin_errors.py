@@ -16,6 +16,7 @@ from quorumlog.replica.client.errors import (
     UnknownTopicError,
 )
 from quorumlog.replica.node.cluster import LocalCluster, free_ports
+from quorumlog.replica.node.config import MAX_TOPIC_PARTITIONS
 from quorumlog.replica.node.metadata import METADATA_TOPIC
 from quorumlog.replica.protocol import ApiKey, ErrorCode
 from quorumlog.replica.protocol import messages as m
@@ -53,7 +54,7 @@ def test_replication_factor_above_node_count(cluster: LocalCluster) -> None:
     assert "too-wide" not in cluster.client.list_topics()
 
 
-@pytest.mark.parametrize("partitions", [0, -1, 10001])
+@pytest.mark.parametrize("partitions", [0, -1, MAX_TOPIC_PARTITIONS + 1])
 def test_invalid_partition_count(cluster: LocalCluster, partitions: int) -> None:
     with pytest.raises(QuorumLogError) as exc:
         cluster.client.create_topic("bad-parts", partitions)
