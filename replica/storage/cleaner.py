@@ -569,6 +569,15 @@ def _kept_runs(
     return out
 
 
+def batch_from(raw: bytes, header: BatchHeader, first: int) -> tuple[BatchHeader, bytes]:
+    """The records of a batch from offset ``first`` on, as a batch of their own (the
+    cleaner's way of keeping a run of a batch): for a follower whose log ends inside a
+    batch its leader holds whole, its own clean having cut that batch into runs."""
+    kept = np.arange(header.record_count) >= first - header.base_offset
+    ((tail_header, tail),) = _kept_runs(raw, header, kept)
+    return tail_header, tail
+
+
 def _append(
     out: Segment,
     pending: list[tuple[BatchHeader, bytes]],

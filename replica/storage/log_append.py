@@ -154,7 +154,8 @@ class AppendRole(LogFields):
     def append_as_follower(self: Log, batches: bytes) -> AppendInfo | None:
         """Append whole batches fetched from the leader, byte for byte. Base offsets must
         continue at end_offset, or skip offsets a clean of the leader's log dropped (the
-        log's ``cleaned_end`` then rises past the gap), and epochs must not go below the latest epoch (else
+        log's ``cleaned_end`` then rises past the gap); a first batch that holds the end
+        offset is taken from it on. Epochs must not go below the latest epoch (else
         ValueError, nothing written); CRCs are checked."""
         self._check_open()
         view = memoryview(batches)
@@ -166,6 +167,14 @@ class AppendRole(LogFields):
         latest = self._cache.latest_epoch
         gap_to = 0
         for header in iter_batches(view, verify_crc=True):
+            raw: bytes | memoryview = view[header.position : header.end]
+            if not planned and header.base_offset < expected < header.next_offset:
+                # This log ends inside a batch the leader holds whole: its own clean cut
+                # the batch into runs and a repair then truncated it at a run's start.
+                # The records from the end on are taken, as the cleaner keeps a run.
+                from .cleaner import batch_from
+
+                header, raw = batch_from(bytes(raw), header, expected)
             if header.base_offset > expected:
                 gap_to = header.base_offset  # the leader's log was cleaned here
             elif header.base_offset != expected:
@@ -184,7 +193,7 @@ class AppendRole(LogFields):
                     header,
                     header.base_offset,
                     header.leader_epoch,
-                    [view[header.position : header.end]],
+                    [raw],
                 )
             )
             expected = header.next_offset

@@ -48,6 +48,18 @@ def contents(lg: Log, start: int | None = None) -> list[tuple[int, bytes | None,
     return out
 
 
+def batch_bases(lg: Log) -> set[int]:
+    bases: set[int] = set()
+    offset = lg.start_offset
+    for _ in range(10_000):
+        if offset >= lg.end_offset:
+            break
+        batches = list(iter_batches(lg.read(offset, 1 << 20)))
+        bases.update(h.base_offset for h in batches)
+        offset = batches[-1].next_offset
+    return bases
+
+
 def latest(
     records: list[tuple[int, bytes | None, bytes | None]],
 ) -> dict[bytes | None, bytes | None]:
@@ -273,3 +285,38 @@ def test_retention_deletes_nothing_under_a_compact_only_policy(tmp_path: Path) -
     lg.close()
     lg = Log(str(tmp_path / "p"), both)
     assert lg.apply_retention() > 0
+
+
+def test_a_follower_ending_inside_a_leader_batch_takes_the_batch_from_its_end(
+    tmp_path: Path,
+) -> None:
+    """A follower's own clean cut a batch into runs, then a repair truncated its log at a
+    run's first offset: the leader (uncleaned) holds that batch whole, starting below the
+    follower's end. The follower takes the batch's records from its end on; refusing the
+    batch left it fetching the same batch for ever (found by the simulator)."""
+    leader = Log(str(tmp_path / "l"), COMPACT)
+    fill(leader)
+    leader.flush()
+    follower = Log(str(tmp_path / "f"), COMPACT)
+    while follower.end_offset < leader.end_offset:
+        follower.append_as_follower(leader.read(follower.end_offset, 1000))
+    follower.flush()
+    stats = follower.clean(high_watermark=follower.end_offset, now_ms=NOW)
+    assert stats is not None
+    inside = sorted(batch_bases(follower) - batch_bases(leader))
+    assert inside, "the clean kept no run starting inside a leader batch"
+    assert inside[-1] < stats.cleanable_end
+    cut = inside[-1]
+    follower.truncate_to(cut)
+    assert follower.end_offset == cut
+    for _ in range(100):
+        if follower.end_offset >= leader.end_offset:
+            break
+        follower.append_as_follower(leader.read(follower.end_offset, 1000))
+    assert follower.end_offset == leader.end_offset
+    expected = [r for r in contents(leader) if r[0] >= cut]
+    assert [r for r in contents(follower) if r[0] >= cut] == expected
+    follower.flush()
+    crash(follower)
+    again = Log(str(tmp_path / "f"), COMPACT)
+    assert [r for r in contents(again) if r[0] >= cut] == expected
