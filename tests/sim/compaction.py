@@ -35,12 +35,12 @@ transaction) in offset order. Invariants:
   leader never gets it, and keeps the value it deleted: delete.retention.ms bounds how
   far a reader, a follower too, may lag, as in Kafka; counted as ``tombstones_missed``.)
 
-Counted, not yet an invariant (``follower_misfits``): a follower whose own clean split a
-batch, then cut its log at a kept run's first offset (a damaged batch repaired there),
-fetches from a leader whose batch holding that offset starts below it; its log refuses
-the batch (it does not continue the log) and the follower fetches it again, stuck until
-the leader changes or its own clean splits that batch there, if it ever does (seed 13
-with ``compaction=True``). ``storage.Log`` refuses it alike.
+A follower whose own clean split a batch, then cut its log at a kept run's first offset
+(a damaged batch repaired there), fetches from a leader whose batch holding that offset
+starts below it: it takes that batch from its end on, as ``storage.Log`` does (it used
+to refuse it and fetch it again, stuck: found by a compacted seed). A fetched
+batch a follower's log refuses is counted (``follower_misfits``); the compacted seeds'
+test holds it at 0.
 """
 
 from __future__ import annotations

@@ -289,6 +289,15 @@ class MemLog:
         self._check_room()
         first = self.end_offset
         decoded = list(decode_with_producers(batches))
+        if decoded and decoded[0][0] < first < decoded[0][0] + len(decoded[0][3]):
+            # As storage.Log: a log ending inside a batch the leader holds whole (its own
+            # clean cut the batch, a repair truncated it at a run's start) takes the batch
+            # from its end on.
+            base, epoch, flags, ids, producer = decoded[0]
+            skip = first - base
+            if producer != NO_PRODUCER:
+                producer = (producer[0], producer[1], producer[2] + skip)
+            decoded[0] = (first, epoch, flags, ids[skip:], producer)
         expected = first
         for base, _, _, ids, _ in decoded:
             if base < expected:
