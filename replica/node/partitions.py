@@ -216,7 +216,9 @@ class PartitionManager:
             lg.end_offset,
         )
 
-    def close(self, key: PartitionKey) -> Files | None:
+    def _forget(self, key: PartitionKey) -> Files | None:
+        """The driver closes the replica and this node stops hosting it: its files, still
+        open, for the caller to close."""
         self.execute(self.driver.close(key))
         f = self.files.pop(key, None)
         hosted = self._by_topic.get(key[0])
@@ -224,6 +226,10 @@ class PartitionManager:
             hosted.discard(key[1])
             if not hosted:
                 del self._by_topic[key[0]]
+        return f
+
+    def close(self, key: PartitionKey) -> Files | None:
+        f = self._forget(key)
         if f is not None:
             try:
                 f.log.close()
@@ -450,13 +456,7 @@ class PartitionManager:
         election states are forgotten after, as ``_delete`` does."""
         closed = []
         for key in keys:
-            self.execute(self.driver.close(key))
-            f = self.files.pop(key, None)
-            hosted = self._by_topic.get(key[0])
-            if hosted is not None:
-                hosted.discard(key[1])
-                if not hosted:
-                    del self._by_topic[key[0]]
+            f = self._forget(key)
             if f is not None:
                 closed.append(f)
         await asyncio.get_running_loop().run_in_executor(None, self._discard, closed)
