@@ -24,6 +24,8 @@ from typing import Any
 from quorumlog.replica.storage import FdCache, Log, LogConfig, batches_to_table, encode_batch
 from quorumlog.replica.storage.tail import TailBudget
 
+from .helpers import usable_after_recovery
+
 LOG_DIR = "t-0"
 KEYS = [b"k%d" % i for i in range(6)]
 
@@ -201,15 +203,7 @@ def check_cleaned_log(
             return " / ".join(reasons)
         if not use_it:
             return ""
-        log.append_as_leader(encode_batch([b"after"], keys=[b"z"]), max(log.last_epoch(), 0) + 1)
-        log.flush()
-        log.close()
-        reopened = Log(directory, config, files=FdCache(8), tail=TailBudget(0))
-        again = reopened.end_offset
-        reopened.close()
-        if again != end + 1:
-            return f"after an append and a clean close the log ends at {again}, not {end + 1}"
-        return ""
+        return usable_after_recovery(log, end, b"z")
     except Exception as exc:  # noqa: BLE001
         return f"recovered log misbehaves: {type(exc).__name__}: {exc}"
     finally:

@@ -61,6 +61,7 @@ from quorumlog.replica.storage.transactions import TransactionIndex, committed_b
 
 from .crash_cleaner import CleanerWorkload
 from .crashfs import RecordingFileOps, Shadow, materialize
+from .helpers import usable_after_recovery
 
 LOG_DIR = "t-0"
 # One recovered state in this many is also appended to, flushed, closed and reopened
@@ -460,15 +461,7 @@ def check_log(
                 return f"producer {pid} state {have}, the batches say {batch}"
         if not use_it:
             return ""
-        log.append_as_leader(encode_batch([b"after"]), max(log.last_epoch(), 0) + 1)
-        log.flush()
-        log.close()
-        reopened = Log(directory, config, files=FdCache(8), tail=TailBudget(0))
-        again = reopened.end_offset
-        reopened.close()
-        if again != end + 1:
-            return f"after an append and a clean close the log ends at {again}, not {end + 1}"
-        return ""
+        return usable_after_recovery(log, end)
     except Exception as exc:  # noqa: BLE001
         return f"recovered log misbehaves: {type(exc).__name__}: {exc}"
     finally:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from quorumlog.replica.storage import Log, batches_to_table, encode_batch, iter_batches
+from quorumlog.replica.storage import FdCache, Log, batches_to_table, encode_batch, iter_batches
+from quorumlog.replica.storage.tail import TailBudget
 
 
 def values_for(base: int, count: int) -> list[bytes]:
@@ -66,3 +67,18 @@ def read_everything(log: Log) -> bytes:
         parts.append(chunk)
         offset = list(iter_batches(chunk))[-1].next_offset
     return b"".join(parts)
+
+
+def usable_after_recovery(log: Log, end: int, key: bytes | None = None) -> str:
+    """A recovered log (ending at ``end``) takes an append and a clean close, and reopens
+    ending just past it: "" when so, else what went wrong. Closes ``log``."""
+    keys = None if key is None else [key]
+    log.append_as_leader(encode_batch([b"after"], keys=keys), max(log.last_epoch(), 0) + 1)
+    log.flush()
+    log.close()
+    reopened = Log(log.directory, log.config, files=FdCache(8), tail=TailBudget(0))
+    again = reopened.end_offset
+    reopened.close()
+    if again != end + 1:
+        return f"after an append and a clean close the log ends at {again}, not {end + 1}"
+    return ""
