@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.support.spark import source
+from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
@@ -109,6 +110,12 @@ def test_a_key_lands_where_the_producer_puts_it(spark: Any, cluster: Any) -> Non
     finally:
         client.close()
     expected = {k: f.result(0).partition for k, f in zip(keys, futures, strict=True)}
-    rows = source(spark, c, "keyed-by-sink").select("key", "partition").collect()
+
+    def every_row() -> list[Any] | None:
+        # save() returns once the commit is durable; the markers land moments later.
+        got = source(spark, c, "keyed-by-sink").select("key", "partition").collect()
+        return got if len(got) >= len(keys) else None
+
+    rows = wait_until(every_row, 60, "every row the sink committed", interval=0.5)
     assert {bytes(r.key): r.partition for r in rows} == expected
     assert len(rows) == len(keys) and len(set(expected.values())) == 5
