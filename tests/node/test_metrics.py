@@ -20,7 +20,7 @@ from quorumlog.replica.node.security import TlsFiles
 
 from tests.support.cluster import ELECTION_BOUND_S
 from tests.support.config import node_config
-from tests.support.metrics import cluster_total, scrape, value
+from tests.support.metrics import Scrape, cluster_total, scrape, value
 from tests.support.waits import TRANSIENT, wait_until
 
 UNDER_REPLICATED = "quorumlog_partitions_under_replicated"
@@ -89,8 +89,16 @@ def test_follower_killed_and_restarted(metrics_cluster: LocalCluster) -> None:
         "no partition under-replicated before the kill",
         interval=0.1,
     )
-    after = scrape(url)
-    assert value(after, "quorumlog_log_flush_duration_seconds_count") > flushes
+
+    # The leader's own flush may end after the produce's answer (a follower's made the
+    # quorum): wait for it rather than race it.
+    def flushed() -> Scrape | None:
+        found = scrape(url)
+        return (
+            found if value(found, "quorumlog_log_flush_duration_seconds_count") > flushes else None
+        )
+
+    after = wait_until(flushed, ELECTION_BOUND_S, "a flush on the leader", interval=0.1)
     assert value(after, "quorumlog_quorum_state_write_duration_seconds_count") > 0
     assert value(after, "quorumlog_topic_records_in_total", topic="ur") >= 5
     assert value(after, "quorumlog_requests_total", listener="native", api="PRODUCE") >= 1
