@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from quorumlog.replica.storage.records import encode_batch
 VOTERS = [1, 2, 3]
 # Bounds every wait on the event loop below (turns, not time).
 MAX_TURNS = 100_000
+THREAD_WAIT_S = 60.0
 
 
 def manager(path: Path, settled: list[int] | None = None) -> PartitionManager:
@@ -58,13 +60,18 @@ def opened(pm: PartitionManager, name: str) -> int:
 
 
 async def _turns_until(cond: object, counter: list[int]) -> None:
-    """Yield to the loop until ``cond()``, counting the turns in ``counter``."""
+    """Yield to the loop until ``cond()``, counting the turns in ``counter``; past
+    ``MAX_TURNS`` (work waiting on a worker thread, a slow disk) the turns are spaced out,
+    for at most ``THREAD_WAIT_S``."""
     assert callable(cond)
-    for _ in range(MAX_TURNS):
+    deadline = time.monotonic() + THREAD_WAIT_S
+    for turn in range(MAX_TURNS + int(THREAD_WAIT_S / 0.005)):
         if cond():
             return
         counter[0] += 1
-        await asyncio.sleep(0)
+        await asyncio.sleep(0 if turn < MAX_TURNS else 0.005)
+        if turn >= MAX_TURNS and time.monotonic() > deadline:
+            break
     raise AssertionError("not done within the turns allowed")
 
 
