@@ -32,14 +32,14 @@ from .. import defaults
 from ..driver import Driver, PartitionKey
 from ..storage import StorageError
 from ..storage.cleaner import CleanPlan, CleanStats, discard_plan
-from .metadata import METADATA_TOPIC
 from .partitions import Files, PartitionManager
 
 log = logging.getLogger(__name__)
 
 __all__ = ["LogCleaner"]
 
-#: How often ``run`` looks for a log to clean (it costs a look at every compacted one).
+#: How often ``run`` looks for a log to clean (it costs a look at every compacted replica,
+#: none at the others: ``PartitionManager.compacted``).
 CHECK_EVERY_S = 1.0
 
 
@@ -59,6 +59,8 @@ class LogCleaner:
         self.dropped = 0
         self.bytes_read = 0
         self.bytes_written = 0
+        #: Replicas its checks looked at (compacted ones only).
+        self.examined = 0
 
     @property
     def running(self) -> bool:
@@ -87,9 +89,10 @@ class LogCleaner:
 
     def _dirtiest(self, now: int) -> tuple[PartitionKey, Files, int] | None:
         best: tuple[float, PartitionKey, Files, int] | None = None
-        for key, files in self.partitions:
+        for key, files in self.partitions.compacted():
+            self.examined += 1
             lg = files.log
-            if key[0] == METADATA_TOPIC or not lg.config.compacted:
+            if not lg.config.compacted:
                 continue
             p = self.driver.get(key)
             if p is None:

@@ -313,6 +313,21 @@ class PartitionManager:
         topic sets itself."""
         return self._topic_log_configs.get(topic, self.log_config)
 
+    def compacted(self) -> list[tuple[PartitionKey, Files]]:
+        """The replicas here of compacted topics (the log cleaner's candidates), found
+        topic by topic: a node holding 100,000 replicas of topics that do not compact
+        looks at none of them (a look at every replica each second cost an idle node
+        ~8% of a core)."""
+        found: list[tuple[PartitionKey, Files]] = []
+        for topic, hosted in self._by_topic.items():
+            if topic == METADATA_TOPIC or not self.log_config_of(topic).compacted:
+                continue
+            for partition in hosted:
+                f = self.files.get((topic, partition))
+                if f is not None:
+                    found.append(((topic, partition), f))
+        return found
+
     @property
     def any_retention(self) -> bool:
         """Whether any replica here may have something for retention to delete."""

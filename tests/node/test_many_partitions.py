@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from quorumlog.replica.client import Client
 from quorumlog.replica.driver import Driver, Limits, Ready
+from quorumlog.replica.node.cleaner import LogCleaner
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.node.config import MAX_TOPIC_PARTITIONS, partitions_problem
 from quorumlog.replica.node.datadir import DataDir
@@ -164,6 +165,29 @@ def test_the_collector_is_settled_once_a_big_topic_is_open(tmp_path: Path) -> No
 
     asyncio.run(main())
     assert settled == [n + 3]
+    pm.close_all()
+
+
+def test_the_cleaner_looks_only_at_compacted_replicas(tmp_path: Path) -> None:
+    """The log cleaner's check (about once a second) looks at the replicas of compacted
+    topics only: 2,000 replicas of a topic that does not compact cost it nothing."""
+    pm = manager(tmp_path)
+    state = MetadataState(
+        topics={
+            "big": topic("big", 2000),
+            "kept": TopicAssignment("kept", [list(VOTERS)] * 3, {"cleanup.policy": "compact"}),
+        }
+    )
+    pm.reconcile(state)  # no loop: all of it here
+    assert len(pm.files) == 2003
+    cleaner = LogCleaner(pm.driver, pm, 0)
+
+    async def check() -> None:
+        cleaner.run()
+
+    asyncio.run(check())
+    assert cleaner.examined == 3
+    assert sorted(key for key, _ in pm.compacted()) == [("kept", p) for p in range(3)]
     pm.close_all()
 
 
