@@ -20,6 +20,7 @@ from quorumlog.replica.kafka.coordinators import OFFSETS_TOPIC, partition_for
 from quorumlog.replica.node.cluster import LocalCluster
 from quorumlog.replica.storage.records import iter_batches
 
+from tests.support.kafka import NO_REBALANCE_DELAY
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -37,7 +38,7 @@ def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
         3,
         tmp_path_factory.mktemp("compaction"),
         kafka=True,
-        node_args=["--cleaner-bytes-per-second", "0", "--group-initial-rebalance-delay-ms", "0"],
+        node_args=["--cleaner-bytes-per-second", "0", *NO_REBALANCE_DELAY],
     ) as c:
         yield c
 

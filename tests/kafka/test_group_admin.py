@@ -23,6 +23,7 @@ from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.groups import subscribed_topics
 from quorumlog.replica.node.cluster import LocalCluster
 
+from tests.support.kafka import NO_REBALANCE_DELAY
 from tests.support.waits import wait_until
 
 from .test_groups import _call, _coordinator_port, _request
@@ -35,7 +36,9 @@ RECORDS_PER_PARTITION = 5
 
 @pytest.fixture(scope="module")
 def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(3, tmp_path_factory.mktemp("group-admin"), kafka=True) as c:
+    with LocalCluster(
+        3, tmp_path_factory.mktemp("group-admin"), kafka=True, node_args=NO_REBALANCE_DELAY
+    ) as c:
         yield c
 
 

@@ -24,6 +24,7 @@ from quorumlog.replica.kafka.schema import Api, Message
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
 from quorumlog.replica.node.cluster import LocalCluster
 
+from tests.support.kafka import NO_REBALANCE_DELAY
 from tests.support.waits import retry, wait_until
 
 from .test_fuzz import _mutations
@@ -39,7 +40,9 @@ Seen = tuple[int, int]  # (partition, offset)
 
 @pytest.fixture(scope="module")
 def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(3, tmp_path_factory.mktemp("groups"), kafka=True) as c:
+    with LocalCluster(
+        3, tmp_path_factory.mktemp("groups"), kafka=True, node_args=NO_REBALANCE_DELAY
+    ) as c:
         yield c
 
 

@@ -24,6 +24,7 @@ from quorumlog.replica.kafka import messages as km
 from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.node.cluster import LocalCluster
 
+from tests.support.kafka import NO_REBALANCE_DELAY
 from tests.support.waits import wait_until
 
 from .test_groups import _call
@@ -35,7 +36,9 @@ WAIT_S = 60.0
 
 @pytest.fixture(scope="module")
 def kcluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(3, tmp_path_factory.mktemp("txn"), kafka=True) as c:
+    with LocalCluster(
+        3, tmp_path_factory.mktemp("txn"), kafka=True, node_args=NO_REBALANCE_DELAY
+    ) as c:
         yield c
 
 

@@ -6,6 +6,12 @@ from __future__ import annotations
 import confluent_kafka
 from quorumlog.replica.node.cluster import LocalCluster
 
+#: ``serve`` flags of a test cluster whose Kafka consumers join groups: a new group's first
+#: assignment at once, not after group.initial.rebalance.delay.ms's 3 s default (Kafka's
+#: own integration tests set it to 0 too). The tests of the delay itself keep theirs
+#: (test_compaction_configs sets one, test_describe_configs reads the default).
+NO_REBALANCE_DELAY = ["--group-initial-rebalance-delay-ms", "0"]
+
 
 def idempotent_producer(c: LocalCluster) -> confluent_kafka.Producer:
     """An idempotent producer (enable.idempotence) to ``c``'s Kafka listener: a request
