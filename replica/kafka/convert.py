@@ -6,7 +6,9 @@ need. ``columnar`` decodes a batch straight into those columns (and encodes them
 vectorised; batches decoded by the reference codec (``records``, lists) convert too.
 
 quorumlog -> Kafka: every stored batch becomes one RecordBatch v2 with the same base
-offset and leader epoch (partitionLeaderEpoch), offsets base + row, and a CRC32C. A
+offset and leader epoch (partitionLeaderEpoch), offsets base + row, and a CRC32C; a
+sparse batch (a clean's, with gaps inside) gives each record its offset delta and the
+header its lastOffsetDelta, as a compacted Kafka topic's batch has them. A
 quorumlog control batch (the leader-change record a new leader appends) becomes a Kafka
 control batch of type LEADER_CHANGE (2), as KRaft writes one, so offsets stay contiguous
 and consumers skip it. A batch written in a transaction keeps Kafka's isTransactional
@@ -32,6 +34,7 @@ from ..storage.records import (
     Producer,
     encode_arrow,
     iter_batches,
+    read_records,
 )
 from .columnar import (
     KafkaBatchFields,
@@ -40,7 +43,13 @@ from .columnar import (
     encode_columns,
     encode_many,
 )
-from .records import ATTR_CONTROL, ATTR_TRANSACTIONAL, KafkaRecordBatch, refuse_control_batch
+from .records import (
+    ATTR_CONTROL,
+    ATTR_TRANSACTIONAL,
+    KafkaRecordBatch,
+    encode_sparse_batch,
+    refuse_control_batch,
+)
 
 __all__ = [
     "LEADER_CHANGE_CONTROL_KEY",
@@ -190,8 +199,14 @@ def quorumlog_to_kafka(buf: bytes | bytearray | memoryview, *, verify_crc: bool 
     """quorumlog batches (as fetched or read from a segment) -> Kafka RecordBatch v2
     bytes for a Fetch response's ``records``, one Kafka batch per quorumlog batch."""
     pbuf = pa.py_buffer(buf)
+    out: list[bytes] = []
     batches: list[tuple[pa.RecordBatch | pa.Table, KafkaBatchFields]] = []
     for header in iter_batches(buf, verify_crc=verify_crc):
+        if header.is_sparse:
+            out.append(encode_many(batches))
+            batches = []
+            out.append(_sparse_to_kafka(pbuf, header))
+            continue
         records = _stored_records(pbuf, header)
         producer = header.producer
         fields = KafkaBatchFields(
@@ -211,4 +226,32 @@ def quorumlog_to_kafka(buf: bytes | bytearray | memoryview, *, verify_crc: bool 
         elif header.is_transactional:
             fields = fields._replace(attributes=ATTR_TRANSACTIONAL)
         batches.append((records, fields))
-    return encode_many(batches)
+    out.append(encode_many(batches))
+    return b"".join(out)
+
+
+def _sparse_to_kafka(pbuf: pa.Buffer, header: BatchHeader) -> bytes:
+    """A sparse batch (never a control batch) as a RecordBatch v2 with its records'
+    offset deltas: the reference codec, record by record (a cleaned log's batches)."""
+    parts, deltas = read_records(pbuf, header)
+    assert deltas is not None
+    rows = pa.Table.from_batches(parts, schema=RECORD_SCHEMA)
+    stamps = rows.column("timestamp").cast(pa.int64()).fill_null(-1).to_pylist()
+    headers = [
+        [(h["key"], h["value"]) for h in hs] if hs else None
+        for hs in rows.column("headers").to_pylist()
+    ]
+    producer = header.producer
+    return encode_sparse_batch(
+        deltas.tolist(),
+        rows.column("value").to_pylist(),
+        rows.column("key").to_pylist(),
+        stamps,
+        headers,
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.leader_epoch,
+        producer_id=producer.producer_id if producer else -1,
+        producer_epoch=producer.producer_epoch if producer else -1,
+        base_sequence=producer.base_sequence if producer else -1,
+        attributes=ATTR_TRANSACTIONAL if header.is_transactional else 0,
+    )

@@ -71,9 +71,11 @@ __all__ = [
     "ProducedBatch",
     "UnsupportedCompression",
     "check_produced",
+    "check_produced_fields",
     "decode_batch",
     "decode_records",
     "encode_batch",
+    "encode_sparse_batch",
     "iter_batches",
     "iter_decoded",
     "read_frame",
@@ -435,8 +437,8 @@ def _decode_headers(
     return pos
 
 
-class ProducedBatch(Protocol):
-    """What :func:`check_produced` reads of a decoded batch (either form)."""
+class ProducedFields(Protocol):
+    """What :func:`check_produced_fields` reads of a batch's header."""
 
     last_offset_delta: int
     producer_id: int
@@ -444,10 +446,14 @@ class ProducedBatch(Protocol):
     base_sequence: int
 
     @property
-    def record_count(self) -> int: ...
+    def is_control(self) -> bool: ...
+
+
+class ProducedBatch(ProducedFields, Protocol):
+    """What :func:`check_produced` reads of a decoded batch (either form)."""
 
     @property
-    def is_control(self) -> bool: ...
+    def record_count(self) -> int: ...
 
     @property
     def offset_deltas(self) -> Sequence[int] | npt.NDArray[np.int64]: ...
@@ -458,11 +464,20 @@ def check_produced(batch: ProducedBatch) -> None:
     LogValidator for magic 2): offset deltas 0..n-1 matching lastOffsetDelta, no control
     batch, and producer fields that are either all unset or all set."""
     count = batch.record_count
+    check_produced_fields(batch, count)
+    if not np.array_equal(batch.offset_deltas, np.arange(count)):
+        raise InvalidRecord(
+            f"offset deltas of the {count} records are not 0..{count - 1} "
+            f"(lastOffsetDelta {batch.last_offset_delta})"
+        )
+
+
+def check_produced_fields(batch: ProducedFields, count: int) -> None:
+    """What :func:`check_produced` reads of a producer's batch before its records are
+    decoded (``count`` records, as its header says)."""
     if count == 0:
         raise InvalidRecord("a produced batch holds no records")
-    if batch.last_offset_delta != count - 1 or not np.array_equal(
-        batch.offset_deltas, np.arange(count)
-    ):
+    if batch.last_offset_delta != count - 1:
         raise InvalidRecord(
             f"offset deltas of the {count} records are not 0..{count - 1} "
             f"(lastOffsetDelta {batch.last_offset_delta})"
@@ -475,7 +490,7 @@ def check_produced(batch: ProducedBatch) -> None:
         )
 
 
-def refuse_control_batch(batch: ProducedBatch) -> None:
+def refuse_control_batch(batch: ProducedFields) -> None:
     """Only a broker writes control batches (transaction markers, leader changes): one
     from a producer is refused with INVALID_RECORD, as Kafka's LogValidator does."""
     if batch.is_control:
@@ -537,6 +552,7 @@ def _encode_records(
     timestamps: Sequence[int],
     headers: Sequence[Sequence[Header] | None] | None,
     base_ts: int,
+    offset_deltas: Sequence[int],
 ) -> None:
     body = bytearray()
     put = _put_varint
@@ -544,7 +560,7 @@ def _encode_records(
         body.clear()
         body.append(0)  # record attributes
         put(body, timestamps[i] - base_ts)
-        put(body, i)  # offset delta
+        put(body, offset_deltas[i])
         for item in (keys[i], values[i]):
             if item is None:
                 body.append(1)  # zigzag(-1)
@@ -585,6 +601,39 @@ def encode_batch(
 ) -> bytes:
     """One RecordBatch v2 with offset deltas 0..n-1 and a CRC32C. ``timestamps`` in ms
     (default 0); ``attributes`` may set ATTR_TRANSACTIONAL / ATTR_CONTROL."""
+    return encode_sparse_batch(
+        range(len(values)),
+        values,
+        keys,
+        timestamps,
+        headers,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        attributes=attributes,
+        compression=compression,
+    )
+
+
+def encode_sparse_batch(
+    offset_deltas: Sequence[int],
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None = None,
+    timestamps: Sequence[int] | None = None,
+    headers: Sequence[Sequence[Header] | None] | None = None,
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    attributes: int = 0,
+    compression: int = COMPRESSION_NONE,
+) -> bytes:
+    """``encode_batch`` with the records' ``offset_deltas`` (ascending from 0; with gaps,
+    as a compacted topic's batch has them), the last one the header's lastOffsetDelta."""
     count = len(values)
     if count < 1:
         raise ValueError("a record batch needs at least one record")
@@ -592,12 +641,17 @@ def encode_batch(
         keys = [None] * count
     if timestamps is None:
         timestamps = [0] * count
-    if len(keys) != count or len(timestamps) != count or (headers and len(headers) != count):
+    if (
+        len(keys) != count
+        or len(timestamps) != count
+        or (headers and len(headers) != count)
+        or len(offset_deltas) != count
+    ):
         raise ValueError("keys, values, timestamps and headers need one entry per record")
     base_ts = timestamps[0]
     max_ts = max(timestamps)
     records = bytearray()
-    _encode_records(records, keys, values, timestamps, headers, base_ts)
+    _encode_records(records, keys, values, timestamps, headers, base_ts, offset_deltas)
     if compression == COMPRESSION_GZIP:
         compressor = zlib.compressobj(wbits=31)
         payload = compressor.compress(records) + compressor.flush()
@@ -620,7 +674,7 @@ def encode_batch(
             2,
             0,
             attributes,
-            count - 1,
+            int(offset_deltas[-1]),  # lastOffsetDelta
             base_ts,
             max_ts,
             producer_id,

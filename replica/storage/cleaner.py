@@ -8,10 +8,10 @@ A clean has two halves, so that a node runs the slow one off its event loop:
   (the owner thread's appends never touch them), computes the survivors over all of
   them at once (Arrow), and writes each group of consecutive segments (up to
   ``segment.bytes`` of input) as one new segment ``<base>.log.cleaned`` with its index
-  ``<base>.index.cleaned``, both fsync'd: the ``CleanPlan``. A batch whose records all
-  survive is copied byte for byte; of one partly kept, each run of kept records becomes
-  a batch of its own at the run's first offset (offsets are implicit within a batch),
-  with the batch's epoch, flags and producer (the sequence moved with the run).
+  ``<base>.index.cleaned``, both fsync'd: the ``CleanPlan``. The kept records of
+  consecutive batches that share a header become one batch at the first one's offset,
+  sparse where they leave gaps (``clean_batches``, which also says what is copied byte
+  for byte and what is never merged).
 * ``swap_clean`` (the log's owner thread): checks the segments are still those the
   plan read (retention or a truncation may have removed them: the plan is dropped),
   raises the durable ``cleaned_end`` (gaps below it are a clean's, not damage), writes
@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import compaction, fileio
+from .clean_batches import SourceBatch, kept_batch, layout
 from .errors import CorruptRecordError, StorageError
 from .fileutil import atomic_write, fsync_dir
 from .log_append import _writev_all
@@ -56,11 +57,8 @@ from .log_fields import LogFields
 from .log_files import unlink_quietly
 from .records import (
     HEADER_SIZE,
-    RECORD_SCHEMA,
     BatchHeader,
-    Producer,
     batches_to_table,
-    encode_arrow,
     iter_batches,
     parse_header,
 )
@@ -79,7 +77,6 @@ SWAP_FILE = "cleaner-swap"
 _SWAP_VERSION = "0"
 _CHUNK = 8 * 1024 * 1024
 _MAX_RELATIVE = (1 << 31) - 1
-_SEQUENCE_WRAP = 1 << 31
 _NO_KEYS = pa.nulls(0, pa.binary())  # not pa.array: see node.keep_pandas_out
 
 
@@ -120,14 +117,6 @@ class CleanPlan:
     truncations: int  # the log's count when the plan began (a truncation drops it)
     groups: list[_Group] = field(default_factory=list)
     stats: CleanStats = field(default_factory=CleanStats)
-
-
-@dataclass
-class _Batch:
-    header: BatchHeader
-    source: int  # index of its segment in the plan's sources
-    position: int  # in its segment
-    first_row: int
 
 
 class CleanerRole(LogFields):
@@ -275,10 +264,10 @@ class CleanerRole(LogFields):
         pinned: set[int],
         stats: CleanStats,
         pace: Callable[[int], None],
-    ) -> tuple[list[_Batch], dict[str, pa.Array]]:
+    ) -> tuple[list[SourceBatch], dict[str, pa.Array]]:
         """Every batch of ``sources`` and the columns the rules read (keys and the
         values' nulls copied out of the segment bytes, which are then let go)."""
-        batches: list[_Batch] = []
+        batches: list[SourceBatch] = []
         keys: list[pa.Array] = []
         values: list[pa.Array] = []
         stamps: list[pa.Array] = []
@@ -296,7 +285,7 @@ class CleanerRole(LogFields):
                 pace(len(chunk))
                 table = batches_to_table(chunk, include_control=True)
                 for header in iter_batches(chunk):
-                    batches.append(_Batch(header, number, position + header.position, rows))
+                    batches.append(SourceBatch(header, number, position + header.position, rows))
                     rows += header.record_count
                     counts.append(header.record_count)
                     batch_pinned.append(header.is_control or header.base_offset in pinned)
@@ -331,7 +320,7 @@ class CleanerRole(LogFields):
         self: Log,
         group: list[Segment],
         sources: list[Segment],
-        batches: list[_Batch],
+        batches: list[SourceBatch],
         mask: np.ndarray,
         plan: CleanPlan,
         pace: Callable[[int], None],
@@ -345,23 +334,17 @@ class CleanerRole(LogFields):
         interval = self.config.index_interval_bytes
         pending: list[tuple[BatchHeader, bytes]] = []
         pending_bytes = 0
-        for batch in batches:
-            if batch.source not in numbers:
-                continue
-            header = batch.header
-            kept = mask[batch.first_row : batch.first_row + header.record_count]
-            if not kept.any():
-                continue
-            seg = sources[batch.source]
-            if kept.all():
-                raw = seg.pread(header.size, batch.position)
-                pending.append((header._replace(position=0), raw))
-                pending_bytes += header.size
+        mine = [batch for batch in batches if batch.source in numbers]
+        for run, whole in layout(mine, mask):
+            first, last = run[0], run[-1]
+            seg = sources[first.source]
+            raw = seg.pread(last.position + last.header.size - first.position, first.position)
+            if whole:
+                pending.append((first.header._replace(position=0), raw))
             else:
-                raw = seg.pread(header.size, batch.position)
-                runs = _kept_runs(raw, header, kept)
-                pending.extend(runs)
-                pending_bytes += sum(h.size for h, _ in runs)
+                rows = mask[first.first_row : last.first_row + last.header.record_count]
+                pending.append(kept_batch(raw, first.header, rows))
+            pending_bytes += pending[-1][0].size
             if pending_bytes >= _CHUNK:
                 _append(out, pending, interval, plan.stats, pace)
                 pending, pending_bytes = [], 0
@@ -534,48 +517,6 @@ def _groups(sources: list[Segment], segment_bytes: int) -> list[list[Segment]]:
                 continue
         groups.append([seg])
     return groups
-
-
-def _kept_runs(
-    raw: bytes, header: BatchHeader, kept: np.ndarray
-) -> list[tuple[BatchHeader, bytes]]:
-    """The kept records of a batch partly kept: a batch per run of consecutive ones."""
-    table = batches_to_table(raw, include_control=True, verify_crc=False).select(
-        RECORD_SCHEMA.names
-    )
-    stamps = pc.fill_null(table.column("timestamp").cast(pa.int64()), -1).to_numpy()
-    rows = np.flatnonzero(kept)
-    breaks = np.flatnonzero(np.diff(rows) != 1)
-    starts = rows[np.r_[0, breaks + 1]]
-    ends = rows[np.r_[breaks, len(rows) - 1]] + 1
-    out: list[tuple[BatchHeader, bytes]] = []
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        producer = header.producer
-        if producer is not None:
-            producer = Producer(
-                producer.producer_id,
-                producer.producer_epoch,
-                (producer.base_sequence + start) % _SEQUENCE_WRAP,
-            )
-        data = encode_arrow(
-            table.slice(start, end - start),
-            base_offset=header.base_offset + start,
-            leader_epoch=header.leader_epoch,
-            flags=header.flags,
-            producer=producer,
-            max_timestamp=int(stamps[start:end].max()) if end > start else -1,
-        )
-        out.append((parse_header(data, 0), data))
-    return out
-
-
-def batch_from(raw: bytes, header: BatchHeader, first: int) -> tuple[BatchHeader, bytes]:
-    """The records of a batch from offset ``first`` on, as a batch of their own (the
-    cleaner's way of keeping a run of a batch): for a follower whose log ends inside a
-    batch its leader holds whole, its own clean having cut that batch into runs."""
-    kept = np.arange(header.record_count) >= first - header.base_offset
-    ((tail_header, tail),) = _kept_runs(raw, header, kept)
-    return tail_header, tail
 
 
 def _append(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import fileio
+from .clean_batches import batch_from
 from .errors import (
     CorruptRecordError,
     DiskError,
@@ -85,6 +86,10 @@ class AppendRole(LogFields):
                 raise CorruptRecordError(
                     f"client batch at position {header.position} has the control flag set"
                 )
+            if header.is_sparse:  # only the cleaner writes one, never a producer
+                raise CorruptRecordError(
+                    f"client batch at position {header.position} has the sparse offsets flag set"
+                )
             if self.config.validate_records:
                 validate_arrow(view, header)
             # One copy of the batch, restamped: written, then kept in the tail.
@@ -94,7 +99,7 @@ class AppendRole(LogFields):
             )
             planned.append(_Planned(header, next_offset, epoch, [data]))
             kept.append((next_offset, data))
-            next_offset += header.record_count
+            next_offset += header.offset_span
         if not planned:
             raise ValueError("append_as_leader needs at least one batch")
         end = self._end_offset
@@ -172,8 +177,6 @@ class AppendRole(LogFields):
                 # This log ends inside a batch the leader holds whole: its own clean cut
                 # the batch into runs and a repair then truncated it at a run's start.
                 # The records from the end on are taken, as the cleaner keeps a run.
-                from .cleaner import batch_from
-
                 header, raw = batch_from(bytes(raw), header, expected)
             if header.base_offset > expected:
                 gap_to = header.base_offset  # the leader's log was cleaned here
@@ -266,11 +269,8 @@ class AppendRole(LogFields):
             group.append(item)
         self._write_group(group)
         last = planned[-1]
-        return AppendInfo(
-            first,
-            last.base_offset + last.header.record_count - 1,
-            last.base_offset + last.header.record_count - first,
-        )
+        last_offset = last.base_offset + last.header.offset_span - 1
+        return AppendInfo(first, last_offset, last_offset + 1 - first)
 
     def _should_roll(self: Log, active_size: int, item: _Planned) -> bool:
         if active_size == 0:
@@ -278,7 +278,7 @@ class AppendRole(LogFields):
         active = self._segments[-1]
         if active_size + item.header.size > self.config.segment_bytes:
             return True
-        if item.base_offset + item.header.record_count - active.base_offset > _MAX_RELATIVE:
+        if item.base_offset + item.header.offset_span - active.base_offset > _MAX_RELATIVE:
             return True
         segment_ms = self.config.segment_ms
         return segment_ms is not None and (
@@ -310,7 +310,7 @@ class AppendRole(LogFields):
         for item in group:
             if item.epoch > self._cache.latest_epoch:
                 self._cache.assign(item.epoch, item.base_offset)
-            next_offset = item.base_offset + item.header.record_count
+            next_offset = item.base_offset + item.header.offset_span
             with self._lock:
                 seg.track(
                     position,
@@ -358,11 +358,14 @@ class _Planned:
 
 
 def _producer_batch(header: BatchHeader, base_offset: int) -> ProducerBatch:
-    """The producer-state entry of a batch with producer fields appended at ``base_offset``."""
+    """The producer-state entry of a batch with producer fields appended at ``base_offset``
+    (a sparse batch's last sequence is base_sequence + last_offset_delta, as Kafka's)."""
     assert header.producer is not None
     _, epoch, first = header.producer
-    last = base_offset + header.record_count - 1
-    return ProducerBatch(epoch, first, last_sequence(first, header.record_count), base_offset, last)
+    span = header.offset_span
+    return ProducerBatch(
+        epoch, first, last_sequence(first, span), base_offset, base_offset + span - 1
+    )
 
 
 def _writev_all(fd: int, buffers: list[bytes | memoryview]) -> None:

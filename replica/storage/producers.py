@@ -62,7 +62,10 @@ _SEQUENCE_SPAN = 1 << 31
 
 
 def last_sequence(base_sequence: int, record_count: int) -> int:
-    """The sequence number of a batch's last record (wrapping past 2**31 - 1)."""
+    """The sequence number of a batch's last record (wrapping past 2**31 - 1).
+    ``record_count``: the records a producer sent; for a sparse batch (a clean left gaps
+    inside) its offset span, last_offset_delta + 1: a record's sequence is the base
+    sequence plus its offset delta, as in Kafka."""
     return (base_sequence + record_count - 1) % _SEQUENCE_SPAN
 
 

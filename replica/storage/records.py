@@ -6,6 +6,7 @@ length is a multiple of 8, so Arrow reads the payload zero-copy)::
     0  magic          4s  b"QLB\\x02"
     4  header_crc     u32 CRC32 of header bytes [8, 64)
     8  base_offset    i64 offset of the first record; record i has base_offset + i
+                          (with bit 3: base_offset + its offset_delta)
    16  leader_epoch   i32 epoch of the leader that appended the batch (-1 from a client)
    20  record_count   i32 rows in the payload (>= 1)
    24  max_timestamp  i64 largest record timestamp in ms (-1 if none)
@@ -13,11 +14,13 @@ length is a multiple of 8, so Arrow reads the payload zero-copy)::
    36  payload_crc    u32 CRC32 of the payload
    40  flags          u16 bit 0: control batch; bit 1: transactional (a batch written
                           inside a transaction, or with bit 0 a transaction marker);
-                          bit 2: on a marker, commit (clear: abort)
+                          bit 2: on a marker, commit (clear: abort); bit 3: sparse
+                          offsets (the payload has an offset_delta column)
    42  producer_epoch i16 -1, or the idempotent producer's epoch
    44  base_sequence  i32 -1, or the producer's sequence number of the first record
    48  producer_id    i64 -1, or the idempotent producer's id (``storage.producers``)
-   56  reserved       u64 zero
+   56  last_delta     u64 with bit 3: last_offset_delta, the last record's offset
+                          minus base_offset; else zero
 
 The producer fields are those of Kafka's RecordBatch v2: a leader checks them against
 the partition's producer state so that a retried batch is never appended twice.
@@ -28,7 +31,13 @@ The header CRC makes a torn or corrupt header detectable before its lengths are 
 Format 1 (magic ``QLB\\x01``, 48 bytes, no producer fields; its header CRC checks out) is
 recognised only to refuse it with ``UnsupportedFormatError`` rather than take it for damage.
 
-The payload is an Arrow IPC stream with schema ``RECORD_SCHEMA``. Offsets are implicit.
+The payload is an Arrow IPC stream with schema ``RECORD_SCHEMA``. Offsets are implicit:
+record i has base_offset + i. A *sparse* batch (flag bit 3, ``SPARSE_OFFSETS_FLAG``; only
+the cleaner writes one, never a client) has gaps inside, as a compacted Kafka batch has:
+its schema is ``SPARSE_SCHEMA``, RECORD_SCHEMA plus ``offset_delta: int32`` (strictly
+ascending, first 0, last equal to the header's last_offset_delta), and its offsets run
+to base_offset + last_offset_delta, so that a scan of headers alone (recovery, the
+segment index, ``next_offset``) knows where it ends. A control batch is never sparse.
 A control batch carries one record whose value is a msgpack leader-change record, or
 (flags control and transactional) a transaction marker: Kafka's control record as it is
 on Kafka's wire (key: version INT16 0, type INT16 0 abort / 1 commit; value: version
@@ -57,6 +66,8 @@ from .transactions import committed_batches
 __all__ = [
     "COMMIT_FLAG",
     "CONTROL_FLAG",
+    "SPARSE_OFFSETS_FLAG",
+    "SPARSE_SCHEMA",
     "TRANSACTIONAL_FLAG",
     "TxnMarker",
     "decode_txn_marker",
@@ -84,6 +95,7 @@ __all__ = [
     "iter_batches",
     "null_array",
     "parse_header",
+    "read_records",
     "restamp_header",
     "rewrite_header",
     "validate_arrow",
@@ -101,7 +113,10 @@ NO_SEQUENCE = -1
 CONTROL_FLAG = 0x1
 TRANSACTIONAL_FLAG = 0x2
 COMMIT_FLAG = 0x4
-_KNOWN_FLAGS = CONTROL_FLAG | TRANSACTIONAL_FLAG | COMMIT_FLAG
+SPARSE_OFFSETS_FLAG = 0x8
+_KNOWN_FLAGS = CONTROL_FLAG | TRANSACTIONAL_FLAG | COMMIT_FLAG | SPARSE_OFFSETS_FLAG
+#: The largest offset delta a sparse batch holds (its column is an int32).
+MAX_OFFSET_DELTA = (1 << 31) - 1
 _MARKER_FLAGS = CONTROL_FLAG | TRANSACTIONAL_FLAG
 MAX_PAYLOAD = 1 << 30
 _CONTROL_KEY = b"LeaderChange"
@@ -118,6 +133,8 @@ RECORD_SCHEMA = pa.schema(
         pa.field("headers", pa.list_(HEADER_FIELD)),
     ]
 )
+#: A sparse batch's payload: the records and each one's offset minus the base offset.
+SPARSE_SCHEMA = RECORD_SCHEMA.append(pa.field("offset_delta", pa.int32()))
 OUTPUT_SCHEMA = RECORD_SCHEMA.append(pa.field("offset", pa.int64())).append(
     pa.field("leaderEpoch", pa.int32())
 )
@@ -137,6 +154,9 @@ class BatchHeader(NamedTuple):
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_PRODUCER_EPOCH
     base_sequence: int = NO_SEQUENCE
+    #: A sparse batch's last record offset minus its base offset (the header's last 8
+    #: bytes); for any other batch record_count - 1 (its offsets are implicit).
+    last_offset_delta: int = -1
 
     @property
     def size(self) -> int:
@@ -148,12 +168,24 @@ class BatchHeader(NamedTuple):
         return self.position + HEADER_SIZE + self.payload_length
 
     @property
+    def is_sparse(self) -> bool:
+        """Its payload holds each record's offset delta (gaps a clean left inside)."""
+        return bool(self.flags & SPARSE_OFFSETS_FLAG)
+
+    @property
     def last_offset(self) -> int:
+        if self.flags & SPARSE_OFFSETS_FLAG:
+            return self.base_offset + self.last_offset_delta
         return self.base_offset + self.record_count - 1
 
     @property
     def next_offset(self) -> int:
-        return self.base_offset + self.record_count
+        return self.last_offset + 1
+
+    @property
+    def offset_span(self) -> int:
+        """Offsets from base to last: record_count, or more for a sparse batch."""
+        return self.next_offset - self.base_offset
 
     @property
     def is_control(self) -> bool:
@@ -232,6 +264,7 @@ def _pack_header(
     payload_crc: int,
     flags: int,
     producer: Producer | None,
+    last_offset_delta: int = 0,
 ) -> bytes:
     pid, pepoch, seq = producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
     tail = _HEADER_TAIL.pack(
@@ -245,7 +278,7 @@ def _pack_header(
         pepoch,
         seq,
         pid,
-        0,
+        last_offset_delta if flags & SPARSE_OFFSETS_FLAG else 0,
     )
     return MAGIC + struct.pack("<I", crc32(tail)) + tail
 
@@ -294,11 +327,20 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
         or plen % 8
         or plen > MAX_PAYLOAD
         or flags & ~_KNOWN_FLAGS
-        or r1
         or not _sane_producer(pid, pepoch, seq, flags)
     ):
         raise CorruptRecordError(f"insane batch header at position {position}")
-    return BatchHeader(position, base, epoch, count, max_ts, plen, pcrc, flags, pid, pepoch, seq)
+    if flags & SPARSE_OFFSETS_FLAG:
+        if flags & CONTROL_FLAG or not count - 1 <= r1 <= MAX_OFFSET_DELTA:
+            raise CorruptRecordError(f"insane sparse batch header at position {position}")
+        last_delta = r1
+    elif r1:
+        raise CorruptRecordError(f"insane batch header at position {position}")
+    else:
+        last_delta = count - 1
+    return BatchHeader(
+        position, base, epoch, count, max_ts, plen, pcrc, flags, pid, pepoch, seq, last_delta
+    )
 
 
 def validate_payload(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
@@ -349,6 +391,7 @@ def restamp_header(header: BatchHeader, base_offset: int, leader_epoch: int) -> 
         header.payload_crc,
         header.flags,
         header.producer,
+        header.last_offset_delta,
     )
 
 
@@ -364,15 +407,19 @@ def rewrite_header(
 #: then the end-of-stream marker: an uncompressed record batch is framed with these
 #: bytes instead of a new stream writer (a third of a small batch's cost to encode).
 _SCHEMA_MESSAGE = RECORD_SCHEMA.serialize().to_pybytes()
+_SPARSE_SCHEMA_MESSAGE = SPARSE_SCHEMA.serialize().to_pybytes()
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 def _ipc_payload(batch: pa.RecordBatch | pa.Table, compression: str | None) -> pa.Buffer | bytes:
+    sparse = batch.schema.equals(SPARSE_SCHEMA)
     if compression is None and isinstance(batch, pa.RecordBatch):
-        return b"".join((_SCHEMA_MESSAGE, batch.serialize(), _END_OF_STREAM))
+        schema_message = _SPARSE_SCHEMA_MESSAGE if sparse else _SCHEMA_MESSAGE
+        return b"".join((schema_message, batch.serialize(), _END_OF_STREAM))
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression=compression)
-    with pa.ipc.new_stream(sink, RECORD_SCHEMA, options=options) as writer:
+    schema = SPARSE_SCHEMA if sparse else RECORD_SCHEMA
+    with pa.ipc.new_stream(sink, schema, options=options) as writer:
         if isinstance(batch, pa.Table):
             writer.write_table(batch)
         else:
@@ -390,6 +437,7 @@ def _frame(
     leader_epoch: int,
     flags: int,
     producer: Producer | None,
+    last_offset_delta: int = 0,
 ) -> bytes:
     view = memoryview(payload)
     pad = (-len(view)) % 8  # Arrow streams are 8-aligned already; keep it guaranteed
@@ -397,7 +445,15 @@ def _frame(
         view = memoryview(bytes(view) + b"\x00" * pad)
     crc = crc32(view)
     header = _pack_header(
-        base_offset, leader_epoch, record_count, max_timestamp, len(view), crc, flags, producer
+        base_offset,
+        leader_epoch,
+        record_count,
+        max_timestamp,
+        len(view),
+        crc,
+        flags,
+        producer,
+        last_offset_delta,
     )
     return b"".join((header, view))
 
@@ -439,6 +495,7 @@ def encode_arrow(
     transactional: bool = False,
     flags: int | None = None,
     max_timestamp: int | None = None,
+    offset_deltas: np.ndarray | None = None,
 ) -> bytes:
     """Encode a Table/RecordBatch as one batch. ``value`` is required; ``key`` and
     ``headers`` default to null and ``timestamp`` to now. Columns are cast to
@@ -448,15 +505,25 @@ def encode_arrow(
     ``transactional``: written inside that producer's open transaction. ``flags``: the
     header flags whole (a transaction marker's), instead of ``control`` and
     ``transactional``. ``max_timestamp``: the rows' largest timestamp when the caller
-    knows it (the cleaner, re-encoding runs of a batch)."""
+    knows it (the cleaner, re-encoding runs of a batch). ``offset_deltas``: each
+    record's offset minus ``base_offset`` (strictly ascending from 0), for a sparse batch
+    (the cleaner's: see the module docstring); the sparse flag follows it."""
     if flags is None:
         flags = (CONTROL_FLAG if control else 0) | (TRANSACTIONAL_FLAG if transactional else 0)
+    flags &= ~SPARSE_OFFSETS_FLAG
+    if offset_deltas is not None:
+        flags |= SPARSE_OFFSETS_FLAG
     pid, pepoch, seq = producer or (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
     if flags & ~_KNOWN_FLAGS or not _sane_producer(pid, pepoch, seq, flags):
         raise ValueError(f"invalid producer fields {producer} for flags {flags:#x}")
     rows = data.num_rows
     if rows < 1:
         raise ValueError("a batch needs at least one record")
+    last_delta = 0
+    if offset_deltas is not None:
+        if flags & CONTROL_FLAG:
+            raise ValueError("a control batch is never sparse")
+        last_delta = _check_deltas(np.asarray(offset_deltas), rows)
     names = set(data.schema.names)
     unknown = names - set(RECORD_SCHEMA.names)
     if unknown or "value" not in names:
@@ -476,6 +543,10 @@ def encode_arrow(
             else:
                 columns.append(null_array(rows, field.type))
         table = pa.Table.from_arrays(columns, schema=RECORD_SCHEMA)
+    if offset_deltas is not None:
+        table = table.append_column(
+            SPARSE_SCHEMA.field("offset_delta"), pa.array(offset_deltas, pa.int32())
+        )
     return _frame(
         _ipc_payload(table, compression),
         record_count=rows,
@@ -486,7 +557,19 @@ def encode_arrow(
         leader_epoch=leader_epoch,
         flags=flags,
         producer=producer,
+        last_offset_delta=last_delta,
     )
+
+
+def _check_deltas(deltas: np.ndarray, rows: int) -> int:
+    """The last of a sparse batch's offset deltas, once they are found to be a delta a
+    row, strictly ascending from 0 and int32 (else ValueError)."""
+    if len(deltas) != rows or deltas[0] != 0 or (rows > 1 and (np.diff(deltas) <= 0).any()):
+        raise ValueError(f"offset deltas must be {rows} strictly ascending from 0")
+    last = int(deltas[-1])
+    if last > MAX_OFFSET_DELTA:
+        raise ValueError(f"offset delta {last} past {MAX_OFFSET_DELTA}")
+    return last
 
 
 def encode_batch(
@@ -605,28 +688,33 @@ def encode_voters_batch(
     )
 
 
-#: Schema messages (their flatbuffer bytes) already found equal to RECORD_SCHEMA or not:
-#: every writer of one pyarrow version sends the same bytes, so the schema of a batch is
-#: compared once, not decoded per batch. Bounded: past this many, a new one is decoded.
-_SCHEMA_VERDICTS: dict[bytes, bool] = {}
+#: Schema messages (their flatbuffer bytes) already found equal to RECORD_SCHEMA,
+#: SPARSE_SCHEMA or neither (None): every writer of one pyarrow version sends the same
+#: bytes, so the schema of a batch is compared once, not decoded per batch. Bounded:
+#: past this many, a new one is decoded.
+_SCHEMA_VERDICTS: dict[bytes, pa.Schema | None] = {}
 _SCHEMA_VERDICTS_MAX = 64
-#: The metadata of schema messages found equal to RECORD_SCHEMA and without a body: a
+#: The metadata of schema messages found equal to one of the two and without a body: a
 #: payload opening with one is past its schema after 8 + len(metadata) bytes.
-_SCHEMA_PREFIXES: set[bytes] = set()
+_SCHEMA_PREFIXES: dict[bytes, pa.Schema] = {}
 #: An Arrow message's continuation marker; a stream's end: it and a zero metadata length.
 _CONTINUATION = b"\xff\xff\xff\xff"
 _END_OF_STREAM = _CONTINUATION + b"\x00\x00\x00\x00"
 
 
-def _schema_matches(message: pa.ipc.Message) -> bool:
+def _schema_of(message: pa.ipc.Message) -> pa.Schema | None:
+    """RECORD_SCHEMA or SPARSE_SCHEMA, whichever the schema message holds; None: neither."""
     meta = message.metadata.to_pybytes()
-    verdict = _SCHEMA_VERDICTS.get(meta)
-    if verdict is None:
-        verdict = pa.ipc.read_schema(message).equals(RECORD_SCHEMA)
-        if len(_SCHEMA_VERDICTS) < _SCHEMA_VERDICTS_MAX:
-            _SCHEMA_VERDICTS[meta] = verdict
-            if verdict and (message.body is None or message.body.size == 0):
-                _SCHEMA_PREFIXES.add(meta)
+    if meta in _SCHEMA_VERDICTS:
+        return _SCHEMA_VERDICTS[meta]
+    schema = pa.ipc.read_schema(message)
+    verdict = next(
+        (known for known in (RECORD_SCHEMA, SPARSE_SCHEMA) if schema.equals(known)), None
+    )
+    if len(_SCHEMA_VERDICTS) < _SCHEMA_VERDICTS_MAX:
+        _SCHEMA_VERDICTS[meta] = verdict
+        if verdict is not None and (message.body is None or message.body.size == 0):
+            _SCHEMA_PREFIXES[meta] = verdict
     return verdict
 
 
@@ -637,14 +725,16 @@ def _read_payload(
     ``full``, also every buffer of every column (offsets in bounds, UTF-8 keys of
     headers: what a reader would otherwise trip over). The stream is read message by
     message: a schema, then record batches, then its end. A schema message whose bytes
-    were found equal to RECORD_SCHEMA's before is skipped by comparing them."""
+    were found equal to RECORD_SCHEMA's (SPARSE_SCHEMA's) before is skipped by comparing
+    them. A sparse batch's batches have SPARSE_SCHEMA, its offset deltas checked."""
     length = header.payload_length
     payload = pbuf.slice(header.position + HEADER_SIZE, length)
     view = memoryview(payload).cast("B")  # pyarrow exports signed bytes
     stream = pa.BufferReader(payload)
     batches: list[pa.RecordBatch] = []
+    expected = SPARSE_SCHEMA if header.is_sparse else RECORD_SCHEMA
     try:
-        known = _known_schema_prefix(view)
+        known, found = _known_schema_prefix(view)
         if known:
             stream.seek(known)
         else:
@@ -653,11 +743,12 @@ def _read_payload(
                 raise CorruptRecordError(
                     f"{_where(header)}: its Arrow stream starts with a {first.type}"
                 )
-            if not _schema_matches(first):
-                schema = pa.ipc.read_schema(first)
-                raise CorruptRecordError(
-                    f"{_where(header)} has schema {schema}, expected {RECORD_SCHEMA}"
-                )
+            found = _schema_of(first)
+        if found is not expected:
+            raise CorruptRecordError(
+                f"{_where(header)} has schema {found if found is not None else 'unknown'}, "
+                f"expected {expected} (sparse flag {header.is_sparse})"
+            )
         while True:
             at = stream.tell()
             if length - at < 8 or view[at : at + 8] == _END_OF_STREAM:
@@ -667,7 +758,7 @@ def _read_payload(
                 raise CorruptRecordError(
                     f"{_where(header)}: its Arrow stream holds a {message.type}"
                 )
-            batch = pa.ipc.read_record_batch(message, RECORD_SCHEMA)
+            batch = pa.ipc.read_record_batch(message, expected)
             if full:
                 batch.validate(full=True)
             batches.append(batch)
@@ -685,27 +776,65 @@ def _read_payload(
     return batches
 
 
+def _offset_deltas(batches: list[pa.RecordBatch], header: BatchHeader) -> np.ndarray:
+    """A sparse batch's offset deltas (int64), checked: no nulls, strictly ascending from
+    0 to the header's last_offset_delta (else CorruptRecordError)."""
+    columns = [b.column(_DELTA_COLUMN) for b in batches]
+    if any(c.null_count for c in columns):
+        raise CorruptRecordError(f"{_where(header)} has a null offset delta")
+    deltas = np.concatenate([c.to_numpy() for c in columns]).astype(np.int64)
+    if (
+        deltas[0] != 0
+        or deltas[-1] != header.last_offset_delta
+        or (len(deltas) > 1 and (np.diff(deltas) <= 0).any())
+    ):
+        raise CorruptRecordError(
+            f"{_where(header)}: its offset deltas are not strictly ascending from 0 to "
+            f"{header.last_offset_delta}"
+        )
+    return deltas
+
+
+def read_records(
+    pbuf: pa.Buffer, header: BatchHeader, *, full: bool = False
+) -> tuple[list[pa.RecordBatch], np.ndarray | None]:
+    """A batch's records (zero-copy views of ``pbuf``, the buffer ``header`` was parsed
+    from) with RECORD_SCHEMA, checked as ``batches_to_table`` checks them, and a sparse
+    batch's offset deltas (None for a batch whose offsets are implicit)."""
+    batches = _read_payload(pbuf, header, full=full)
+    if not header.is_sparse:
+        return batches, None
+    deltas = _offset_deltas(batches, header)
+    return [b.drop_columns([_DELTA_COLUMN]) for b in batches], deltas
+
+
+_DELTA_COLUMN = "offset_delta"
+
+
 def _where(header: BatchHeader) -> str:
     return f"batch at position {header.position}"
 
 
-def _known_schema_prefix(view: memoryview) -> int:
+def _known_schema_prefix(view: memoryview) -> tuple[int, pa.Schema | None]:
     """Length of the schema message that opens ``view`` when its bytes are those of a
-    schema message found equal to RECORD_SCHEMA before (continuation marker, metadata
-    length, metadata; a schema message has no body); else 0 (read it as a message)."""
+    schema message found equal to RECORD_SCHEMA or SPARSE_SCHEMA before (continuation
+    marker, metadata length, metadata; a schema message has no body), and that schema;
+    else (0, None): read it as a message."""
     if len(view) < 8 or view[:4] != _CONTINUATION:
-        return 0
+        return 0, None
     end = 8 + int.from_bytes(view[4:8], "little", signed=True)
-    if not 8 < end <= len(view) or bytes(view[8:end]) not in _SCHEMA_PREFIXES:
-        return 0
-    return end
+    if not 8 < end <= len(view):
+        return 0, None
+    schema = _SCHEMA_PREFIXES.get(bytes(view[8:end]))
+    return (end, schema) if schema is not None else (0, None)
 
 
 def validate_arrow(buf: bytes | bytearray | memoryview, header: BatchHeader) -> None:
-    """Check that a batch's payload is a well-formed Arrow stream with RECORD_SCHEMA and
-    as many rows as its header says, every buffer checked (what a leader checks on client
-    batches before any reader sees them)."""
-    _read_payload(pa.py_buffer(buf), header, full=True)
+    """Check that a batch's payload is a well-formed Arrow stream with RECORD_SCHEMA (a
+    sparse batch: SPARSE_SCHEMA, its offset deltas as its header says) and as many rows
+    as its header says, every buffer checked (what a leader checks on client batches
+    before any reader sees them)."""
+    read_records(pa.py_buffer(buf), header, full=True)
 
 
 def batches_to_table(
@@ -727,20 +856,25 @@ def batches_to_table(
     bases: list[int] = []
     counts: list[int] = []
     epochs: list[int] = []
+    deltas: list[np.ndarray | None] = []
     headers: Iterable[BatchHeader] = iter_batches(buf, verify_crc=verify_crc)
     if aborted:  # without aborted transactions, skipping control batches is all it does
         headers = committed_batches(headers, aborted)  # type: ignore[assignment]
     for header in headers:
         if header.is_control and not include_control:
             continue
-        record_batches.extend(_read_payload(pbuf, header))
+        records, batch_deltas = read_records(pbuf, header)
+        record_batches.extend(records)
         bases.append(header.base_offset)
         counts.append(header.record_count)
         epochs.append(header.leader_epoch)
+        deltas.append(batch_deltas)
     if not record_batches:
         return OUTPUT_SCHEMA.empty_table()
     table = pa.Table.from_batches(record_batches, schema=RECORD_SCHEMA)
     offsets, epoch_col = _offset_and_epoch_columns(bases, counts, epochs)
+    if any(d is not None for d in deltas):
+        offsets = _sparse_offsets(bases, counts, deltas)
     table = table.append_column(OUTPUT_SCHEMA.field("offset"), offsets)
     return table.append_column(OUTPUT_SCHEMA.field("leaderEpoch"), epoch_col)
 
@@ -774,6 +908,18 @@ def _offset_and_epoch_columns(
     )
     offsets = pc.cumulative_sum(pc.run_end_decode(step_runs))
     return offsets, pc.run_end_decode(epoch_runs)
+
+
+def _sparse_offsets(
+    bases: list[int], counts: list[int], deltas: list[np.ndarray | None]
+) -> pa.Array:
+    """The offset column when some batches are sparse: base + delta for those, base + i
+    for the others."""
+    parts = [
+        base + (np.arange(count, dtype=np.int64) if d is None else d)
+        for base, count, d in zip(bases, counts, deltas, strict=True)
+    ]
+    return pa.array(np.concatenate(parts), pa.int64())
 
 
 def decode_control(batch: bytes | bytearray | memoryview) -> ControlRecord:

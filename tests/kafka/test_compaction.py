@@ -76,17 +76,35 @@ def _expected(rounds: int) -> tuple[dict[bytes, bytes], set[bytes]]:
 
 def _keys_in_log(c: LocalCluster, topic: str) -> list[bytes | None]:
     """The key of every record of ``topic/0``, read by the native client from offset 0."""
-    keys: list[bytes | None] = []
+    return [k for _, k, _ in _native_read(c, topic)[0]]
+
+
+def _native_read(
+    c: LocalCluster, topic: str
+) -> tuple[list[tuple[int, bytes | None, bytes | None]], int]:
+    """(offset, key, value) of every record of ``topic/0`` as the native client reads
+    them from offset 0, and how many of the batches it fetched are sparse (a clean's,
+    with gaps inside)."""
+    records: list[tuple[int, bytes | None, bytes | None]] = []
+    sparse = 0
     offset = 0
     for _ in range(10_000):
         fetched = c.client.fetch(topic, 0, offset, max_bytes=1 << 20)
         if not fetched.records:
             break
-        keys += fetched.to_arrow().column("key").to_pylist()
-        offset = list(iter_batches(fetched.records))[-1].next_offset
+        table = fetched.to_arrow()
+        records += zip(
+            table.column("offset").to_pylist(),
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            strict=True,
+        )
+        headers = list(iter_batches(fetched.records))
+        sparse += sum(h.is_sparse for h in headers)
+        offset = headers[-1].next_offset
         if offset >= fetched.high_watermark:
             break
-    return keys
+    return records, sparse
 
 
 def _read_all(c: LocalCluster, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -165,6 +183,13 @@ def test_a_compacted_topic_reads_as_the_latest_value_of_each_live_key(
     got = {k: v for _, k, v in records if k != FILLER}
     assert got == live
     assert not deleted & {k for _, k, _ in records}
+    # The cleaned batches have gaps inside: librdkafka reads each record at the offset
+    # the log holds it at (the Fetch conversion's offset deltas), none lost or moved.
+    native, sparse = _native_read(c, "kcdc")
+    assert sparse
+    assert [(o, k, v) for o, k, v in records if k != FILLER] == [
+        (o, k, v) for o, k, v in native if k != FILLER
+    ]
 
     # Every replica cleans on its own, down to about the live data (the active segment
     # of filler records aside).

@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 from quorumlog.replica.storage import Log, LogConfig, batches_to_table, encode_batch, iter_batches
 from quorumlog.replica.storage.cleaner import CLEANED_SUFFIX, SWAP_FILE
-from quorumlog.replica.storage.records import Producer, TxnMarker
+from quorumlog.replica.storage.records import BatchHeader, Producer, TxnMarker
 
 from .helpers import crash, read_everything
 
@@ -116,7 +117,12 @@ def test_the_scrub_verifies_a_cleaned_log_whole_even_mid_pass(tmp_path: Path) ->
     assert lg.scrub_passes > passes
 
 
-def test_reads_from_inside_a_gap_start_at_the_next_batch(tmp_path: Path) -> None:
+def test_reads_from_inside_a_gap_start_at_the_batch_holding_it_or_the_next(
+    tmp_path: Path,
+) -> None:
+    """A read from a gap gives whole batches from the one whose offsets span it (a
+    sparse batch the clean wrote) or else the next: its records from the gap on are
+    exactly those the log holds past it."""
     lg = Log(str(tmp_path / "p"), COMPACT)
     fill(lg)
     lg.flush()
@@ -126,13 +132,14 @@ def test_reads_from_inside_a_gap_start_at_the_next_batch(tmp_path: Path) -> None
     gaps = [o for o in range(kept[0], kept[-1]) if o not in kept]
     assert gaps
     for offset in gaps[:50]:
+        first = next(iter_batches(lg.read(offset, 1 << 16)))
+        assert first.base_offset < offset < first.last_offset or first.base_offset > offset
         got = contents(lg, start=offset)
-        assert got and got[0][0] > offset and got == [r for r in records if r[0] > offset]
-    # max_offset inside a gap: no batch at or past it.
+        assert [r for r in got if r[0] > offset] == [r for r in records if r[0] > offset]
+    # max_offset inside a gap: no batch starting at or past it.
     some_gap = gaps[len(gaps) // 2]
     data = lg.read(lg.start_offset, 1 << 20, max_offset=some_gap)
-    if data:
-        assert max(batches_to_table(data).column("offset").to_pylist()) < some_gap
+    assert all(h.base_offset < some_gap for h in iter_batches(data))
 
 
 def test_a_follower_copies_a_cleaned_log_and_recovers_it(tmp_path: Path) -> None:
@@ -320,3 +327,47 @@ def test_a_follower_ending_inside_a_leader_batch_takes_the_batch_from_its_end(
     crash(follower)
     again = Log(str(tmp_path / "f"), COMPACT)
     assert [r for r in contents(again) if r[0] >= cut] == expected
+
+
+def test_scattered_survivors_become_a_few_sparse_batches(tmp_path: Path) -> None:
+    """Keys written at random and most overwritten later: the survivors of the first
+    segments lie scattered, one or two a batch. The clean packs those of consecutive
+    batches into one sparse batch (up to its size bound), not a batch each; a producer's
+    batches are never merged, with each other or with others."""
+    config = LogConfig(segment_bytes=64 << 10, cleanup_policy="compact")
+    lg = Log(str(tmp_path / "p"), config)
+    rng = np.random.default_rng(7)
+    keys = rng.permutation(2000)
+    for start in range(0, 2000, 10):  # 200 batches of 10 distinct keys
+        put(lg, [(b"key-%d" % k, b"first" * 10) for k in keys[start : start + 10]])
+        if start == 1000:  # two producers' batches among them, their keys never rewritten
+            for pid in (5, 6):
+                put(
+                    lg,
+                    [(b"p%d-%d" % (pid, i), b"p") for i in range(4)],
+                    producer=Producer(pid, 0, 0),
+                )
+    rewritten = set(rng.choice(2000, 1800, replace=False).tolist())
+    for start in range(0, 2000, 100):
+        chunk = [k for k in range(start, start + 100) if k in rewritten]
+        put(lg, [(b"key-%d" % k, b"second") for k in chunk])
+    lg.flush()
+    before = contents(lg)
+    stats = lg.clean(high_watermark=lg.end_offset, now_ms=NOW)
+    assert stats is not None
+    after = contents(lg)
+    assert latest(after) == latest(before)
+    assert set(after) <= set(before)
+    cleaned = [h for h in _headers(lg) if h.next_offset <= stats.cleanable_end]
+    first_round = [h for h in cleaned if h.producer is None and h.base_offset < 2008]
+    survivors = sum(h.record_count for h in first_round)
+    assert survivors >= 150  # about 200 keys of the first round were not rewritten
+    # One batch or so per segment of the first round, not one per survivor or per source batch.
+    assert len(first_round) <= 12
+    assert any(h.is_sparse for h in first_round)
+    producers = [h for h in cleaned if h.producer is not None]
+    assert sorted((h.producer_id, h.record_count) for h in producers) == [(5, 4), (6, 4)]
+
+
+def _headers(lg: Log) -> list[BatchHeader]:
+    return list(iter_batches(read_everything(lg)))

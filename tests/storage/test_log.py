@@ -136,11 +136,11 @@ def test_a_known_schema_is_compared_byte_for_byte(tmp_path: Path) -> None:
     good = encode_arrow(pa.table({"value": pa.array([b"aaaaa", b"bbbbb", b"ccccc"])}))
     log.append_as_leader(good, 1)
     schema_length = len(RECORD_SCHEMA.serialize())
-    assert _known_schema_prefix(memoryview(arrow_of(good))) == schema_length
+    assert _known_schema_prefix(memoryview(arrow_of(good))) == (schema_length, RECORD_SCHEMA)
     renamed = bytearray(arrow_of(good))
     at = renamed.index(b"value")
     renamed[at : at + 5] = b"valuf"
-    assert _known_schema_prefix(memoryview(renamed)) == 0
+    assert _known_schema_prefix(memoryview(renamed)) == (0, None)
     with pytest.raises(CorruptRecordError, match="has schema"):
         log.append_as_leader(reframed(bytes(renamed), 3), 1)
     log.append_as_leader(good, 1)
