@@ -60,9 +60,12 @@ __all__ = [
     "KafkaColumns",
     "columns_from_lists",
     "decode_columns",
+    "decode_frame",
+    "decode_joined",
     "encode_columns",
     "encode_many",
     "iter_batches",
+    "with_records",
 ]
 
 Ints = npt.NDArray[np.int64]
@@ -124,12 +127,95 @@ def decode_columns(buf: Buffer, position: int = 0, *, verify_crc: bool = True) -
     """Decode the RecordBatch v2 at ``position`` into Arrow columns; errors as
     ``records.decode_batch`` raises them (KafkaDecodeError)."""
     batch, data, count = read_frame(buf, position, verify_crc=verify_crc)
+    return decode_frame(batch, data, count, position)
+
+
+def decode_frame(
+    batch: KafkaRecordBatch, data: bytes, count: int, position: int = 0
+) -> KafkaColumns:
+    """A batch ``records.read_frame`` read (its fields, records bytes and count) decoded
+    into Arrow columns; errors as ``records.decode_batch`` raises them."""
     fast = _decode_fast(data, count, batch.base_timestamp) if count else None
     if fast is None:
         decode_records(data, count, batch, position)
         return columns_from_lists(batch)
     records, offset_deltas = fast
     return _columns(batch, records, offset_deltas)
+
+
+_ROWS = np.arange(1 << 12, dtype=np.int64)
+
+
+def with_records(batch: KafkaRecordBatch, records: pa.RecordBatch) -> KafkaColumns:
+    """A batch's fields with ``records`` as its rows (offset deltas 0..n-1, as a produced
+    batch's are once checked): a batch's share of what :func:`decode_joined` gave."""
+    rows = records.num_rows
+    return _columns(batch, records, _ROWS[:rows] if rows <= len(_ROWS) else np.arange(rows))
+
+
+def decode_joined(sections: Sequence[tuple[int, bytes, int]]) -> pa.RecordBatch | None:
+    """The records of several produced batches decoded in one pass: ``sections`` are each
+    batch's (base timestamp, records bytes, record count) as ``records.read_frame`` gives
+    them. The rows are those decoding each with :func:`decode_frame` and concatenating
+    give, for batches whose records tile their own bytes exactly and whose offset deltas
+    run 0..n-1; None where any batch is not like that or needs more than the fast paths
+    (then each is decoded alone, which says what is wrong). What a batch costs to decode
+    is mostly per call: a producer's small batches, decoded together, cost their records."""
+    if not sections:
+        return None
+    counts = np.fromiter((c for _, _, c in sections), np.int64, len(sections))
+    bases = np.fromiter((t for t, _, _ in sections), np.int64, len(sections))
+    lengths = np.fromiter((len(d) for _, d, _ in sections), np.int64, len(sections))
+    if counts.min() < 1 or bases.min() < -_TS_LIMIT or bases.max() >= _TS_LIMIT:
+        return None
+    count = int(counts.sum())
+    first_rows = np.cumsum(counts) - counts
+    first_bytes = np.cumsum(lengths) - lengths
+    data = b"".join(d for _, d, _ in sections)
+    padded = data + _PAD
+    arr = np.frombuffer(padded, np.uint8)
+    runs: list[tuple[int, int, int]] = []
+    decoded = _decode_runs(data, arr, count, runs)
+    if decoded is not None:
+        if not np.array_equal(_run_starts(runs, first_rows), first_bytes):
+            return None
+        ts_deltas, offset_deltas, keys, values = decoded
+        headers = null_array(count, _HEADERS_TYPE)
+    else:
+        pairs: npt.NDArray[np.uint16] = np.ndarray(
+            (len(padded) - 1,), np.dtype("<u2"), padded, 0, (1,)
+        )
+        bounds = _record_bounds(data, pairs, count)
+        if bounds is None:
+            return None
+        bodies, ends = bounds
+        if not np.array_equal(ends[first_rows + counts - 1], first_bytes + lengths):
+            return None  # a record runs from one batch's bytes into the next's
+        try:
+            got = _decode_short(arr, pairs, bodies, ends)
+        except IndexError:
+            got = None
+        if got is None:
+            got = _decode_general(data, arr, bodies, ends)
+            if got is None:
+                return None
+        ts_deltas, offset_deltas, key_fields, value_fields, headers = got
+        buffer = pa.py_buffer(data)
+        keys, values = _binary(buffer, *key_fields), _binary(buffer, *value_fields)
+    if not np.array_equal(offset_deltas, np.arange(count) - np.repeat(first_rows, counts)):
+        return None
+    timestamps = ts_deltas + np.repeat(bases, counts)
+    stamps = pa.Array.from_buffers(_TIMESTAMP, count, [None, pa.py_buffer(timestamps)])
+    return pa.RecordBatch.from_arrays([keys, values, stamps, headers], schema=RECORD_SCHEMA)
+
+
+def _run_starts(runs: list[tuple[int, int, int]], rows: Ints) -> Ints:
+    """Where records ``rows`` start, from the runs (first row, its position, stride)
+    :func:`_decode_runs` read."""
+    firsts, positions, strides = (np.array(column, np.int64) for column in zip(*runs, strict=True))
+    run = np.searchsorted(firsts, rows, side="right") - 1
+    starts: Ints = positions[run] + (rows - firsts[run]) * strides[run]
+    return starts
 
 
 def iter_batches(
@@ -323,11 +409,15 @@ class _NoLayout(Exception):
 
 
 def _decode_runs(
-    data: bytes, arr: npt.NDArray[np.uint8], count: int
+    data: bytes,
+    arr: npt.NDArray[np.uint8],
+    count: int,
+    runs_read: list[tuple[int, int, int]] | None = None,
 ) -> tuple[Ints, Ints, pa.Array, pa.Array] | None:
     """Records without headers in runs of one layout each (librdkafka's batches: a few
     runs, where the offset or timestamp delta grows a byte): each run is a 2-D array, one
-    row a record, its fields columns. None if the records do not fall into a few runs."""
+    row a record, its fields columns. None if the records do not fall into a few runs.
+    ``runs_read`` gets each run's first row, its position and its stride."""
     end = len(data)
     pos = 0
     done = 0
@@ -353,6 +443,8 @@ def _decode_runs(
             if run < _MIN_STRIDE_RUN:
                 return None
             rows = rows[:run]
+        if runs_read is not None:
+            runs_read.append((done, pos, stride))
         ts_parts.append(_column_varints(rows, *layout.ts))
         od_parts.append(_column_varints(rows, *layout.od))
         for (at, size), runs in ((layout.key, key_runs), (layout.value, value_runs)):

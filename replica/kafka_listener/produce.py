@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..constants import UNKNOWN
-from ..kafka.columnar import KafkaColumns, iter_batches
+from ..kafka.columnar import KafkaColumns, decode_frame, decode_joined, with_records
 from ..kafka.convert import kafka_to_quorumlog
 from ..kafka.errors import KafkaError
-from ..kafka.records import check_produced
+from ..kafka.records import KafkaRecordBatch, check_produced, check_produced_fields, read_frame
 from ..kafka.schema import Message
 from ..kafka.wire import KafkaDecodeError
 from ..node.api import Api
@@ -51,15 +51,22 @@ MERGE_MAX_BYTES = 1 << 20
 MERGE_MAX_SHARE = 4
 
 
+#: A produced batch read but not decoded: its fields, its records' bytes, their count.
+_Frame = tuple[KafkaRecordBatch, bytes, int]
+
+
 @dataclass(slots=True)
 class _Share:
-    """One partition's batches of one request, and the answer it waits for."""
+    """One partition's batches of one request, and the answer it waits for. Its batches
+    are decoded with the turn's (``batches`` None until then), where a partition's
+    records must be read before the turn (a compacted topic's keys), at once."""
 
     index: int
-    batches: list[KafkaColumns]
+    frames: list[_Frame]
     codecs: list[str | None]  # each batch's stored compression
     answer: asyncio.Future[Message]
     rows: int = 0  # its records
+    batches: list[KafkaColumns] | None = None
 
 
 @dataclass(slots=True)
@@ -75,6 +82,7 @@ class _Append:
     mergeable: bool
     room: int  # Kafka record bytes it may still take
     shares: list[_Share] = field(default_factory=list)
+    joined: pa.RecordBatch | None = None  # its shares' records, decoded with the turn's
 
 
 class ProduceAppender:
@@ -149,29 +157,24 @@ class ProduceAppender:
         index = pd["index"]
         assigned = self.api.controller.state.topics.get(topic)
         configs = assigned.configs if assigned is not None else {}
+        compacted = is_compacted(self.api._topic_policy(topic))
         try:
-            batches = []
-            for batch in iter_batches(pd["records"] or b""):
-                check_produced(batch)
-                batches.append(batch)
-            codecs = [stored_compression(configs, b.compression) for b in batches]
-        except KafkaDecodeError as exc:
-            # CORRUPT_MESSAGE, or what the batch's fault is in Kafka's words (INVALID_RECORD,
-            # UNSUPPORTED_COMPRESSION_TYPE: errors a client does not retry).
-            return partition_produced(index, int(exc.error_code), UNKNOWN, str(exc))
-        except ValueError as exc:
-            return partition_produced(index, int(KafkaError.CORRUPT_MESSAGE), UNKNOWN, str(exc))
-        if not batches:
+            frames = _frames(pd["records"] or b"")
+            codecs = [stored_compression(configs, b.compression) for b, _, _ in frames]
+            batches = [_decoded(frame) for frame in frames] if compacted else None
+        except (KafkaDecodeError, ValueError) as exc:
+            return _refused(index, exc)
+        if not frames:
             return partition_produced(index, int(KafkaError.INVALID_REQUEST), UNKNOWN, "empty")
         loop = asyncio.get_running_loop()
         codec = codecs[0]
-        share = _Share(index, batches, codecs, loop.create_future())
-        share.rows = sum(b.record_count for b in batches)
-        size = sum(b.size for b in batches)
+        share = _Share(index, frames, codecs, loop.create_future(), batches=batches)
+        share.rows = sum(count for _, _, count in frames)
+        size = sum(b.size for b, _, _ in frames)
         mergeable = (
             codecs.count(codec) == len(codecs)
-            and all(b.producer_id < 0 and not b.is_transactional for b in batches)
-            and not self._keyless_on_compacted(topic, batches)
+            and all(b.producer_id < 0 and not b.is_transactional for b, _, _ in frames)
+            and not (batches is not None and _keyless(batches))
         )
         if self._turn is None:
             self._turn, self._open = [], {}
@@ -197,11 +200,6 @@ class ProduceAppender:
         self._open[key] = append
         return share.answer
 
-    def _keyless_on_compacted(self, topic: str, batches: list[KafkaColumns]) -> bool:
-        if not any(b.records.column("key").null_count for b in batches):
-            return False
-        return is_compacted(self.api._topic_policy(topic))
-
     def _append_turn(self) -> None:
         turn, self._turn, self._open = self._turn or [], None, {}
         self._next_turn()
@@ -223,6 +221,7 @@ class ProduceAppender:
                 raise
 
     async def _append_all(self, turn: list[_Append]) -> None:
+        turn = _decode_turn(turn)
         requests: list[m.ProduceRequest] = []
         appended: list[_Append] = []
         for a in turn:
@@ -253,17 +252,87 @@ class ProduceAppender:
                     base += s.rows
 
 
+def _frames(records: bytes) -> list[_Frame]:
+    """The batches of a partition's ``records``, each framing, CRC and header checked
+    (``check_produced_fields``), records not yet decoded."""
+    frames = []
+    position = 0
+    while position < len(records):
+        batch, data, count = read_frame(records, position)
+        check_produced_fields(batch, count)
+        frames.append((batch, data, count))
+        position += batch.size
+    return frames
+
+
+def _decoded(frame: _Frame) -> KafkaColumns:
+    """A batch decoded alone, and checked as a producer's (KafkaDecodeError if not one)."""
+    batch = decode_frame(*frame)
+    check_produced(batch)
+    return batch
+
+
+def _keyless(batches: list[KafkaColumns]) -> bool:
+    return any(b.records.column("key").null_count for b in batches)
+
+
+def _refused(index: int, exc: Exception) -> Message:
+    """A partition's answer for batches that cannot be appended: CORRUPT_MESSAGE, or what
+    the fault is in Kafka's words (INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE: errors a
+    client does not retry)."""
+    error = exc.error_code if isinstance(exc, KafkaDecodeError) else KafkaError.CORRUPT_MESSAGE
+    return partition_produced(index, int(error), UNKNOWN, str(exc))
+
+
+def _decode_turn(turn: list[_Append]) -> list[_Append]:
+    """The turn's batches not yet decoded, decoded in one pass (``decode_joined``: what a
+    batch costs to decode is mostly per call, and a backlog's are small); where that
+    cannot answer, each share's batches alone, a share that is refused answered so. The
+    appends left with shares to append."""
+    pending = [s for a in turn for s in a.shares if s.batches is None]
+    joined = decode_joined([(b.base_timestamp, d, c) for s in pending for b, d, c in s.frames])
+    if joined is not None:
+        row = 0
+        for a in turn:
+            first = row
+            for s in a.shares:
+                if s.batches is not None:
+                    continue
+                s.batches = []
+                for batch, _, count in s.frames:
+                    s.batches.append(with_records(batch, joined.slice(row, count)))
+                    row += count
+            if row > first and all(s.batches is not None for s in a.shares):
+                a.joined = joined.slice(first, row - first)
+        return turn
+    for s in pending:
+        try:
+            s.batches = [_decoded(frame) for frame in s.frames]
+        except (KafkaDecodeError, ValueError) as exc:
+            _answer(s, _refused(s.index, exc))
+    left = []
+    for a in turn:
+        a.shares = [s for s in a.shares if not s.answer.done()]
+        if a.shares:
+            left.append(a)
+    return left
+
+
 def _stored(a: _Append) -> bytes:
     """The stored batches of an append: its shares' plain batches merged into one, or
     each batch as it came."""
-    batches = [b for s in a.shares for b in s.batches]
+    batches = [b for s in a.shares for b in s.batches or ()]
     if a.mergeable and len(batches) > 1:
-        table = pa.Table.from_batches([b.records for b in batches])
-        return encode_arrow(table, compression=a.codec)
+        merged = (
+            a.joined
+            if a.joined is not None
+            else pa.Table.from_batches([b.records for b in batches])
+        )
+        return encode_arrow(merged, compression=a.codec)
     return b"".join(
         kafka_to_quorumlog(b, compression=codec)
         for s in a.shares
-        for b, codec in zip(s.batches, s.codecs, strict=True)
+        for b, codec in zip(s.batches or (), s.codecs, strict=True)
     )
 
 
