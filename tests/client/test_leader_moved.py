@@ -19,68 +19,68 @@ from tests.support.spies import record_metadata
 
 @pytest.mark.cluster
 def test_a_not_leader_answer_naming_the_leader_is_followed_without_metadata(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with LocalCluster(3, tmp_path) as c:
-        c.create_topic("t", 1)
-        with Client(c.bootstrap) as client:
-            first = client.produce("t", 0, encode_batch([b"a"]))
-            pm = client.partition_metadata("t", 0)
-            follower = next(r for r in pm.replicas if r != pm.leader_id)
-            # The cache as leadership moving leaves it: an older epoch, another node.
-            stale = replace(pm, leader_id=follower, leader_epoch=pm.leader_epoch - 1)
-            client._leaders[("t", 0)] = stale
-            asked: list[Any] = []
-            real = client.metadata
+    c = cluster
+    c.create_topic("moved-named", 1)
+    with Client(c.bootstrap) as client:
+        first = client.produce("moved-named", 0, encode_batch([b"a"]))
+        pm = client.partition_metadata("moved-named", 0)
+        follower = next(r for r in pm.replicas if r != pm.leader_id)
+        # The cache as leadership moving leaves it: an older epoch, another node.
+        stale = replace(pm, leader_id=follower, leader_epoch=pm.leader_epoch - 1)
+        client._leaders[("moved-named", 0)] = stale
+        asked: list[Any] = []
+        real = client.metadata
 
-            def metadata(*args: Any, **kwargs: Any) -> Any:
-                asked.append(args)
-                return real(*args, **kwargs)
+        def metadata(*args: Any, **kwargs: Any) -> Any:
+            asked.append(args)
+            return real(*args, **kwargs)
 
-            monkeypatch.setattr(client, "metadata", metadata)
-            second = client.produce("t", 0, encode_batch([b"b"]))
-            assert asked == [], "the follower named the leader: no metadata was needed"
-            assert second.base_offset == first.last_offset + 1
-            now = client.partition_metadata("t", 0)
-            assert (now.leader_id, now.leader_epoch) == (pm.leader_id, pm.leader_epoch)
-            # A NOT_LEADER that names no newer leader than the cache is not followed: the
-            # retry refreshes the metadata, as before.
-            client._leaders[("t", 0)] = replace(pm, leader_id=follower)
-            third = client.produce("t", 0, encode_batch([b"c"]))
-            assert len(asked) == 1 and third.base_offset == second.last_offset + 1
+        monkeypatch.setattr(client, "metadata", metadata)
+        second = client.produce("moved-named", 0, encode_batch([b"b"]))
+        assert asked == [], "the follower named the leader: no metadata was needed"
+        assert second.base_offset == first.last_offset + 1
+        now = client.partition_metadata("moved-named", 0)
+        assert (now.leader_id, now.leader_epoch) == (pm.leader_id, pm.leader_epoch)
+        # A NOT_LEADER that names no newer leader than the cache is not followed: the
+        # retry refreshes the metadata, as before.
+        client._leaders[("moved-named", 0)] = replace(pm, leader_id=follower)
+        third = client.produce("moved-named", 0, encode_batch([b"c"]))
+        assert len(asked) == 1 and third.base_offset == second.last_offset + 1
 
 
 @pytest.mark.cluster
 def test_a_refresh_asks_the_nodes_for_its_partition_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A cold cache learns the whole topic from one node; a refresh (here after a
     NOT_LEADER that names no newer leader) asks every node for the one partition it
     routes, and the nodes answer that partition alone: the cache's other partitions stay
     as they were."""
-    with LocalCluster(3, tmp_path) as c:
-        c.create_topic("t", 4)
-        with Client(c.bootstrap) as client:
-            answered = record_metadata(monkeypatch)
-            first = client.produce("t", 2, encode_batch([b"a"]))
-            # The cold cache asked one node for the whole topic (and every node for
-            # partition 2 only if that node had not yet heard who leads it).
-            whole = [a for a in answered if a.request.partitions is None]
-            assert len(whole) == 1 and len(whole[0].response.topics[0].partitions) == 4
-            assert all(a.request.partitions == [2] for a in answered[1:])
-            others = {p: client.partition_metadata("t", p) for p in (0, 1, 3)}
-            pm = client.partition_metadata("t", 2)
-            follower = next(r for r in pm.replicas if r != pm.leader_id)
-            client._leaders[("t", 2)] = replace(pm, leader_id=follower)
-            answered.clear()
-            second = client.produce("t", 2, encode_batch([b"b"]))
-            assert second.base_offset == first.last_offset + 1
-            assert len(answered) == 3  # every node asked once
-            for _, req, resp in answered:
-                assert req.partitions == [2]
-                assert [p.partition for p in resp.topics[0].partitions] == [2]
-            assert client.partition_metadata("t", 2).leader_id == pm.leader_id
-            assert {p: client.partition_metadata("t", p) for p in (0, 1, 3)} == others
+    c = cluster
+    c.create_topic("moved-refresh", 4)
+    with Client(c.bootstrap) as client:
+        answered = record_metadata(monkeypatch)
+        first = client.produce("moved-refresh", 2, encode_batch([b"a"]))
+        # The cold cache asked one node for the whole topic (and every node for
+        # partition 2 only if that node had not yet heard who leads it).
+        whole = [a for a in answered if a.request.partitions is None]
+        assert len(whole) == 1 and len(whole[0].response.topics[0].partitions) == 4
+        assert all(a.request.partitions == [2] for a in answered[1:])
+        others = {p: client.partition_metadata("moved-refresh", p) for p in (0, 1, 3)}
+        pm = client.partition_metadata("moved-refresh", 2)
+        follower = next(r for r in pm.replicas if r != pm.leader_id)
+        client._leaders[("moved-refresh", 2)] = replace(pm, leader_id=follower)
+        answered.clear()
+        second = client.produce("moved-refresh", 2, encode_batch([b"b"]))
+        assert second.base_offset == first.last_offset + 1
+        assert len(answered) == 3  # every node asked once
+        for _, req, resp in answered:
+            assert req.partitions == [2]
+            assert [p.partition for p in resp.topics[0].partitions] == [2]
+        assert client.partition_metadata("moved-refresh", 2).leader_id == pm.leader_id
+        assert {p: client.partition_metadata("moved-refresh", p) for p in (0, 1, 3)} == others
 
 
 @pytest.mark.cluster
