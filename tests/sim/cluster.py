@@ -128,6 +128,7 @@ from .memlog import (
     MemLog,
     client_batch,
     decode_batches,
+    decode_sim_batches,
     is_voter_record,
     marker_of,
     voter_of,
@@ -988,9 +989,9 @@ class Simulation:
                 f"node {node.id} served records for epoch {req.current_leader_epoch} "
                 f"while in epoch {resp.leader_epoch} (leader {self.epoch_leaders.get(resp.leader_epoch)})",
             )
-        for base, epoch, _, ids in decode_batches(resp.records):
-            for i, uid in enumerate(ids):
-                off = base + i
+        for batch in decode_sim_batches(resp.records):
+            epoch = batch.epoch
+            for off, uid in zip(batch.offsets, batch.ids, strict=True):
                 if off >= resp.high_watermark or off >= core.high_watermark:
                     raise Violation(
                         "consumer-above-hwm",

@@ -9,8 +9,10 @@ of ``segment`` offsets; on some seeds in rounds, ``compaction.capped_end``), the
 records kept from ``compaction.survivors`` (the product's rules, with the product's
 aborted and pinned inputs: its transaction index, control batches and the producer
 state's remembered batches), then the memlog rewritten keeping the survivors at their
-offsets (``MemLog.apply_clean``). Crashes, truncations, leader
-changes and followers fetching across a cleaned leader's gaps all go on.
+offsets in the product's batch layout (``MemLog.apply_clean``: sparse batches, the
+survivors of consecutive batches merged; counted as ``sparse_batches``). Crashes,
+truncations, leader changes and followers fetching across a cleaned leader's gaps, and
+reads starting inside a sparse batch's gaps, all go on.
 
 The model: the committed history (``Simulation.committed``) read by a read_committed
 reader: per key, its visible records (not transactional, or of a committed
@@ -35,9 +37,9 @@ transaction) in offset order. Invariants:
   leader never gets it, and keeps the value it deleted: delete.retention.ms bounds how
   far a reader, a follower too, may lag, as in Kafka; counted as ``tombstones_missed``.)
 
-A follower whose own clean split a batch, then cut its log at a kept run's first offset
-(a damaged batch repaired there), fetches from a leader whose batch holding that offset
-starts below it: it takes that batch from its end on, as ``storage.Log`` does (it used
+A follower whose own clean laid a batch out otherwise, then cut its log inside it (a
+damaged batch repaired there), fetches from a leader whose batch holding that offset
+starts below it: it takes that batch's records from its end on, as ``storage.Log`` does (it used
 to refuse it and fetch it again, stuck: found by a compacted seed). A fetched
 batch a follower's log refuses is counted (``follower_misfits``); the compacted seeds'
 test holds it at 0.
@@ -388,6 +390,7 @@ class SimCompaction:
         stats = self.sim.stats
         for node in self.sim.nodes.values():
             stats["gaps_copied"] = stats.get("gaps_copied", 0) + node.log.gaps_copied
+            stats["sparse_batches"] = stats.get("sparse_batches", 0) + node.log.sparse_made
             if node.log.misfits:  # see the module's docstring: a follower left stuck
                 stats["follower_misfits"] = stats.get("follower_misfits", 0) + node.log.misfits
             if node.alive:

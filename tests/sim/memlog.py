@@ -1,8 +1,9 @@
 """An in-memory ``ReplicaLog`` for the simulator and unit tests.
 
 Batch bytes: header ``>qiiBiqhi`` (base offset, record count, leader epoch, flags,
-payload length, producer id, producer epoch, base sequence) then ``count`` 8-byte signed
-record ids. Idempotent producers' batches are checked against the product's
+payload length, producer id, producer epoch, base sequence) then ``count`` records of an
+8-byte signed record id and a 4-byte offset delta (0, 1, ... but in a clean's sparse
+batch, which has gaps inside). Idempotent producers' batches are checked against the product's
 ``ProducerStateTable`` exactly as ``storage.Log`` does (``table_class`` lets a teeth test
 swap in a broken one). Control batches carry flag 1 and one id
 ``-(epoch * 1000 + leader_id) - 1``. The log keeps an epoch cache with Kafka's
@@ -16,11 +17,13 @@ it is the first batch), as ``replica.storage.Log`` does with its CRCs.
 A full disk: with ``full`` set, every append raises ``DiskError`` and writes nothing.
 
 Compaction (``apply_clean``): a clean drops records below ``cleaned_end`` and leaves
-their offsets as gaps (an entry whose base is ``GONE``); a kept run of a partly kept
-batch becomes a batch of its own at its first offset (its producer's sequence moved with
-it), as ``storage.cleaner`` writes it. Reads skip gaps (a read starting in one starts at
-the next batch); a follower copies a leader's gaps (a batch past its end fills the gap
-and raises its ``cleaned_end``), as ``storage.Log`` does.
+their offsets as gaps (an entry whose base is ``GONE``); the kept records of consecutive
+batches that share a header (same epoch and flags, no producer, not control; at most
+``MERGED_RECORDS``) become one sparse batch at the first one's offset, and a producer's
+batch partly kept a sparse batch of its own (its sequence moved to its first kept
+record), as ``storage.clean_batches`` lays them out. A read starting in a gap starts at
+the batch whose offsets span it, or the next; a follower copies a leader's gaps (a batch
+past its end fills the gap and raises its ``cleaned_end``), as ``storage.Log`` does.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import errno
 import struct
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from quorumlog.replica.raft import (
     CATCH_UP_UNKNOWN,
@@ -43,7 +47,10 @@ from quorumlog.replica.storage.records import TxnMarker
 from quorumlog.replica.storage.transactions import TransactionIndex
 
 HEADER = struct.Struct(">qiiBiqhi")
-RECORD = struct.Struct(">q")
+RECORD = struct.Struct(">qi")
+#: The records a clean merges into one batch at most (``storage.clean_batches``'s bound,
+#: in records: small enough that a simulated log keeps several batches).
+MERGED_RECORDS = 12
 CONTROL = 1
 VOTERS = 2  # with CONTROL: a voter-set change; one record per voter (``voter_id``)
 TXN = 4  # written in a transaction; with CONTROL a transaction marker (one record)
@@ -54,9 +61,15 @@ GONE = -1  # the batch base of an offset a clean dropped (a gap)
 
 
 def encode_batch(
-    base: int, epoch: int, ids: list[int], flags: int = 0, producer: Producer = NO_PRODUCER
+    base: int,
+    epoch: int,
+    ids: list[int],
+    flags: int = 0,
+    producer: Producer = NO_PRODUCER,
+    deltas: Sequence[int] | None = None,
 ) -> bytes:
-    payload = b"".join(RECORD.pack(i) for i in ids)
+    deltas = range(len(ids)) if deltas is None else deltas
+    payload = b"".join(RECORD.pack(i, d) for i, d in zip(ids, deltas, strict=True))
     return HEADER.pack(base, len(ids), epoch, flags, len(payload), *producer) + payload
 
 
@@ -65,15 +78,41 @@ def client_batch(ids: list[int], producer: Producer = NO_PRODUCER) -> bytes:
     return encode_batch(0, UNDEFINED_EPOCH, ids, producer=producer)
 
 
-def decode_with_producers(data: bytes) -> Iterator[tuple[int, int, int, list[int], Producer]]:
-    """(base offset, epoch, flags, record ids, producer) per batch."""
+class SimBatch(NamedTuple):
+    base: int
+    epoch: int
+    flags: int
+    ids: list[int]
+    producer: Producer
+    offsets: list[int]  # each record's: base + its offset delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.offsets[-1] + 1
+
+
+def decode_sim_batches(data: bytes) -> Iterator[SimBatch]:
+    """Every batch of ``data``, each record's offset with it."""
     pos = 0
     while pos < len(data):
         base, count, epoch, flags, size, *producer = HEADER.unpack_from(data, pos)
         pos += HEADER.size
-        ids = [RECORD.unpack_from(data, pos + 8 * i)[0] for i in range(count)]
+        records = [RECORD.unpack_from(data, pos + RECORD.size * i) for i in range(count)]
         pos += size
-        yield base, epoch, flags, ids, (producer[0], producer[1], producer[2])
+        yield SimBatch(
+            base,
+            epoch,
+            flags,
+            [i for i, _ in records],
+            (producer[0], producer[1], producer[2]),
+            [base + d for _, d in records],
+        )
+
+
+def decode_with_producers(data: bytes) -> Iterator[tuple[int, int, int, list[int], Producer]]:
+    """(base offset, epoch, flags, record ids, producer) per batch."""
+    for b in decode_sim_batches(data):
+        yield b.base, b.epoch, b.flags, b.ids, b.producer
 
 
 _MARKER_IDS = 3 * 10**12
@@ -158,6 +197,7 @@ class MemLog:
         self.cleaned_end = 0  # gaps a clean left (or a follower copied) lie below this
         self.gaps_copied = 0
         self.misfits = 0  # fetched batches refused as not continuing the log
+        self.sparse_made = 0  # batches a clean laid out with gaps inside
 
     # --- ReplicaLog -------------------------------------------------------------
     @property
@@ -210,19 +250,32 @@ class MemLog:
         return UNDEFINED_EPOCH
 
     def _append(
-        self, base: int, epoch: int, ids: list[int], flags: int, producer: Producer = NO_PRODUCER
+        self,
+        base: int,
+        epoch: int,
+        ids: list[int],
+        flags: int,
+        producer: Producer = NO_PRODUCER,
+        offsets: list[int] | None = None,
     ) -> AppendInfo:
+        """``offsets``: a sparse batch's (a clean's, copied from a leader), gaps inside."""
         if epoch < self.last_epoch():
             raise ValueError(f"epoch {epoch} below the log's last epoch {self.last_epoch()}")
         if epoch > self.last_epoch():
             self.epochs.append((epoch, base))
-        self.entries.extend((epoch, i, base, flags) for i in ids)
+        if offsets is None:
+            self.entries.extend((epoch, i, base, flags) for i in ids)
+        else:
+            for offset, uid in zip(offsets, ids, strict=True):
+                self.entries.extend((epoch, 0, GONE, 0) for _ in range(offset - self.end_offset))
+                self.entries.append((epoch, uid, base, flags))
+        span = self.end_offset - base
         if flags & VOTERS:
             self.voter_sets.append((base, tuple(sorted(voter_of(i) for i in ids))))
         if producer != NO_PRODUCER:
-            self.producer_of[base] = (producer, len(ids))
-            self._note_producer(base, producer, len(ids), flags)
-        return AppendInfo(base, base + len(ids) - 1, len(ids))
+            self.producer_of[base] = (producer, span)
+            self._note_producer(base, producer, span, flags)
+        return AppendInfo(base, base + span - 1, span)
 
     def _note_producer(self, base: int, producer: Producer, count: int, flags: int) -> None:
         if flags & CONTROL:  # a transaction marker
@@ -288,26 +341,30 @@ class MemLog:
             return None
         self._check_room()
         first = self.end_offset
-        decoded = list(decode_with_producers(batches))
-        if decoded and decoded[0][0] < first < decoded[0][0] + len(decoded[0][3]):
+        decoded = list(decode_sim_batches(batches))
+        if decoded and decoded[0].base < first < decoded[0].next_offset:
             # As storage.Log: a log ending inside a batch the leader holds whole (its own
-            # clean cut the batch, a repair truncated it at a run's start) takes the batch
-            # from its end on.
-            base, epoch, flags, ids, producer = decoded[0]
-            skip = first - base
+            # clean laid the batch out otherwise, a repair truncated it inside) takes the
+            # batch's records from its end on, as a batch of their own.
+            head = decoded[0]
+            keep = [k for k, o in enumerate(head.offsets) if o >= first]
+            offsets = [head.offsets[k] for k in keep]
+            producer = head.producer
             if producer != NO_PRODUCER:
-                producer = (producer[0], producer[1], producer[2] + skip)
-            decoded[0] = (first, epoch, flags, ids[skip:], producer)
+                producer = (producer[0], producer[1], producer[2] + offsets[0] - head.base)
+            decoded[0] = head._replace(
+                base=offsets[0], ids=[head.ids[k] for k in keep], producer=producer, offsets=offsets
+            )
         expected = first
-        for base, _, _, ids, _ in decoded:
-            if base < expected:
+        for b in decoded:
+            if b.base < expected:
                 self.misfits += 1
-                raise ValueError(f"batch base {base} does not continue at {expected}")
-            expected = base + len(ids)
-        for base, epoch, flags, ids, producer in decoded:
-            if base > self.end_offset:  # the leader's log was cleaned here: copy the gap
-                self._copy_gap(base, epoch)
-            self._append(base, epoch, ids, flags, producer)
+                raise ValueError(f"batch base {b.base} does not continue at {expected}")
+            expected = b.next_offset
+        for b in decoded:
+            if b.base > self.end_offset:  # the leader's log was cleaned here: copy the gap
+                self._copy_gap(b.base, b.epoch)
+            self._append(b.base, b.epoch, b.ids, b.flags, b.producer, b.offsets)
         return AppendInfo(first, self.end_offset - 1, self.end_offset - first)
 
     def _copy_gap(self, base: int, epoch: int) -> None:
@@ -341,12 +398,17 @@ class MemLog:
                 if out:
                     break
                 raise CorruptDataError("memlog", base, base, "damaged batch")
-            end = pos
-            while end < len(self.entries) and self.entries[end][2] == base:
-                end += 1
+            end = pos  # past the batch's last record (a sparse batch has gaps inside)
+            scan = pos
+            while scan < len(entries) and entries[scan][2] in (base, GONE):
+                if entries[scan][2] == base:
+                    end = scan + 1
+                scan += 1
             producer = self.producer_of.get(base, (NO_PRODUCER, 0))[0]
-            ids = [e[1] for e in self.entries[pos:end]]
-            batch = encode_batch(base, epoch, ids, flags, producer)
+            held = [o for o in range(base, end) if entries[o][2] == base]
+            ids = [entries[o][1] for o in held]
+            deltas = [o - base for o in held]
+            batch = encode_batch(base, epoch, ids, flags, producer, deltas)
             if out and size + len(batch) > max_bytes:
                 break
             out.append(batch)
@@ -432,32 +494,74 @@ class MemLog:
 
     def apply_clean(self, end: int, dropped: Sequence[int]) -> None:
         """A clean below ``end`` dropped the records at ``dropped`` (ascending, each
-        below ``end`` and present): their offsets become gaps, each kept run of a partly
-        kept batch a batch of its own at its first offset, its producer's sequence moved
-        with it (``storage.cleaner``'s rewrite)."""
+        below ``end`` and present): their offsets become gaps, and the batches below
+        ``end`` are laid out as ``storage.clean_batches`` does (see the module
+        docstring): merged where they share a header, a producer's batch partly kept
+        re-based at its first kept record, its sequence moved with it."""
         entries = self.entries
-        touched = sorted({entries[o][2] for o in dropped})
+        touched = {entries[o][2] for o in dropped}
         for o in dropped:
             epoch, uid, _, flags = entries[o]
             entries[o] = (epoch, uid, GONE, flags)
-        for base in touched:
-            producer = self.producer_of.pop(base, None)
-            pos = base
-            while pos < len(entries) and entries[pos][2] in (base, GONE):
-                if entries[pos][2] == GONE:
-                    pos += 1
+        group: list[int] = []  # the kept offsets of batches merged so far
+        for base, held in self._batches_below(end):
+            epoch, _, _, flags = entries[held[0]]
+            if base in self.damaged:  # what a real clean could not read stays as it is
+                self._relay(group)
+                group = []
+                continue
+            mergeable = base not in self.producer_of and not flags & CONTROL
+            if group and mergeable:
+                first = entries[group[0]]
+                if (first[0], first[3]) == (epoch, flags) and len(group) + len(held) <= (
+                    MERGED_RECORDS
+                ):
+                    group += held
                     continue
-                run = pos
-                while pos < len(entries) and entries[pos][2] == base:
-                    pos += 1
-                if run != base:
-                    for o in range(run, pos):
-                        epoch, uid, _, flags = entries[o]
-                        entries[o] = (epoch, uid, run, flags)
-                if producer is not None:
-                    (pid, pepoch, seq), _ = producer
-                    self.producer_of[run] = ((pid, pepoch, seq + run - base), pos - run)
+            self._relay(group)
+            group = []
+            if mergeable:
+                group = list(held)
+            elif base in touched and base in self.producer_of:
+                producer, _ = self.producer_of.pop(base)
+                pid, pepoch, seq = producer
+                self._relay(held)
+                span = held[-1] - held[0] + 1
+                self.producer_of[held[0]] = ((pid, pepoch, seq + held[0] - base), span)
+        self._relay(group)
         self.cleaned_end = max(self.cleaned_end, end)
+
+    def _batches_below(self, end: int) -> list[tuple[int, list[int]]]:
+        """(base, offsets of its records) of every batch starting below ``end``."""
+        entries = self.entries
+        out: list[tuple[int, list[int]]] = []
+        pos = 0
+        limit = min(end, len(entries))
+        while pos < limit:
+            base = entries[pos][2]
+            if base == GONE:
+                pos += 1
+                continue
+            held = []
+            scan = pos
+            while scan < len(entries) and entries[scan][2] in (base, GONE):
+                if entries[scan][2] == base:
+                    held.append(scan)
+                scan += 1
+            out.append((base, held))
+            pos = held[-1] + 1
+        return out
+
+    def _relay(self, offsets: list[int]) -> None:
+        """The records at ``offsets`` as one batch based at the first of them."""
+        if not offsets:
+            return
+        base = offsets[0]
+        if offsets[-1] - base + 1 > len(offsets):
+            self.sparse_made += 1
+        for o in offsets:
+            epoch, uid, _, flags = self.entries[o]
+            self.entries[o] = (epoch, uid, base, flags)
 
     def record(self, offset: int) -> tuple[int, int]:
         """(epoch, record id) at offset, for invariant checks."""

@@ -35,7 +35,7 @@ from quorumlog.replica.protocol import messages as m
 from quorumlog.replica.storage.transactions import committed_batches
 
 from .coordinator import TXN_KEY
-from .memlog import COMMIT, CONTROL, TXN, MemLog, decode_with_producers, marker_of
+from .memlog import COMMIT, CONTROL, TXN, MemLog, decode_sim_batches, marker_of
 from .violation import Violation
 
 if TYPE_CHECKING:
@@ -178,8 +178,8 @@ class TxnChecks:
                 )
             if epoch >= self.max_lso[0]:
                 self.max_lso = (epoch, lso)
-        batches = list(decode_with_producers(resp.records))
-        headers = [_SimHeader(b, flags, producer[0]) for b, _, flags, _, producer in batches]
+        batches = list(decode_sim_batches(resp.records))
+        headers = [_SimHeader(b.base, b.flags, b.producer[0]) for b in batches]
         aborted = [(a.producer_id, a.first_offset) for a in resp.aborted_transactions]
         seen = {h.base_offset for h in committed_batches(headers, aborted)}
         if resp.records:
@@ -188,16 +188,17 @@ class TxnChecks:
             h.is_transactional and not h.is_control and h.base_offset not in seen for h in headers
         ):
             self.stat("aborted_dropped")
-        for base, _, flags, ids, producer in batches:
-            if base + len(ids) > lso:
+        for batch in batches:
+            base, flags, producer = batch.base, batch.flags, batch.producer
+            if batch.next_offset > lso:
                 raise Violation(
                     "consumer-above-lso",
-                    f"node {node.id} served offsets {base}-{base + len(ids) - 1} to a "
+                    f"node {node.id} served offsets {base}-{batch.next_offset - 1} to a "
                     f"read_committed fetch with LSO {lso}",
                 )
             if not flags & TXN or flags & CONTROL or sim.unclean:
                 continue
-            outcome = self.txn_outcome(producer[0], base + len(ids))
+            outcome = self.txn_outcome(producer[0], batch.next_offset)
             if base in seen and outcome is not True:
                 raise Violation(
                     "txn-uncommitted-visible",

@@ -371,3 +371,43 @@ def test_scattered_survivors_become_a_few_sparse_batches(tmp_path: Path) -> None
 
 def _headers(lg: Log) -> list[BatchHeader]:
     return list(iter_batches(read_everything(lg)))
+
+
+def test_a_producer_s_older_batch_partly_kept_stays_apart_with_its_sequences(
+    tmp_path: Path,
+) -> None:
+    """Two producers' batches interleaved, every other record of each later rewritten:
+    a batch older than the producer's remembered ones keeps its survivors as a sparse
+    batch of its own (never merged with another's or its producer's next), its base
+    sequence that of its first kept record, so each record's sequence is still base
+    sequence + offset delta."""
+    lg = Log(str(tmp_path / "p"), COMPACT)
+    sequences: dict[int, tuple[int, int]] = {}  # offset -> (producer, sequence)
+    for n in range(8):
+        for pid in (5, 6):
+            base = lg.end_offset
+            put(
+                lg,
+                [(b"p%d-%d-%d" % (pid, n, i), b"v") for i in range(4)],
+                producer=Producer(pid, 0, 4 * n),
+            )
+            sequences.update({base + i: (pid, 4 * n + i) for i in range(4)})
+    for n in range(8):
+        for pid in (5, 6):
+            put(lg, [(b"p%d-%d-%d" % (pid, n, i), b"w") for i in (1, 3)])
+    put(lg, [(b"filler", b"x" * 3000)])  # the rewrites out of the active segment
+    lg.flush()
+    assert lg.clean(high_watermark=lg.end_offset, now_ms=NOW) is not None
+    producer_batches = [h for h in _headers(lg) if h.producer is not None]
+    sparse = [h for h in producer_batches if h.is_sparse]
+    assert len(sparse) >= 4  # the batches older than each producer's remembered five
+    table = batches_to_table(read_everything(lg))
+    offsets = set(table.column("offset").to_pylist())
+    for h in producer_batches:
+        assert h.record_count <= 4
+        held = sorted(o for o in offsets if h.base_offset <= o <= h.last_offset)
+        assert held[0] == h.base_offset and held[-1] == h.last_offset
+        for o in held:
+            assert sequences[o] == (h.producer_id, h.base_sequence + o - h.base_offset)
+    for h in sparse:
+        assert h.record_count == 2 and h.last_offset_delta == 2  # records 0 and 2 of 4
