@@ -4,8 +4,9 @@ start it again from its checkpoints.
 
 It streams the input topic into one output topic per ``--sink DELIVERY=TOPIC`` through
 the quorumlog sink, one query each (its checkpoint ``<checkpoints>/<DELIVERY>``), in
-micro-batches of at most ``--max-per-trigger`` records (trigger availableNow), with
-executors in their own JVMs (local-cluster mode). Between source and sink a
+micro-batches of at most ``--max-per-trigger`` records (a query's own number with
+``--max-per-trigger-of DELIVERY=N``; trigger availableNow), with executors in their own
+JVMs (local-cluster mode). Between source and sink a
 ``mapInArrow`` step fails the first attempt of every task after it has passed
 ``--fail-after`` Arrow batches on and the output's high watermarks grew, so each
 micro-batch's sink tasks have written some rows when they fail and Spark retries them (``spark.task.maxFailures``). A query that fails
@@ -77,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sink", action="append", required=True, help="DELIVERY=TOPIC")
     ap.add_argument("--checkpoints", required=True)
     ap.add_argument("--max-per-trigger", type=int, default=2000)
+    ap.add_argument(
+        "--max-per-trigger-of",
+        action="append",
+        default=[],
+        help="DELIVERY=N: that query's own micro-batch size (others: --max-per-trigger)",
+    )
     ap.add_argument("--fail-after", type=int, default=5, help="Arrow batches before failing")
     ap.add_argument("--arrow-batch", type=int, default=100, help="rows per Arrow batch")
     ap.add_argument("--transaction-timeout-ms", type=int, default=60_000)
@@ -95,17 +102,20 @@ def main(argv: list[str] | None = None) -> int:
     from quorumlog.connector import register
 
     register(spark)
-    source = (
-        spark.readStream.format("quorumlog")
-        .option("bootstrap", args.bootstrap)
-        .option("topic", args.input)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(args.max_per_trigger))
-        .load()
-        .select("key", "value")
-    )
+    per_trigger = {
+        delivery: int(n) for delivery, n in (x.split("=", 1) for x in args.max_per_trigger_of)
+    }
 
     def start(delivery: str, topic: str) -> Any:
+        source = (
+            spark.readStream.format("quorumlog")
+            .option("bootstrap", args.bootstrap)
+            .option("topic", args.input)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(per_trigger.get(delivery, args.max_per_trigger)))
+            .load()
+            .select("key", "value")
+        )
         step = failing_first_attempts(args.fail_after, args.bootstrap, topic)
         return (
             source.mapInArrow(step, source.schema)
