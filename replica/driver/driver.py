@@ -112,6 +112,10 @@ class Driver:
         self._rebalancing: set[int] = set()  # peers taking their preferred partitions back
         # Hand-overs in flight: partition -> (the epoch handed over, when).
         self._handing: dict[PartitionKey, tuple[int, int]] = {}
+        # The last look's partitions to hand over not tried yet (``_rebalance``), and
+        # how many looks at every partition the rebalance took.
+        self._candidates: deque[PartitionKey] = deque()
+        self.rebalance_looks = 0
         self._last_slot_us = -(1 << 62)  # the slot of the newest partition opened (us)
         # (deadline, seq, key): lazily invalidated; _due holds each key's live deadline.
         self._heap: list[tuple[int, int, PartitionKey]] = []
@@ -463,7 +467,12 @@ class Driver:
         another node hand over to it when it is caught up and that node is imbalanced
         (``_imbalanced``: a node back from a restart takes its share of leadership
         again), while fewer than REBALANCE_BATCH of this node's hand-overs are in
-        flight; True if that many are (more may wait)."""
+        flight; True if that many are (more may wait).
+
+        One look at every partition (``_look``) finds the candidates; the steps after
+        it work through them, REBALANCE_BATCH at a time, and the next look comes once
+        they are all tried: a node with 100,000 partitions handing thousands back looks
+        at them all once, not twice every REBALANCE_STEP_MS."""
         for key, (epoch, at) in list(self._handing.items()):
             p = self.partitions.get(key)
             if (
@@ -475,9 +484,13 @@ class Driver:
                 del self._handing[key]
         if len(self._handing) >= REBALANCE_BATCH:
             return True
-        imbalanced = self._imbalanced()
-        for p in self:
-            if p.closed or not p.core.is_leader or p.preferred not in imbalanced:
+        queue = self._candidates
+        if not queue:
+            queue.extend(self._look()[1])
+        imbalanced = self._rebalancing
+        while queue:
+            p = self.partitions.get(queue.popleft())
+            if p is None or p.closed or not p.core.is_leader or p.preferred not in imbalanced:
                 continue
             if not self._hand_over(p, now, ready):
                 continue  # the preferred replica is not caught up
@@ -506,21 +519,33 @@ class Driver:
         imbalance check, as this node sees the partitions it hosts): a peer joins once
         more than ``rebalance_imbalance_pct`` of its preferred partitions are led by
         another node (or none), and stays until none are."""
+        return self._look()[0]
+
+    def _look(self) -> tuple[set[int], list[PartitionKey]]:
+        """One look at every partition: the imbalanced peers (``_imbalanced``), and the
+        partitions this node leads whose preferred replica is one of them."""
+        self.rebalance_looks += 1
         preferred: Counter[int] = Counter()
         elsewhere: Counter[int] = Counter()
+        led: list[tuple[PartitionKey, int]] = []
+        me = self.node_id
         for p in self.partitions.values():
             peer = p.preferred
-            if p.closed or peer is None or peer == self.node_id:
+            if p.closed or peer is None or peer == me:
                 continue
             preferred[peer] += 1
-            if p.core.leader_id != peer:
+            leader = p.core.leader_id
+            if leader != peer:
                 elsewhere[peer] += 1
+                if leader == me:
+                    led.append((p.key, peer))
         pct = self.quorum.rebalance_imbalance_pct
         for peer, n in preferred.items():
             if elsewhere[peer] * 100 > pct * n:
                 self._rebalancing.add(peer)
         self._rebalancing &= {peer for peer in preferred if elsewhere[peer]}
-        return self._rebalancing
+        imbalanced = self._rebalancing
+        return imbalanced, [key for key, peer in led if peer in imbalanced]
 
     def next_deadline_ms(self) -> int | None:
         times = [

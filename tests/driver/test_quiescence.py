@@ -330,6 +330,31 @@ def test_leaderships_go_back_to_a_returning_node_a_batch_per_step() -> None:
     assert done - first >= REBALANCE_STEP_MS  # more than one step
 
 
+def test_a_node_hands_several_batches_back_after_one_look_at_its_partitions() -> None:
+    """The rebalance looks at every partition once and works through what it found a
+    batch per step: a node handing back several batches does not look at all its
+    partitions again at each step (with 100,000 partitions, two scans every step held
+    the event loop while topics were created)."""
+    keys = [("t", i) for i in range(6 * REBALANCE_BATCH)]
+    looks: dict[int, list[int]] = {2: [], 3: []}  # per leader node, its looks per tick
+    handed: dict[int, list[int]] = {2: [], 3: []}  # and the partitions it leads
+
+    def count(now: int, drivers: dict[int, Driver]) -> None:
+        for i in (2, 3):
+            looks[i].append(drivers[i].rebalance_looks)
+            handed[i].append(sum(drivers[i].partitions[k].core.is_leader for k in keys))
+
+    returning_node(keys, 30_000, count)
+    for i in (2, 3):
+        assert handed[i][-1] == 0
+        # The ticks from its first hand-over back to its last: more than two batches.
+        peak = handed[i].index(max(handed[i]))
+        assert handed[i][peak] > 2 * REBALANCE_BATCH
+        first = next(t for t in range(peak, len(handed[i])) if handed[i][t] < handed[i][peak])
+        last = handed[i].index(0, peak)
+        assert looks[i][last] - looks[i][first - 1] <= 1
+
+
 def test_a_node_keeps_at_most_a_batch_of_hand_overs_in_flight() -> None:
     """Hand-overs that do not complete (here their EndQuorumEpoch is lost, so nobody
     stands until the resigned leaders' own timers run out) hold the next ones back: a
