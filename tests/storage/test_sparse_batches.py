@@ -25,6 +25,7 @@ from quorumlog.replica.storage import (
     parse_header,
     restamp_header,
 )
+from quorumlog.replica.storage.batch_header import _pack_header
 from quorumlog.replica.storage.crc import crc32
 from quorumlog.replica.storage.records import (
     HEADER_SIZE,
@@ -34,7 +35,6 @@ from quorumlog.replica.storage.records import (
     Producer,
     _frame,
     _ipc_payload,
-    _pack_header,
     validate_arrow,
 )
 
