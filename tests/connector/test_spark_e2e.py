@@ -14,7 +14,7 @@ from quorumlog.connector import LogTruncationException, ending_offsets_json, nex
 from quorumlog.replica.client.producer import Producer
 
 from tests.support.cli import run_cli
-from tests.support.spark import REPO, run_available_now, run_spark_script, source, triples
+from tests.support.spark import run_available_now, source, triples
 from tests.support.waits import retry, wait_until
 
 from .cluster_helpers import wait_replicated
@@ -283,44 +283,6 @@ def test_truncation_fail_then_resume(spark: Any, tmp_path: Path) -> None:
         log_now = log_contents(spark, c, "tr")
         assert resumed == [r for r in log_now if r[1] >= divergence]
         assert min(r[1] for r in resumed) >= divergence
-
-
-# ---- executors in separate JVMs ---------------------------------------------------------
-
-_LOCAL_CLUSTER_SCRIPT = """
-import json, os, sys, tempfile
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-sys.path.insert(0, {repo!r})
-from tests.support.spark import build_spark_session
-spark = build_spark_session("local-cluster[2,1,1024]", app="quorumlog-local-cluster")
-try:
-    df = (spark.read.format("quorumlog").option("bootstrap", {bootstrap!r})
-          .option("topic", "lc").load())
-    batch = df.select("partition", "offset").distinct().count()
-    d = tempfile.mkdtemp()
-    q = (spark.readStream.format("quorumlog").option("bootstrap", {bootstrap!r})
-         .option("topic", "lc").option("startingOffsets", "earliest")
-         .option("maxOffsetsPerTrigger", "40").load()
-         .writeStream.format("parquet").option("path", d + "/out")
-         .option("checkpointLocation", d + "/ck").trigger(availableNow=True).start())
-    q.awaitTermination(240)
-    stream = spark.read.parquet(d + "/out").select("partition", "offset").distinct().count()
-    print("RESULT " + json.dumps({{"batch": batch, "stream": stream}}))
-finally:
-    spark.stop()
-"""
-
-
-@pytest.mark.slow
-def test_local_cluster_executors_in_separate_jvms(cluster: Any, tmp_path: Path) -> None:
-    c = cluster
-    c.create_topic("lc", 2)
-    for p in range(2):
-        c.produce("lc", p, [f"v{i}".encode() for i in range(50)])
-    script = tmp_path / "lc.py"
-    script.write_text(_LOCAL_CLUSTER_SCRIPT.format(repo=str(REPO), bootstrap=c.bootstrap))
-    assert run_spark_script(script, 420) == {"batch": 100, "stream": 100}
 
 
 # ---- a partition moving under a reader ---------------------------------------------------

@@ -1,7 +1,9 @@
 """DeltaSink at scale on ``local-cluster[2,1,1024]`` (executors in their own JVMs and
 Python workers): a 5M-row micro-batch from a real log goes into Delta through the
 executors while the driver's Python RSS stays flat, the table equals the log, and a
-truncation repair rewrites files on the executors too."""
+truncation repair rewrites files on the executors too. The same Spark application also
+reads a small topic through the executors, as a batch and as a stream of 40-offset
+micro-batches into Parquet, each record once (one local-cluster start for both)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 TOPIC = "big"
 PARTITIONS = 2
+#: The small topic's records per partition.
+SMALL, SMALL_RECORDS = "small", 50
 RECORDS = 5_000_000
 BATCH = 50_000  # records per produced batch
 RSS_LIMIT_MB = 300
@@ -29,7 +33,7 @@ from tests.support.spark import build_spark_session
 from quorumlog.connector.delta import DeltaSink
 from pyspark.sql import functions as F
 
-BOOT, TOPIC, TABLE = {bootstrap!r}, {topic!r}, {table!r}
+BOOT, TOPIC, TABLE, SMALL = {bootstrap!r}, {topic!r}, {table!r}, {small!r}
 
 
 def rss_mb():
@@ -122,6 +126,20 @@ try:
         F.sum(F.when(F.col("value") == F.lit(b"new"), 1).otherwise(0)),
         F.min(F.when(F.col("value") == F.lit(b"new"), F.col("offset"))),
         F.min(F.when(F.col("leaderEpoch") >= 100, F.col("offset")))).collect())
+
+    # The small topic through the executors: a batch read, and a stream of 40-offset
+    # micro-batches into Parquet; (partition, offset) pairs each read once.
+    small = spark.read.format("quorumlog").option("bootstrap", BOOT).option("topic", SMALL).load()
+    out["small_batch"] = small.select("partition", "offset").distinct().count()
+    d = os.path.join(os.path.dirname(TABLE), "small")
+    q = (spark.readStream.format("quorumlog").option("bootstrap", BOOT)
+         .option("topic", SMALL).option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", "40").load()
+         .writeStream.format("parquet").option("path", d + "/out")
+         .option("checkpointLocation", d + "/ck").trigger(availableNow=True).start())
+    q.awaitTermination(240)
+    streamed = spark.read.parquet(d + "/out").select("partition", "offset")
+    out["small_stream"] = [streamed.count(), streamed.distinct().count()]
     print("RESULT " + json.dumps(out), flush=True)
     print("REPAIR " + json.dumps(out["repair_metrics"]), file=sys.stderr, flush=True)
 finally:
@@ -137,6 +155,9 @@ def big_topic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     with LocalCluster(3, tmp_path_factory.mktemp("big")) as cluster:
         cluster.create_topic(TOPIC, PARTITIONS)
+        cluster.create_topic(SMALL, PARTITIONS)
+        for p in range(PARTITIONS):
+            cluster.produce(SMALL, p, [f"v{i}".encode() for i in range(SMALL_RECORDS)])
         per_partition = RECORDS // PARTITIONS // BATCH
         errors: list[BaseException] = []
 
@@ -167,9 +188,19 @@ def test_five_million_rows_written_by_executors_with_a_flat_driver(
     table = tmp_path / "table"
     script = tmp_path / "job.py"
     script.write_text(
-        _SCRIPT.format(repo=str(REPO), bootstrap=big_topic.bootstrap, topic=TOPIC, table=str(table))
+        _SCRIPT.format(
+            repo=str(REPO),
+            bootstrap=big_topic.bootstrap,
+            topic=TOPIC,
+            table=str(table),
+            small=SMALL,
+        )
     )
     out = run_spark_script(script, 1200)
+
+    # The small topic read through the executors: every record once, batch and stream.
+    assert out["small_batch"] == PARTITIONS * SMALL_RECORDS, out
+    assert out["small_stream"] == [PARTITIONS * SMALL_RECORDS] * 2, out
 
     # One micro-batch of 5M rows, one commit, files from both executors' tasks.
     assert out["versions"] == 0, out
