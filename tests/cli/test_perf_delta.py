@@ -11,12 +11,19 @@ import sys
 
 import pytest
 
+from tests.support.spark import SHORT_JVM
+
 
 @pytest.mark.cluster
 @pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_perf_delta_writes_both_ways_and_reports_the_ratio() -> None:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        JAVA_TOOL_OPTIONS=SHORT_JVM,  # its Spark lives a minute on 20,000 rows
+    )
     run = subprocess.run(
         [sys.executable, "-m", "quorumlog.replica.cli.main", "perf", "delta"]
         + ["--records", "20000", "--batch-records", "5000", "--nodes", "1", "--json"],

@@ -22,6 +22,8 @@ from quorumlog.connector.delta import (
     read_committed_positions,
 )
 
+from tests.support.spark import SHORT_JVM
+
 from .helpers import rows, start_stream, table_rows, write_input_file
 
 pytestmark = pytest.mark.spark
@@ -103,7 +105,7 @@ def test_stream_with_redelivery_and_restart(spark: Any, tmp_path: Path) -> None:
 
 def run_killed_job(input_dir: Path, checkpoint: Path, table: Path, *args: str) -> None:
     """Run ``stream_job`` with ``args`` as its own process; it must die by its SIGKILL."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), JAVA_TOOL_OPTIONS=SHORT_JVM)
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.spark import SHORT_JVM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,6 +24,7 @@ def test_pipeline_demo_report() -> None:
         text=True,
         timeout=420,
         cwd=ROOT,
+        env=dict(os.environ, JAVA_TOOL_OPTIONS=SHORT_JVM),  # its Spark lives a minute
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("REPORT ")]
     assert lines, f"no report; exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
