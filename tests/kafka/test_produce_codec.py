@@ -1,0 +1,103 @@
+"""``codec.decode_produce``, the Produce request's own decoder: for every version served,
+the body ``decode_struct`` gives, the same refusal for what it refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from quorumlog.replica.kafka.codec import decode_request, encode_request
+from quorumlog.replica.kafka.messages import PRODUCE
+from quorumlog.replica.kafka.schema import decode_struct
+from quorumlog.replica.kafka.wire import KafkaDecodeError, Reader
+
+VERSIONS = range(PRODUCE.min_version, PRODUCE.max_version + 1)
+
+PARTITION = st.fixed_dictionaries(
+    {"index": st.integers(-(2**31), 2**31 - 1), "records": st.none() | st.binary(max_size=64)}
+)
+TOPIC = st.fixed_dictionaries(
+    {"name": st.text(max_size=20), "partition_data": st.lists(PARTITION, max_size=4)}
+)
+BODY = st.fixed_dictionaries(
+    {
+        "transactional_id": st.none() | st.text(max_size=10),
+        "acks": st.sampled_from([-1, 0, 1, 7]),
+        "timeout_ms": st.integers(-(2**31), 2**31 - 1),
+        "topic_data": st.lists(TOPIC, max_size=4),
+    }
+)
+
+
+def _generic(payload: bytes) -> tuple[str, Any]:
+    """What the plan-walking decoder gives for the request (its header read the same way)."""
+    try:
+        header, api, body = decode_request(payload)  # the fast path, through the entry
+    except KafkaDecodeError as exc:
+        fast: tuple[str, Any] = ("error", type(exc))
+    else:
+        fast = ("ok", body)
+    r = Reader(payload)
+    r.int16(), r.int16(), r.int32(), r.nullable_string()
+    try:
+        if PRODUCE.is_flexible(_version(payload)):
+            r.skip_tagged_fields()
+        slow = decode_struct(r, PRODUCE.plan(_version(payload), True))
+        if r.remaining:
+            raise KafkaDecodeError("trailing bytes")
+    except KafkaDecodeError as exc:
+        return fast, ("error", type(exc))
+    return fast, ("ok", slow)
+
+
+def _version(payload: bytes) -> int:
+    return int.from_bytes(payload[2:4], "big", signed=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(BODY, st.sampled_from(VERSIONS))
+def test_every_version_decodes_as_the_plan_does(body: dict[str, Any], version: int) -> None:
+    payload = encode_request(PRODUCE, version, 7, body, client_id="c")
+    fast, slow = _generic(payload)
+    assert fast == slow
+    assert fast == ("ok", body)
+
+
+@settings(max_examples=60, deadline=None)
+@given(BODY, st.sampled_from(VERSIONS), st.data())
+def test_cut_or_damaged_requests_are_refused_alike(
+    body: dict[str, Any], version: int, data: Any
+) -> None:
+    payload = encode_request(PRODUCE, version, 7, body, client_id="c")
+    cut = data.draw(st.integers(12, len(payload)))
+    fast, slow = _generic(payload[:cut])
+    assert fast[0] == slow[0]
+    if fast[0] == "ok":
+        assert fast == slow
+    at = data.draw(st.integers(12, len(payload) - 1))
+    damaged = bytearray(payload)
+    damaged[at] = data.draw(st.integers(0, 255))
+    fast, slow = _generic(bytes(damaged))
+    assert fast[0] == slow[0]
+    if fast[0] == "ok":
+        assert fast == slow
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if PRODUCE.is_flexible(v)])
+def test_unknown_tagged_fields_are_skipped(version: int) -> None:
+    """A flexible request may carry tagged fields the schema does not name (a newer
+    client's): both decoders skip them."""
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 30000,
+        "topic_data": [{"name": "t", "partition_data": [{"index": 3, "records": b"xyz"}]}],
+    }
+    payload = encode_request(PRODUCE, version, 7, body, client_id="c")
+    # The last byte is the body's empty tagged-field section: one field, tag 5, 2 bytes.
+    assert payload[-1] == 0
+    tagged = payload[:-1] + bytes([1, 5, 2]) + b"hi"
+    fast, slow = _generic(tagged)
+    assert fast == slow == ("ok", body)
