@@ -319,16 +319,15 @@ def _decode_turn(turn: list[_Append]) -> list[_Append]:
 
 
 def _stored(a: _Append) -> bytes:
-    """The stored batches of an append: its shares' plain batches merged into one, or
-    each batch as it came."""
+    """The stored batches of an append: its shares' plain batches merged into one (the
+    turn's decoded records' slice, when they were decoded together), or each batch as it
+    came."""
     batches = [b for s in a.shares for b in s.batches or ()]
+    if a.mergeable and a.joined is not None:
+        return encode_arrow(a.joined, compression=a.codec)
     if a.mergeable and len(batches) > 1:
-        merged = (
-            a.joined
-            if a.joined is not None
-            else pa.Table.from_batches([b.records for b in batches])
-        )
-        return encode_arrow(merged, compression=a.codec)
+        table = pa.Table.from_batches([b.records for b in batches])
+        return encode_arrow(table, compression=a.codec)
     return b"".join(
         kafka_to_quorumlog(b, compression=codec)
         for s in a.shares
