@@ -1,9 +1,9 @@
 """An in-memory ``ReplicaLog`` for the simulator and unit tests.
 
 Batch bytes: header ``>qiiBiqhi`` (base offset, record count, leader epoch, flags,
-payload length, producer id, producer epoch, base sequence) then ``count`` records of an
-8-byte signed record id and a 4-byte offset delta (0, 1, ... but in a clean's sparse
-batch, which has gaps inside). Idempotent producers' batches are checked against the product's
+payload length, producer id, producer epoch, base sequence) then ``count`` 8-byte signed
+record ids; a clean's sparse batch (flag ``SPARSE``: gaps inside) then each record's
+4-byte offset delta. Idempotent producers' batches are checked against the product's
 ``ProducerStateTable`` exactly as ``storage.Log`` does (``table_class`` lets a teeth test
 swap in a broken one). Control batches carry flag 1 and one id
 ``-(epoch * 1000 + leader_id) - 1``. The log keeps an epoch cache with Kafka's
@@ -47,7 +47,8 @@ from quorumlog.replica.storage.records import TxnMarker
 from quorumlog.replica.storage.transactions import TransactionIndex
 
 HEADER = struct.Struct(">qiiBiqhi")
-RECORD = struct.Struct(">qi")
+RECORD = struct.Struct(">q")
+DELTA = struct.Struct(">i")
 #: The records a clean merges into one batch at most (``storage.clean_batches``'s bound,
 #: in records: small enough that a simulated log keeps several batches).
 MERGED_RECORDS = 12
@@ -55,6 +56,7 @@ CONTROL = 1
 VOTERS = 2  # with CONTROL: a voter-set change; one record per voter (``voter_id``)
 TXN = 4  # written in a transaction; with CONTROL a transaction marker (one record)
 COMMIT = 8  # on a marker: it commits (else it aborts)
+SPARSE = 16  # on the wire only: the offset deltas follow the record ids
 Producer = tuple[int, int, int]  # producer id, producer epoch, base sequence
 NO_PRODUCER: Producer = (-1, -1, -1)
 GONE = -1  # the batch base of an offset a clean dropped (a gap)
@@ -68,8 +70,10 @@ def encode_batch(
     producer: Producer = NO_PRODUCER,
     deltas: Sequence[int] | None = None,
 ) -> bytes:
-    deltas = range(len(ids)) if deltas is None else deltas
-    payload = b"".join(RECORD.pack(i, d) for i, d in zip(ids, deltas, strict=True))
+    payload = b"".join(RECORD.pack(i) for i in ids)
+    if deltas is not None and list(deltas) != list(range(len(ids))):
+        flags |= SPARSE
+        payload += b"".join(DELTA.pack(d) for d in deltas)
     return HEADER.pack(base, len(ids), epoch, flags, len(payload), *producer) + payload
 
 
@@ -97,15 +101,19 @@ def decode_sim_batches(data: bytes) -> Iterator[SimBatch]:
     while pos < len(data):
         base, count, epoch, flags, size, *producer = HEADER.unpack_from(data, pos)
         pos += HEADER.size
-        records = [RECORD.unpack_from(data, pos + RECORD.size * i) for i in range(count)]
+        ids = [RECORD.unpack_from(data, pos + RECORD.size * i)[0] for i in range(count)]
+        deltas: Sequence[int] = range(count)
+        if flags & SPARSE:
+            at = pos + RECORD.size * count
+            deltas = [DELTA.unpack_from(data, at + DELTA.size * i)[0] for i in range(count)]
         pos += size
         yield SimBatch(
             base,
             epoch,
-            flags,
-            [i for i, _ in records],
+            flags & ~SPARSE,
+            ids,
             (producer[0], producer[1], producer[2]),
-            [base + d for _, d in records],
+            [base + d for d in deltas],
         )
 
 
