@@ -228,3 +228,24 @@ def test_a_producer_s_sparse_batch_ends_at_base_sequence_plus_last_delta(
     assert entry is not None
     assert (entry.first_sequence, entry.last_sequence, entry.last_offset) == (10, 16, 6)
     lg.close()
+
+
+@pytest.mark.parametrize(("held", "expected"), [(5, [5, 8]), (4, [5, 8]), (3, [3, 5, 8])])
+def test_a_follower_ending_inside_a_leader_s_sparse_batch_takes_its_records_from_its_end(
+    tmp_path: Path, held: int, expected: list[int]
+) -> None:
+    """A follower holding offsets below ``held`` fetches a leader's sparse batch whose
+    offsets (2, 3, 5, 8) span its end, a record or a gap: it appends the records from its
+    end on, at their offsets, as a batch of their own."""
+    lg = Log(str(tmp_path / "p"))
+    lg.append_as_follower(encode_batch([b"v"] * held, base_offset=0, leader_epoch=1))
+    lg.append_as_follower(sparse(2, [0, 1, 3, 6], producer=Producer(4, 0, 20)))
+    assert lg.end_offset == 9
+    data = lg.read(held, 1 << 16)
+    table = batches_to_table(data)
+    assert table.column("offset").to_pylist() == expected
+    assert table.column("value").to_pylist() == [b"v%d" % o for o in expected]
+    (header,) = list(iter_batches(data))
+    assert header.base_sequence == 20 + expected[0] - 2  # sequences moved with the records
+    entry = lg.producer_state().last_batch(4)
+    assert entry is not None and (entry.last_sequence, entry.last_offset) == (26, 8)
