@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.spark import REPO
+from tests.support.spark import REPO, SHORT_JVM
 
 #: What the build reads; a copy keeps the checkout free of build/ and egg-info.
 SOURCES = ["pyproject.toml", "setup.py", "README.md", "pyspark_quorumlog.py"]
 PACKAGES = {"replica": "quorumlog.replica", "connector": "quorumlog.connector"}
 
-SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: Run by the venv's python, which cannot import tests.support (that would put the
 #: checkout on sys.path): hence its own small session.
 SPARK_READ = """
@@ -175,9 +174,7 @@ def test_installed_wheel_serves_and_spark_reads(
         PYSPARK_PYTHON=python,
         PYSPARK_DRIVER_PYTHON=python,
         SPARK_LOCAL_IP="127.0.0.1",
-        # A JVM that lives seconds: the quick compiler only, the serial collector (its
-        # start-up took ~40% less wall time on the loaded 2-core machine).
-        JAVA_TOOL_OPTIONS=SHORT_JVM,
+        JAVA_TOOL_OPTIONS=SHORT_JVM,  # a JVM that lives seconds
     )
     b = ["--bootstrap", bootstrap]
     _run([quorumlog, "topic", "create", "installed", "-p", "2", *b], tmp_path, env, 60)

@@ -25,7 +25,7 @@ import pytest
 from quorumlog.replica.client import Client
 from quorumlog.replica.node.cluster import LocalCluster
 
-from tests.support.spark import REPO, source
+from tests.support.spark import REPO, SHORT_JVM, source
 from tests.support.waits import retry, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.timeout(900)]
@@ -131,7 +131,12 @@ class Driver:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env={**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"},
+                env={
+                    **os.environ,
+                    "PYSPARK_PYTHON": sys.executable,
+                    "SPARK_LOCAL_IP": "127.0.0.1",
+                    "JAVA_TOOL_OPTIONS": SHORT_JVM,  # each run's JVMs live about a minute
+                },
             )
 
     def running(self) -> bool:
