@@ -470,9 +470,10 @@ class Driver:
         flight; True if that many are (more may wait).
 
         One look at every partition (``_look``) finds the candidates; the steps after
-        it work through them, REBALANCE_BATCH at a time, and the next look comes once
-        they are all tried: a node with 100,000 partitions handing thousands back looks
-        at them all once, not twice every REBALANCE_STEP_MS."""
+        it work through them, REBALANCE_BATCH at a time, and the step that has tried
+        them all looks again (one whose preferred replica was not caught up may be by
+        then): a node with 100,000 partitions handing thousands back looks at them all
+        once per list of candidates, not twice every REBALANCE_STEP_MS."""
         for key, (epoch, at) in list(self._handing.items()):
             p = self.partitions.get(key)
             if (
@@ -485,18 +486,28 @@ class Driver:
         if len(self._handing) >= REBALANCE_BATCH:
             return True
         queue = self._candidates
-        if not queue:
-            queue.extend(self._look()[1])
-        imbalanced = self._rebalancing
-        while queue:
+        looked = False
+        while True:
+            if not queue:
+                if looked:
+                    return False
+                # Those found before are all tried: look again (a partition whose
+                # preferred replica was not caught up then may be now).
+                queue.extend(self._look()[1])
+                looked = True
+                continue
             p = self.partitions.get(queue.popleft())
-            if p is None or p.closed or not p.core.is_leader or p.preferred not in imbalanced:
+            if (
+                p is None
+                or p.closed
+                or not p.core.is_leader
+                or p.preferred not in self._rebalancing
+            ):
                 continue
             if not self._hand_over(p, now, ready):
                 continue  # the preferred replica is not caught up
             if len(self._handing) >= REBALANCE_BATCH:
                 return True
-        return False
 
     def _hand_over(self, p: PartitionDriver, now: int, ready: Ready) -> bool:
         """``p``'s leader hands over to its preferred replica (``RaftReplica.hand_over``)

@@ -352,7 +352,9 @@ def test_a_node_hands_several_batches_back_after_one_look_at_its_partitions() ->
         assert handed[i][peak] > 2 * REBALANCE_BATCH
         first = next(t for t in range(peak, len(handed[i])) if handed[i][t] < handed[i][peak])
         last = handed[i].index(0, peak)
-        assert looks[i][last] - looks[i][first - 1] <= 1
+        # One look found them all; the step that handed the last back looked again
+        # (for partitions whose preferred replica was not caught up at the first).
+        assert looks[i][last] - looks[i][first - 1] <= 2
 
 
 def test_a_node_keeps_at_most_a_batch_of_hand_overs_in_flight() -> None:
