@@ -22,8 +22,10 @@ length is a multiple of 8, so Arrow reads the payload zero-copy)::
    56  last_delta     u64 with bit 3: last_offset_delta, the last record's offset
                           minus base_offset; else zero
 
-The producer fields are those of Kafka's RecordBatch v2: a leader checks them against
-the partition's producer state so that a retried batch is never appended twice.
+The header is parsed, checked and re-stamped in ``batch_header``; this module encodes and
+decodes payloads. The producer fields are those of Kafka's RecordBatch v2: a leader
+checks them against the partition's producer state so that a retried batch is never
+appended twice.
 
 The payload CRC covers only the payload, so a leader re-stamps base offset and epoch by
 writing a new 64-byte header (with a new header CRC) in front of the untouched payload.
