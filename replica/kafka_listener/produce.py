@@ -297,6 +297,7 @@ def _decode_turn(turn: list[_Append]) -> list[_Append]:
         row = 0
         for a in turn:
             first = row
+            whole = all(s.batches is None for s in a.shares)  # no share decoded before
             for s in a.shares:
                 if s.batches is not None:
                     continue
@@ -304,7 +305,7 @@ def _decode_turn(turn: list[_Append]) -> list[_Append]:
                 for batch, _, count in s.frames:
                     s.batches.append(with_records(batch, joined.slice(row, count)))
                     row += count
-            if row > first and all(s.batches is not None for s in a.shares):
+            if whole:
                 a.joined = joined.slice(first, row - first)
         return turn
     for s in pending:
