@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import ssl
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +18,7 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 from kafka.protocol.admin import AlterConfigsRequest, CreatePartitionsRequest
+from prometheus_client.parser import text_string_to_metric_families
 from quorumlog.replica.client import Client
 from quorumlog.replica.client.errors import TransactionalIdAuthorizationError
 from quorumlog.replica.client.producer import Producer
@@ -48,7 +50,12 @@ RECORDS = 200
 @pytest.fixture(scope="module")
 def scluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster(
-        3, tmp_path_factory.mktemp("ksasl"), secure=True, principals=PRINCIPALS, kafka=True
+        3,
+        tmp_path_factory.mktemp("ksasl"),
+        secure=True,
+        principals=PRINCIPALS,
+        kafka=True,
+        metrics=True,
     ) as c:
         c.create_topic("granted", 2)
         c.create_topic("other", 1)
@@ -130,11 +137,9 @@ def test_a_wrong_password_or_unknown_user_gets_the_kafka_authentication_error(
     secret_guess = "not-the-secret-4711"
     conf = _kafka_config(scluster, "admin", mechanism)
     conf["sasl.username"], conf["sasl.password"] = principal, secret_guess
-    started = time.monotonic()
     errors = _auth_errors(conf)
     auth = [e for e in errors if e.code() == confluent_kafka.KafkaError._AUTHENTICATION]
     assert auth, f"no authentication error within 30 s: {errors}"
-    assert time.monotonic() - started < 30
     assert "invalid credentials" in auth[0].str() and secret_guess not in auth[0].str()
 
 
@@ -145,7 +150,7 @@ class Raw:
     """One TLS connection to a node's Kafka listener, one request at a time."""
 
     def __init__(self, c: LocalCluster) -> None:
-        port = next(iter(c.kafka_ports.values()))
+        self.node, port = next(iter(c.kafka_ports.items()))
         ctx = ssl.create_default_context(cafile=c.ca_file)
         self.sock = ctx.wrap_socket(
             socket.create_connection((c.host, port), timeout=10), server_hostname=c.host
@@ -235,13 +240,36 @@ def test_nothing_but_api_versions_and_sasl_is_answered_before_authentication(
         again.close()
 
 
-def test_a_connection_that_does_not_authenticate_in_time_is_closed(raw: Raw) -> None:
+def _auth_timeouts(c: LocalCluster, node: int) -> float:
+    """The node's count of Kafka connections closed for not authenticating in time."""
+    context = ssl.create_default_context(cafile=c.ca_file)
+    with urllib.request.urlopen(c.metrics_urls[node], timeout=10, context=context) as resp:
+        text = resp.read().decode()
+    found = {
+        s.labels.get("reason"): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "quorumlog_kafka_rejected_requests_total"
+    }
+    return found.get("authentication_timeout", 0.0)
+
+
+def test_a_connection_that_does_not_authenticate_in_time_is_closed(
+    scluster: LocalCluster, raw: Raw
+) -> None:
     """A connection that never authenticates is closed after AUTH_TIMEOUT_S (10 s), so
-    idle unauthenticated connections do not pile up on the node."""
-    started = time.monotonic()
-    raw.sock.settimeout(AUTH_TIMEOUT_S + 10)
+    idle unauthenticated connections do not pile up on the node: it is served (an
+    ApiVersions answered), then, left silent, the node closes it (end of stream, not our
+    socket's timeout, which would raise) and counts it as an authentication timeout. How
+    long that took is not judged here: a loaded machine can stretch it either way."""
+    before = _auth_timeouts(scluster, raw.node)
+    versions = raw.request(km.API_VERSIONS, 3, km.API_VERSIONS.default_request(3))
+    assert versions is not None and versions["error_code"] == 0
+    raw.sock.settimeout(AUTH_TIMEOUT_S + 50)  # bounds the wait only
     assert raw.receive() is None
-    assert AUTH_TIMEOUT_S - 1 <= time.monotonic() - started < AUTH_TIMEOUT_S + 10
+    wait_until(
+        lambda: _auth_timeouts(scluster, raw.node) > before, 30, "the timeout counted", interval=0.2
+    )
 
 
 def test_a_failed_exchange_answers_sasl_authentication_failed_and_closes(raw: Raw) -> None:
