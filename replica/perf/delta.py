@@ -53,7 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     ):
         cluster.create_topic(topic, args.partitions)
         records = produce(cluster, topic, args)
+        from pyspark.sql import SparkSession
+
+        # a session already running in this process (a test's) is used and left running
+        own = SparkSession.getActiveSession() is None
         spark = session(args.master, app="quorumlog-perf-delta")
+        master = spark.sparkContext.master
         try:
             register(spark)
             df = (
@@ -80,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                 seconds[kind].append(time.monotonic() - t0)
                 shutil.rmtree(target)  # the disk holds one copy at a time
         finally:
-            spark.stop()
+            if own:
+                spark.stop()
 
     delta_rate, parquet_rate = (
         records * len(seconds[kind]) / sum(seconds[kind]) for kind in ("delta", "parquet")
@@ -90,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         "records": records,
         "value_size": args.value_size,
         "partitions": args.partitions,
-        "master": args.master,
+        "master": master,
         "delta_rows_per_s": round(delta_rate),
         "parquet_rows_per_s": round(parquet_rate),
         "delta_vs_parquet": round(delta_rate / parquet_rate, 3),
@@ -102,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json
         else [
             f"records            {records:>12,}  ({args.partitions} partitions, "
-            f"{args.value_size} B values, {args.master})",
+            f"{args.value_size} B values, {master})",
             f"log -> df.write.parquet           {parquet_rate:>12,.0f} rows/s  "
             f"(writes of {', '.join(f'{x:.1f}' for x in seconds['parquet'])} s)",
             f"log -> DeltaSink (executors)      {delta_rate:>12,.0f} rows/s  "
