@@ -113,7 +113,7 @@ def test_batch_reads_after_the_topic_grows_name_its_new_partitions(
     assert json.loads(next_offsets(df3, previous=json.dumps({"grown": after}))) == json.loads(end3)
 
 
-OPTION_ERRORS = [
+OPTION_ERRORS: list[tuple[dict[str, str | None], str]] = [
     ({"bootstrap": None}, "Missing required option 'bootstrap'"),
     ({"bootstrap": "nohost"}, "option 'bootstrap': 'nohost'"),
     ({"topic": None}, "Exactly one of the options 'topic'"),
@@ -129,18 +129,44 @@ OPTION_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["read", "readStream"])
+def _reader_options(override: dict[str, str | None]) -> dict[str, str]:
+    options = {"bootstrap": "127.0.0.1:1", "topic": "t", **override}
+    return {k: v for k, v in options.items() if v is not None}
+
+
 @pytest.mark.parametrize(
     "override, message", OPTION_ERRORS, ids=[next(iter(o)) for o, _ in OPTION_ERRORS]
 )
-def test_option_error_at_analysis_time(
-    spark: Any, override: dict[str, str | None], message: str, stream: bool
+def test_option_error_at_analysis_time(override: dict[str, str | None], message: str) -> None:
+    """What Spark's load() runs in a Python worker for read and readStream alike
+    (pyspark.sql.worker.create_data_source): the options as a CaseInsensitiveDict, the
+    discovered DefaultSource made from them, its schema() asked. Every bad option fails
+    there, with its message; run here, not in a worker per case (~1.3 s each). The test
+    below shows, for each of read and readStream, that Spark's load() raises it."""
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    from pyspark_quorumlog import DefaultSource
+
+    options = CaseInsensitiveDict(_reader_options(override))
+    with pytest.raises(Exception, match="Accepted|Missing required|Exactly one") as info:
+        DefaultSource(options=options).schema()
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "stream, override, message",
+    [
+        (False, *OPTION_ERRORS[4]),  # startingOffsets
+        (True, *OPTION_ERRORS[-1]),  # an unknown option
+    ],
+    ids=["read", "readStream"],
+)
+def test_option_error_at_analysis_time_through_spark(
+    spark: Any, stream: bool, override: dict[str, str | None], message: str
 ) -> None:
-    options: dict[str, str | None] = {"bootstrap": "127.0.0.1:1", "topic": "t", **override}
     reader = (spark.readStream if stream else spark.read).format("quorumlog")
-    for k, v in options.items():
-        if v is not None:
-            reader = reader.option(k, v)
+    for k, v in _reader_options(override).items():
+        reader = reader.option(k, v)
     with pytest.raises(Exception, match="Accepted|Missing required|Exactly one") as info:
         reader.load()  # analysis only: nothing runs, no cluster is contacted
     assert message in str(info.value)
