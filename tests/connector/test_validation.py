@@ -5,7 +5,6 @@ them at work on real faults; here every cell of the table is checked directly.""
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 from quorumlog.connector import LogTruncationException, QuorumLogSourceError
@@ -126,13 +125,13 @@ def test_settle_without_truncations_does_nothing(caplog: pytest.LogCaptureFixtur
 def test_backoff_spends_its_budget_then_raises_and_progress_renews_it() -> None:
     client = Client("127.0.0.1:1", retry_backoff_ms=5, retry_backoff_max_ms=10)
     backoff = Backoff(client, timeout_ms=100)
-    started = time.monotonic()
     with pytest.raises(QuorumLogSourceError, match="still failing"):
         for _ in range(1000):  # bounded: ~10 ms each, the budget is 100 ms
             backoff.wait(QuorumLogSourceError("still failing"))
-    took = time.monotonic() - started
-    assert 0.1 <= took < 2.0
-    assert 2 <= backoff.attempt <= 25  # Client.backoff_s: 5 ms, then doubling to 10 ms
+    # It slept before giving up (a budget's first failure never raises), and at most as
+    # often as back-offs of at least 4 ms (5 ms, then 10 ms, +-20 %) fit its 100 ms: no
+    # sleep ends early, so this holds at any load (a slow machine only makes it fewer).
+    assert 1 <= backoff.attempt <= 25
     backoff.progress()
     assert backoff.attempt == 0
     backoff.wait(QuorumLogSourceError("not yet"))  # a fresh budget: sleeps, does not raise
