@@ -9,14 +9,33 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from quorumlog.replica.client import Client, RequestTimeoutError
 from quorumlog.replica.client.connection import AttemptTimedOut, Connection, ConnectionLost
 
 from tests.support.waits import wait_until
+
+
+def _raised_within(fn: Callable[[], object], wait_s: float = 30) -> BaseException:
+    """What ``fn`` raised, run in a thread given ``wait_s`` (far beyond the timeouts under
+    test, which are what must end it: the silent node never does). How long it took is
+    not judged: a loaded machine stretches it."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # the outcome under test
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(wait_s)
+    assert not thread.is_alive(), f"still waiting on the silent node after {wait_s} s"
+    assert raised, "it returned, from a node that never answers"
+    return raised[0]
 
 
 @pytest.fixture
@@ -38,17 +57,17 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def test_tls_handshake_with_a_silent_node_times_out_retriably(silent: tuple[str, int]) -> None:
-    t0 = time.monotonic()
-    with pytest.raises(AttemptTimedOut, match="TLS handshake"):
-        Connection(*silent, client_id="t", timeout_s=0.3, ssl_context=_tls_context())
-    assert time.monotonic() - t0 < 1.0
+    raised = _raised_within(
+        lambda: Connection(*silent, client_id="t", timeout_s=0.3, ssl_context=_tls_context())
+    )
+    assert isinstance(raised, AttemptTimedOut) and "TLS handshake" in str(raised)
 
 
 def test_scram_with_a_silent_node_times_out_retriably(silent: tuple[str, int]) -> None:
-    t0 = time.monotonic()
-    with pytest.raises(AttemptTimedOut):
-        Connection(*silent, client_id="t", timeout_s=0.3, credentials=("alice", "secret"))
-    assert time.monotonic() - t0 < 1.0
+    raised = _raised_within(
+        lambda: Connection(*silent, client_id="t", timeout_s=0.3, credentials=("alice", "secret"))
+    )
+    assert isinstance(raised, AttemptTimedOut), raised
 
 
 def test_abort_wakes_a_hung_tls_handshake(silent: tuple[str, int]) -> None:
@@ -65,10 +84,9 @@ def test_abort_wakes_a_hung_tls_handshake(silent: tuple[str, int]) -> None:
     thread.start()
     # connected, in the handshake
     wait_until(lambda: conn._sock is not None, 5, "the connection's socket", interval=0.01)
-    t0 = time.monotonic()
     conn.abort()
-    thread.join(5)
-    assert not thread.is_alive() and time.monotonic() - t0 < 1.0
+    thread.join(15)  # well inside its 30 s timeout: only the abort can have ended it
+    assert not thread.is_alive()
     assert isinstance(failure[0], ConnectionLost) and "aborted" in str(failure[0])
 
 
@@ -78,7 +96,5 @@ def test_client_call_against_a_silent_node_is_bounded_by_its_timeout(
     """Each attempt is cut at the attempt timeout; the call ends at its own deadline."""
     host, port = silent
     with Client(f"{host}:{port}", request_timeout_ms=1000, attempt_timeout_ms=200) as c:
-        t0 = time.monotonic()
-        with pytest.raises(RequestTimeoutError):
-            c.describe_quorum("t", 0)
-        assert time.monotonic() - t0 < 2.0
+        raised = _raised_within(lambda: c.describe_quorum("t", 0))
+        assert isinstance(raised, RequestTimeoutError), raised
