@@ -311,10 +311,9 @@ def test_send_many_waits_for_buffer_room_then_raises() -> None:
     client.hold.clear()  # nothing is answered: the buffer stays full
     producer = _producer(client, linger_ms=0, buffer_bytes=50_000, max_block_ms=300)
     try:
-        t0 = time.monotonic()
-        with pytest.raises(TimeoutError, match="buffer full"):
+        # it raises only once its max_block_ms has passed without room, and says so
+        with pytest.raises(TimeoutError, match=r"buffer full .* for 0\.3 s"):
             producer.send_many("t", [b"x" * 100] * 5000, partition=0)
-        assert 0.25 < time.monotonic() - t0 < 5
     finally:
         client.hold.set()
         producer.close(30)
@@ -417,10 +416,8 @@ def test_futures_wait_and_call_back_when_done() -> None:
 def test_a_linger_sends_a_batch_that_never_fills() -> None:
     client = MemoryClient({"t": 64})
     with _producer(client, linger_ms=20) as producer:
-        t0 = time.monotonic()
-        future = producer.send("t", b"lonely", key=b"k")
+        future = producer.send("t", b"lonely", key=b"k")  # never answered if never sent
         assert future.result(10).partition == (murmur2(b"k") & 0x7FFFFFFF) % 64
-        assert time.monotonic() - t0 < 5
 
 
 def test_send_batch_goes_after_what_was_sent_before() -> None:
@@ -495,10 +492,9 @@ def test_a_sender_that_fails_answers_its_batches_with_the_error_and_sending_goes
     called: list[BaseException | None] = []
     with _producer(client, linger_ms=0) as producer:
         lost = producer.send("t", b"lost", partition=0, on_delivery=lambda e, m: called.append(e))
-        t0 = time.monotonic()
+        # answered with the error, not left to flush's timeout (which raises TimeoutError)
         with pytest.raises(RuntimeError, match=f"{broken} broke"):
             producer.flush(30)
-        assert time.monotonic() - t0 < 10  # answered, not left to a timeout
         with pytest.raises(RuntimeError, match=f"{broken} broke"):
             lost.result(0)
         assert [type(e) for e in called] == [RuntimeError]
