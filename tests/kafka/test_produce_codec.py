@@ -1,5 +1,6 @@
-"""``codec.decode_produce``, the Produce request's own decoder: for every version served,
-the body ``decode_struct`` gives, the same refusal for what it refuses."""
+"""``codec.decode_produce`` and ``codec.encode_produce_response``, Produce's own codec: for
+every version served, the body ``decode_struct`` gives, the same refusal for what it
+refuses, and the bytes ``encode_struct`` writes."""
 
 from __future__ import annotations
 
@@ -8,10 +9,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from quorumlog.replica.kafka.codec import decode_request, encode_request
+from quorumlog.replica.kafka.codec import (
+    decode_request,
+    decode_response,
+    encode_produce_response,
+    encode_request,
+    encode_response,
+)
 from quorumlog.replica.kafka.messages import PRODUCE
-from quorumlog.replica.kafka.schema import decode_struct
-from quorumlog.replica.kafka.wire import KafkaDecodeError, Reader
+from quorumlog.replica.kafka.schema import decode_struct, encode_struct
+from quorumlog.replica.kafka.wire import KafkaDecodeError, Reader, Writer
 
 VERSIONS = range(PRODUCE.min_version, PRODUCE.max_version + 1)
 
@@ -101,3 +108,68 @@ def test_unknown_tagged_fields_are_skipped(version: int) -> None:
     tagged = payload[:-1] + bytes([1, 5, 2]) + b"hi"
     fast, slow = _generic(tagged)
     assert fast == slow == ("ok", body)
+
+
+PARTITION_ANSWER = st.fixed_dictionaries(
+    {
+        "index": st.integers(-(2**31), 2**31 - 1),
+        "error_code": st.integers(-(2**15), 2**15 - 1),
+        "base_offset": st.integers(-(2**63), 2**63 - 1),
+        "log_append_time_ms": st.integers(-(2**63), 2**63 - 1),
+        "log_start_offset": st.integers(-(2**63), 2**63 - 1),
+        "record_errors": st.just([]),
+        "error_message": st.none() | st.text(max_size=20),
+    }
+)
+ANSWER = st.fixed_dictionaries(
+    {
+        "responses": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "name": st.text(max_size=20),
+                    "partition_responses": st.lists(PARTITION_ANSWER, max_size=4),
+                }
+            ),
+            max_size=4,
+        ),
+        "throttle_time_ms": st.integers(0, 2**31 - 1),
+    }
+)
+
+
+def _by_plan(version: int, correlation_id: int, body: dict[str, Any]) -> bytes:
+    w = Writer()
+    w.int32(correlation_id)
+    if PRODUCE.response_header_version(version) >= 1:
+        w.tagged_fields()
+    encode_struct(w, PRODUCE.plan(version, False), body)
+    return w.getvalue()
+
+
+@settings(max_examples=200, deadline=None)
+@given(ANSWER, st.sampled_from(VERSIONS))
+def test_answers_are_the_bytes_the_plan_writes(body: dict[str, Any], version: int) -> None:
+    fast = encode_produce_response(version, 9, body)
+    assert fast is not None
+    assert fast == _by_plan(version, 9, body)
+    assert encode_response(PRODUCE, version, 9, body) == fast
+    assert decode_response(PRODUCE, version, fast) == (
+        9,
+        decode_response(PRODUCE, version, _by_plan(version, 9, body))[1],
+    )
+
+
+def test_what_the_fast_path_does_not_write_goes_by_the_plan() -> None:
+    """Record errors, a partition's current leader, node endpoints: the plan writes them."""
+    part = {"index": 0, "error_code": 6, "base_offset": -1}
+    leader = {**part, "current_leader": {"leader_id": 2, "leader_epoch": 5}}
+    errors = {**part, "record_errors": [{"batch_index": 0, "batch_index_error_message": "x"}]}
+    for p in (leader, errors):
+        body = {"responses": [{"name": "t", "partition_responses": [p]}]}
+        assert encode_produce_response(11, 1, body) is None
+        assert encode_response(PRODUCE, 11, 1, body) == _by_plan(11, 1, body)
+    endpoints = {
+        "responses": [],
+        "node_endpoints": [{"node_id": 1, "host": "h", "port": 9, "rack": None}],
+    }
+    assert encode_produce_response(11, 1, endpoints) is None
