@@ -3,6 +3,7 @@ every node is asked at once and the silent one is given up on once leaders are k
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -20,21 +21,31 @@ def test_metadata_does_not_wait_for_a_paused_node(tmp_path: Path) -> None:
             paused = 3  # any node: the others still name every partition's leader
             c.pause(paused)
             try:
-                took = []
-                for _ in range(3):
-                    t0 = time.monotonic()
-                    meta = client.metadata(["t"])["t"]
-                    took.append(time.monotonic() - t0)
-                    assert sorted(meta.partitions) == [0, 1, 2]
-                    assert all(pm.leader_id >= 0 for pm in meta.partitions.values())
-                # Sequential asking cost min(request timeout, 5 s) per call with one node hung.
-                assert max(took) < 2.0, took
+                # Each call may wait 60 s for the nodes; the three are given 30 s in all
+                # (only a bound on this wait): they can end in time only by giving up on
+                # the stopped node once the others named every leader. How long they took
+                # is not judged (a loaded machine stretches it).
+                answers: list[dict[int, int]] = []
+
+                def three_calls() -> None:
+                    for _ in range(3):
+                        meta = client.metadata(["t"], timeout_s=60)["t"]
+                        answers.append({p: pm.leader_id for p, pm in meta.partitions.items()})
+
+                calls = threading.Thread(target=three_calls, daemon=True)
+                calls.start()
+                calls.join(30)
+                assert not calls.is_alive(), "metadata waited for the stopped node"
+                assert len(answers) == 3, answers
+                for leaders in answers:
+                    assert sorted(leaders) == [0, 1, 2] and min(leaders.values()) >= 0
+                assert len(client._conns) < 3  # the stopped node's connection was dropped
             finally:
                 c.resume(paused)
             # The aborted connection is replaced: the resumed node answers again.
             deadline = time.monotonic() + 20
             while True:
-                meta = client.metadata(["t"])["t"]
+                client.metadata(["t"])
                 if len(client._conns) == 3:
                     break
                 assert time.monotonic() < deadline, "the resumed node was never asked again"
