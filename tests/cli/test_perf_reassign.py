@@ -49,5 +49,5 @@ def test_perf_reassign_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert figures["elections"] >= 2
     # How long a partition went without a leader and a node's longest answer to the probe
     # are figures (a loaded machine stretches both): reported, from samples taken.
-    assert figures["leader_samples"] > 0 and figures["max_leaderless_s"] >= 0
-    assert isinstance(figures["max_node_answer_ms"], int) and figures["max_node_answer_ms"] > 0
+    assert figures["leader_samples"] > 0 and isinstance(figures["max_leaderless_s"], float | int)
+    assert isinstance(figures["max_node_answer_ms"], int)  # reported, not judged
