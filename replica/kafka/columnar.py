@@ -191,17 +191,10 @@ def decode_joined(sections: Sequence[tuple[int, bytes, int]]) -> pa.RecordBatch 
         bodies, ends = bounds
         if not np.array_equal(ends[first_rows + counts - 1], first_bytes + lengths):
             return None  # a record runs from one batch's bytes into the next's
-        try:
-            got = _decode_short(arr, pairs, bodies, ends)
-        except IndexError:
-            got = None
-        if got is None:
-            got = _decode_general(data, arr, bodies, ends)
-            if got is None:
-                return None
-        ts_deltas, offset_deltas, key_fields, value_fields, headers = got
-        buffer = pa.py_buffer(data)
-        keys, values = _binary(buffer, *key_fields), _binary(buffer, *value_fields)
+        bounded = _decode_bounded(data, arr, pairs, bodies, ends)
+        if bounded is None:
+            return None
+        ts_deltas, offset_deltas, keys, values, headers = bounded
     if not np.array_equal(offset_deltas, np.arange(count) - np.repeat(first_rows, counts)):
         return None
     timestamps = ts_deltas + np.repeat(bases, counts)
@@ -307,7 +300,21 @@ def _decode_fast(data: bytes, count: int, base_ts: int) -> tuple[pa.RecordBatch,
     bounds = _record_bounds(data, pairs, count)
     if bounds is None:
         return None
-    bodies, ends = bounds
+    bounded = _decode_bounded(data, arr, pairs, *bounds)
+    if bounded is None:
+        return None
+    ts_deltas, offset_deltas, keys, values, headers = bounded
+    timestamps = ts_deltas + base_ts
+    ts_array = pa.Array.from_buffers(_TIMESTAMP, count, [None, pa.py_buffer(timestamps)])
+    columns = [keys, values, ts_array, headers]
+    return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA), offset_deltas
+
+
+def _decode_bounded(
+    data: bytes, arr: npt.NDArray[np.uint8], pairs: npt.NDArray[np.uint16], bodies: Ints, ends: Ints
+) -> tuple[Ints, Ints, pa.Array, pa.Array, pa.Array] | None:
+    """Records whose bounds are known: (timestamp deltas, offset deltas, keys, values,
+    headers) by the short path, else the general one; None where neither answers."""
     try:
         got = _decode_short(arr, pairs, bodies, ends)
     except IndexError:  # a field ran past the records: the general path says where
@@ -318,10 +325,7 @@ def _decode_fast(data: bytes, count: int, base_ts: int) -> tuple[pa.RecordBatch,
             return None
     ts_deltas, offset_deltas, keys, values, headers = got
     buffer = pa.py_buffer(data)
-    timestamps = ts_deltas + base_ts
-    ts_array = pa.Array.from_buffers(_TIMESTAMP, count, [None, pa.py_buffer(timestamps)])
-    columns = [_binary(buffer, *keys), _binary(buffer, *values), ts_array, headers]
-    return pa.RecordBatch.from_arrays(columns, schema=RECORD_SCHEMA), offset_deltas
+    return ts_deltas, offset_deltas, _binary(buffer, *keys), _binary(buffer, *values), headers
 
 
 class _Layout:
