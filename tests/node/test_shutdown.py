@@ -4,7 +4,7 @@ flight are cancelled, not waited for, and a stop that hangs anyway is cut short 
 
 from __future__ import annotations
 
-import time
+import select
 from pathlib import Path
 
 from quorumlog.replica.client.connection import Connection
@@ -33,17 +33,22 @@ def test_sigterm_exits_promptly_with_answers_nobody_reads(tmp_path: Path) -> Non
         )
         conn = Connection(c.host, c.ports[1], client_id="never-reads", timeout_s=10)
         try:
-            for _ in range(MAX_IN_FLIGHT):  # ~2 MB each, never read
-                conn.send(ApiKey.FETCH, fetch)
-            time.sleep(1.0)  # the node answers until its socket buffers are full
-            t0 = time.monotonic()
-            c.terminate(1, timeout_s=20)
-            exit_s = time.monotonic() - t0
+            for _ in range(MAX_IN_FLIGHT):  # ~2 MB each, never read: far more than the
+                conn.send(ApiKey.FETCH, fetch)  # socket buffers hold, so answers back up
+            sock = conn._sock
+            assert sock is not None
+            readable, _, _ = select.select([sock], [], [], 60)
+            assert readable, "no answer reached the client in 60 s"
+            # The node answers, and cannot finish: its stop must cancel what is left.
+            c.terminate(1, timeout_s=60)
         finally:
             conn.close()
-        print(f"\nSIGTERM with answers nobody reads: the node exited in {exit_s * 1000:.0f} ms")
-        assert c.procs[1].returncode == 0
-        assert exit_s < 3.0, f"took {exit_s:.1f}s to exit"
+        log_tail = c.tail(1, 200)
+    # A stop that waited for the unread answers would still wait when the stop deadline
+    # cut it short, with status 1 and every thread's stack in the log.
+    assert c.procs[1].returncode == 0, log_tail
+    assert "node 1 stopped" in log_tail
+    assert "Timeout (" not in log_tail
 
 
 # A node whose graceful stop never ends (a stand-in for a flush stuck in the kernel).
@@ -69,12 +74,10 @@ class _StuckStopCluster(LocalCluster):
 
 def test_a_stop_that_hangs_is_cut_short_at_the_deadline(tmp_path: Path) -> None:
     with _StuckStopCluster(1, tmp_path) as c:
-        t0 = time.monotonic()
-        c.terminate(1, timeout_s=10)
-        exit_s = time.monotonic() - t0
+        c.terminate(1, timeout_s=60)
         log_tail = c.tail(1, 200)
-    print(f"\na stop that hangs: the node exited {exit_s:.2f}s after SIGTERM")
     assert c.procs[1].returncode == 1
-    assert 1.0 <= exit_s < 4.0
     assert "shutting down gracefully" in log_tail
-    assert "Timeout (0:00:01)!" in log_tail  # faulthandler's dump of every thread
+    assert "node 1 stopped" not in log_tail
+    # faulthandler's dump of every thread, armed for the node's deadline (1 s here).
+    assert "Timeout (0:00:01)!" in log_tail
