@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.sim import background as sim_sweep
+from tests.support import scheduling
 from tests.support.cluster import cluster, cluster_log_sections
 from tests.support.spark import spark
 
@@ -56,3 +57,12 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     sim_sweep.stop()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    # --dist loadfile: one unit per module, local-cluster Spark modules sharing one
+    # (tests/support/scheduling.py); any other mode is xdist's own.
+    if config.getvalue("dist") == "loadfile":
+        return scheduling.make_scheduler(config, log)
+    return None

@@ -1,8 +1,13 @@
 """The shared test helpers (tests/support) keep their promises: waits are bounded and
-return what they waited for, retries stop at their deadline, hand-made frames read back."""
+return what they waited for, retries stop at their deadline, hand-made frames read back, and xdist's workers are
+given whole modules."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from collections import defaultdict
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +16,8 @@ from quorumlog.replica.protocol import FrameError
 from quorumlog.replica.protocol import messages as m
 
 from tests.support import messages
+from tests.support.scheduling import LOCAL_CLUSTER_MODULES, LOCAL_CLUSTER_UNIT, unit_of
+from tests.support.spark import REPO
 from tests.support.spies import record_calls
 from tests.support.waits import retry, wait_until
 from tests.support.wire import read_frame, request_frame
@@ -110,3 +117,33 @@ def test_record_calls_records_each_first_argument_and_still_makes_the_call(
     monkeypatch.undo()
     assert owner.double(7) == 14
     assert calls == [3, 4]
+
+
+def test_a_test_s_unit_of_work_is_its_module_or_the_local_cluster_unit() -> None:
+    assert unit_of("tests/raft/test_log.py::test_append[3]") == "tests/raft/test_log.py"
+    assert unit_of("tests/raft/test_log.py::TestX::test_y") == "tests/raft/test_log.py"
+    assert len(LOCAL_CLUSTER_MODULES) >= 2
+    for module in LOCAL_CLUSTER_MODULES:
+        assert unit_of(f"{module}::test_x") == LOCAL_CLUSTER_UNIT
+        # Still where it was, and still running Spark in local-cluster mode (itself or
+        # through the driver script it starts).
+        text = (REPO / module).read_text()
+        assert "local-cluster" in text, module
+
+
+@pytest.mark.cluster  # starts pytest workers
+def test_xdist_runs_each_module_whole_on_one_worker() -> None:
+    modules = ["tests/raft/test_corruption.py", "tests/protocol/test_scram.py"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadfile", "-v", "-p",
+         "no:cacheprovider", *modules],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # The suite's own scheduler (tests/support/scheduling.py), not xdist's LoadFileScheduling.
+    assert "scheduling tests via ModuleScheduling" in done.stdout, done.stdout[-3000:]
+    workers: dict[str, set[str]] = defaultdict(set)
+    for worker, module in re.findall(r"\[(gw\d)\] \[ *\d+%\] PASSED (\S+?)::", done.stdout):
+        workers[module].add(worker)
+    assert sorted(workers) == sorted(modules), done.stdout[-3000:]
+    assert all(len(ran_on) == 1 for ran_on in workers.values()), dict(workers)
