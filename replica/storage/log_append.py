@@ -22,7 +22,9 @@ from .errors import (
 from .log_fields import LogFields
 from .producers import ProducerBatch, ProducerStateTable, last_sequence
 from .records import (
+    CONTROL_FLAG,
     HEADER_SIZE,
+    SPARSE_OFFSETS_FLAG,
     VOTERS_KEY,
     BatchHeader,
     TxnMarker,
@@ -81,16 +83,19 @@ class AppendRole(LogFields):
         planned: list[_Planned] = []
         kept: list[tuple[int, bytes]] = []  # (base offset, the batch as written)
         next_offset = self._end_offset
+        validate = self.config.validate_records
+        refused_flags = SPARSE_OFFSETS_FLAG if allow_control else SPARSE_OFFSETS_FLAG | CONTROL_FLAG
         for header in iter_batches(view, verify_crc=True):
-            if header.is_control and not allow_control:
+            if header.flags & refused_flags:
+                if header.is_sparse:  # only the cleaner writes one, never a producer
+                    raise CorruptRecordError(
+                        f"client batch at position {header.position} has the sparse offsets "
+                        "flag set"
+                    )
                 raise CorruptRecordError(
                     f"client batch at position {header.position} has the control flag set"
                 )
-            if header.is_sparse:  # only the cleaner writes one, never a producer
-                raise CorruptRecordError(
-                    f"client batch at position {header.position} has the sparse offsets flag set"
-                )
-            if self.config.validate_records:
+            if validate:
                 validate_arrow(view, header)
             # One copy of the batch, restamped: written, then kept in the tail.
             data = (
@@ -257,16 +262,14 @@ class AppendRole(LogFields):
         the segment back so the log never holds a partial batch."""
         first = planned[0].base_offset
         group: list[_Planned] = []
+        grouped = 0  # bytes of the batches in group
         for item in planned:
-            if group:
-                active_size = self._segments[-1].size + sum(p.header.size for p in group)
-            else:
-                active_size = self._segments[-1].size
-            if self._should_roll(active_size, item):
+            if self._should_roll(self._segments[-1].size + grouped, item):
                 self._write_group(group)
-                group = []
+                group, grouped = [], 0
                 self._roll(item.base_offset)
             group.append(item)
+            grouped += item.header.size
         self._write_group(group)
         last = planned[-1]
         last_offset = last.base_offset + last.header.offset_span - 1

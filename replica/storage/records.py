@@ -498,10 +498,38 @@ def _read_payload(
 ) -> list[pa.RecordBatch]:
     """Decode one batch's Arrow payload (zero-copy) and check schema and row count; with
     ``full``, also every buffer of every column (offsets in bounds, UTF-8 keys of
-    headers: what a reader would otherwise trip over). The stream is read message by
-    message: a schema, then record batches, then its end. A schema message whose bytes
-    were found equal to RECORD_SCHEMA's (SPARSE_SCHEMA's) before is skipped by comparing
-    them. A sparse batch's batches have SPARSE_SCHEMA, its offset deltas checked."""
+    headers: what a reader would otherwise trip over). A payload laid out as the encoder
+    writes one (a schema message whose bytes were found equal to RECORD_SCHEMA's, or
+    SPARSE_SCHEMA's, before; one record batch; the end of the stream) is read as such
+    (``_single_batch``), any other message by message (``_read_messages``): the same
+    checks either way. A sparse batch's batches have SPARSE_SCHEMA, its offset deltas
+    checked."""
+    payload = pbuf.slice(header.position + HEADER_SIZE, header.payload_length)
+    view = memoryview(payload).cast("B")  # pyarrow exports signed bytes
+    known, found = _known_schema_prefix(view)
+    if known and found is (SPARSE_SCHEMA if header.is_sparse else RECORD_SCHEMA):
+        try:
+            single = _single_batch(payload, view, known, found, full)
+        except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
+            raise CorruptRecordError(
+                f"{_where(header)} has an unreadable Arrow payload: {exc}"
+            ) from exc
+        if single is not None:
+            if single.num_rows != header.record_count:
+                raise CorruptRecordError(
+                    f"{_where(header)} holds {single.num_rows} rows, header says "
+                    f"{header.record_count}"
+                )
+            return [single]
+    return _read_messages(pbuf, header, full=full)
+
+
+def _read_messages(
+    pbuf: pa.Buffer, header: BatchHeader, *, full: bool = False
+) -> list[pa.RecordBatch]:
+    """``_read_payload`` of any payload: the stream read message by message, a schema,
+    then record batches, then its end. A schema message whose bytes were found equal to
+    RECORD_SCHEMA's (SPARSE_SCHEMA's) before is skipped by comparing them."""
     length = header.payload_length
     payload = pbuf.slice(header.position + HEADER_SIZE, length)
     view = memoryview(payload).cast("B")  # pyarrow exports signed bytes
@@ -549,6 +577,29 @@ def _read_payload(
             f"{_where(header)} holds {rows} rows, header says {header.record_count}"
         )
     return batches
+
+
+def _single_batch(
+    payload: pa.Buffer, view: memoryview, at: int, schema: pa.Schema, full: bool
+) -> pa.RecordBatch | None:
+    """The one record batch of a payload laid out as an encoder writes one (the schema
+    message, ending at ``at``, then one record batch message, then the end of the
+    stream, ending the payload), read and checked as ``_read_payload``'s message loop
+    would read and check it, without its stream reader; None for any other layout (the
+    loop then reads it, and says what is wrong with it)."""
+    if view[at : at + 4] != _CONTINUATION:
+        return None
+    metadata_end = at + 8 + int.from_bytes(view[at + 4 : at + 8], "little", signed=True)
+    message = pa.ipc.read_message(payload.slice(at))
+    if message.type != "record batch":
+        return None
+    end = metadata_end + message.body.size
+    if end + 8 != len(view) or view[end:] != _END_OF_STREAM:
+        return None
+    batch = pa.ipc.read_record_batch(message, schema)
+    if full:
+        batch.validate(full=True)
+    return batch
 
 
 def _offset_deltas(batches: list[pa.RecordBatch], header: BatchHeader) -> np.ndarray:
