@@ -42,6 +42,7 @@ class VotersCache:
             for offset, voters in _read(path):
                 self._offsets.append(offset)
                 self._voters.append(voters)
+        self._latest = self._last_locked()
 
     @property
     def entries(self) -> list[tuple[int, tuple[int, ...]]]:
@@ -52,8 +53,12 @@ class VotersCache:
     def latest(self) -> tuple[int, tuple[int, ...]] | None:
         """The voter set in force and the offset of its record; None: the log holds none
         (the voters the replica was created with apply)."""
-        with self._lock:
-            return (self._offsets[-1], self._voters[-1]) if self._offsets else None
+        # Read on every step of the partition's raft core: the one attribute every change
+        # sets (under the lock) is read without taking the lock.
+        return self._latest
+
+    def _last_locked(self) -> tuple[int, tuple[int, ...]] | None:
+        return (self._offsets[-1], self._voters[-1]) if self._offsets else None
 
     def assign(self, offset: int, voters: tuple[int, ...]) -> None:
         """Record the voter-set record at ``offset`` (a repeat of a known one is a no-op;
@@ -98,7 +103,11 @@ class VotersCache:
         lines += [
             " ".join(map(str, (o, *v))) for o, v in zip(self._offsets, self._voters, strict=True)
         ]
-        atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+        try:
+            atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+        finally:
+            # Seen by latest once written, as a reader waiting for the lock saw it.
+            self._latest = self._last_locked()
 
 
 def _read(path: str) -> list[tuple[int, tuple[int, ...]]]:
