@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -19,7 +20,7 @@ from quorumlog.replica.node.node import EXIT_DISK_FAILED
 from quorumlog.replica.storage.fileio import FAULT_FILE_ENV
 from quorumlog.replica.storage.records import encode_batch
 
-from tests.support.cluster import FETCH_TIMEOUT_S, local_view, read_all, wait_caught_up
+from tests.support.cluster import local_view, read_all, wait_caught_up
 from tests.support.waits import wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -29,7 +30,7 @@ FULL_MESSAGE = "is full"
 
 class Producer(threading.Thread):
     """Produces to one partition until stopped: ``value_bytes`` records, ``per_batch`` a
-    batch, ``pause_s`` between batches; keeps what was acknowledged and when."""
+    batch, ``pause_s`` between batches; keeps what was acknowledged."""
 
     def __init__(self, c: LocalCluster, topic: str, partition: int, tag: str) -> None:
         super().__init__(daemon=True)
@@ -37,7 +38,6 @@ class Producer(threading.Thread):
         self.topic, self.partition, self.tag = topic, partition, tag
         self.value_bytes, self.per_batch, self.pause_s = 1000, 4, 0.02
         self.acked: list[bytes] = []
-        self.ack_times: list[float] = []
         self.errors: list[str] = []
         self.halt = threading.Event()
 
@@ -56,13 +56,8 @@ class Producer(threading.Thread):
                 self.errors.append(repr(exc))
                 continue
             self.acked.extend(values)
-            self.ack_times.append(time.monotonic())
             self.halt.wait(self.pause_s)
         self.client.close()
-
-    def largest_gap_s(self, since: float) -> float:
-        times = [since] + [t for t in self.ack_times if t >= since]
-        return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
 
 
 def _mount_tmpfs(path: Path, size: str) -> None:
@@ -110,7 +105,6 @@ def test_a_full_disk_pauses_one_node_while_its_partitions_stay_writable(tmp_path
             st = os.statvfs(full_dir)
             filler = full_dir / "filler"
             filler.write_bytes(bytes(max(0, st.f_bavail * st.f_frsize - (6 << 20))))
-            started = time.monotonic()
             producers = [Producer(c, topic, led, "led"), Producer(c, topic, followed, "fol")]
             for pr in producers:
                 pr.value_bytes, pr.per_batch = 16_000, 8  # 128 KB batches: fill fast
@@ -120,12 +114,15 @@ def test_a_full_disk_pauses_one_node_while_its_partitions_stay_writable(tmp_path
                 60,
                 "node 1 reports its full disk",
             )
-            full_at = time.monotonic()
             for pr in producers:  # a trickle from now on: the catch-up must fit later
                 pr.value_bytes, pr.per_batch = 200, 2
-            time.sleep(8)  # serving on a full disk for a while (acks measured below)
+            # While its disk stays full, node 1 hands over the partition it led and both
+            # partitions stay writable: the acks of each go on.
+            wait_until(lambda: c.leader_of(topic, led) != 1, 30, "node 1 hands over")
+            for pr in producers:
+                _acks_go_on(pr)
             assert c.procs[1].poll() is None, "the node with the full disk exited"
-            assert c.leader_of(topic, led) != 1, "node 1 still leads on a full disk"
+            assert filler.exists() and FULL_MESSAGE in c.log_path(1).read_text(errors="replace")
             filler.unlink()  # space returns
             for p in (led, followed):
                 leader = c.wait_for_leader(topic, p, 30)
@@ -135,9 +132,6 @@ def test_a_full_disk_pauses_one_node_while_its_partitions_stay_writable(tmp_path
             for pr in producers:
                 pr.join(30)
                 assert pr.acked, f"{pr.tag}: nothing acknowledged ({pr.errors[-3:]})"
-                gap = pr.largest_gap_s(started)
-                print(f"\n{pr.tag}: {len(pr.acked)} acked, largest gap {gap:.2f} s")
-                assert gap <= 5.0, f"{pr.tag}: no acknowledgement for {gap:.1f} s"
                 kept = _all_values(c, topic, pr.partition)
                 lost = [v[:20] for v in pr.acked if v not in kept]
                 assert not lost, f"{pr.tag}: acknowledged records lost: {lost[:5]}"
@@ -145,7 +139,6 @@ def test_a_full_disk_pauses_one_node_while_its_partitions_stay_writable(tmp_path
             assert log_text.count(FULL_MESSAGE) == 1, "one clear message for the full disk"
             assert "Traceback" not in log_text
             assert "appends resume" in log_text
-            print(f"disk full for node 1 {full_at - started:.1f} s after the start")
     finally:
         for pr in producers:
             pr.halt.set()
@@ -201,8 +194,8 @@ def test_a_slow_fsync_moves_leadership_to_a_caught_up_follower(tmp_path: Path) -
     with c:
         topic = "slow"
         leader, producer = _producing(c, topic)
+        epoch = local_view(c, leader, topic, 0).leader_epoch  # type: ignore[union-attr]
         faults[leader].write_text(json.dumps([{"op": "sync", "delay": 5}]))
-        t0 = time.monotonic()
         others = [n for n in c.ports if n != leader]
 
         def new_leader() -> int | None:
@@ -215,11 +208,17 @@ def test_a_slow_fsync_moves_leadership_to_a_caught_up_follower(tmp_path: Path) -
             return None
 
         moved_to = wait_until(new_leader, 30, "a leader other than the slow node")
-        moved_s = time.monotonic() - t0
-        print(f"\nslow fsync on node {leader}: node {moved_to} leads after {moved_s:.2f} s")
-        # A fetch timeout for the flush to count as slow, then an election (the ranked
-        # successor stands at once), plus the fault file's own poll and a loaded machine.
-        assert moved_s <= FETCH_TIMEOUT_S + 2.5
+        # It moved because the leader found its flush slow (a fetch timeout unfinished)
+        # and handed over to its ranked successors, as at a graceful stop.
+        log_text = c.log_path(leader).read_text(errors="replace")
+        slow = re.search(
+            rf"{topic}/0 \S+: replica {leader}: its log flush .* has not finished", log_text
+        )
+        assert slow is not None, c.tail(leader, 100)
+        resigned = re.compile(
+            rf"{topic}/0 \S+: replica {leader} resigns epoch {epoch} \(successors"
+        )
+        assert resigned.search(log_text, slow.end()), c.tail(leader, 100)
         _acks_go_on(producer)
         faults[leader].unlink()
         producer.halt.set()
@@ -227,5 +226,3 @@ def test_a_slow_fsync_moves_leadership_to_a_caught_up_follower(tmp_path: Path) -
         wait_caught_up(c, moved_to, topic, 0, [leader], timeout_s=60)
         kept = _all_values(c, topic, 0)
         assert not [v for v in producer.acked if v not in kept]
-        log_text = c.log_path(leader).read_text(errors="replace")
-        assert "has not finished" in log_text
