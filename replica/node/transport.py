@@ -30,6 +30,7 @@ from ..protocol import (
     scram,
 )
 from ..protocol.messages import RAFT_KEYS, AuthenticateRequest, AuthenticateResponse, ErrorResponse
+from . import eager
 from .directories import (
     DIRECTORY_ACK_MECHANISM,
     DIRECTORY_MECHANISM,
@@ -250,6 +251,37 @@ async def cancel_answers(pending: asyncio.Queue[Any], responder: asyncio.Task[No
     await asyncio.gather(responder, return_exceptions=True)
 
 
+class _Queued:
+    """How many of a connection's requests are queued for its responder, not written yet."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def _answer_buffers(
+    correlation_id: int,
+    handled: asyncio.Future[tuple[int, Any] | None],
+    peer: object,
+    problems: ConnectionProblems,
+) -> list[Any] | None:
+    """The frame answering a request whose handling is done (it failed: an error frame;
+    None: a one-way request, nothing)."""
+    exc = handled.exception()
+    if exc is not None:
+        problems.note(FAILED, "failed", "request from %s failed", peer, exc_info=exc)
+        return error_frame(
+            correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
+        )
+    result = handled.result()
+    if result is None:
+        return None
+    api_key, response = result
+    body, payload = encode(response)
+    return encode_frame(api_key, API_VERSION, correlation_id, "", body, payload)
+
+
 async def _denied(code: ErrorCode, message: str) -> tuple[int, Any]:
     return int(ApiKey.ERROR), ErrorResponse(error=int(code), error_message=message)
 
@@ -353,10 +385,28 @@ class Server:
         peer_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
         # This connection's task has a context of its own; its handler tasks copy it.
         REQUEST_PRINCIPAL.set((principal, peer_host))
-        pending: asyncio.Queue[tuple[int, asyncio.Task[tuple[int, Any] | None]] | None] = (
+        pending: asyncio.Queue[tuple[int, asyncio.Future[tuple[int, Any] | None]] | None] = (
             asyncio.Queue(MAX_IN_FLIGHT)
         )
-        responder = asyncio.create_task(self._respond(pending, writer, peer, problems))
+        queued = _Queued()
+        responder = asyncio.create_task(self._respond(pending, writer, peer, problems, queued))
+
+        async def respond_to(correlation_id: int, handling: asyncio.Future[Any]) -> None:
+            """A request's answer, written now if it is ready and none is queued before
+            it (a Metadata answer in the turn its request was read), else queued."""
+            if handling.done() and queued.n == 0:
+                if handling.cancelled():
+                    return
+                buffers = _answer_buffers(correlation_id, handling, peer, problems)
+                if buffers is not None:
+                    try:
+                        write_buffers(writer, buffers)
+                        await writer.drain()
+                    except RuntimeError as exc:  # the transport closed under the write
+                        raise ConnectionError(str(exc)) from exc
+                return
+            queued.n += 1
+            await pending.put((correlation_id, handling))
 
         async def deny(correlation_id: int, code: ErrorCode, message: str) -> None:
             await pending.put((correlation_id, asyncio.create_task(_denied(code, message))))
@@ -450,7 +500,7 @@ class Server:
                         raft_busy_s = 0.0
                         await asyncio.sleep(0)
                     continue
-                await pending.put((frame.correlation_id, asyncio.create_task(self._handler(frame))))
+                await respond_to(frame.correlation_id, eager.start(self._handler(frame)))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except asyncio.CancelledError:
@@ -678,10 +728,11 @@ class Server:
 
     async def _respond(
         self,
-        pending: asyncio.Queue[tuple[int, asyncio.Task[tuple[int, Any] | None]] | None],
+        pending: asyncio.Queue[tuple[int, asyncio.Future[tuple[int, Any] | None]] | None],
         writer: asyncio.StreamWriter,
         peer: object,
         problems: ConnectionProblems,
+        queued: _Queued,
     ) -> None:
         while True:
             item = await pending.get()
@@ -689,22 +740,17 @@ class Server:
                 return
             correlation_id, task = item
             try:
-                result = await task
+                await task
             except asyncio.CancelledError:
                 return
-            except Exception as exc:
-                problems.note(FAILED, "failed", "request from %s failed", peer, exc_info=True)
-                buffers = error_frame(
-                    correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}"
-                )
-            else:
-                if result is None:
-                    continue
-                api_key, response = result
-                body, payload = encode(response)
-                buffers = encode_frame(api_key, API_VERSION, correlation_id, "", body, payload)
+            except Exception:
+                pass  # answered below, from the task
+            buffers = _answer_buffers(correlation_id, task, peer, problems)
             try:
-                write_buffers(writer, buffers)
-                await writer.drain()
+                if buffers is not None:
+                    write_buffers(writer, buffers)
+                    await writer.drain()
             except (ConnectionError, RuntimeError):
                 return
+            finally:
+                queued.n -= 1
