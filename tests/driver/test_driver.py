@@ -632,3 +632,25 @@ def test_a_replica_says_in_its_fetches_whether_its_node_hosts_it_on_that_nodes_v
     assert fetches_say() == {False}
     nodes.drivers[node].set_target(KEY, nodes.voters, nodes.now)
     assert fetches_say() == {True}
+
+
+def test_the_fetch_that_moves_the_hwm_is_answered_at_once_not_parked() -> None:
+    """A follower's fetch at the leader's log end has no records to carry, but the
+    leader learns from it that the follower holds them, and the HWM moves: the answer
+    carries the new HWM at once (a follower applies committed metadata by it), rather
+    than waiting out the long-poll. A fetch with nothing new at all is parked."""
+    nodes = Nodes(3)
+    led = Leading(nodes, records=5)
+    p = led.p
+    follower, other = (n for n in nodes.voters if n != led.id)
+    nodes.down.add(other)  # the HWM then moves only with ``follower``
+    nodes.request(led.id, produce([7, 8]))
+    nodes.flush(led.id)
+    end = p.log.end_offset
+    (with_records,) = led.fetch(follower, p.core.high_watermark, led.epoch, max_wait_ms=500)
+    assert with_records.records and with_records.high_watermark < end
+    (at_end,) = led.fetch(follower, end, led.epoch, max_wait_ms=500)
+    assert at_end.is_empty() and at_end.high_watermark == end == p.core.high_watermark
+    assert follower not in [f.request.replica_id for f in p.parked]
+    assert led.fetch(follower, end, led.epoch, max_wait_ms=500) == []  # nothing new: parked
+    assert follower in [f.request.replica_id for f in p.parked]

@@ -235,31 +235,23 @@ def _batch(value: bytes) -> bytes:
     return encode_batch([value])
 
 
-def test_followers_learn_the_high_watermark_without_waiting_a_long_poll(
-    cluster: LocalCluster,
-) -> None:
-    """The follower fetch that moves the HWM is answered at once (with the new HWM) rather
-    than parked for replica_fetch_max_wait_ms (250 ms): followers apply committed metadata
-    (topic create/delete) and know the HWM promptly."""
-    import statistics
-    import time
-
+def test_followers_learn_the_high_watermark(cluster: LocalCluster) -> None:
+    """After each acks=quorum produce, every follower learns the HWM that covers it
+    (followers apply committed metadata, topic create/delete, by it). That the fetch
+    which moves the HWM is answered at once rather than parked for a long-poll is
+    tests/driver/test_driver.py's
+    test_the_fetch_that_moves_the_hwm_is_answered_at_once_not_parked."""
     leader, _ = _leader_and_epoch(cluster, 0)
     followers = [n for n in (1, 2, 3) if n != leader]
-    lags = []
     for i in range(5):
         end = cluster.produce(TOPIC, 0, [f"hwm-{i}".encode()])[-1].offset + 1
-        t0 = time.monotonic()
         for f in followers:
 
             def learned(f: int = f, end: int = end) -> bool:
                 v = local_view(cluster, f, TOPIC, 0)
                 return v is not None and v.high_watermark >= end
 
-            wait_until(learned, 5, f"follower {f} to learn HWM {end}", interval=0.005)
-        lags.append(time.monotonic() - t0)
-    print(f"\nfollower HWM lag after an acks=quorum produce: {[round(x * 1000) for x in lags]} ms")
-    assert statistics.median(lags) < 0.15, lags
+            wait_until(learned, 30, f"follower {f} to learn HWM {end}", interval=0.005)
 
 
 def test_produce_many_answers_each_partition_as_its_own_produce(cluster: LocalCluster) -> None:
