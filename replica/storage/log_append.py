@@ -331,7 +331,7 @@ class AppendRole(LogFields):
         of the first one (None: there is none)."""
         first = None
         for item in group:
-            if item.header.is_quorum_control:
+            if item.header.flags & CONTROL_FLAG and item.header.is_quorum_control:
                 record = decode_control(b"".join(bytes(b) for b in item.buffers))
                 if record.key == VOTERS_KEY:
                     self._voters.assign(item.base_offset, tuple(record.voters))
@@ -372,7 +372,7 @@ def _producer_batch(header: BatchHeader, base_offset: int) -> ProducerBatch:
 
 
 def _writev_all(fd: int, buffers: list[bytes | memoryview]) -> None:
-    pending = [memoryview(b) for b in buffers]
+    pending = buffers
     first = 0
     while first < len(pending):
         written = fileio.writev(fd, pending[first : first + _IOV_MAX])
@@ -381,6 +381,8 @@ def _writev_all(fd: int, buffers: list[bytes | memoryview]) -> None:
             if written >= len(head):
                 written -= len(head)
                 first += 1
-            else:
-                pending[first] = head[written:]
+            else:  # a short write: the rest of this buffer goes next (buffers is not changed)
+                if pending is buffers:
+                    pending = list(buffers)
+                pending[first] = memoryview(head)[written:]
                 written = 0

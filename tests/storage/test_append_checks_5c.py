@@ -7,11 +7,23 @@ writes; the offset properties computed directly agree with their definitions."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from quorumlog.replica.storage import CorruptRecordError, encode_arrow, encode_batch
+from quorumlog.replica.storage import (
+    CorruptRecordError,
+    Log,
+    LogConfig,
+    batches_to_table,
+    encode_arrow,
+    encode_batch,
+    fileio,
+)
 from quorumlog.replica.storage import records as r
 from quorumlog.replica.storage.batch_header import (
     COMMIT_FLAG,
@@ -221,3 +233,42 @@ def test_offset_properties_follow_their_definitions() -> None:
     assert (dense.last_offset, dense.next_offset, dense.offset_span) == (13, 14, 4)
     sparse = BatchHeader(0, 10, 0, 4, -1, 8, 0, SPARSE_OFFSETS_FLAG, last_offset_delta=9)
     assert (sparse.last_offset, sparse.next_offset, sparse.offset_span) == (19, 20, 10)
+
+
+class _ShortWrites(fileio.FileOps):
+    """Real writes, at most ``limit`` bytes a writev (as a signal or a full pipe may cut
+    one short): the caller must go on from where each stopped."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.calls = 0
+
+    def writev(self, fd: int, buffers: Sequence[bytes | memoryview]) -> int:
+        self.calls += 1
+        data = b"".join(bytes(b) for b in buffers)[: self.limit]
+        return os.write(fd, data)
+
+
+@pytest.mark.parametrize("limit", [1, 100, 5000])
+def test_short_writes_are_continued_where_they_stopped(tmp_path: Path, limit: int) -> None:
+    batches = [encode_batch([b"r%d-%d" % (i, j) * 20 for j in range(30)]) for i in range(4)]
+    short = _ShortWrites(limit)
+    previous = fileio.install(short)
+    try:
+        leader = Log(str(tmp_path / "leader"), LogConfig())
+        for batch in batches:
+            leader.append_as_leader(batch, 1)
+        follower = Log(str(tmp_path / "follower"), LogConfig())
+        follower.append_as_follower(leader.read(0, 1 << 20))
+    finally:
+        fileio.install(previous)
+    assert short.calls > len(batches)  # every append was cut short at least once
+    for log in (leader, follower):
+        values = batches_to_table(log.read(0, 1 << 20)).column("value").to_pylist()
+        assert values == [b"r%d-%d" % (i, j) * 20 for i in range(4) for j in range(30)]
+        log.close()
+    # Read from the files, not the leader's tail of batches it keeps in memory.
+    reopened = Log(str(tmp_path / "leader"), LogConfig())
+    assert reopened.end_offset == 120
+    assert batches_to_table(reopened.read(0, 1 << 20)).num_rows == 120
+    reopened.close()
