@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
+import selectors
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from quorumlog.replica.node import node as node_module
@@ -18,13 +20,33 @@ from quorumlog.replica.protocol import messages as m
 
 from tests.support.config import node_config
 
-
-def _ms() -> int:
-    return int(time.monotonic() * 1000)
+T = TypeVar("T")
 
 
-def _timer(deadline: list[int | None]) -> TickTimer:
-    return TickTimer(lambda: deadline[0], _ms)
+class _VirtualClock(selectors.DefaultSelector):
+    """An event loop's clock that moves only when the loop would wait: a wait for a
+    timer takes no real time and ends exactly when the timer is due."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        events = super().select(0)
+        if not events and timeout:
+            self.now += timeout
+        return events
+
+
+def _run_on_virtual_time(main: Callable[[Callable[[], int]], Coroutine[Any, Any, T]]) -> T:
+    """Run ``main(ms)`` on a loop whose time is virtual; ``ms()`` reads it in ms."""
+    clock = _VirtualClock()
+    loop = asyncio.SelectorEventLoop(clock)
+    loop.time = lambda: clock.now  # type: ignore[method-assign]
+    try:
+        return loop.run_until_complete(main(lambda: round(clock.now * 1000)))
+    finally:
+        loop.close()
 
 
 def test_a_tick_is_due_at_the_drivers_deadline_within_its_bounds(
@@ -32,22 +54,19 @@ def test_a_tick_is_due_at_the_drivers_deadline_within_its_bounds(
 ) -> None:
     monkeypatch.setattr(node_module, "MAX_TICK_S", 0.5)
 
-    async def run() -> list[int]:
+    async def run(ms: Callable[[], int]) -> list[int]:
         deadline: list[int | None] = [None]
-        timer = _timer(deadline)
+        timer = TickTimer(lambda: deadline[0], ms)
         planned = [await timer.wait()]  # nothing due: the longest wait
-        deadline[0] = _ms() + 120
+        deadline[0] = ms() + 120
         planned.append(await timer.wait())  # at the deadline
-        deadline[0] = _ms() - 50
+        deadline[0] = ms() - 50
         planned.append(await timer.wait())  # overdue: the shortest wait
-        deadline[0] = _ms() + 5_000
+        deadline[0] = ms() + 5_000
         planned.append(await timer.wait())  # far: the longest wait
         return planned
 
-    longest, at_deadline, overdue, far = asyncio.run(run())
-    assert longest == far == 500
-    assert 10 < at_deadline <= 121  # 120 less the time between setting it and arming
-    assert overdue == 10
+    assert _run_on_virtual_time(run) == [500, 120, 10, 500]
 
 
 def test_a_deadline_brought_forward_while_waiting_brings_the_tick_forward(
@@ -55,26 +74,25 @@ def test_a_deadline_brought_forward_while_waiting_brings_the_tick_forward(
 ) -> None:
     monkeypatch.setattr(node_module, "MAX_TICK_S", 5.0)
 
-    async def run() -> tuple[float, int]:
+    async def run(ms: Callable[[], int]) -> tuple[int, int]:
         deadline: list[int | None] = [None]
-        timer = _timer(deadline)
+        timer = TickTimer(lambda: deadline[0], ms)
         loop = asyncio.get_running_loop()
 
         def step() -> None:  # what a carried-out step does: a timer 30 ms out
-            deadline[0] = _ms() + 30
+            deadline[0] = ms() + 30
             timer.advance()
 
-        began = time.monotonic()
+        began = ms()
         loop.call_later(0.05, step)
         planned = await timer.wait()
-        return time.monotonic() - began, planned
+        return ms() - began, planned
 
-    waited, planned = asyncio.run(run())
-    assert waited < 1.0  # ~0.08 s; without advance the 5 s wait
-    assert planned < 200
+    # The wake-up is the step's deadline (50 + 30 ms), not the 5 s wait armed first.
+    assert _run_on_virtual_time(run) == (80, 80)
 
 
-def test_an_idle_node_ticks_rarely_and_a_long_poll_still_ends_on_time(
+def test_an_idle_node_ticks_for_its_heartbeats_and_a_long_poll_still_ends_on_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # With MAX_TICK_S at 2 s an idle one-voter node ticks for its node heartbeats only
@@ -82,30 +100,41 @@ def test_an_idle_node_ticks_rarely_and_a_long_poll_still_ends_on_time(
     # the log end for 100 ms must not wait for the next one.
     monkeypatch.setattr(node_module, "MAX_TICK_S", 2.0)
 
-    async def run() -> tuple[int, list[float]]:
+    async def run() -> None:
         node = Node(dataclasses.replace(node_config(tmp_path), port=0, fetch_timeout_ms=4000))
+        heartbeat_ms = node.quorum.heartbeat_ms
+        # Each tick's wait: (driver ms as it began, the driver's next deadline then,
+        # the wait planned as last armed); the timer is the node's own.
+        waits: list[tuple[int, int | None, int]] = []
+        timed = node.ticks.wait
+
+        async def recorded() -> int:
+            began, due = node.clock.now(), node.driver.next_deadline_ms()
+            planned = await timed()
+            waits.append((began, due, planned))
+            return planned
+
+        node.ticks.wait = recorded  # type: ignore[method-assign]
         await node.start()
         try:
-            for _ in range(200):  # the metadata partition elects its one voter
-                p = node.driver.get(METADATA_KEY)
-                if p is not None and p.core.is_leader:
+
+            def idle() -> bool:
+                # Three ticks in a row each for a deadline a heartbeat after the last one's
+                # (ticking every TICK_S, most ticks would find the same deadline due).
+                dues = [due for _, due, _ in waits[-4:]]
+                return len(dues) == 4 and all(
+                    a is not None and b is not None and b - a >= heartbeat_ms
+                    for a, b in zip(dues, dues[1:], strict=False)
+                )
+
+            for _ in range(600):  # it elects itself, commits, then idles: 30 s at most
+                if idle():
                     break
                 await asyncio.sleep(0.05)
             else:
-                raise AssertionError("the one voter never led")
-            await asyncio.sleep(1.0)  # its first commits settle
-            ticks = 0
-            tick = node.driver.tick
+                raise AssertionError(f"the idle node never ticked for heartbeats only: {waits}")
 
-            def counted(now: int) -> object:
-                nonlocal ticks
-                ticks += 1
-                return tick(now)
-
-            node.driver.tick = counted  # type: ignore[method-assign]
-            await asyncio.sleep(2.0)
-            idle_ticks = ticks
-            waits = []
+            early = 0
             for _ in range(5):
                 p = node.driver.get(METADATA_KEY)
                 assert p is not None
@@ -118,15 +147,19 @@ def test_an_idle_node_ticks_rarely_and_a_long_poll_still_ends_on_time(
                     min_bytes=1,
                     max_bytes=1 << 20,
                 )
-                began = time.monotonic()
-                resp = await node.submit(METADATA_KEY, req)
-                waits.append(time.monotonic() - began)
+                seen = len(waits)
+                resp = await asyncio.wait_for(node.submit(METADATA_KEY, req), 30)
                 assert resp.error == 0 and resp.records == b""
-            return idle_ticks, waits
+                # The parked fetch brought its tick forward: a wait ended well before the
+                # deadline it was armed for (the next heartbeat), as re-armed by the step.
+                early += any(
+                    due is not None and began + planned + 50 < due
+                    for began, due, planned in waits[seen:]
+                )
+            # A heartbeat due within a fetch's 100 ms ends that one by itself (one or two
+            # of five fetches 100 ms apart at most, with heartbeats 1 s apart).
+            assert early >= 3, waits[-12:]
         finally:
             await node.stop()
 
-    idle_ticks, waits = asyncio.run(run())
-    assert idle_ticks <= 6  # 2: its heartbeats; 200 in 2 s before
-    # ~0.1 s each; without ``advance`` the next heartbeat's tick ended them (~1 s).
-    assert all(0.09 <= w < 0.5 for w in waits), waits
+    asyncio.run(run())
