@@ -712,6 +712,8 @@ class _Bench:
         cpu = [round(used[i] / load.seconds * 100, 1) for i in nodes]
         # The nodes' CPU (all of them) per record produced: the server's cost of a record.
         per_record_us = sum(used.values()) / max(load.records, 1) * 1e6
+        # The producers' CPU per record, as the nodes': what a record costs the client.
+        client_us = load.client_cpu_pct / 100 * load.seconds / max(load.records, 1) * 1e6
         faults = [
             round((minor_faults(self.cluster.procs[i].pid) - faults0[i]) / load.seconds)
             for i in nodes
@@ -725,6 +727,7 @@ class _Bench:
             produce_producers=self.args.producers,
             produce_mode=load.mode,
             produce_client_cpu_pct=load.client_cpu_pct,
+            produce_client_cpu_us_per_record=round(client_us, 2),
             produce_batch=self.args.batch,
             produce_in_flight=min(self.args.in_flight, len(parts)),
             produce_leaders_per_node=spread.leaders_per_node(nodes),
@@ -739,7 +742,8 @@ class _Bench:
             f"node {self.figures['produce_leaders_per_node']}): {rate:,.0f} records/s "
             f"({load.records:,} in {load.seconds:.2f}s; node CPU {_pct(cpu)}, "
             f"{per_record_us:.2f} us of it a record, producers' CPU "
-            f"{load.client_cpu_pct:.1f}%; page faults per node and second {faults})",
+            f"{load.client_cpu_pct:.1f}%, {client_us:.2f} us a record; page faults per node "
+            f"and second {faults})",
         )
         if load.mode == "threads" and load.client_cpu_pct >= GIL_BOUND_PCT:
             self.say(

@@ -61,6 +61,7 @@ def test_perf_partitions_tiny(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert fig["produce_rec_per_s"] > 0 and fig["produce_mode"] == "threads"
     assert fig["produce_partitions"] == 6
     assert fig["produce_node_cpu_us_per_record"] > 0
+    assert fig["produce_client_cpu_us_per_record"] > 0
     assert 0 < fig["metadata_partition_ms"] and 0 < fig["metadata_topic_ms"]
     # One human line per phase, printed before the JSON line.
     phases = ("all led after", "idle ", "metadata refresh", "kill -9 of node", "restarted")
