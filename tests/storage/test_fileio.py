@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -65,20 +66,28 @@ def test_a_read_the_disk_fails_is_damage_at_that_offset(
 
 
 def test_a_slow_sync_waits_and_other_paths_are_untouched(
-    tmp_path: Path, faults: tuple[FaultyFileOps, Path]
+    tmp_path: Path, faults: tuple[FaultyFileOps, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ops, path = faults
+    slept: list[float] = []  # what the file layer waited, each wait still taken
+    sleep = time.sleep
+
+    def spied_sleep(seconds: float) -> None:
+        if sys._getframe(1).f_globals.get("__name__") == fileio.__name__:
+            slept.append(seconds)
+        sleep(seconds)
+
+    monkeypatch.setattr(fileio.time, "sleep", spied_sleep)
     log = Log(str(tmp_path / "lagging"), LogConfig())
     other = Log(str(tmp_path / "quick"), LogConfig())
     _set(path, [{"op": "sync", "path": "lagging", "delay": 0.3}])
     log.append_as_leader(client_batch(0, 1), 1)
     other.append_as_leader(client_batch(0, 1), 1)
     other.flush()
-    assert ops.delayed == []
-    t0 = time.monotonic()
+    assert ops.delayed == [] and slept == []
     log.flush()
-    assert time.monotonic() - t0 >= 0.3
-    assert ops.delayed and all("lagging" in p for p in ops.delayed)
+    assert slept and all(s == 0.3 for s in slept)
+    assert len(ops.delayed) == len(slept) and all("lagging" in p for p in ops.delayed)
     _set(path, [])
     log.close()
     other.close()
