@@ -27,6 +27,7 @@ from quorumlog.replica.storage import (
 )
 from quorumlog.replica.storage.quorum_journal import MAGIC, QUORUM_JOURNAL_FILE
 
+from tests.support.figures import assert_numbers
 from tests.support.spies import record_calls
 
 
@@ -287,7 +288,7 @@ def test_perf_storage_times_quorum_states(
     assert perf.main(["--mb", "1", "--json", "--quorum-states", "20", "--dir", str(tmp_path)]) == 0
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["quorum_states"]
     assert figures["states"] == 20
-    assert figures["journal_write_s"] > 0 and figures["per_file_writes_s"] > 0
+    assert_numbers(figures, "journal_write_s", "per_file_writes_s")
 
 
 def test_perf_storage_times_what_retention_holds_its_caller(
@@ -299,7 +300,7 @@ def test_perf_storage_times_what_retention_holds_its_caller(
     lines = capsys.readouterr().out.strip().splitlines()
     figures = json.loads(lines[-1])["retention"]
     assert figures["segments"] >= 3  # 40 MiB in 10 MiB segments, the active one kept
-    assert figures["inline_hold_ms"] > 0 and figures["background_hold_ms"] > 0
+    assert_numbers(figures, "inline_hold_ms", "background_hold_ms")
     assert any(line.startswith("retention deleting ") for line in lines[:-1])
 
 
