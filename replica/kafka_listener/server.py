@@ -12,6 +12,7 @@ from collections.abc import Callable
 from ..kafka import messages as km
 from ..kafka.codec import decode_request, decode_request_header, encode_response
 from ..kafka.wire import FrameDecoder, KafkaDecodeError, frame
+from ..node import eager
 from ..node.problems import LogBudget
 from ..node.security import AuthConfig
 from ..node.transport import AUTH_TIMEOUT_S, cancel_answers, start_server
@@ -90,7 +91,7 @@ class KafkaServer:
         # The connection's authentication: None on a node without --auth-config.
         sasl = KafkaSasl(self.auth, peer, self._budget) if self.auth is not None else None
         auth_deadline = asyncio.get_running_loop().time() + AUTH_TIMEOUT_S
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(
+        pending: asyncio.Queue[asyncio.Future[bytes | None] | None] = asyncio.Queue(
             maxsize=PIPELINE_REQUESTS
         )
         responder = asyncio.create_task(self._respond(pending, writer))
@@ -114,9 +115,9 @@ class KafkaServer:
                         continue
                     principal = sasl.principal if sasl is not None else None
                     await window.admit(len(payload))
-                    task = asyncio.create_task(self._answer(payload, principal, client_host))
-                    task.add_done_callback(window.releaser(len(payload)))
-                    await pending.put(task)
+                    handling = eager.start(self._answer(payload, principal, client_host))
+                    handling.add_done_callback(window.releaser(len(payload)))
+                    await pending.put(handling)
         except TimeoutError:
             self.rejected["authentication_timeout"] += 1
             self._budget.log(
@@ -169,7 +170,7 @@ class KafkaServer:
 
     async def _respond(
         self,
-        pending: asyncio.Queue[asyncio.Task[bytes | None] | None],
+        pending: asyncio.Queue[asyncio.Future[bytes | None] | None],
         writer: asyncio.StreamWriter,
     ) -> None:
         # After a request that cannot be answered the connection closes (the reader then
