@@ -47,6 +47,7 @@ class LeaderEpochCache:
             for epoch, start in read_checkpoint(path):
                 self._epochs.append(epoch)
                 self._starts.append(start)
+        self._latest = self._epochs[-1] if self._epochs else UNKNOWN
 
     # -- queries ---------------------------------------------------------------------
 
@@ -58,8 +59,9 @@ class LeaderEpochCache:
 
     @property
     def latest_epoch(self) -> int:
-        with self._lock:
-            return self._epochs[-1] if self._epochs else UNKNOWN
+        # Read several times an append: the one attribute every change sets (under the
+        # lock, in _changed) is read without taking the lock.
+        return self._latest
 
     @property
     def dirty(self) -> bool:
@@ -184,6 +186,8 @@ class LeaderEpochCache:
         self._dirty = True
 
     def _changed(self) -> None:
+        """Under the lock, after every change of the entries."""
+        self._latest = self._epochs[-1] if self._epochs else UNKNOWN
         self._dirty = True
         if self._auto_flush:
             self.flush()
