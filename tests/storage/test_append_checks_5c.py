@@ -139,6 +139,15 @@ def test_other_layouts_go_by_the_message_loop(tail: bytes) -> None:
     _same_verdict(changed)
 
 
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_a_compressed_batch_gets_the_same_rows_on_either_path(compression: str) -> None:
+    values = [b"x%d" % i * 9 for i in range(50)]
+    batch = encode_batch(values, compression=compression)
+    r.validate_arrow(batch, parse_header(batch))
+    read = _same_verdict(batch)
+    assert read is not None and read.column("value").to_pylist() == values
+
+
 def test_two_record_batches_are_read_message_by_message() -> None:
     table = pa.Table.from_batches(
         [
