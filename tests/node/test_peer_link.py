@@ -29,44 +29,66 @@ class LongestPauses(random.Random):
         return 0.999
 
 
-async def _reconnect_after_restart(poke: bool) -> float:
-    """Seconds from the peer listening again (a back-off having just begun) until the
-    link connects."""
+class LongPauses(LongestPauses):
+    """Every back-off a thousand times its base (50 s and more): a link that connects
+    within a test's wait did not wait one out."""
+
+    def random(self) -> float:
+        super().random()
+        return 1000.0
+
+
+async def _connects_after_restart(poke: bool, wait_s: float) -> bool:
+    """The link finds no process at the peer's port and begins a (long) back-off; then
+    the peer listens again and, if ``poke``, its node connects to this one: whether the
+    link connects within ``wait_s``."""
     (port,) = free_ports(1)
-    rng = LongestPauses()
+    rng = LongPauses()
     refused: list[int] = []
     link = PeerLink(2, "127.0.0.1", port, "node-1", rng, on_refused=refused.append)
     link.start()
-    loop = asyncio.get_running_loop()
     try:
-        await asyncio.sleep(1.2)  # refused a few times: the back-off is at its cap
+        await asyncio.wait_for(rng.paused.wait(), 30)  # refused: a back-off begins
         assert refused == [2] and not link.connected
-        rng.paused.clear()
-        await asyncio.wait_for(rng.paused.wait(), 2)  # a back-off (~0.75 s) begins
         accepted = asyncio.Event()
 
         def accept(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
             accepted.set()
 
         server = await asyncio.start_server(accept, "127.0.0.1", port)
-        t0 = loop.time()
         if poke:
             link.heard_from()  # what Node does when the peer's node connects to it
-        await asyncio.wait_for(accepted.wait(), 5)
-        elapsed = loop.time() - t0
-        server.close()
-        return elapsed
+        try:
+            await asyncio.wait_for(accepted.wait(), wait_s)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            server.close()
     finally:
         await link.close()
 
 
 def test_a_link_backing_off_from_a_dead_peer_reconnects_when_the_peer_connects() -> None:
-    assert asyncio.run(_reconnect_after_restart(poke=True)) < 0.2
+    assert asyncio.run(_connects_after_restart(poke=True, wait_s=30))
 
 
 def test_without_word_of_the_peer_the_link_waits_out_its_back_off() -> None:
-    # The baseline the first test improves on (and proof the set-up makes it wait).
-    assert asyncio.run(_reconnect_after_restart(poke=False)) > 0.5
+    # The baseline the first test improves on (and proof the set-up makes it wait): its
+    # back-off is 50 s, so no wait here ends it.
+    assert not asyncio.run(_connects_after_restart(poke=False, wait_s=2))
+
+
+def _syn_sent_ports(remote_port: int) -> list[int]:
+    """Local ports of this host's IPv4 connection attempts to 127.0.0.1:``remote_port``
+    still waiting for an answer (SYN_SENT), from /proc/net/tcp."""
+    ports = []
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, remote, state = line.split()[1:4]
+            if state == "02" and remote == f"0100007F:{remote_port:04X}":
+                ports.append(int(local.split(":")[1], 16))
+    return ports
 
 
 class Blackhole:
@@ -94,41 +116,50 @@ def test_a_connection_attempt_that_hangs_is_given_up() -> None:
         link.connect_timeout_s = 0.3
         link.start()
         try:
-            await asyncio.sleep(1.0)
+            # A back-off begins only once the attempt is given up: without the timeout it
+            # would still wait in its SYN's retries (minutes).
+            await asyncio.wait_for(rng.paused.wait(), 30)
             assert not link.connected
             return rng.pauses
         finally:
             await link.close()
             hole.close()
 
-    # Given up at 0.3 s, then a back-off: without the timeout, still in the first SYN.
     assert asyncio.run(run()) >= 1
 
 
 def test_a_hung_attempt_is_dropped_for_a_new_one_when_the_peer_connects() -> None:
-    async def run() -> float:
+    async def run() -> tuple[int, int]:
         hole = Blackhole()
         link = PeerLink(2, "127.0.0.1", hole.port, "node-1", LongestPauses())
+        link.connect_timeout_s = 600  # never given up here: only the poke ends it
         link.start()
-        loop = asyncio.get_running_loop()
         try:
-            await asyncio.sleep(0.3)  # the attempt hangs; the kernel retries its SYN at 1 s
+            hung: list[int] = []
+            for _ in range(3000):  # the attempt hangs (the kernel retries its SYN at 1 s)
+                hung = _syn_sent_ports(hole.port)
+                if hung:
+                    break
+                await asyncio.sleep(0.01)
+            assert len(hung) == 1, hung
             hole.close()
-            accepted = asyncio.Event()
+            accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
-            def accept(_r: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
-                accepted.set()
+            def accept(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                if not accepted.done():
+                    accepted.set_result(w.get_extra_info("peername")[1])
 
             server = await asyncio.start_server(accept, "127.0.0.1", hole.port)
-            t0 = loop.time()
             link.heard_from()  # the peer is back and connected to this node
-            await asyncio.wait_for(accepted.wait(), 5)
+            came_from = await asyncio.wait_for(accepted, 30)
             server.close()
-            return loop.time() - t0
+            return hung[0], came_from
         finally:
             await link.close()
 
-    assert asyncio.run(run()) < 0.2
+    hung, came_from = asyncio.run(run())
+    # A new attempt connected, not the hung one (its SYN retried at 1 s would have).
+    assert came_from != hung
 
 
 async def _connections_after_word(wait_s: float) -> tuple[int, bool]:
