@@ -8,6 +8,8 @@ import json
 import pytest
 from quorumlog.replica.perf import kafka as perf_kafka
 
+from tests.support.figures import assert_numbers
+
 
 @pytest.mark.cluster
 @pytest.mark.timeout(120)
@@ -20,9 +22,14 @@ def test_every_record_produced_and_consumed(capsys: pytest.CaptureFixture[str], 
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and figures["producer_api"] == api
     assert figures["consumed"] == 2500
-    assert figures["produce_rec_per_s"] > 0 and figures["consume_rec_per_s"] > 0
-    assert figures["consume_default_backoff_rec_per_s"] > 0
-    assert figures["node_cpu_s_per_m_produced"] > 0 and figures["node_cpu_s_per_m_consumed"] > 0
+    assert_numbers(
+        figures,
+        "produce_rec_per_s",
+        "consume_rec_per_s",
+        "consume_default_backoff_rec_per_s",
+        "node_cpu_s_per_m_produced",
+        "node_cpu_s_per_m_consumed",
+    )
     assert figures["consumer_config"] == {"fetch.queue.backoff.ms": 10}
     assert figures["compression"] == "none" and figures["disk_bytes_per_record"] > 100
 
@@ -65,4 +72,4 @@ def test_keyed_records_over_many_partitions_and_the_listener_s_answer_time(
     assert rc == 0 and figures["producer_api"] == "keyed" and figures["consumed"] == 3000
     assert figures["produce_requests"] > 0
     assert figures["records_per_produce_request"] > 0
-    assert 0 < figures["produce_answer_ms_mean"] <= figures["produce_answer_ms_p99"]
+    assert_numbers(figures, "produce_answer_ms_mean", "produce_answer_ms_p99")

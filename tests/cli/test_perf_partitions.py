@@ -15,6 +15,8 @@ from quorumlog.replica.perf import partitions as perf_partitions
 from quorumlog.replica.perf.util import Progress, cpu_seconds
 from quorumlog.replica.protocol import messages as m
 
+from tests.support.figures import assert_numbers, is_number
+
 KEYS = {
     "partitions",
     "nodes",
@@ -50,19 +52,25 @@ def test_perf_partitions_tiny(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert KEYS <= fig.keys() and "error" not in fig
     assert fig["partitions"] == 6 and fig["nodes"] == 3 and fig["idle_seconds"] == 2
     assert isinstance(fig["all_led_s"], float)  # a figure, reported (its time is not judged)
-    assert len(fig["idle_cpu_pct"]) == 3 and all(c >= 0 for c in fig["idle_cpu_pct"])
+    assert len(fig["idle_cpu_pct"]) == 3 and all(is_number(c) for c in fig["idle_cpu_pct"])
     assert fig["idle_cpu_pct_max"] == max(fig["idle_cpu_pct"])
     assert fig["idle_elections"] >= 0 and fig["idle_epoch_increase"] >= fig["idle_elections"]
     assert len(fig["leaders_per_node"]) == 3 and sum(fig["leaders_per_node"]) == 6
     # The victim led the most partitions, so at least 2 of 6; every one was re-led.
     assert fig["failover_partitions"] >= 2 and fig["failover_unled"] == 0
-    assert 0 < fig["failover_median_s"] <= fig["failover_max_s"]
+    assert_numbers(fig, "failover_median_s", "failover_max_s")
+    assert fig["failover_median_s"] <= fig["failover_max_s"]
     assert sum(fig["leaders_per_node_after_restart"]) == 6
-    assert fig["produce_rec_per_s"] > 0 and fig["produce_mode"] == "threads"
+    assert fig["produce_mode"] == "threads"
     assert fig["produce_partitions"] == 6
-    assert fig["produce_node_cpu_us_per_record"] > 0
-    assert fig["produce_client_cpu_us_per_record"] > 0
-    assert 0 < fig["metadata_partition_ms"] and 0 < fig["metadata_topic_ms"]
+    assert_numbers(
+        fig,
+        "produce_rec_per_s",
+        "produce_node_cpu_us_per_record",
+        "produce_client_cpu_us_per_record",
+        "metadata_partition_ms",
+        "metadata_topic_ms",
+    )
     # One human line per phase, printed before the JSON line.
     phases = ("all led after", "idle ", "metadata refresh", "kill -9 of node", "restarted")
     for phase in (*phases, "produce: "):
@@ -85,17 +93,20 @@ def test_perf_partitions_producer_processes(
     assert human == []  # --json: the JSON line only
     assert fig["failover_max_s"] is None and "failover_victim" not in fig
     assert fig["produce_mode"] == "processes" and fig["produce_records"] > 0
-    assert fig["produce_client_cpu_pct"] > 0
+    assert_numbers(fig, "produce_client_cpu_pct")
     # Producing time ends when the producers stop producing, not when their processes exit.
     assert isinstance(fig["produce_seconds"], float)  # reported, not judged
 
 
 def test_cpu_seconds_counts_this_process() -> None:
+    # Read from the same CPU-time clock as process_time, around its span: at least as much.
     before = cpu_seconds(os.getpid())
     t = time.process_time()
-    while time.process_time() - t < 0.1:
-        pass
-    assert cpu_seconds(os.getpid()) - before >= 0.05
+    for _ in range(10_000_000):
+        if time.process_time() - t >= 0.1:
+            break
+    burned = time.process_time() - t
+    assert cpu_seconds(os.getpid()) - before >= burned
 
 
 def test_progress_heartbeat_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
@@ -215,9 +226,10 @@ def test_perf_partitions_metrics_listen(capsys: pytest.CaptureFixture[str], tmp_
     assert rc == 0, fig.get("error")
     # A scrape of each of the 3 nodes at the window's start, and at least once more.
     assert fig["metrics_scrapes"] >= 6 and fig["metrics_scrapes"] % 3 == 0
-    assert 0 < fig["metrics_scrape_ms"] <= fig["metrics_scrape_ms_max"]
+    assert_numbers(fig, "metrics_scrape_ms", "metrics_scrape_ms_max", "metrics_scan_ms")
+    assert fig["metrics_scrape_ms"] <= fig["metrics_scrape_ms_max"]
     # The node's own scan of its replicas, a part of a scrape's latency.
-    assert 0 < fig["metrics_scan_ms"] <= fig["metrics_scrape_ms_max"]
+    assert fig["metrics_scan_ms"] <= fig["metrics_scrape_ms_max"]
     assert fig["metrics_series"] > 50
     assert any("metrics scrapes, median" in line for line in human), human
 
@@ -242,7 +254,8 @@ def test_perf_partitions_topics_one_after_another_probed(
     assert fig["led_total"] == 15
     # Every node asked at least once before the first create, and every answer timed.
     assert fig["probes"] >= 3 and fig["probe_failures"] == 0
-    assert 0 < fig["probe_ms_p50"] <= fig["probe_ms_p99"] <= fig["probe_ms_max"]
+    assert_numbers(fig, "probe_ms_p50", "probe_ms_p99", "probe_ms_max")
+    assert fig["probe_ms_p50"] <= fig["probe_ms_p99"] <= fig["probe_ms_max"]
     for i, name in enumerate(("partitions", "partitions-1", "partitions-2")):
         assert any(line.startswith(f"topic {i + 1}/3 ({name}, 5 partitions)") for line in human)
     assert any(line.startswith("metadata probe ('probe'") for line in human), human

@@ -12,9 +12,10 @@ import time
 
 from quorumlog.replica.perf.util import MachineCpu, cpu_seconds
 
-# Waits for a line, burns 3 ms of CPU, waits for another.
+# Says it is ready, waits for a line, burns 3 ms of CPU, waits for another.
 CHILD = (
     "import sys, time\n"
+    "print('ready', flush=True)\n"
     "sys.stdin.readline()\n"
     "t = time.thread_time()\n"
     "while time.thread_time() - t < 0.003: pass\n"
@@ -28,10 +29,12 @@ def _sleeping(pid: int) -> bool:
 
 
 def test_cpu_seconds_counts_a_few_milliseconds_of_another_process() -> None:
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE)
-    assert child.stdin is not None
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert child.stdin is not None and child.stdout is not None
     try:
-        time.sleep(0.2)  # started, and waiting for its first line
+        assert child.stdout.readline() == b"ready\n"  # started: what follows is measured
         before = cpu_seconds(child.pid)
         child.stdin.write(b"go\n")
         child.stdin.flush()
