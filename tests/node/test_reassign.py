@@ -239,8 +239,12 @@ def test_the_throttle_changes_on_every_node_while_a_move_runs(tmp_path: Path) ->
             timeout=60,
             what="the partition's leader back at the nodes' own throttle",
         )
+        wait_until(
+            lambda: all(catching_up(c, n) for n in before),
+            timeout=60,
+            what="the old replicas' copies made anew (catch-up marks)",
+        )
         assert not moved(before)  # 32 KiB/s again: ~2 minutes to go
-        assert all(catching_up(c, n) for n in before)  # their copies made anew
         assert "bad" in cli(c, "--throttle", "bad").stderr
         records = [value[:5] for _, _, value in read_all(c.client, TOPIC, 0)]
         assert records == [b"%05d" % i for i in range(4000)]
