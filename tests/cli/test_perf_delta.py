@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from quorumlog.replica.perf import delta as perf_delta
 
+from tests.support.figures import assert_numbers, is_number
+
 
 @pytest.mark.cluster
 @pytest.mark.spark
@@ -23,7 +25,8 @@ def test_perf_delta_writes_both_ways_and_reports_the_ratio(
     )
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and figures["bench"] == "delta" and figures["records"] == 20000
-    assert figures["delta_vs_parquet"] > 0 and len(figures["delta_s"]) == 2
+    assert len(figures["delta_s"]) == 2 and all(is_number(s) for s in figures["delta_s"])
+    assert_numbers(figures, "delta_vs_parquet")
     assert figures["master"] == spark.sparkContext.master
     # the suite's session is the one it used, and it is left running for the next test
     assert spark.range(3).count() == 3

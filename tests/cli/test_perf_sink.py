@@ -8,6 +8,8 @@ import json
 import pytest
 from quorumlog.replica.perf import sink as perf_sink
 
+from tests.support.figures import is_number
+
 
 @pytest.mark.cluster
 @pytest.mark.spark
@@ -45,4 +47,8 @@ def test_both_deliveries_and_the_commit_latency(capsys: pytest.CaptureFixture[st
         "at_least_once_end_to_end_ms_p50",
         "at_least_once_end_to_end_ms_p99",
     ):
-        assert figures[key] >= 0, key
+        assert is_number(figures[key]), key
+    assert figures["written_to_visible_ms_p50"] <= figures["written_to_visible_ms_p99"]
+    assert figures["end_to_end_ms_p50"] <= figures["end_to_end_ms_p99"]
+    p50, p99 = (figures[f"at_least_once_end_to_end_ms_{p}"] for p in ("p50", "p99"))
+    assert p50 <= p99
