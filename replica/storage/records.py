@@ -584,9 +584,9 @@ def _single_batch(
 ) -> pa.RecordBatch | None:
     """The one record batch of a payload laid out as an encoder writes one (the schema
     message, ending at ``at``, then one record batch message, then the end of the
-    stream, ending the payload), read and checked as ``_read_payload``'s message loop
-    would read and check it, without its stream reader; None for any other layout (the
-    loop then reads it, and says what is wrong with it)."""
+    stream, ending the payload), read and checked as ``_read_messages`` would read and
+    check it, without its stream reader; None for any other layout (``_read_messages``
+    then reads it, and says what is wrong with it)."""
     if view[at : at + 4] != _CONTINUATION:
         return None
     metadata_end = at + 8 + int.from_bytes(view[at + 4 : at + 8], "little", signed=True)
