@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 STRICT := replica/raft replica/driver replica/storage replica/protocol replica/kafka
 SEEDS ?= 1000
 PYTEST_ARGS ?=
+# make test's pytest workers (pytest-xdist): most tests wait on sockets, timers and child
+# processes with a core idle. Each test module runs whole on one worker
+# (tests/support/scheduling.py). XDIST= runs the suite in one process.
+XDIST ?= -n 2 --dist loadfile
 
 .PHONY: test lint typecheck unit demo sim chaos fuzz crash-sweep venv tools clean docs
 
@@ -42,7 +46,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy --strict $(STRICT)
 
 test: lint typecheck tools
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -m "not cluster and not spark" $(PYTEST_ARGS)
