@@ -409,7 +409,7 @@ class Server:
             await pending.put((correlation_id, handling))
 
         async def deny(correlation_id: int, code: ErrorCode, message: str) -> None:
-            await pending.put((correlation_id, asyncio.create_task(_denied(code, message))))
+            await respond_to(correlation_id, eager.start(_denied(code, message)))
 
         frames = 0
         raft_busy_s = 0.0  # time applying raft frames since this connection last yielded
@@ -450,7 +450,7 @@ class Server:
                     if handled:
                         if reply is not None:
                             answer = _ready(int(ApiKey.AUTHENTICATE), reply)
-                            await pending.put((frame.correlation_id, asyncio.create_task(answer)))
+                            await respond_to(frame.correlation_id, eager.start(answer))
                         continue
                     await deny(
                         frame.correlation_id,

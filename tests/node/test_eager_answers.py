@@ -96,9 +96,9 @@ def test_failures_and_cancellation_reach_the_caller_and_the_coroutine() -> None:
     run(main())
 
 
-def _request(correlation_id: int) -> list[Any]:
+def _request(correlation_id: int, api_key: ApiKey = ApiKey.METADATA) -> list[Any]:
     body, payload = encode(ErrorResponse(error=0, error_message=""))
-    return encode_frame(int(ApiKey.METADATA), API_VERSION, correlation_id, "t", body, payload)
+    return encode_frame(int(api_key), API_VERSION, correlation_id, "t", body, payload)
 
 
 async def _answer(correlation_id: int) -> tuple[int, Any]:
@@ -106,7 +106,8 @@ async def _answer(correlation_id: int) -> tuple[int, Any]:
 
 
 def test_answers_keep_the_order_of_their_requests() -> None:
-    """The first request waits; the next are ready at once, yet written after it."""
+    """A refused request first, then one that waits: the next, ready at once, are written
+    after it."""
 
     async def main() -> list[int]:
         gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -119,17 +120,21 @@ def test_answers_keep_the_order_of_their_requests() -> None:
         server = Server("127.0.0.1", 0, handler, lambda frame, sender: None)
         await server.start()
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        # Refused by the listener itself (no authentication here) and answered, before
+        # the others are sent.
+        writer.write(b"".join(bytes(b) for b in _request(0, ApiKey.AUTHENTICATE)))
+        got = [(await read_frame(reader, 1 << 20)).correlation_id]
         for cid in (1, 2, 3):
             writer.write(b"".join(bytes(b) for b in _request(cid)))
         await writer.drain()
         await asyncio.sleep(0.05)
         gate.set_result(None)
-        got = [(await read_frame(reader, 1 << 20)).correlation_id for _ in range(3)]
+        got += [(await read_frame(reader, 1 << 20)).correlation_id for _ in range(3)]
         writer.close()
         await server.close()
         return got
 
-    assert run(main()) == [1, 2, 3]
+    assert run(main()) == [0, 1, 2, 3]
 
 
 def test_an_answer_ready_at_once_is_written_in_the_turn_its_request_was_read() -> None:
