@@ -511,15 +511,9 @@ def _read_payload(
         try:
             single = _single_batch(payload, view, known, found, full)
         except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
-            raise CorruptRecordError(
-                f"{_where(header)} has an unreadable Arrow payload: {exc}"
-            ) from exc
+            raise _unreadable(header, exc) from exc
         if single is not None:
-            if single.num_rows != header.record_count:
-                raise CorruptRecordError(
-                    f"{_where(header)} holds {single.num_rows} rows, header says "
-                    f"{header.record_count}"
-                )
+            _check_rows(header, single.num_rows)
             return [single]
     return _read_messages(pbuf, header, full=full)
 
@@ -568,15 +562,21 @@ def _read_messages(
     except CorruptRecordError:
         raise
     except (pa.ArrowInvalid, OSError, ValueError, EOFError) as exc:
-        raise CorruptRecordError(
-            f"{_where(header)} has an unreadable Arrow payload: {exc}"
-        ) from exc
-    rows = sum(b.num_rows for b in batches)
+        raise _unreadable(header, exc) from exc
+    _check_rows(header, sum(b.num_rows for b in batches))
+    return batches
+
+
+def _unreadable(header: BatchHeader, exc: Exception) -> CorruptRecordError:
+    return CorruptRecordError(f"{_where(header)} has an unreadable Arrow payload: {exc}")
+
+
+def _check_rows(header: BatchHeader, rows: int) -> None:
+    """A payload's rows are as many as its header says (else CorruptRecordError)."""
     if rows != header.record_count:
         raise CorruptRecordError(
             f"{_where(header)} holds {rows} rows, header says {header.record_count}"
         )
-    return batches
 
 
 def _single_batch(
