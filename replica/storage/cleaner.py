@@ -7,7 +7,7 @@ A clean has two halves, so that a node runs the slow one off its event loop:
 * ``prepare_clean`` (any thread): reads the sealed segments below the cleanable end
   (the owner thread's appends never touch them), computes the survivors over all of
   them at once (Arrow), and writes each group of consecutive segments (up to
-  ``segment.bytes`` of input) as one new segment ``<base>.log.cleaned`` with its index
+  ``segment.bytes`` of what they keep) as one new segment ``<base>.log.cleaned`` with its index
   ``<base>.index.cleaned``, both fsync'd: the ``CleanPlan``. The kept records of
   consecutive batches that share a header become one batch at the first one's offset,
   sparse where they leave gaps (``clean_batches``, which also says what is copied byte
@@ -245,7 +245,8 @@ class CleanerRole(LogFields):
             )
             mask = keep.to_numpy(zero_copy_only=False)
             plan.stats.records_kept = int(mask.sum())
-            for group in _groups(sources, self.config.segment_bytes):
+            kept = _kept_bytes(len(sources), batches, mask)
+            for group in _groups(sources, kept, self.config.segment_bytes):
                 plan.groups.append(
                     self._write_group_cleaned(group, sources, batches, mask, plan, pace)
                 )
@@ -503,19 +504,39 @@ def iter_batches_prefix(data: bytes) -> list[BatchHeader]:
     return found
 
 
-def _groups(sources: list[Segment], segment_bytes: int) -> list[list[Segment]]:
-    """Consecutive segments, up to ``segment_bytes`` of input each (Kafka's grouping),
-    each spanning fewer offsets than a segment's index can hold."""
+def _kept_bytes(count: int, batches: list[SourceBatch], mask: np.ndarray) -> list[int]:
+    """Of each of ``count`` source segments, at most the bytes its cleaned records take:
+    its batches that keep a record, whole, and an offset (8 bytes) per record kept, as a
+    sparse batch's records carry."""
+    sizes = np.zeros(count, dtype=np.int64)
+    n = len(batches)
+    starts = np.fromiter((b.first_row for b in batches), np.int64, n)
+    ends = starts + np.fromiter((b.header.record_count for b in batches), np.int64, n)
+    running = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+    kept = running[ends] - running[starts]
+    sources = np.fromiter((b.source for b in batches), np.int64, n)
+    whole = np.fromiter((b.header.size for b in batches), np.int64, n)
+    np.add.at(sizes, sources, np.where(kept > 0, whole + 8 * kept, 0))
+    return [int(x) for x in sizes]
+
+
+def _groups(sources: list[Segment], kept: list[int], segment_bytes: int) -> list[list[Segment]]:
+    """Consecutive segments, up to ``segment_bytes`` of what they keep (``kept``, each
+    one's) a group, each spanning fewer offsets than a segment's index can hold. Kafka
+    groups by the bytes a segment holds, so full segments that clean small stay one
+    segment each, which no later clean merges while nothing new makes the log dirty."""
     groups: list[list[Segment]] = []
-    for seg in sources:
+    size = 0
+    for seg, seg_kept in zip(sources, kept, strict=True):
         if groups:
             group = groups[-1]
-            size = sum(s.size for s in group) + seg.size
             span = seg.end_offset - group[0].base_offset
-            if size <= segment_bytes and span <= _MAX_RELATIVE:
+            if size + seg_kept <= segment_bytes and span <= _MAX_RELATIVE:
                 group.append(seg)
+                size += seg_kept
                 continue
         groups.append([seg])
+        size = seg_kept
     return groups
 
 

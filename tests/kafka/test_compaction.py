@@ -52,6 +52,15 @@ def _log_bytes(c: LocalCluster, topic: str, partition: int) -> dict[int, int]:
     return out
 
 
+def _segments(c: LocalCluster, topic: str, partition: int) -> dict[int, list[tuple[str, int]]]:
+    """Each node's segment files of ``topic/partition`` and their sizes."""
+    out = {}
+    for n in c.ports:
+        directory = c.node_dir(n) / f"{topic}-{partition}"
+        out[n] = sorted((f.name, f.stat().st_size) for f in directory.glob("*.log"))
+    return out
+
+
 def _value(key: int, round_: int) -> bytes:
     return f"{key}:{round_}:".encode().ljust(VALUE_BYTES, b".")
 
@@ -371,6 +380,7 @@ def test_a_transaction_s_committed_offsets_outlive_a_later_aborted_one(
         ),
         WAIT_S,
         f"{OFFSETS_TOPIC}-{p} cleaned",
+        state=lambda: _segments(c, OFFSETS_TOPIC, p),
     )
     coordinator = c.leader_of(OFFSETS_TOPIC, p)
     c.kill(coordinator)

@@ -233,6 +233,28 @@ def test_a_clean_never_touches_the_active_segment_or_past_the_high_watermark(
     assert len(after) < len(before)
 
 
+def test_segments_cleaned_small_share_one_output_segment(tmp_path: Path) -> None:
+    """The cleaner groups source segments by what they keep, not by what they held: full
+    segments of a few keys clean to one small segment, not one each (else a log whose
+    writes stop after a clean of two or more segments keeps that many, with nothing dirty
+    left to make another clean due)."""
+    lg = Log(str(tmp_path / "p"), COMPACT)
+    fill(lg, rounds=60, keys=3)
+    lg.flush()
+    sealed = len(lg.segment_base_offsets) - 1
+    assert sealed >= 4
+    stats = lg.clean(high_watermark=lg.end_offset, now_ms=NOW)
+    assert stats is not None and stats.segments == sealed
+    assert len(lg.segment_base_offsets) == 2  # the cleaned one, and the active one
+    # Written again: the next clean merges the cleaned segment with the newly cleaned.
+    fill(lg, rounds=60, keys=3)
+    lg.flush()
+    before = contents(lg)
+    assert lg.clean(high_watermark=lg.end_offset, now_ms=NOW) is not None
+    assert len(lg.segment_base_offsets) == 2
+    assert latest(contents(lg)) == latest(before)
+
+
 def test_recovery_finishes_a_swap_with_its_manifest_and_undoes_one_without(tmp_path: Path) -> None:
     for committed in (False, True):
         directory = str(tmp_path / f"p{committed}")

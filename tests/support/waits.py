@@ -18,11 +18,17 @@ TRANSIENT = (QuorumLogError, OSError)
 
 
 def wait_until(
-    cond: Callable[[], T | None], timeout: float, what: str, *, interval: float = 0.02
+    cond: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    *,
+    interval: float = 0.02,
+    state: Callable[[], object] | None = None,
 ) -> T:
     """Poll ``cond`` until it returns a truthy value, and return that value. A transient
     error from ``cond`` counts as "not yet" and is shown if the wait times out, which it
-    does with an AssertionError after ``timeout`` seconds (bounded in polls too)."""
+    does with an AssertionError after ``timeout`` seconds (bounded in polls too), with
+    what ``state()`` returns then, if given (what the condition looked at)."""
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
     for _ in range(int(timeout / interval) + 100):
@@ -35,7 +41,10 @@ def wait_until(
         if time.monotonic() >= deadline:
             break
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_exc})")
+    shown = "" if state is None else f"; state: {state()!r}"
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what} (last error: {last_exc}){shown}"
+    )
 
 
 def retry(fn: Callable[[], T], timeout: float = 30.0, *, interval: float = 0.1) -> T:
