@@ -9,6 +9,7 @@ import gc
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from quorumlog.replica.client import Client
@@ -96,6 +97,37 @@ def test_a_big_topic_opens_in_slices_with_the_loop_turning_between(tmp_path: Pat
     assert pm.slices >= n // OPEN_CHUNK + 1 and pm.slice_max <= OPEN_CHUNK
     # The loop ran other work (this test's turns) between the slices.
     assert turns[0] >= pm.slices - 1
+    pm.close_all()
+
+
+def test_each_slice_is_followed_by_a_pause_as_long_as_itself(tmp_path: Path) -> None:
+    """The opens take at most half of the loop's time: between two slices the loop is
+    left to its other work at least as long as the first took, so that a create's turns
+    stay short. Timed with the monotonic clock both ways: the
+    pause is a lower bound that a loaded machine only lengthens."""
+    n = 4 * OPEN_CHUNK + 10
+    pm = manager(tmp_path)
+    spans: list[tuple[float, float]] = []
+    open_slice = pm._open_slice
+
+    def timed(*args: Any, **kwargs: Any) -> int:
+        began = time.monotonic()
+        try:
+            return open_slice(*args, **kwargs)
+        finally:
+            spans.append((began, time.monotonic()))
+
+    pm._open_slice = timed  # type: ignore[method-assign]
+    state = MetadataState(topics={"big": topic("big", n)})
+
+    async def main() -> None:
+        pm.reconcile(state, ["big"])
+        await _turns_until(lambda: opened(pm, "big") == n, [0])
+
+    asyncio.run(main())
+    assert opened(pm, "big") == n and len(spans) >= n // OPEN_CHUNK + 1
+    for (start, end), (following, _) in zip(spans, spans[1:], strict=False):
+        assert following - end >= end - start - 1e-4, spans
     pm.close_all()
 
 
