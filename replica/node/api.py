@@ -36,7 +36,7 @@ METADATA_SLICE = 2500
 MAX_PRODUCER_EPOCH = (1 << 15) - 1
 
 Submit = Callable[[tuple[str, int], Any], Awaitable[Any]]
-SubmitMany = Callable[[list[tuple[tuple[str, int], Any]]], Awaitable[list[Any]]]
+SubmitEach = Callable[[list[tuple[tuple[str, int], Any]]], list[asyncio.Future[Any]]]
 Handler = Callable[[Any], Awaitable[Any]]
 
 
@@ -48,13 +48,13 @@ class Api:
         controller: MetadataController,
         changes: TopicChanges,
         submit: Submit,
-        submit_many: SubmitMany,
+        submit_each: SubmitEach,
     ) -> None:
         self.config = config
         self.driver = driver
         self.controller = controller
         self.submit = submit
-        self.submit_many = submit_many
+        self.submit_each = submit_each
         self.handlers: dict[ApiKey, Handler] = {
             ApiKey.API_VERSIONS: self.api_versions,
             ApiKey.METADATA: self.metadata,
@@ -166,17 +166,33 @@ class Api:
         """Each Produce checked on its own and the rest handed to the driver together, in
         this turn of the loop and in this order (no task each: one driver step, one flush
         and one replication round for all of them); their answers in the same order, once
-        the last is answered. ProduceMany and the Kafka listener's Produce (a request
-        naming many partitions) both append this way."""
+        the last is answered. ProduceMany appends this way."""
+        return list(await asyncio.gather(*self.produce_started(items)))
+
+    def produce_started(self, items: Sequence[m.ProduceRequest]) -> list[asyncio.Future[Any]]:
+        """``produce_each``'s appends, handed to the driver now: a future each, done with
+        its own answer (the Kafka listener's Produce answers each partition so)."""
+        loop = asyncio.get_running_loop()
         answers: list[Any] = [self._refused_produce(item) for item in items]
         submitted = [i for i, answer in enumerate(answers) if answer is None]
-        if submitted:
-            results = await self.submit_many(
-                [((items[i].topic, items[i].partition), items[i]) for i in submitted]
-            )
-            for i, result in zip(submitted, results, strict=True):
-                answers[i] = result
-        return answers
+        started = iter(
+            self.submit_each([((items[i].topic, items[i].partition), items[i]) for i in submitted])
+            if submitted
+            else ()
+        )
+        futures: list[asyncio.Future[Any]] = []
+        for answer in answers:
+            if answer is None:
+                futures.append(next(started))
+            else:
+                done = loop.create_future()
+                done.set_result(answer)
+                futures.append(done)
+        return futures
+
+    async def submit_many(self, requests: list[tuple[tuple[str, int], Any]]) -> list[Any]:
+        """``submit`` each, all in this turn of the loop; their answers in the same order."""
+        return list(await asyncio.gather(*self.submit_each(requests)))
 
     async def write_txn_markers(self, req: m.WriteTxnMarkersRequest) -> m.WriteTxnMarkersResponse:
         """Each marker appended by the partition's leader here and answered once a quorum

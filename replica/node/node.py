@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import faulthandler
+import functools
 import gc
 import importlib.abc
 import itertools
@@ -377,7 +378,7 @@ class Node:
         )
         self.cleaner = LogCleaner(self.driver, self.partitions, config.cleaner_bytes_per_second)
         self.api = Api(
-            config, self.driver, self.controller, self.changes, self.submit, self.submit_many
+            config, self.driver, self.controller, self.changes, self.submit, self.submit_each
         )
         self.peers: dict[int, PeerLink] = {}
         self._batch_room = min(BATCH_FRAME_BYTES, max_batch_bytes(config.max_frame_bytes) // 2)
@@ -481,19 +482,20 @@ class Node:
             self.metrics.answered(key, req, resp)
         return resp
 
-    async def submit_many(self, requests: list[tuple[PartitionKey, Any]]) -> list[Any]:
-        """``submit`` each, all in this turn of the loop, without a task each; their
-        answers in the same order."""
-        pending = [self._request(key, req) for key, req in requests]
-        try:
-            answers = list(await asyncio.gather(*(fut for _, fut in pending)))
-        finally:
-            for token, _ in pending:
-                self._answers.pop(token, None)
-        if self.metrics is not None:
-            for (key, req), resp in zip(requests, answers, strict=True):
-                self.metrics.answered(key, req, resp)
-        return answers
+    def submit_each(self, requests: list[tuple[PartitionKey, Any]]) -> list[asyncio.Future[Any]]:
+        """``submit`` each, all in this turn of the loop, without a task each: a future
+        each, in the same order, done with its answer."""
+        futures = []
+        for key, req in requests:
+            token, fut = self._request(key, req)
+            fut.add_done_callback(functools.partial(self._submitted, token, key, req))
+            futures.append(fut)
+        return futures
+
+    def _submitted(self, token: int, key: PartitionKey, req: Any, fut: asyncio.Future[Any]) -> None:
+        self._answers.pop(token, None)
+        if self.metrics is not None and not fut.cancelled() and fut.exception() is None:
+            self.metrics.answered(key, req, fut.result())
 
     def _request(self, key: PartitionKey, req: Any) -> tuple[int, asyncio.Future[Any]]:
         token = next(self._tokens)

@@ -7,9 +7,12 @@ offsets."""
 from __future__ import annotations
 
 import re
+import signal
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -170,3 +173,100 @@ def test_a_backlog_read_at_once_is_appended_in_the_order_sent(cluster: LocalClus
     assert sum(h.record_count for h in stored) == 100 * per_request
     most = max(h.record_count for h in stored) * len(value)
     assert most <= TURN_BYTES + per_request * len(value)
+
+
+def test_requests_coming_while_a_partition_s_appends_are_out_are_stored_together(
+    cluster: LocalCluster,
+) -> None:
+    """50 one-record requests for one partition, sent one by one a little apart (each read
+    in a turn of its own), none waiting for its answer, while its followers are stopped
+    (its appends cannot commit): the first ``APPENDS_IN_FLIGHT`` are appended as they
+    come, the others wait and merge, so the leader stores a few batches; once the
+    followers go on, each request is answered with its own offset, in the order sent.
+    Appended as each turn came, each request made a batch of its own."""
+    c = cluster
+    c.create_topic("held", 1)
+    leader = c.wait_for_leader("held", 0, 60)
+    followers = [n for n in c.procs if n != leader]
+    count = 50
+    with socket.create_connection(("127.0.0.1", c.kafka_ports[leader]), timeout=60) as s:
+        for n in followers:
+            c.procs[n].send_signal(signal.SIGSTOP)
+        try:
+            for i in range(count):
+                batch = kafka_records.encode_batch([b"v%d" % i], [b"k%d" % i])
+                s.sendall(_produce_request("held", [0], batch, i))
+                time.sleep(0.002)
+        finally:
+            for n in followers:
+                c.procs[n].send_signal(signal.SIGCONT)
+        frames = FrameDecoder()
+        answers: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(answers) < count and time.monotonic() < deadline:
+            data = s.recv(1 << 16)
+            assert data, "the listener closed the connection"
+            answers.extend(frames.feed(data))
+    parts = [
+        decode_response(km.PRODUCE, 9, a)[1]["responses"][0]["partition_responses"][0]
+        for a in answers
+    ]
+    assert all(p["error_code"] == 0 for p in parts), parts
+    offsets = [p["base_offset"] for p in parts]
+    assert offsets == list(range(offsets[0], offsets[0] + count))
+    stored = [
+        h
+        for f in sorted(c.node_dir(leader).glob("held-0/*.log"))
+        for h in iter_batches(f.read_bytes())
+        if not h.flags & CONTROL_FLAG
+    ]
+    assert sum(h.record_count for h in stored) == count
+    assert len(stored) <= 5, [h.record_count for h in stored]
+
+
+def test_a_partition_whose_appends_wait_holds_back_no_other(tmp_path: Path) -> None:
+    """A partition whose appends cannot commit (its followers stopped) has its requests
+    held back; a partition of the same leader that needs no follower (replication factor
+    1) is answered meanwhile: what is held back is held per partition. The leader waits
+    long for its followers (``--fetch-timeout-ms``), so that it does not resign (and
+    answer the held requests) before, however loaded the machine."""
+    with LocalCluster(3, tmp_path, kafka=True, node_args=["--fetch-timeout-ms", "5000"]) as c:
+        _held_and_free(c)
+
+
+def _held_and_free(c: LocalCluster) -> None:
+    c.create_topic("stuck", 1)
+    c.create_topic("alone", 3, 1)
+    leader = c.wait_for_leader("stuck", 0, 60)
+    mine = [p for p in range(3) if c.wait_for_leader("alone", p, 60) == leader]
+    assert mine, "no partition of 'alone' on the leader of 'stuck'"
+    followers = [n for n in c.procs if n != leader]
+    port = c.kafka_ports[leader]
+    record = kafka_records.encode_batch([b"v"], [b"k"])
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=60) as held,
+        socket.create_connection(("127.0.0.1", port), timeout=60) as free,
+    ):
+        for n in followers:
+            c.procs[n].send_signal(signal.SIGSTOP)
+        try:
+            for i in range(10):
+                held.sendall(_produce_request("stuck", [0], record, i))
+                time.sleep(0.002)
+            free.sendall(_produce_request("alone", mine[:1], record, 100))
+            frames = FrameDecoder()
+            answers: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while not answers and time.monotonic() < deadline:
+                data = free.recv(1 << 16)
+                assert data, "the listener closed the connection"
+                answers.extend(frames.feed(data))
+            # ...while the held partition's requests are not answered yet.
+            held.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                held.recv(1 << 16)
+        finally:
+            for n in followers:
+                c.procs[n].send_signal(signal.SIGCONT)
+    part = decode_response(km.PRODUCE, 9, answers[0])[1]["responses"][0]["partition_responses"][0]
+    assert part["error_code"] == 0 and part["base_offset"] >= 0, part
