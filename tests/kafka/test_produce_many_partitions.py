@@ -12,7 +12,6 @@ import socket
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +38,20 @@ _FLUSH_JOBS = re.compile(r"^quorumlog_log_flush_duration_seconds_count (\S+)$", 
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster(3, tmp_path_factory.mktemp("wide"), kafka=True, metrics=True) as c:
         c.create_topic(TOPIC, 3 * PARTITIONS)
+        yield c
+
+
+@pytest.fixture(scope="module")
+def patient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster whose leaders wait long for their followers (``--fetch-timeout-ms``):
+    the tests that stop a leader's followers a moment must not see it resign (and answer
+    what it holds with an error), however loaded the machine."""
+    with LocalCluster(
+        3,
+        tmp_path_factory.mktemp("patient"),
+        kafka=True,
+        node_args=["--fetch-timeout-ms", "5000"],
+    ) as c:
         yield c
 
 
@@ -176,7 +189,7 @@ def test_a_backlog_read_at_once_is_appended_in_the_order_sent(cluster: LocalClus
 
 
 def test_requests_coming_while_a_partition_s_appends_are_out_are_stored_together(
-    cluster: LocalCluster,
+    patient: LocalCluster,
 ) -> None:
     """50 one-record requests for one partition, sent one by one a little apart (each read
     in a turn of its own), none waiting for its answer, while its followers are stopped
@@ -184,7 +197,7 @@ def test_requests_coming_while_a_partition_s_appends_are_out_are_stored_together
     come, the others wait and merge, so the leader stores a few batches; once the
     followers go on, each request is answered with its own offset, in the order sent.
     Appended as each turn came, each request made a batch of its own."""
-    c = cluster
+    c = patient
     c.create_topic("held", 1)
     leader = c.wait_for_leader("held", 0, 60)
     followers = [n for n in c.procs if n != leader]
@@ -224,21 +237,15 @@ def test_requests_coming_while_a_partition_s_appends_are_out_are_stored_together
     assert len(stored) <= 5, [h.record_count for h in stored]
 
 
-def test_a_partition_whose_appends_wait_holds_back_no_other(tmp_path: Path) -> None:
+def test_a_partition_whose_appends_wait_holds_back_no_other(patient: LocalCluster) -> None:
     """A partition whose appends cannot commit (its followers stopped) has its requests
     held back; a partition of the same leader that needs no follower (replication factor
-    1) is answered meanwhile: what is held back is held per partition. The leader waits
-    long for its followers (``--fetch-timeout-ms``), so that it does not resign (and
-    answer the held requests) before, however loaded the machine."""
-    with LocalCluster(3, tmp_path, kafka=True, node_args=["--fetch-timeout-ms", "5000"]) as c:
-        _held_and_free(c)
-
-
-def _held_and_free(c: LocalCluster) -> None:
+    1) is answered meanwhile: what is held back is held per partition."""
+    c = patient
     c.create_topic("stuck", 1)
-    c.create_topic("alone", 3, 1)
+    c.create_topic("alone", 6, 1)
     leader = c.wait_for_leader("stuck", 0, 60)
-    mine = [p for p in range(3) if c.wait_for_leader("alone", p, 60) == leader]
+    mine = [p for p in range(6) if c.wait_for_leader("alone", p, 60) == leader]
     assert mine, "no partition of 'alone' on the leader of 'stuck'"
     followers = [n for n in c.procs if n != leader]
     port = c.kafka_ports[leader]
