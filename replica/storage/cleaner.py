@@ -52,7 +52,7 @@ from . import compaction, fileio
 from .clean_batches import SourceBatch, kept_batch, layout
 from .errors import CorruptRecordError, StorageError
 from .fileutil import atomic_write, fsync_dir
-from .log_append import _writev_all
+from .log_append import _MAX_RELATIVE, _writev_all
 from .log_fields import LogFields
 from .log_files import unlink_quietly
 from .records import (
@@ -76,7 +76,6 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_FILE = "cleaner-swap"
 _SWAP_VERSION = "0"
 _CHUNK = 8 * 1024 * 1024
-_MAX_RELATIVE = (1 << 31) - 1
 _NO_KEYS = pa.nulls(0, pa.binary())  # not pa.array: see node.keep_pandas_out
 
 

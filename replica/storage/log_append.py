@@ -349,6 +349,7 @@ class AppendRole(LogFields):
 
 
 _IOV_MAX = 512
+# The most offsets past its base a segment holds: its index keeps 32-bit relative offsets.
 _MAX_RELATIVE = (1 << 31) - 1
 
 
