@@ -6,6 +6,7 @@ offsets."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import socket
@@ -22,7 +23,7 @@ from quorumlog.replica.kafka.codec import decode_response, encode_request
 from quorumlog.replica.kafka.wire import FrameDecoder, frame
 from quorumlog.replica.kafka_listener.produce import TURN_BYTES
 from quorumlog.replica.node.cluster import LocalCluster
-from quorumlog.replica.storage.records import CONTROL_FLAG, iter_batches
+from quorumlog.replica.storage.records import CONTROL_FLAG, BatchHeader, iter_batches
 
 from tests.support.waits import wait_until
 
@@ -92,13 +93,46 @@ def _exchange(port: int, requests: list[bytes]) -> list[dict[str, Any]]:
     """``requests`` sent at once on one connection; their answers, in order."""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         s.sendall(b"".join(requests))
-        frames = FrameDecoder()
-        answers: list[bytes] = []
-        while len(answers) < len(requests):
-            data = s.recv(1 << 16)
-            assert data, "the listener closed the connection"
-            answers.extend(frames.feed(data))
+        return _read_answers(s, len(requests))
+
+
+def _read_answers(s: socket.socket, count: int) -> list[dict[str, Any]]:
+    """The next ``count`` Produce answers of connection ``s``, in order."""
+    frames = FrameDecoder()
+    answers: list[bytes] = []
+    while len(answers) < count:
+        data = s.recv(1 << 16)
+        assert data, "the listener closed the connection"
+        answers.extend(frames.feed(data))
     return [decode_response(km.PRODUCE, 9, a)[1] for a in answers]
+
+
+def _first_partition(answers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each answer's first partition entry."""
+    return [a["responses"][0]["partition_responses"][0] for a in answers]
+
+
+def _stored(c: LocalCluster, node: int, topic: str) -> list[BatchHeader]:
+    """The data batches node ``node`` stores of ``topic``'s partition 0."""
+    return [
+        h
+        for f in sorted(c.node_dir(node).glob(f"{topic}-0/*.log"))
+        for h in iter_batches(f.read_bytes())
+        if not h.flags & CONTROL_FLAG
+    ]
+
+
+@contextlib.contextmanager
+def _followers_stopped(c: LocalCluster, leader: int) -> Iterator[None]:
+    """Every node but ``leader`` stopped (SIGSTOP) for the block, then let go on."""
+    followers = [n for n in c.procs if n != leader]
+    for n in followers:
+        c.procs[n].send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for n in followers:
+            c.procs[n].send_signal(signal.SIGCONT)
 
 
 def _produce(port: int, partitions: list[int]) -> dict[str, Any]:
@@ -144,16 +178,11 @@ def test_small_batches_of_requests_read_together_are_stored_as_one_each_with_its
         for i in range(50)
     ]
     answers = _exchange(c.kafka_ports[leader], requests)
-    parts = [a["responses"][0]["partition_responses"][0] for a in answers]
+    parts = _first_partition(answers)
     assert all(p["error_code"] == 0 for p in parts), parts
     offsets = [p["base_offset"] for p in parts]
     assert offsets == list(range(offsets[0], offsets[0] + 50))
-    stored = [
-        h
-        for f in sorted(c.node_dir(leader).glob("merged-0/*.log"))
-        for h in iter_batches(f.read_bytes())
-        if not h.flags & CONTROL_FLAG
-    ]
+    stored = _stored(c, leader, "merged")
     assert sum(h.record_count for h in stored) == 50
     assert len(stored) < 50
 
@@ -173,16 +202,11 @@ def test_a_backlog_read_at_once_is_appended_in_the_order_sent(cluster: LocalClus
         for i in range(100)
     ]
     answers = _exchange(c.kafka_ports[leader], requests)
-    parts = [a["responses"][0]["partition_responses"][0] for a in answers]
+    parts = _first_partition(answers)
     assert all(p["error_code"] == 0 for p in parts), parts
     offsets = [p["base_offset"] for p in parts]
     assert offsets == list(range(offsets[0], offsets[0] + 100 * per_request, per_request))
-    stored = [
-        h
-        for f in sorted(c.node_dir(leader).glob("backlog-0/*.log"))
-        for h in iter_batches(f.read_bytes())
-        if not h.flags & CONTROL_FLAG
-    ]
+    stored = _stored(c, leader, "backlog")
     assert sum(h.record_count for h in stored) == 100 * per_request
     most = max(h.record_count for h in stored) * len(value)
     assert most <= TURN_BYTES + per_request * len(value)
@@ -200,39 +224,18 @@ def test_requests_coming_while_a_partition_s_appends_are_out_are_stored_together
     c = patient
     c.create_topic("held", 1)
     leader = c.wait_for_leader("held", 0, 60)
-    followers = [n for n in c.procs if n != leader]
     count = 50
     with socket.create_connection(("127.0.0.1", c.kafka_ports[leader]), timeout=60) as s:
-        for n in followers:
-            c.procs[n].send_signal(signal.SIGSTOP)
-        try:
+        with _followers_stopped(c, leader):
             for i in range(count):
                 batch = kafka_records.encode_batch([b"v%d" % i], [b"k%d" % i])
                 s.sendall(_produce_request("held", [0], batch, i))
                 time.sleep(0.002)
-        finally:
-            for n in followers:
-                c.procs[n].send_signal(signal.SIGCONT)
-        frames = FrameDecoder()
-        answers: list[bytes] = []
-        deadline = time.monotonic() + 60
-        while len(answers) < count and time.monotonic() < deadline:
-            data = s.recv(1 << 16)
-            assert data, "the listener closed the connection"
-            answers.extend(frames.feed(data))
-    parts = [
-        decode_response(km.PRODUCE, 9, a)[1]["responses"][0]["partition_responses"][0]
-        for a in answers
-    ]
+        parts = _first_partition(_read_answers(s, count))
     assert all(p["error_code"] == 0 for p in parts), parts
     offsets = [p["base_offset"] for p in parts]
     assert offsets == list(range(offsets[0], offsets[0] + count))
-    stored = [
-        h
-        for f in sorted(c.node_dir(leader).glob("held-0/*.log"))
-        for h in iter_batches(f.read_bytes())
-        if not h.flags & CONTROL_FLAG
-    ]
+    stored = _stored(c, leader, "held")
     assert sum(h.record_count for h in stored) == count
     assert len(stored) <= 5, [h.record_count for h in stored]
 
@@ -247,33 +250,20 @@ def test_a_partition_whose_appends_wait_holds_back_no_other(patient: LocalCluste
     leader = c.wait_for_leader("stuck", 0, 60)
     mine = [p for p in range(6) if c.wait_for_leader("alone", p, 60) == leader]
     assert mine, "no partition of 'alone' on the leader of 'stuck'"
-    followers = [n for n in c.procs if n != leader]
     port = c.kafka_ports[leader]
     record = kafka_records.encode_batch([b"v"], [b"k"])
     with (
-        socket.create_connection(("127.0.0.1", port), timeout=60) as held,
-        socket.create_connection(("127.0.0.1", port), timeout=60) as free,
+        socket.create_connection(("127.0.0.1", port), timeout=30) as held,
+        socket.create_connection(("127.0.0.1", port), timeout=30) as free,
+        _followers_stopped(c, leader),
     ):
-        for n in followers:
-            c.procs[n].send_signal(signal.SIGSTOP)
-        try:
-            for i in range(10):
-                held.sendall(_produce_request("stuck", [0], record, i))
-                time.sleep(0.002)
-            free.sendall(_produce_request("alone", mine[:1], record, 100))
-            frames = FrameDecoder()
-            answers: list[bytes] = []
-            deadline = time.monotonic() + 30
-            while not answers and time.monotonic() < deadline:
-                data = free.recv(1 << 16)
-                assert data, "the listener closed the connection"
-                answers.extend(frames.feed(data))
-            # ...while the held partition's requests are not answered yet.
-            held.setblocking(False)
-            with pytest.raises(BlockingIOError):
-                held.recv(1 << 16)
-        finally:
-            for n in followers:
-                c.procs[n].send_signal(signal.SIGCONT)
-    part = decode_response(km.PRODUCE, 9, answers[0])[1]["responses"][0]["partition_responses"][0]
+        for i in range(10):
+            held.sendall(_produce_request("stuck", [0], record, i))
+            time.sleep(0.002)
+        free.sendall(_produce_request("alone", mine[:1], record, 100))
+        [part] = _first_partition(_read_answers(free, 1))
+        # ...while the held partition's requests are not answered yet.
+        held.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            held.recv(1 << 16)
     assert part["error_code"] == 0 and part["base_offset"] >= 0, part
