@@ -475,12 +475,9 @@ class Node:
         answers every request: at once, at the HWM, or at its deadline)."""
         token, fut = self._request(key, req)
         try:
-            resp = await fut
+            return await fut
         finally:
-            self._answers.pop(token, None)
-        if self.metrics is not None:
-            self.metrics.answered(key, req, resp)
-        return resp
+            self._submitted(token, key, req, fut)
 
     def submit_each(self, requests: list[tuple[PartitionKey, Any]]) -> list[asyncio.Future[Any]]:
         """``submit`` each, all in this turn of the loop, without a task each: a future
@@ -493,9 +490,12 @@ class Node:
         return futures
 
     def _submitted(self, token: int, key: PartitionKey, req: Any, fut: asyncio.Future[Any]) -> None:
+        """A request handed to the driver is over: its token goes, and its answer, if it
+        has one, is counted in the metrics."""
         self._answers.pop(token, None)
-        if self.metrics is not None and not fut.cancelled() and fut.exception() is None:
-            self.metrics.answered(key, req, fut.result())
+        if self.metrics is None or not fut.done() or fut.cancelled() or fut.exception():
+            return
+        self.metrics.answered(key, req, fut.result())
 
     def _request(self, key: PartitionKey, req: Any) -> tuple[int, asyncio.Future[Any]]:
         token = next(self._tokens)
