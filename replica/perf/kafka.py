@@ -13,7 +13,9 @@ write: ``produce(topic, value, key)`` per record, a distinct key each, librdkafk
 partitioner and batching (``--partitions 64 --keyed``: the shape of issue 64, where a
 backlog of small requests once held the listener to 24k records/s). Besides records/s, it
 prints the nodes' CPU per million records of each phase (the server's cost, whatever the
-client) and the listener's answer time per Produce request while the producer ran (mean
+client), the producer process's own CPU per million (this process: the loop and
+librdkafka's threads; on a machine whose cores it shares with the nodes, the rate is at
+most the cores over the two together) and the listener's answer time per Produce request while the producer ran (mean
 and p99, from the nodes' request histograms: from a request's read to its answer).
 
 ``--compression lz4|zstd`` has the producer compress with that codec (librdkafka's
@@ -133,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         boot = cluster.kafka_bootstrap
         cpu0 = sum(cpu_seconds(pid) for pid in pids)
         answers0 = produce_answers(cluster)
+        client0 = time.process_time()
         produced, produce_s = _produce(confluent_kafka, boot, topic, args, producer_config)
+        client_cpu = time.process_time() - client0
         answered = produce_answers(cluster) - answers0
         cpu1 = sum(cpu_seconds(pid) for pid in pids)
         consumed, consume_s = _consume(confluent_kafka, boot, topic, args, consumer_config)
@@ -162,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "consume_default_backoff_rec_per_s": round(consumed_default / consume_default_s),
         "consumed": consumed,
         "node_cpu_s_per_m_produced": round((cpu1 - cpu0) / produced * 1e6, 2),
+        "client_cpu_s_per_m_produced": round(client_cpu / produced * 1e6, 2),
         "produce_requests": answered.count,
         "records_per_produce_request": round(produced / max(answered.count, 1), 1),
         "produce_answer_ms_mean": round(answered.mean_s() * 1000, 2),
@@ -177,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             f"records               {args.records:,}  ({args.partitions} partitions, "
             f"{args.value_size} B values, {args.nodes} replicas, fsync on)",
             f"librdkafka producer   {figures['produce_rec_per_s']:,} records/s (acks=all, "
-            f"{producer_api} API), nodes' CPU {figures['node_cpu_s_per_m_produced']} s per million",
+            f"{producer_api} API), nodes' CPU {figures['node_cpu_s_per_m_produced']} s per million, "
+            f"the producer's {figures['client_cpu_s_per_m_produced']} s",
             f"  listener's answer   {figures['produce_requests']:,} Produce requests "
             f"({figures['records_per_produce_request']} records each), answered in "
             f"{figures['produce_answer_ms_mean']} ms mean, "

@@ -17,7 +17,8 @@ final flush (every record acknowledged, or the run fails):
   count (``partitioner=murmur2_random``), for reference.
 
 Besides records/s, each phase's client CPU (this process: the caller and the client's own
-threads) per million records, and the machine's limit beside them: how fast it writes new
+threads) and the nodes' CPU per million records (on a machine whose cores the client and
+the nodes share, their sum bounds the rate), and the machine's limit beside them: how fast it writes new
 pages into its page cache (``page_cache_write_mb_per_s``; each replica's append is such a
 copy, and on a virtual machine whose host takes back freed memory it can be a fraction
 of the rate into reused pages). Each phase starts once every replica has the last
@@ -37,6 +38,7 @@ from ..node.cluster import LocalCluster
 from .util import (
     Progress,
     add_page_cache_option,
+    cpu_seconds,
     emit,
     page_cache_args,
     page_cache_write_mb_per_s,
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     value = b"v" * args.value_size
     keys = [b"%016d" % i for i in range(args.records)]
     data_dir = Path(args.data_dir) if args.data_dir is not None else None
-    phases: dict[str, tuple[int, float, float]] = {}  # records, seconds, CPU seconds
+    # records, seconds, the client's CPU seconds, the nodes'
+    phases: dict[str, tuple[int, float, float, float]] = {}
     with LocalCluster(
         args.nodes,
         data_dir,
@@ -91,30 +94,49 @@ def main(argv: list[str] | None = None) -> int:
             c.create_topic(topic, partitions)
             for p in range(partitions):
                 c.wait_for_leader(topic, p, 60)
+        nodes = [proc.pid for proc in c.procs.values()]
+
+        def phase(name: str, run: Callable[[], tuple[int, float, float]]) -> None:
+            # The nodes' CPU over the phase beside the client's: together they are what
+            # a record costs this machine.
+            cpu0 = sum(cpu_seconds(pid) for pid in nodes)
+            phases[name] = (*run(), sum(cpu_seconds(pid) for pid in nodes) - cpu0)
+
         with Client(c.bootstrap) as client:
             # Each native phase next to the librdkafka one it is compared with; each on
             # a quiet cluster (acks=quorum answers before the slowest replica has the
             # records: it catches up after the phase, not during the next one).
-            phases["native"] = _native(
-                client, "native", args, lambda p, t: _per_record(p, t, value, args.records)
+            phase(
+                "native",
+                lambda: _native(
+                    client, "native", args, lambda p, t: _per_record(p, t, value, args.records)
+                ),
             )
             _settle(client, "native", 1)
             if ck is not None:
-                phases["librdkafka"] = _librdkafka(
-                    ck, c.kafka_bootstrap, "librdkafka", value, args, None
+                phase(
+                    "librdkafka",
+                    lambda: _librdkafka(ck, c.kafka_bootstrap, "librdkafka", value, args, None),
                 )
                 _settle(client, "librdkafka", 1)
-            phases["native_keyed"] = _native(
-                client, "native_keyed", args, lambda p, t: _keyed(p, t, value, keys)
+            phase(
+                "native_keyed",
+                lambda: _native(
+                    client, "native_keyed", args, lambda p, t: _keyed(p, t, value, keys)
+                ),
             )
             _settle(client, "native_keyed", args.keyed_partitions)
             if ck is not None:
-                phases["librdkafka_keyed"] = _librdkafka(
-                    ck, c.kafka_bootstrap, "librdkafka_keyed", value, args, keys
+                phase(
+                    "librdkafka_keyed",
+                    lambda: _librdkafka(
+                        ck, c.kafka_bootstrap, "librdkafka_keyed", value, args, keys
+                    ),
                 )
                 _settle(client, "librdkafka_keyed", args.keyed_partitions)
-            phases["native_many"] = _native(
-                client, "native_many", args, lambda p, t: _many(p, t, value, args)
+            phase(
+                "native_many",
+                lambda: _native(client, "native_many", args, lambda p, t: _many(p, t, value, args)),
             )
         # The machine's limit beside the figures (measured last, so that the pages it
         # frees are not the ones the phases write into).
@@ -129,12 +151,16 @@ def main(argv: list[str] | None = None) -> int:
         "page_cache": args.page_cache,
         "page_cache_write_mb_per_s": round(page_cache),
     }
-    for name, (records, seconds, cpu) in phases.items():
+    for name, (records, seconds, cpu, node_cpu) in phases.items():
         figures[f"{name}_rec_per_s"] = round(records / seconds)
         figures[f"{name}_cpu_s_per_m"] = round(cpu / records * 1e6, 2)
+        figures[f"{name}_node_cpu_s_per_m"] = round(node_cpu / records * 1e6, 2)
     if "librdkafka" in phases:
         figures["native_vs_librdkafka"] = round(
             figures["native_rec_per_s"] / figures["librdkafka_rec_per_s"], 3
+        )
+        figures["librdkafka_keyed_vs_native_keyed"] = round(
+            figures["librdkafka_keyed_rec_per_s"] / figures["native_keyed_rec_per_s"], 3
         )
     lines = [] if args.json else _lines(figures, args)
     emit(figures, lines)
@@ -157,10 +183,14 @@ def _lines(figures: dict[str, Any], args: argparse.Namespace) -> list[str]:
         if f"{name}_rec_per_s" in figures:
             out.append(
                 f"{label:<44} {figures[f'{name}_rec_per_s']:>11,} records/s, "
-                f"client CPU {figures[f'{name}_cpu_s_per_m']} s per million"
+                f"CPU per million: client {figures[f'{name}_cpu_s_per_m']} s, "
+                f"nodes {figures[f'{name}_node_cpu_s_per_m']} s"
             )
     if "native_vs_librdkafka" in figures:
         out.append(f"native / librdkafka (per-record loop): {figures['native_vs_librdkafka']}")
+        out.append(
+            f"librdkafka keyed / native keyed: {figures['librdkafka_keyed_vs_native_keyed']}"
+        )
     out.append(
         f"the machine writes new pages into its page cache at "
         f"{figures['page_cache_write_mb_per_s']:,} MB/s (every replica of a record, "

@@ -28,8 +28,10 @@ def test_every_record_produced_and_consumed(capsys: pytest.CaptureFixture[str], 
         "consume_rec_per_s",
         "consume_default_backoff_rec_per_s",
         "node_cpu_s_per_m_produced",
+        "client_cpu_s_per_m_produced",
         "node_cpu_s_per_m_consumed",
     )
+    assert figures["client_cpu_s_per_m_produced"] > 0
     assert figures["consumer_config"] == {"fetch.queue.backoff.ms": 10}
     assert figures["compression"] == "none" and figures["disk_bytes_per_record"] > 100
 

@@ -28,10 +28,14 @@ def test_every_phase_runs_and_reports(capsys: pytest.CaptureFixture[str]) -> Non
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and figures["bench"] == "producer" and figures["records"] == 3000
     for name in ("native", "native_keyed", "native_many", "librdkafka", "librdkafka_keyed"):
-        assert_numbers(figures, f"{name}_rec_per_s", f"{name}_cpu_s_per_m")
+        assert_numbers(
+            figures, f"{name}_rec_per_s", f"{name}_cpu_s_per_m", f"{name}_node_cpu_s_per_m"
+        )
     assert_numbers(figures, "page_cache_write_mb_per_s")
     ratio = figures["native_rec_per_s"] / figures["librdkafka_rec_per_s"]
     assert figures["native_vs_librdkafka"] == pytest.approx(ratio, abs=0.001)
+    keyed = figures["librdkafka_keyed_rec_per_s"] / figures["native_keyed_rec_per_s"]
+    assert figures["librdkafka_keyed_vs_native_keyed"] == pytest.approx(keyed, abs=0.001)
 
 
 def test_the_native_phases_run_without_librdkafka(capsys: pytest.CaptureFixture[str]) -> None:
