@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..node.cluster import LocalCluster
-from .util import Progress, cpu_seconds, emit
+from .util import MachineCpu, Progress, cpu_seconds, emit
 
 #: librdkafka's fetch back-off when a partition's prefetch queue is full (its default,
 #: 1000 ms, stalls a consumer that reads faster than its queue thresholds assume).
@@ -135,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         boot = cluster.kafka_bootstrap
         cpu0 = sum(cpu_seconds(pid) for pid in pids)
         answers0 = produce_answers(cluster)
-        client0 = time.process_time()
+        client0, machine0 = time.process_time(), MachineCpu.now()
         produced, produce_s = _produce(confluent_kafka, boot, topic, args, producer_config)
         client_cpu = time.process_time() - client0
+        busy = MachineCpu.now().busy_share_since(machine0)
         answered = produce_answers(cluster) - answers0
         cpu1 = sum(cpu_seconds(pid) for pid in pids)
         consumed, consume_s = _consume(confluent_kafka, boot, topic, args, consumer_config)
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "consumed": consumed,
         "node_cpu_s_per_m_produced": round((cpu1 - cpu0) / produced * 1e6, 2),
         "client_cpu_s_per_m_produced": round(client_cpu / produced * 1e6, 2),
+        "produce_machine_busy_pct": round(busy * 100, 1),
         "produce_requests": answered.count,
         "records_per_produce_request": round(produced / max(answered.count, 1), 1),
         "produce_answer_ms_mean": round(answered.mean_s() * 1000, 2),
@@ -183,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.value_size} B values, {args.nodes} replicas, fsync on)",
             f"librdkafka producer   {figures['produce_rec_per_s']:,} records/s (acks=all, "
             f"{producer_api} API), nodes' CPU {figures['node_cpu_s_per_m_produced']} s per million, "
-            f"the producer's {figures['client_cpu_s_per_m_produced']} s",
+            f"the producer's {figures['client_cpu_s_per_m_produced']} s (the machine's CPUs "
+            f"{figures['produce_machine_busy_pct']}% busy)",
             f"  listener's answer   {figures['produce_requests']:,} Produce requests "
             f"({figures['records_per_produce_request']} records each), answered in "
             f"{figures['produce_answer_ms_mean']} ms mean, "

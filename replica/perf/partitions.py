@@ -40,6 +40,7 @@ from ..protocol import messages as m
 from .probe import MetadataProber, ProbeResult
 from .util import (
     PRODUCER_MODES,
+    MachineCpu,
     ProduceJob,
     Progress,
     cpu_seconds,
@@ -695,6 +696,7 @@ class _Bench:
         payload = encode_batch([b"v" * VALUE_SIZE] * self.args.batch)
         cpu0 = {i: cpu_seconds(self.cluster.procs[i].pid) for i in nodes}
         faults0 = {i: minor_faults(self.cluster.procs[i].pid) for i in nodes}
+        machine0 = MachineCpu.now()
         load = run_producers(
             ProduceJob(
                 self.cluster.bootstrap,
@@ -708,6 +710,7 @@ class _Bench:
             self.args.producers,
             mode=self.args.producer_mode,
         )
+        busy = MachineCpu.now().busy_share_since(machine0)
         used = {i: cpu_seconds(self.cluster.procs[i].pid) - cpu0[i] for i in nodes}
         cpu = [round(used[i] / load.seconds * 100, 1) for i in nodes]
         # The nodes' CPU (all of them) per record produced: the server's cost of a record.
@@ -734,6 +737,7 @@ class _Bench:
             produce_cpu_pct=cpu,
             produce_node_cpu_us_per_record=round(per_record_us, 2),
             produce_page_faults_per_s=faults,
+            produce_machine_busy_pct=round(busy * 100, 1),
         )
         self.say(
             f"produce: {self.args.producers} producers ({load.mode}), "
@@ -743,7 +747,7 @@ class _Bench:
             f"({load.records:,} in {load.seconds:.2f}s; node CPU {_pct(cpu)}, "
             f"{per_record_us:.2f} us of it a record, producers' CPU "
             f"{load.client_cpu_pct:.1f}%, {client_us:.2f} us a record; page faults per node "
-            f"and second {faults})",
+            f"and second {faults}; the machine's CPUs {busy:.0%} busy)",
         )
         if load.mode == "threads" and load.client_cpu_pct >= GIL_BOUND_PCT:
             self.say(

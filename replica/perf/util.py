@@ -89,10 +89,12 @@ class MachineCpu:
     """The machine's CPU time since boot over all its CPUs, in clock ticks, from the
     first line of /proc/stat: ``steal`` is the time a virtual machine's CPUs were ready to
     run while its host ran something else (the share of the machine a benchmark did not
-    get), ``total`` every state's time. Both 0 where /proc/stat cannot be read."""
+    get), ``idle`` the time no process wanted them (idle and iowait), ``total`` every
+    state's time. All 0 where /proc/stat cannot be read."""
 
     steal: int = 0
     total: int = 0
+    idle: int = 0
 
     @classmethod
     def now(cls) -> MachineCpu:
@@ -104,13 +106,19 @@ class MachineCpu:
         # cpu user nice system idle iowait irq softirq steal [guest guest_nice]: guest
         # time is counted in user's already.
         ticks = [int(v) for v in fields[1:9]]
-        return cls(ticks[7] if len(ticks) > 7 else 0, sum(ticks))
+        return cls(ticks[7] if len(ticks) > 7 else 0, sum(ticks), sum(ticks[3:5]))
 
     def steal_share_since(self, earlier: MachineCpu) -> float:
         """The share of the machine's CPU time the host took since ``earlier`` (0.0 to
         1.0; 0.0 when no time was counted)."""
         total = self.total - earlier.total
         return (self.steal - earlier.steal) / total if total > 0 else 0.0
+
+    def busy_share_since(self, earlier: MachineCpu) -> float:
+        """The share of the machine's CPU time something ran in since ``earlier`` (0.0 to
+        1.0): near 1.0, the CPUs bound a figure measured meanwhile, whatever its code."""
+        total = self.total - earlier.total
+        return 1.0 - (self.idle - earlier.idle) / total if total > 0 else 0.0
 
 
 def minor_faults(pid: int) -> int:

@@ -29,6 +29,7 @@ def test_every_record_produced_and_consumed(capsys: pytest.CaptureFixture[str], 
         "consume_default_backoff_rec_per_s",
         "node_cpu_s_per_m_produced",
         "client_cpu_s_per_m_produced",
+        "produce_machine_busy_pct",
         "node_cpu_s_per_m_consumed",
     )
     assert figures["client_cpu_s_per_m_produced"] > 0

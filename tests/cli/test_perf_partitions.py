@@ -68,6 +68,7 @@ def test_perf_partitions_tiny(capsys: pytest.CaptureFixture[str], tmp_path: Path
         "produce_rec_per_s",
         "produce_node_cpu_us_per_record",
         "produce_client_cpu_us_per_record",
+        "produce_machine_busy_pct",
         "metadata_partition_ms",
         "metadata_topic_ms",
     )

@@ -68,3 +68,18 @@ def test_machine_cpu_steal_share_reads_proc_stat() -> None:
     assert MachineCpu(110, 1300).steal_share_since(MachineCpu(10, 1000)) == 100 / 300
     # No time counted (unreadable /proc/stat): no share.
     assert MachineCpu().steal_share_since(MachineCpu()) == 0.0
+
+
+def test_machine_cpu_busy_share_is_the_time_not_idle() -> None:
+    """Busy is every state but idle and iowait, over the time between two readings: a
+    loop burning a CPU makes the machine busy, and known counts give known shares."""
+    earlier = MachineCpu.now()
+    t = time.thread_time()
+    while time.thread_time() - t < 0.1:
+        pass
+    later = MachineCpu.now()
+    # One CPU burned of os.cpu_count() (others may idle): busy at least a share of it.
+    assert later.busy_share_since(earlier) >= 0.5 / (os.cpu_count() or 1)
+    # 300 ticks, 120 of them idle or iowait: 60% busy.
+    assert MachineCpu(0, 1300, 420).busy_share_since(MachineCpu(0, 1000, 300)) == 1 - 120 / 300
+    assert MachineCpu().busy_share_since(MachineCpu()) == 0.0
