@@ -4,8 +4,11 @@
 Encodes and decodes one RecordBatch v2 of N records (value B bytes, a K-byte key or, with
 K = 0, a null key as librdkafka's perf producer sends; no headers), with the reference
 codec (``records``, lists) and the vectorised one (``columnar``, Arrow columns), and
-converts Kafka <-> quorumlog's Arrow batch as the listener does. Prints figures, then one
-JSON line.
+converts Kafka <-> quorumlog's Arrow batch as the listener does; and reads a Produce
+request and writes its answer as the listener does for each (one partition, a batch of
+``--request-records`` records: librdkafka's shape under a backlog over many partitions,
+thousands of requests a second), in requests a second. Prints figures, then one JSON
+line.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import time
 from collections.abc import Callable
 
 from ..storage.records import encode_batch as encode_native
+from .codec import decode_request, encode_request, encode_response
 from .columnar import decode_columns, encode_columns
 from .convert import from_kafka, kafka_to_quorumlog, quorumlog_to_kafka
+from .messages import PRODUCE
 from .records import decode_batch, encode_batch
 
 
@@ -36,6 +41,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--key-bytes", type=int, default=10, help="0: null keys")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--request-records", type=int, default=30, help="records of the Produce request timed"
+    )
     args = parser.parse_args(argv)
     n = args.records
     values = [bytes([i % 251]) * args.value_bytes for i in range(n)]
@@ -65,8 +73,38 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     shape = f"({n} x {args.value_bytes} B records, key {args.key_bytes or 'null'}, one batch)"
     for name, rate in figures.items():
         print(f"{name:28s} {rate:14,.0f}  {shape}")
+    request, answer = _produce_exchange(values, keys, timestamps, args.request_records)
+    requests = {
+        "produce_request_decode_per_s": _best_rate(
+            1000, lambda: [decode_request(request, trailing_ok=True) for _ in range(1000)], repeats
+        ),
+        "produce_answer_encode_per_s": _best_rate(
+            1000, lambda: [encode_response(PRODUCE, 9, 7, answer) for _ in range(1000)], repeats
+        ),
+    }
+    shape = f"(Produce v9, one partition, {args.request_records} records)"
+    for name, rate in requests.items():
+        print(f"{name:28s} {rate:14,.0f}  {shape}")
+    figures |= requests
     print(json.dumps({"records": n, "value_bytes": args.value_bytes, **figures}))
     return figures
+
+
+def _produce_exchange(
+    values: list[bytes], keys: list[bytes | None], timestamps: list[int], records: int
+) -> tuple[bytes, dict[str, object]]:
+    """A Produce v9 request of one partition's batch of ``records`` records, as librdkafka
+    sends it, and the answer the listener gives it."""
+    batch = encode_batch(values[:records], keys[:records], timestamps[:records])
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": 30_000,
+        "topic_data": [{"name": "events", "partition_data": [{"index": 3, "records": batch}]}],
+    }
+    part = {"index": 3, "error_code": 0, "base_offset": 1234, "error_message": None}
+    answer = {"responses": [{"name": "events", "partition_responses": [part]}]}
+    return encode_request(PRODUCE, 9, 7, body, client_id="rdkafka"), answer
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from quorumlog.replica.kafka.codec import (
+    RequestHeader,
+    _produce_fast,
     decode_request,
     decode_response,
     encode_produce_response,
@@ -108,6 +110,50 @@ def test_unknown_tagged_fields_are_skipped(version: int) -> None:
     tagged = payload[:-1] + bytes([1, 5, 2]) + b"hi"
     fast, slow = _generic(tagged)
     assert fast == slow == ("ok", body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    BODY,
+    st.sampled_from(VERSIONS),
+    st.none() | st.text(max_size=8),
+    st.binary(max_size=3),
+)
+def test_the_produce_fast_reading_gives_the_plan_s_header_and_body(
+    body: dict[str, Any], version: int, client_id: str | None, trailing: bytes
+) -> None:
+    """``_produce_fast`` (which ``decode_request`` takes first) reads what the plan reads,
+    header included, and does read it: names and ids this short take no fallback. Bytes
+    after the body are the fallback's to refuse, unless the caller ignores them."""
+    payload = encode_request(PRODUCE, version, 7, body, client_id=client_id)
+    header = RequestHeader(PRODUCE.key, version, 7, client_id)
+    assert _produce_fast(payload, False) == (header, body)
+    assert _produce_fast(memoryview(payload), False) == (header, body)
+    assert _produce_fast(payload + trailing, True) == (header, body)
+    if trailing:
+        assert _produce_fast(payload + trailing, False) is None
+        with pytest.raises(KafkaDecodeError):
+            decode_request(payload + trailing)
+
+
+def test_long_names_and_ids_are_read_by_the_fallback() -> None:
+    """A topic name or transactional id whose compact length takes two varint bytes is
+    left to the Reader: the same body either way."""
+    body = {
+        "transactional_id": "x" * 200,
+        "acks": -1,
+        "timeout_ms": 30000,
+        "topic_data": [{"name": "t" * 240, "partition_data": [{"index": 0, "records": None}]}],
+    }
+    for version in VERSIONS:
+        payload = encode_request(PRODUCE, version, 7, body, client_id="c")
+        if PRODUCE.is_flexible(version):
+            assert _produce_fast(payload, False) is None
+        else:
+            assert _produce_fast(payload, False) is not None
+        assert decode_request(payload)[2] == body
+    other = encode_request(PRODUCE, 9, 7, body, client_id="c")
+    assert _produce_fast(b"\x00\x03" + other[2:], False) is None  # not a Produce
 
 
 PARTITION_ANSWER = st.fixed_dictionaries(
