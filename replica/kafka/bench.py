@@ -24,6 +24,7 @@ from .columnar import decode_columns, encode_columns
 from .convert import from_kafka, kafka_to_quorumlog, quorumlog_to_kafka
 from .messages import PRODUCE
 from .records import decode_batch, encode_batch
+from .schema import Message
 
 
 def _best_rate(records: int, fn: Callable[[], object], repeats: int) -> float:
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 def _produce_exchange(
     values: list[bytes], keys: list[bytes | None], timestamps: list[int], records: int
-) -> tuple[bytes, dict[str, object]]:
+) -> tuple[bytes, Message]:
     """A Produce v9 request of one partition's batch of ``records`` records, as librdkafka
     sends it, and the answer the listener gives it."""
     batch = encode_batch(values[:records], keys[:records], timestamps[:records])
@@ -103,7 +104,7 @@ def _produce_exchange(
         "topic_data": [{"name": "events", "partition_data": [{"index": 3, "records": batch}]}],
     }
     part = {"index": 3, "error_code": 0, "base_offset": 1234, "error_message": None}
-    answer = {"responses": [{"name": "events", "partition_responses": [part]}]}
+    answer: Message = {"responses": [{"name": "events", "partition_responses": [part]}]}
     return encode_request(PRODUCE, 9, 7, body, client_id="rdkafka"), answer
 
 

@@ -15,8 +15,10 @@ backlog of small requests once held the listener to 24k records/s). Besides reco
 prints the nodes' CPU per million records of each phase (the server's cost, whatever the
 client), the producer process's own CPU per million (this process: the loop and
 librdkafka's threads; on a machine whose cores it shares with the nodes, the rate is at
-most the cores over the two together) and the listener's answer time per Produce request while the producer ran (mean
-and p99, from the nodes' request histograms: from a request's read to its answer).
+most the cores over the two together), how busy the machine's CPUs were while it
+produced, and the listener's answer time per Produce request while the producer ran
+(mean and p99, from the nodes' request histograms: from a request's read to its
+answer).
 
 ``--compression lz4|zstd`` has the producer compress with that codec (librdkafka's
 ``compression.type``) into a topic of the same ``compression.type``, so the nodes store

@@ -18,10 +18,11 @@ final flush (every record acknowledged, or the run fails):
 
 Besides records/s, each phase's client CPU (this process: the caller and the client's own
 threads) and the nodes' CPU per million records (on a machine whose cores the client and
-the nodes share, their sum bounds the rate), and the machine's limit beside them: how fast it writes new
-pages into its page cache (``page_cache_write_mb_per_s``; each replica's append is such a
-copy, and on a virtual machine whose host takes back freed memory it can be a fraction
-of the rate into reused pages). Each phase starts once every replica has the last
+the nodes share, their sum bounds the rate), the keyed librdkafka rate over the keyed
+native one (``librdkafka_keyed_vs_native_keyed``), and the machine's limit beside them:
+how fast it writes new pages into its page cache (``page_cache_write_mb_per_s``; each
+replica's append is such a copy, and on a virtual machine whose host takes back freed
+memory it can be a fraction of the rate into reused pages). Each phase starts once every replica has the last
 phase's records. Needs confluent-kafka (the project's dev extra)."""
 
 from __future__ import annotations
