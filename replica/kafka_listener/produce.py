@@ -384,6 +384,14 @@ def _decode_turn(turn: list[_Append]) -> list[_Append]:
         for a in turn:
             first = row
             whole = all(s.batches is None for s in a.shares)  # no share decoded before
+            if whole and a.mergeable:
+                # Stored as the joined records' slice (``_stored``): its shares need no
+                # batch of their own.
+                for s in a.shares:
+                    s.batches = []
+                    row += s.rows
+                a.joined = joined.slice(first, row - first)
+                continue
             for s in a.shares:
                 if s.batches is not None:
                     continue
@@ -411,9 +419,9 @@ def _stored(a: _Append) -> bytes:
     """The stored batches of an append: its shares' plain batches merged into one (the
     turn's decoded records' slice, when they were decoded together), or each batch as it
     came."""
-    batches = [b for s in a.shares for b in s.batches or ()]
     if a.mergeable and a.joined is not None:
         return encode_arrow(a.joined, compression=a.codec)
+    batches = [b for s in a.shares for b in s.batches or ()]
     if a.mergeable and len(batches) > 1:
         table = pa.Table.from_batches([b.records for b in batches])
         return encode_arrow(table, compression=a.codec)
