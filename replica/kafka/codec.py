@@ -111,35 +111,15 @@ def _produce_fast(payload: Buffer, trailing_ok: bool) -> tuple[RequestHeader, Me
         if api_key != PRODUCE.key or not PRODUCE.min_version <= version <= PRODUCE.max_version:
             return None
         size = len(payload)
-        pos = 10
-        client_id = None
-        if n >= 0:
-            if pos + n > size:
-                return None
-            client_id = str(payload[pos : pos + n], "utf-8")
-            pos += n
-        elif n != -1:
-            return None
+        client_id, pos = _string(payload, 10, n, size)
         compact = version >= 9
         if compact:
-            if payload[pos]:  # header tagged fields
-                return None
-            pos += 1
-            n = payload[pos] - 1  # a transactional id under 127 bytes: one varint byte
-            pos += 1
-            if n > 125:
-                return None
+            pos = _no_tags(payload, pos)  # the header's
+            n, pos = _short_length(payload, pos)
         else:
             (n,) = _I16.unpack_from(payload, pos)
             pos += 2
-        transactional_id = None
-        if n >= 0:
-            if pos + n > size:
-                return None
-            transactional_id = str(payload[pos : pos + n], "utf-8")
-            pos += n
-        elif n != -1:
-            return None
+        transactional_id, pos = _string(payload, pos, n, size)
         acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(payload, pos)
         pos += 6
         topics, pos = _count(payload, pos, compact)
@@ -148,51 +128,37 @@ def _produce_fast(payload: Buffer, trailing_ok: bool) -> tuple[RequestHeader, Me
         topic_data = []
         for _ in range(topics):
             if compact:
-                n = payload[pos] - 1  # a topic name is at most 249 bytes: 1-2 varint bytes
-                pos += 1
-                if n > 126:
-                    return None
+                n, pos = _short_length(payload, pos)
             else:
                 (n,) = _I16.unpack_from(payload, pos)
                 pos += 2
-            if n < 0 or pos + n > size:
+            if n < 0:
                 return None
-            name = str(payload[pos : pos + n], "utf-8")
-            pos += n
+            name, pos = _string(payload, pos, n, size)
             partitions, pos = _count(payload, pos, compact)
             if partitions < 0 or partitions > size - pos:
                 return None
             partition_data = []
             for _ in range(partitions):
                 (index,) = _I32.unpack_from(payload, pos)
-                pos += 4
-                n, pos = _count(payload, pos, compact)
+                n, pos = _count(payload, pos + 4, compact)
                 records = None
-                if n >= 0:
-                    end = pos + n
-                    if end > size:
+                if n != -1:
+                    if n < 0 or pos + n > size:
                         return None
-                    records = bytes(payload[pos:end])
-                    pos = end
-                elif n != -1:
-                    return None
+                    records = bytes(payload[pos : pos + n])
+                    pos += n
                 if compact:
-                    if payload[pos]:
-                        return None
-                    pos += 1
+                    pos = _no_tags(payload, pos)
                 partition_data.append({"index": index, "records": records})
             if compact:
-                if payload[pos]:
-                    return None
-                pos += 1
+                pos = _no_tags(payload, pos)
             topic_data.append({"name": name, "partition_data": partition_data})
         if compact:
-            if payload[pos]:
-                return None
-            pos += 1
+            pos = _no_tags(payload, pos)
         if pos != size and not trailing_ok:
             return None
-    except (IndexError, struct.error, UnicodeDecodeError):
+    except (_Unexpected, IndexError, struct.error, UnicodeDecodeError):
         return None
     header = RequestHeader(api_key, version, correlation_id, client_id)
     body = {
@@ -202,6 +168,35 @@ def _produce_fast(payload: Buffer, trailing_ok: bool) -> tuple[RequestHeader, Me
         "topic_data": topic_data,
     }
     return header, body
+
+
+class _Unexpected(Exception):
+    """What ``_produce_fast`` leaves to the Reader."""
+
+
+def _string(payload: Buffer, pos: int, n: int, size: int) -> tuple[str | None, int]:
+    """The string of ``n`` bytes at ``pos`` (None: ``n`` is -1, a null) and where it ends."""
+    if n == -1:
+        return None, pos
+    if n < 0 or pos + n > size:
+        raise _Unexpected
+    return str(payload[pos : pos + n], "utf-8"), pos + n
+
+
+def _short_length(payload: Buffer, pos: int) -> tuple[int, int]:
+    """A compact string length of one varint byte (a name or id under 127 bytes; a
+    longer one is the Reader's), and where it ends."""
+    b = payload[pos]
+    if b & 0x80:
+        raise _Unexpected
+    return b - 1, pos + 1
+
+
+def _no_tags(payload: Buffer, pos: int) -> int:
+    """Past an empty tagged-field section (one with fields is the Reader's)."""
+    if payload[pos]:
+        raise _Unexpected
+    return pos + 1
 
 
 def _count(payload: Buffer, pos: int, compact: bool) -> tuple[int, int]:
