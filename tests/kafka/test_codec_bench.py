@@ -17,7 +17,6 @@ def test_every_figure_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed == {"records": 50, "value_bytes": 100, **figures}
     assert_numbers(figures, "produce_request_decode_per_s", "produce_answer_encode_per_s")
-    assert figures["produce_request_decode_per_s"] > 0
 
 
 def test_the_timed_request_is_librdkafka_s_shape() -> None:
