@@ -23,7 +23,6 @@ __all__ = [
     "RequestHeader",
     "UnsupportedRequest",
     "api_versions_body",
-    "decode_produce",
     "decode_request",
     "decode_request_header",
     "decode_response",
@@ -83,10 +82,7 @@ def decode_request(
     header, api, r = decode_request_header(payload)
     if api is None or not api.supports(header.api_version):
         raise UnsupportedRequest(header)
-    if api is PRODUCE:
-        body = decode_produce(r, api.is_flexible(header.api_version))
-    else:
-        body = decode_struct(r, api.plan(header.api_version, True))
+    body = decode_struct(r, api.plan(header.api_version, True))
     if r.remaining and not trailing_ok:
         raise KafkaDecodeError(
             f"{r.remaining} trailing bytes after {api.name} v{header.api_version} request"
@@ -105,7 +101,8 @@ def _produce_fast(payload: Buffer, trailing_ok: bool) -> tuple[RequestHeader, Me
     no Reader and no call per field (a producer under a backlog sends thousands a
     second, and the Reader's calls were most of their cost); None for any other request
     and for anything this reading does not expect (a tagged field, a short or damaged
-    request): ``decode_request``'s own reading then answers, or says what is wrong."""
+    request): ``decode_request``'s walk of the schema then answers, or says what is
+    wrong."""
     try:
         api_key, version, correlation_id, n = _HEADER.unpack_from(payload, 0)
         if api_key != PRODUCE.key or not PRODUCE.min_version <= version <= PRODUCE.max_version:
@@ -171,7 +168,7 @@ def _produce_fast(payload: Buffer, trailing_ok: bool) -> tuple[RequestHeader, Me
 
 
 class _Unexpected(Exception):
-    """What ``_produce_fast`` leaves to the Reader."""
+    """What ``_produce_fast`` leaves to the schema's walk."""
 
 
 def _string(payload: Buffer, pos: int, n: int, size: int) -> tuple[str | None, int]:
@@ -185,7 +182,7 @@ def _string(payload: Buffer, pos: int, n: int, size: int) -> tuple[str | None, i
 
 def _short_length(payload: Buffer, pos: int) -> tuple[int, int]:
     """A compact string length of one varint byte (a name or id under 127 bytes; a
-    longer one is the Reader's), and where it ends."""
+    longer one is the schema walk's), and where it ends."""
     b = payload[pos]
     if b & 0x80:
         raise _Unexpected
@@ -193,7 +190,7 @@ def _short_length(payload: Buffer, pos: int) -> tuple[int, int]:
 
 
 def _no_tags(payload: Buffer, pos: int) -> int:
-    """Past an empty tagged-field section (one with fields is the Reader's)."""
+    """Past an empty tagged-field section (one with fields is the schema walk's)."""
     if payload[pos]:
         raise _Unexpected
     return pos + 1
@@ -212,38 +209,6 @@ def _count(payload: Buffer, pos: int, compact: bool) -> tuple[int, int]:
         if not b & 0x80:
             return value - 1, pos
     return -2, pos
-
-
-def decode_produce(r: Reader, compact: bool) -> Message:
-    """A Produce request's body (v3 on: every version served), field by field: what
-    ``decode_struct`` gives for it, without walking its plan (a producer under a backlog
-    sends thousands a second, one partition each, and the walk was most of their cost).
-    ``compact``: a flexible version's encoding; its tagged fields are skipped, as the
-    plan has none for Produce."""
-    transactional_id = r.nullable_string(compact)
-    acks = r.int16()
-    timeout_ms = r.int32()
-    topic_data = []
-    for _ in range(r.array_length(compact)):
-        name = r.string(compact)
-        partition_data = []
-        for _ in range(r.array_length(compact)):
-            index = r.int32()
-            records = r.nullable_bytes(compact)
-            if compact:
-                r.skip_tagged_fields()
-            partition_data.append({"index": index, "records": records})
-        if compact:
-            r.skip_tagged_fields()
-        topic_data.append({"name": name, "partition_data": partition_data})
-    if compact:
-        r.skip_tagged_fields()
-    return {
-        "transactional_id": transactional_id,
-        "acks": acks,
-        "timeout_ms": timeout_ms,
-        "topic_data": topic_data,
-    }
 
 
 def encode_request(

@@ -1,4 +1,4 @@
-"""``codec.decode_produce`` and ``codec.encode_produce_response``, Produce's own codec: for
+"""``codec._produce_fast`` and ``codec.encode_produce_response``, Produce's own codec: for
 every version served, the body ``decode_struct`` gives, the same refusal for what it
 refuses, and the bytes ``encode_struct`` writes."""
 
@@ -138,7 +138,7 @@ def test_the_produce_fast_reading_gives_the_plan_s_header_and_body(
 
 def test_long_names_and_ids_are_read_by_the_fallback() -> None:
     """A topic name or transactional id whose compact length takes two varint bytes is
-    left to the Reader: the same body either way."""
+    left to the schema walk: the same body either way."""
     body = {
         "transactional_id": "x" * 200,
         "acks": -1,
