@@ -98,7 +98,7 @@ class _Append:
     timeout_ms: int
     codec: str | None
     mergeable: bool
-    room: int  # Kafka record bytes it may still take
+    limit: int  # Kafka record bytes it may hold at most
     size: int  # Kafka record bytes it holds
     shares: list[_Share] = field(default_factory=list)
     # Its partition's appends handed to the driver in the same turn, not yet answered
@@ -208,19 +208,16 @@ class ProduceAppender:
             and last is not None
             and last.mergeable
             and (last.acks, last.codec) == (acks, codec)
-            and size <= last.room
+            and last.size + size <= last.limit
         ):
             last.shares.append(share)
-            last.room -= size
             last.size += size
             last.timeout_ms = min(last.timeout_ms, timeout_ms)
             return share.answer
         limit = min(
             MERGE_MAX_BYTES, self.api.controller.max_message_bytes(topic) // MERGE_MAX_SHARE
         )
-        append = _Append(
-            topic, index, acks, timeout_ms, codec, mergeable, limit - size, size, [share]
-        )
+        append = _Append(topic, index, acks, timeout_ms, codec, mergeable, limit, size, [share])
         queue.append(append)
         if self._in_flight.get(key, 0) < APPENDS_IN_FLIGHT:
             self._schedule()
