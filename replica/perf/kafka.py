@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..node.cluster import LocalCluster
-from .util import MachineCpu, Progress, cpu_seconds, emit
+from .util import MachineCpu, Progress, cpu_seconds, emit, librdkafka_loop
 
 #: librdkafka's fetch back-off when a partition's prefetch queue is full (its default,
 #: 1000 ms, stalls a consumer that reads faster than its queue thresholds assume).
@@ -222,22 +222,28 @@ def _produce(
     partitioner (sticky for keyless records, as Kafka's), failures reported (delivery
     reports for errors only); ``record``: one ``produce`` call and one delivery callback
     per record, partitions in turn (each partition gets every Nth record, the smallest
-    batches)."""
+    batches); ``--keyed``: ``librdkafka_loop`` (``produce(topic, value, key)`` per record,
+    a distinct key each, no callback with it), failures reported by the producer's own
+    error-only delivery reports."""
     settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "acks": "all"}
-    if args.producer_api == "batch" or args.keyed:
-        settings["delivery.report.only.error"] = True
-    producer = ck.Producer({**settings, **config})
-    values = _values(args.payload, args.value_size)
     state = {"acked": 0, "failed": 0, "queued": 0}
 
     def delivered(err: Any, msg: Any) -> None:
         state["failed" if err is not None else "acked"] += 1
 
+    if args.producer_api == "batch" or args.keyed:
+        settings["delivery.report.only.error"] = True
+    if args.keyed:  # the users' loop passes no callback with each record
+        settings["on_delivery"] = delivered
+    producer = ck.Producer({**settings, **config})
+    values = _values(args.payload, args.value_size)
     progress = Progress(args.records, "produce")
     keys = [b"%016d" % i for i in range(args.records)] if args.keyed else []
     start = time.monotonic()
     if args.keyed:
-        _produce_keyed(producer, topic, values, keys, delivered, progress)
+        librdkafka_loop(
+            producer, topic, args.records, values, keys, progress, "quorumlog perf kafka"
+        )
     elif args.producer_api == "batch":
         full = ck.KafkaError._QUEUE_FULL
         _produce_batches(producer, topic, values, args.records, delivered, full, state, progress)
@@ -268,36 +274,6 @@ def _produce(
         # None failed, none left: every one acknowledged.
         state["acked"] = args.records if args.keyed else state["queued"]
     return state["acked"], elapsed
-
-
-def _produce_keyed(
-    producer: Any,
-    topic: str,
-    values: list[bytes],
-    keys: list[bytes],
-    delivered: Any,
-    progress: Progress,
-) -> None:
-    """``produce(topic, value, key)`` per record (librdkafka's partitioner places it),
-    ``poll(0)`` every 1,000; a full queue is drained by deliveries before the record goes
-    again."""
-    produce, poll = producer.produce, producer.poll
-    deadline = time.monotonic() + 300
-    for i, key in enumerate(keys):
-        while True:
-            try:
-                produce(topic, values[i % len(values)], key, on_delivery=delivered)
-                break
-            except BufferError:
-                poll(0.005)
-                if time.monotonic() > deadline:
-                    raise SystemExit(
-                        f"quorumlog perf kafka: {i} of {len(keys)} queued in 300 s"
-                    ) from None
-        if i % 1000 == 0:
-            poll(0)
-            if i % 100_000 == 0:
-                progress.update(i)
 
 
 @dataclass(frozen=True, slots=True)

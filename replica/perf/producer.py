@@ -41,12 +41,11 @@ from .util import (
     add_page_cache_option,
     cpu_seconds,
     emit,
+    librdkafka_loop,
     page_cache_args,
     page_cache_write_mb_per_s,
 )
 
-#: Records between two ``poll(0)`` calls of the librdkafka loop (its delivery reports).
-POLL_EVERY = 1_000
 #: Each phase's flush must end within this (the run fails otherwise).
 FLUSH_TIMEOUT_S = 300.0
 #: How long a phase's slowest replicas may take to catch up before the next phase.
@@ -294,23 +293,11 @@ def _librdkafka(
     if producer.flush(60):
         raise SystemExit(f"quorumlog perf producer: {topic}: the warm-up record was not acked")
     progress = Progress(args.records, topic)
-    produce, poll = producer.produce, producer.poll
     cpu0 = time.process_time()
     start = time.monotonic()
-    for i in range(args.records):
-        while True:
-            try:
-                if keys is None:
-                    produce(topic, value, partition=0)
-                else:
-                    produce(topic, value, keys[i])
-                break
-            except BufferError:  # its queue is full: let deliveries drain it
-                poll(0.005)
-        if not i % POLL_EVERY:
-            poll(0)
-            if not i % 100_000:
-                progress.update(i)
+    librdkafka_loop(
+        producer, topic, args.records, [value], keys, progress, f"quorumlog perf producer: {topic}"
+    )
     left = producer.flush(FLUSH_TIMEOUT_S)
     elapsed = time.monotonic() - start
     cpu = time.process_time() - cpu0

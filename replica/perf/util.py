@@ -1,5 +1,6 @@
 """Shared bits of the perf commands: a progress bar on a terminal, RSS, CPU time,
-percentiles, the machine's page-cache write rate, and the many-producer load loop."""
+percentiles, the machine's page-cache write rate, the many-producer load loop, and
+librdkafka's per-record loop."""
 
 from __future__ import annotations
 
@@ -185,6 +186,54 @@ def emit(figures: dict[str, Any], lines: list[str]) -> None:
     for line in lines:
         print(line)
     print(json.dumps(figures, sort_keys=True))
+
+
+#: Records between two ``poll(0)`` calls of librdkafka's per-record loop (its delivery
+#: reports).
+POLL_EVERY = 1_000
+#: How long librdkafka's per-record loop may take to hand over its records (a full queue
+#: is waited out, delivery by delivery) before the run fails.
+QUEUE_WAIT_S = 300.0
+
+
+def librdkafka_loop(
+    producer: Any,
+    topic: str,
+    records: int,
+    values: list[bytes],
+    keys: list[bytes] | None,
+    progress: Progress,
+    what: str,
+) -> None:
+    """The per-record loop Kafka users write: confluent-kafka's ``produce(topic, value,
+    key)`` for each record (``partition=0`` without ``keys``; the values in turn), with no
+    callback of its own (the producer's ``on_delivery`` with ``delivery.report.only.error``
+    reports failures: a callback passed with each record costs this client ~0.5-1 us of
+    CPU a record even when only errors are reported), ``poll(0)`` every ``POLL_EVERY``
+    records; a full queue is drained by deliveries before the record goes again, for at
+    most ``QUEUE_WAIT_S`` in all (``what`` names the run in the error)."""
+    produce, poll = producer.produce, producer.poll
+    deadline = time.monotonic() + QUEUE_WAIT_S
+    count = len(values)
+    for i in range(records):
+        value = values[i % count]
+        while True:
+            try:
+                if keys is None:
+                    produce(topic, value, partition=0)
+                else:
+                    produce(topic, value, keys[i])
+                break
+            except BufferError:  # its queue is full: let deliveries drain it
+                poll(0.005)
+                if time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"{what}: {i:,} of {records:,} records handed over in {QUEUE_WAIT_S:g} s"
+                    ) from None
+        if not i % POLL_EVERY:
+            poll(0)
+            if not i % 100_000:
+                progress.update(i)
 
 
 # How the many-producer load runs: threads of this process (one GIL for every producer's

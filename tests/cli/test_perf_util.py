@@ -1,7 +1,8 @@
 """``util.cpu_seconds``: another process's CPU time to the nanosecond, so that a
 short measure of a process that did little (the nodes of a tiny ``perf kafka`` run)
 reads more than 0; /proc's clock ticks (10 ms) read 0 there. ``util.MachineCpu``:
-the host's share of the machine's CPU time (steal) between two readings."""
+the host's share of the machine's CPU time (steal) between two readings.
+``util.librdkafka_loop``: a queue that never drains ends the run, saying how far it got."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import subprocess
 import sys
 import time
 
-from quorumlog.replica.perf.util import MachineCpu, cpu_seconds
+import confluent_kafka
+import pytest
+from quorumlog.replica.perf import util
+from quorumlog.replica.perf.util import MachineCpu, Progress, cpu_seconds
 
 # Says it is ready, waits for a line, burns 3 ms of CPU, waits for another.
 CHILD = (
@@ -83,3 +87,20 @@ def test_machine_cpu_busy_share_is_the_time_not_idle() -> None:
     # 300 ticks, 120 of them idle or iowait: 60% busy.
     assert MachineCpu(0, 1300, 420).busy_share_since(MachineCpu(0, 1000, 300)) == 1 - 120 / 300
     assert MachineCpu().busy_share_since(MachineCpu()) == 0.0
+
+
+def test_librdkafka_loop_ends_the_run_when_its_queue_never_drains(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # nothing listens there: no delivery ever frees a place in the 10-record queue
+    monkeypatch.setattr(util, "QUEUE_WAIT_S", 0.5)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": "127.0.0.1:1", "queue.buffering.max.messages": 10}
+    )
+    keys = [b"%d" % i for i in range(100)]
+    try:
+        with pytest.raises(SystemExit, match="^loop: 10 of 100 records handed over in 0.5 s$"):
+            util.librdkafka_loop(producer, "t", 100, [b"v"], keys, Progress(100, "t"), "loop")
+        assert len(producer) == 10  # the ten it handed over, still queued
+    finally:
+        producer.purge()
