@@ -174,24 +174,21 @@ def decode_joined(sections: Sequence[tuple[int, bytes, int]]) -> pa.RecordBatch 
     data = b"".join(d for _, d, _ in sections)
     padded = data + _PAD
     arr = np.frombuffer(padded, np.uint8)
-    runs: list[tuple[int, int, int]] = []
-    decoded = _decode_runs(data, arr, count, runs)
-    if decoded is not None:
-        if not np.array_equal(_run_starts(runs, first_rows), first_bytes):
-            return None
-        ts_deltas, offset_deltas, keys, values = decoded
+    pairs: npt.NDArray[np.uint16] = np.ndarray((len(padded) - 1,), np.dtype("<u2"), padded, 0, (1,))
+    # Batches whose bytes are their counts times one record's length (each first record's)
+    # mostly hold records of one layout: one run reads them all as the rows of one array
+    # (and, of one length, the records start each batch where its bytes do).
+    strides = _PAIR_RECORD[pairs[first_bytes]]
+    uniform = (strides == strides[0]).all() and np.array_equal(lengths, counts * strides)
+    runs = _decode_runs(data, arr, count, strides=1) if uniform else None
+    if runs is not None:
+        ts_deltas, offset_deltas, keys, values = runs
         headers = null_array(count, _HEADERS_TYPE)
     else:
-        pairs: npt.NDArray[np.uint16] = np.ndarray(
-            (len(padded) - 1,), np.dtype("<u2"), padded, 0, (1,)
-        )
-        bounds = _record_bounds(data, pairs, count)
+        bounds = _section_bounds(data, pairs, first_bytes, first_bytes + lengths, counts)
         if bounds is None:
             return None
-        bodies, ends = bounds
-        if not np.array_equal(ends[first_rows + counts - 1], first_bytes + lengths):
-            return None  # a record runs from one batch's bytes into the next's
-        bounded = _decode_bounded(data, arr, pairs, bodies, ends)
+        bounded = _decode_bounded(data, arr, pairs, *bounds)
         if bounded is None:
             return None
         ts_deltas, offset_deltas, keys, values, headers = bounded
@@ -202,13 +199,64 @@ def decode_joined(sections: Sequence[tuple[int, bytes, int]]) -> pa.RecordBatch 
     return pa.RecordBatch.from_arrays([keys, values, stamps, headers], schema=RECORD_SCHEMA)
 
 
-def _run_starts(runs: list[tuple[int, int, int]], rows: Ints) -> Ints:
-    """Where records ``rows`` start, from the runs (first row, its position, stride)
-    :func:`_decode_runs` read."""
-    firsts, positions, strides = (np.array(column, np.int64) for column in zip(*runs, strict=True))
-    run = np.searchsorted(firsts, rows, side="right") - 1
-    starts: Ints = positions[run] + (rows - firsts[run]) * strides[run]
-    return starts
+def _section_bounds(
+    data: bytes, pairs: npt.NDArray[np.uint16], starts: Ints, stops: Ints, counts: Ints
+) -> tuple[Ints, Ints] | None:
+    """Where each record's body starts (past its length varint) and where it ends, for
+    sections of records (a batch's each: from ``starts`` to ``stops`` in ``data``, holding
+    ``counts`` records), or None unless every section's records tile its bytes exactly.
+
+    All sections are read together, a run of records of one length each per section and
+    round: a round's candidates are the records that would follow each section's next one
+    if they were all as long, kept up to the first whose length varint says otherwise
+    (librdkafka's batches take one to three rounds: a record grows a byte when its offset
+    or timestamp delta does). Records with longer length varints, or sections still not
+    read after ``_MAX_STRIDES`` rounds, are walked one record at a time."""
+    total = int(counts.sum())
+    bodies = np.empty(total, np.int64)
+    ends = np.empty(total, np.int64)
+    pos = starts.copy()  # each section's next record
+    row = np.cumsum(counts) - counts  # and its row
+    left = counts.copy()
+    last_pair = len(pairs) - 1
+    active = np.flatnonzero(left)
+    walk: list[Ints] = []
+    for _ in range(_MAX_STRIDES):
+        stride = _PAIR_RECORD[pairs[pos[active]]]
+        beyond = pos[active] + stride > stops[active]
+        if beyond.any():  # a length past its section, or a longer length varint
+            walk.append(active[beyond])
+            active, stride = active[~beyond], stride[~beyond]
+        if not active.size:
+            break
+        at, n, stop = pos[active], left[active], stops[active]
+        varint = _PAIR_SIZE[pairs[at]]
+        firsts = np.cumsum(n) - n
+        j = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(firsts, n)
+        each = np.repeat(stride, n)
+        candidates = np.repeat(at, n) + j * each
+        fits = (candidates + each <= np.repeat(stop, n)) & (
+            _PAIR_RECORD[pairs[np.minimum(candidates, last_pair)]] == each
+        )
+        run = np.minimum(np.minimum.reduceat(np.where(fits, n.max(), j), firsts), n)
+        taken = j < np.repeat(run, n)
+        rows = (np.repeat(row[active], n) + j)[taken]
+        kept = candidates[taken]
+        bodies[rows] = kept + np.repeat(varint, n)[taken]
+        ends[rows] = kept + each[taken]
+        pos[active] += run * stride
+        row[active] += run
+        left[active] -= run
+        active = active[left[active] > 0]
+    for s in np.concatenate([active, *walk]):  # irregular records: one at a time
+        walked = _walk(data, int(pos[s]), int(left[s]))
+        if walked is None:
+            return None
+        bodies[row[s] : row[s] + left[s]], ends[row[s] : row[s] + left[s]] = walked
+        pos[s] = walked[1][-1]
+    if not np.array_equal(pos, stops):
+        return None
+    return bodies, ends
 
 
 def iter_batches(
@@ -413,15 +461,12 @@ class _NoLayout(Exception):
 
 
 def _decode_runs(
-    data: bytes,
-    arr: npt.NDArray[np.uint8],
-    count: int,
-    runs_read: list[tuple[int, int, int]] | None = None,
+    data: bytes, arr: npt.NDArray[np.uint8], count: int, strides: int = _MAX_STRIDES
 ) -> tuple[Ints, Ints, pa.Array, pa.Array] | None:
     """Records without headers in runs of one layout each (librdkafka's batches: a few
     runs, where the offset or timestamp delta grows a byte): each run is a 2-D array, one
-    row a record, its fields columns. None if the records do not fall into a few runs.
-    ``runs_read`` gets each run's first row, its position and its stride."""
+    row a record, its fields columns. None if the records do not fall into at most
+    ``strides`` runs."""
     end = len(data)
     pos = 0
     done = 0
@@ -429,7 +474,7 @@ def _decode_runs(
     od_parts: list[Ints] = []
     key_runs: list[tuple[int, int, bytes]] = []
     value_runs: list[tuple[int, int, bytes]] = []
-    for _ in range(_MAX_STRIDES):
+    for _ in range(strides):
         if done == count:
             break
         try:
@@ -447,8 +492,6 @@ def _decode_runs(
             if run < _MIN_STRIDE_RUN:
                 return None
             rows = rows[:run]
-        if runs_read is not None:
-            runs_read.append((done, pos, stride))
         ts_parts.append(_column_varints(rows, *layout.ts))
         od_parts.append(_column_varints(rows, *layout.od))
         for (at, size), runs in ((layout.key, key_runs), (layout.value, value_runs)):

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from quorumlog.replica.kafka import columnar
@@ -60,21 +61,43 @@ def test_joined_rows_are_each_batch_alone_in_turn(batches: list[dict[str, list[A
         assert pa.Table.from_batches([joined]).combine_chunks().equals(want)
 
 
-def test_librdkafka_batches_of_a_backlog_are_decoded_together() -> None:
-    """Keyed records of 16-byte keys and 100-byte values in batches of a few dozen, as
-    librdkafka sends them under a backlog: the joined decode answers, on its run path."""
-    rng = random.Random(7)
+def _backlog(rng: random.Random, batches: int, most: int, value: int = 100) -> list[bytes]:
+    """Keyed records of 16-byte keys in batches of 1..``most``, as librdkafka sends them
+    under a backlog: a record grows a byte once its offset delta reaches 64, or its
+    timestamp delta (a millisecond every 9 records) does."""
     raws = []
-    for b in range(50):
-        n = rng.randint(1, 80)
-        keys = [b"%016d" % (b * 100 + i) for i in range(n)]
-        raws.append(
-            encode_batch([b"v" * 100] * n, keys, [1_700_000_000_000 + i // 9 for i in range(n)])
-        )
+    for b in range(batches):
+        n = rng.randint(1, most)
+        keys = [b"%016d" % (b * 1000 + i) for i in range(n)]
+        stamps = [1_700_000_000_000 + i // 9 for i in range(n)]
+        raws.append(encode_batch([b"v" * value] * n, keys, stamps))
+    return raws
+
+
+def _decoded_alone(raws: list[bytes]) -> pa.Table:
+    return pa.Table.from_batches([decode_columns(r).records for r in raws]).combine_chunks()
+
+
+@pytest.mark.parametrize("most", [40, 80, 300, 1500])
+def test_librdkafka_batches_of_a_backlog_are_decoded_together(most: int) -> None:
+    """Dozens of such batches, of records of one length (at most 64 records a batch) or
+    of two, three or four (offset deltas past 64 and 8,192, timestamp deltas past 64):
+    the joined decode answers, with each batch's rows in turn."""
+    raws = _backlog(random.Random(most), 70, most)
     joined = decode_joined(_sections(raws))
     assert joined is not None
-    assert joined.num_rows == sum(decode_columns(r).record_count for r in raws)
-    assert joined.column("key")[0].as_py() == b"%016d" % 0
+    assert pa.Table.from_batches([joined]).combine_chunks().equals(_decoded_alone(raws))
+
+
+def test_a_batch_of_long_records_among_short_ones_is_read_record_by_record() -> None:
+    """A record of 10 KB has a length varint of three bytes: its batch is walked one record
+    at a time, the batches around it read together, the rows as alone."""
+    rng = random.Random(3)
+    raws = _backlog(rng, 10, 90)
+    raws[4:4] = [encode_batch([b"x" * 10_000, b"y" * 20], [b"k1", b"k2"], [5, 6])]
+    joined = decode_joined(_sections(raws))
+    assert joined is not None
+    assert pa.Table.from_batches([joined]).combine_chunks().equals(_decoded_alone(raws))
 
 
 def test_a_record_running_into_the_next_batch_is_refused() -> None:
