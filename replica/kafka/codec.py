@@ -17,7 +17,7 @@ from typing import NamedTuple
 from .errors import KafkaError
 from .messages import API_BY_KEY, API_VERSIONS, PRODUCE, SUPPORTED_APIS
 from .schema import Api, Message, decode_struct, encode_struct
-from .wire import Buffer, KafkaDecodeError, Reader, Writer
+from .wire import Buffer, KafkaDecodeError, Reader, Writer, put_uvar
 
 __all__ = [
     "RequestHeader",
@@ -112,10 +112,7 @@ def _produce_fast(payload: Buffer, trailing_ok: bool) -> tuple[RequestHeader, Me
         compact = version >= 9
         if compact:
             pos = _no_tags(payload, pos)  # the header's
-            n, pos = _short_length(payload, pos)
-        else:
-            (n,) = _I16.unpack_from(payload, pos)
-            pos += 2
+        n, pos = _string_length(payload, pos, compact)
         transactional_id, pos = _string(payload, pos, n, size)
         acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(payload, pos)
         pos += 6
@@ -124,11 +121,7 @@ def _produce_fast(payload: Buffer, trailing_ok: bool) -> tuple[RequestHeader, Me
             return None
         topic_data = []
         for _ in range(topics):
-            if compact:
-                n, pos = _short_length(payload, pos)
-            else:
-                (n,) = _I16.unpack_from(payload, pos)
-                pos += 2
+            n, pos = _string_length(payload, pos, compact)
             if n < 0:
                 return None
             name, pos = _string(payload, pos, n, size)
@@ -187,6 +180,13 @@ def _short_length(payload: Buffer, pos: int) -> tuple[int, int]:
     if b & 0x80:
         raise _Unexpected
     return b - 1, pos + 1
+
+
+def _string_length(payload: Buffer, pos: int, compact: bool) -> tuple[int, int]:
+    """A string's length (-1: null): compact, ``_short_length``; classic, INT16."""
+    if compact:
+        return _short_length(payload, pos)
+    return _I16.unpack_from(payload, pos)[0], pos + 2
 
 
 def _no_tags(payload: Buffer, pos: int) -> int:
@@ -288,14 +288,10 @@ _PARTITION_V5 = struct.Struct(">ihqqq")  # and the log start offset
 def _put_length(out: bytearray, n: int, compact: bool) -> None:
     """A length or count: compact, UNSIGNED_VARINT n + 1; classic, INT32 (strings' INT16
     lengths are ``_put_string``'s)."""
-    if not compact:
+    if compact:
+        put_uvar(out, n + 1)
+    else:
         out += _I32.pack(n)
-        return
-    v = n + 1
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
 
 
 def _put_string(out: bytearray, text: str | None, compact: bool) -> None:

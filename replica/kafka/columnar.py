@@ -53,7 +53,7 @@ from .records import (
     read_frame,
 )
 from .records import _decode_headers as _reference_headers
-from .wire import Buffer, KafkaDecodeError
+from .wire import Buffer, KafkaDecodeError, put_uvar
 
 __all__ = [
     "KafkaBatchFields",
@@ -1120,14 +1120,14 @@ class _RunLayout:
         row += bytes(od_size)
         spans = []
         for zigzag in (key_zigzag, value_zigzag):
-            _put_varint_raw(row, zigzag)
+            put_uvar(row, zigzag)
             size = zigzag >> 1 if zigzag != 1 else 0
             spans.append((len(row), size))
             row += bytes(size)
         self.key, self.value = spans
         row.append(0)  # header count
         prefix = bytearray()
-        _put_varint_raw(prefix, 2 * len(row))
+        put_uvar(prefix, 2 * len(row))
         shift = len(prefix)
         self.ts = (self.ts[0] + shift, ts_size)
         self.od = (self.od[0] + shift, od_size)
@@ -1138,13 +1138,6 @@ class _RunLayout:
 
 
 _RUN_LAYOUTS: dict[tuple[int, int, int, int], _RunLayout] = {}
-
-
-def _put_varint_raw(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
 
 
 def _encode_runs(

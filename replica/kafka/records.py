@@ -51,7 +51,7 @@ import numpy.typing as npt
 from crc32c import crc32c
 
 from .errors import KafkaError
-from .wire import Buffer, KafkaDecodeError
+from .wire import Buffer, KafkaDecodeError, put_uvar
 
 __all__ = [
     "ATTR_CONTROL",
@@ -538,11 +538,7 @@ def iter_decoded(
 
 
 def _put_varint(out: bytearray, v: int) -> None:
-    v = (v << 1) ^ (v >> 63)
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
+    put_uvar(out, (v << 1) ^ (v >> 63))
 
 
 def _encode_records(

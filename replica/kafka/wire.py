@@ -294,17 +294,17 @@ class Writer:
     def unsigned_varint(self, v: int) -> None:
         if not 0 <= v <= 0xFFFFFFFF:
             raise ValueError(f"unsigned varint {v} out of range")
-        _put_uvar(self.parts, v)
+        put_uvar(self.parts, v)
 
     def varint(self, v: int) -> None:
         if not -(1 << 31) <= v < (1 << 31):
             raise ValueError(f"varint {v} out of range")
-        _put_uvar(self.parts, zigzag_encode(v))
+        put_uvar(self.parts, zigzag_encode(v))
 
     def varlong(self, v: int) -> None:
         if not -(1 << 63) <= v < (1 << 63):
             raise ValueError(f"varlong {v} out of range")
-        _put_uvar(self.parts, zigzag_encode(v))
+        put_uvar(self.parts, zigzag_encode(v))
 
     def _length(self, n: int, compact: bool, wide: bool) -> None:
         if compact:
@@ -352,7 +352,8 @@ class Writer:
             self.parts += data
 
 
-def _put_uvar(out: bytearray, v: int) -> None:
+def put_uvar(out: bytearray, v: int) -> None:
+    """Append ``v`` (unchecked: 0 <= v) as an unsigned varint, 7 bits a byte, low first."""
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
         v >>= 7
