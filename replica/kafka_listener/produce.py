@@ -108,7 +108,8 @@ class _Append:
     # Its partition's appends handed to the driver in the same turn, not yet answered
     # (one of that partition's ``APPENDS_IN_FLIGHT``), shared by them.
     unit: list[int] = field(default_factory=lambda: [1])
-    joined: pa.RecordBatch | None = None  # its shares' records, decoded with the turn's
+    # its shares' records, decoded with the turn's (a mergeable append's only)
+    joined: pa.RecordBatch | None = None
 
 
 class ProduceAppender:
@@ -383,11 +384,10 @@ def _decode_turn(turn: list[_Append]) -> list[_Append]:
     if joined is not None:
         row = 0
         for a in turn:
-            first = row
-            whole = all(s.batches is None for s in a.shares)  # no share decoded before
-            if whole and a.mergeable:
-                # Stored as the joined records' slice (``_stored``): its shares need no
-                # batch of their own.
+            if a.mergeable and all(s.batches is None for s in a.shares):
+                # No share decoded before: stored as the joined records' slice
+                # (``_stored``), its shares need no batch of their own.
+                first = row
                 for s in a.shares:
                     s.batches = []
                     row += s.rows
@@ -400,8 +400,6 @@ def _decode_turn(turn: list[_Append]) -> list[_Append]:
                 for batch, _, count in s.frames:
                     s.batches.append(with_records(batch, joined.slice(row, count)))
                     row += count
-            if whole:
-                a.joined = joined.slice(first, row - first)
         return turn
     for s in pending:
         try:

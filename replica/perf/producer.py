@@ -22,8 +22,8 @@ the nodes share, their sum bounds the rate), the keyed librdkafka rate over the 
 native one (``librdkafka_keyed_vs_native_keyed``), and the machine's limit beside them:
 how fast it writes new pages into its page cache (``page_cache_write_mb_per_s``; each
 replica's append is such a copy, and on a virtual machine whose host takes back freed
-memory it can be a fraction of the rate into reused pages). Each phase starts once every replica has the last
-phase's records. Needs confluent-kafka (the project's dev extra)."""
+memory it can be a fraction of the rate into reused pages). Each phase starts once every
+replica has the last phase's records. Needs confluent-kafka (the project's dev extra)."""
 
 from __future__ import annotations
 
