@@ -6,7 +6,7 @@ import heapq
 import logging
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ..logcontext import about
 from ..protocol import ErrorCode
@@ -15,13 +15,16 @@ from ..raft import UNCLEAN_EPOCH_GAP, ElectionState, Message, QuorumConfig, Raft
 from . import queries
 from .errors import error_response
 from .liveness import NODE_KEY, NodeHeartbeat, PeerLiveness
-from .partition import Limits, PartitionDriver, ServedLog, Throttle
+from .partition import Limits, PartitionDriver, Produced, ServedLog, Throttle
 from .ready import PartitionKey, Ready
 
 log = logging.getLogger(__name__)
 
 CoreFactory = Callable[..., RaftReplica]
 
+#: A partition's plain produce requests handed in together are appended as one up to
+#: this many bytes of records (``request_many``): more go in the next append.
+MERGE_BYTES = 1 << 20
 # New partitions stand at least this far apart (us): 10,000 opened at once over 3 s.
 NEW_PARTITION_SPREAD_US = 300
 # A new partition's other replicas hold their timers this many election timeouts past
@@ -611,6 +614,51 @@ class Driver:
         if p is not None:
             self._schedule(p)
         return ready
+
+    def request_many(self, items: Sequence[tuple[int, PartitionKey, Request]], now: int) -> Ready:
+        """Client requests handed in together (token, partition, request), each taken as
+        ``request`` takes it, in order, but for a partition's plain produce requests
+        (client batches without producer fields: the log's ``plain_span``): those in a row are
+        appended as one (``PartitionDriver.produce_together``), up to ``MERGE_BYTES``
+        of records, each still answered on its own. One write, one flush and one wake
+        of the followers where the requests came one after another would cost one
+        each; the node hands in a turn of its event loop's appends so."""
+        ready = Ready()
+        # A partition's plain requests in a row, their bytes of records.
+        runs: dict[PartitionKey, tuple[PartitionDriver, list[Produced], int]] = {}
+        for token, key, req in items:
+            plain = self._plain_produce(key, req)
+            if plain is None:
+                if key in runs:  # appended before it, in order
+                    self._produce_run(*runs.pop(key)[:2], now, ready)
+                ready.merge(self.request(token, key, req, now))
+                continue
+            p, produce, span = plain
+            _, run, size = runs.get(key, (p, [], 0))
+            if run and size + len(produce.records) > MERGE_BYTES:
+                self._produce_run(p, run, now, ready)
+                run, size = [], 0
+            run.append((token, produce, span))
+            runs[key] = (p, run, size + len(produce.records))
+        for p, run, _size in runs.values():
+            self._produce_run(p, run, now, ready)
+        return ready
+
+    def _plain_produce(
+        self, key: PartitionKey, req: Request
+    ) -> tuple[PartitionDriver, m.ProduceRequest, int] | None:
+        """A produce request of plain batches, with its partition and the offsets its
+        batches span (the log's ``plain_span``); None for any other request."""
+        if not isinstance(req, m.ProduceRequest):
+            return None
+        p = self.get(key)
+        span = None if p is None else p.log.plain_span(req.records)
+        return None if p is None or span is None else (p, req, span)
+
+    def _produce_run(self, p: PartitionDriver, run: list[Produced], now: int, ready: Ready) -> None:
+        with about(p.key):
+            p.produce_together(run, now, ready)
+        self._schedule(p)
 
     def _force_leader(
         self, token: int, p: PartitionDriver, req: m.ForceLeaderRequest, now: int, ready: Ready

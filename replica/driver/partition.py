@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,7 +49,14 @@ _GAPS = (OutOfOrderSequence, UnknownProducerId)
 
 
 class ServedLog(ReplicaLog, Protocol):
-    """The log a driver serves clients from: the core's log plus a timestamp lookup."""
+    """The log a driver serves clients from: the core's log plus a timestamp lookup,
+    and what it may append together."""
+
+    def plain_span(self, records: bytes) -> int | None:
+        """The offsets a client's ``records`` span appended, when they are plain batches
+        (no producer fields, no flags), which may be appended with other such batches;
+        None for any other records (appended alone, or refused, by the append)."""
+        ...
 
     def offset_for_timestamp(self, timestamp_ms: int, max_offset: int) -> tuple[int, int]:
         """(first offset below ``max_offset`` whose record timestamp is >= the given one,
@@ -104,6 +112,13 @@ class _ParkedFetch:
 
     request: FetchRequest
     deadline_ms: int
+
+
+#: A produce request appended with others (``PartitionDriver.produce_together``): its
+#: token, itself, and the offsets its batches span.
+Produced = tuple[int, m.ProduceRequest, int]
+# One request of an append: a produce (or a transaction marker), the offsets it spans.
+_Item = tuple[int, m.ProduceRequest | m.WriteTxnMarkerRequest, int]
 
 
 @dataclass(slots=True)
@@ -491,18 +506,49 @@ class PartitionDriver:
             marker = TxnMarker(
                 req.producer_id, req.producer_epoch, req.commit, req.coordinator_epoch
             )
-            records: bytes | list[TxnMarker] = [marker]
-            acks, timestamp_ms = m.ACKS_QUORUM, req.timestamp_ms
+            self._append([(token, req, 0)], [marker], req.timestamp_ms, now, ready)
         else:
-            records, acks, timestamp_ms = req.records, req.acks, -1
+            self._append([(token, req, 0)], req.records, -1, now, ready)
+
+    def produce_together(self, items: Sequence[Produced], now: int, ready: Ready) -> None:
+        """Plain client batches of several produce requests (each with the offsets its
+        batches span: ``storage.plain_span``), appended as one: one write, one flush and
+        one wake of the followers for all, in the order given. Each request is answered
+        on its own (its offsets, its acks, its timeout), as if appended alone right after
+        the one before. Refused as a whole (a damaged batch among them: nothing is
+        written), each is appended alone, for its own verdict."""
+        if len(items) == 1:
+            token, req, _ = items[0]
+            self.produce(token, req, now, ready)
+            return
+        records = b"".join(req.records for _, req, _ in items)
+        if not self._append(items, records, -1, now, ready, alone_if_refused=True):
+            for token, req, _ in items:
+                self.produce(token, req, now, ready)
+
+    def _append(
+        self,
+        items: Sequence[_Item],
+        records: bytes | list[TxnMarker],
+        timestamp_ms: int,
+        now: int,
+        ready: Ready,
+        *,
+        alone_if_refused: bool = False,
+    ) -> bool:
+        """Append ``records``, the batches of ``items`` (one request's, or several plain
+        ones' joined, each spanning its count of offsets), and answer each item: at once,
+        or once committed. False, with nothing written or answered, when the batches are
+        refused and ``alone_if_refused``."""
+        tokens = [token for token, _, _ in items]
         try:
             info, epoch, out = self.core.append(records, now, timestamp_ms=timestamp_ms)
             first, last, written_in = info.first_offset, info.last_offset, epoch
             if isinstance(records, bytes):
                 self.appended_bytes += len(records)
         except NotLeaderError as exc:
-            ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, str(exc), exc)))
-            return
+            self._answer_all(tokens, _produce_error(ErrorCode.NOT_LEADER, str(exc), exc), ready)
+            return True
         except DuplicateSequence as exc:
             # A retry of a batch already in the log: answered as that batch is, with its
             # offsets, once they are committed (Kafka's DUPLICATE_SEQUENCE_NUMBER).
@@ -516,33 +562,45 @@ class PartitionDriver:
                 # final (librdkafka renumbers under a new epoch) would write them twice.
                 code = ErrorCode.NOT_ENOUGH_REPLICAS
                 text = f"{text}; not final until this leader's epoch commits (retry)"
-            ready.answers.append((token, _produce_error(code, text)))
-            return
+            self._answer_all(tokens, _produce_error(code, text), ready)
+            return True
         except CorruptDataError as exc:
             # The producer state could not be read past damage: resign, repair, and let
             # the client retry on the next leader (as a damaged read does).
             self.on_corruption(exc.offset, now, ready)
             text = f"damaged data at offset {exc.offset}"
-            ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, text)))
-            return
+            self._answer_all(tokens, _produce_error(ErrorCode.NOT_LEADER, text), ready)
+            return True
         except DiskError as exc:
             # Not the client's fault: hand leadership to a replica that can write, and
             # send the client there (NOT_LEADER is retried by every client).
             self.run(self.core.on_disk_fault(now, str(exc)), now, ready)
             text = f"this replica cannot write its log ({exc}); leadership moves"
-            ready.answers.append((token, _produce_error(ErrorCode.NOT_LEADER, text)))
-            return
+            self._answer_all(tokens, _produce_error(ErrorCode.NOT_LEADER, text), ready)
+            return True
         except (StorageError, ValueError) as exc:
+            if alone_if_refused:
+                return False
             err = _produce_error(ErrorCode.CORRUPT_MESSAGE, f"rejected batch: {exc}")
-            ready.answers.append((token, err))
-            return
-        if acks == m.ACKS_QUORUM:
-            timeout = req.timeout_ms if req.timeout_ms > 0 else self.limits.produce_timeout_ms
-            self._wait(_Waiter(token, first, last, epoch, now + timeout, written_in))
-            self._answer_waiters(ready)  # a duplicate may be committed already
-        else:
-            ready.answers.append((token, self._produced(first, last, written_in)))
+            self._answer_all(tokens, err, ready)
+            return True
+        for token, req, span in items:
+            # One item: the whole append (or the batch a retry repeats); several: each
+            # its span of it, in turn.
+            end = last if len(items) == 1 else first + span - 1
+            if not isinstance(req, m.ProduceRequest) or req.acks == m.ACKS_QUORUM:
+                timeout = req.timeout_ms if req.timeout_ms > 0 else self.limits.produce_timeout_ms
+                self._wait(_Waiter(token, first, end, epoch, now + timeout, written_in))
+            else:
+                ready.answers.append((token, self._produced(first, end, written_in)))
+            first = end + 1
+        self._answer_waiters(ready)  # a duplicate may be committed already
         self.run(out, now, ready)
+        return True
+
+    @staticmethod
+    def _answer_all(tokens: list[int], answer: Any, ready: Ready) -> None:
+        ready.answers.extend((token, answer) for token in tokens)
 
     def _epoch_committed(self) -> bool:
         """An entry of this leader's own epoch is committed: no earlier leader's

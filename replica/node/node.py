@@ -136,6 +136,10 @@ STALL_WARNING_MS = 1000
 STOP_DEADLINE_S = 10.0
 
 
+# The requests ``Node._request`` hands the driver a turn of the loop at a time.
+_APPENDS = (m.ProduceRequest, m.WriteTxnMarkerRequest)
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -436,6 +440,8 @@ class Node:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._answers: dict[int, asyncio.Future[Any]] = {}
         self._tokens = itertools.count(1)
+        # The appends handed in this turn of the loop, for the driver at the next.
+        self._appends: list[tuple[int, PartitionKey, Any]] = []
 
     # ------------------------------------------------------------------ executing
     def execute(self, ready: Ready) -> None:
@@ -499,14 +505,38 @@ class Node:
 
     def _request(self, key: PartitionKey, req: Any) -> tuple[int, asyncio.Future[Any]]:
         token = next(self._tokens)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
         self._answers[token] = fut
+        if type(req) in _APPENDS:
+            if not self._appends:
+                loop.call_soon(self._append_turn)
+            self._appends.append((token, key, req))
+            return token, fut
         try:
             self.execute_soon(self.driver.request(token, key, req, self.clock.now()))
         except BaseException:
             del self._answers[token]
             raise
         return token, fut
+
+    def _append_turn(self) -> None:
+        """The appends handed in the last turn of the loop (produce requests, from every
+        connection, and transaction markers), to the driver together and in order: a
+        partition's plain batches of several requests are one append there (one write,
+        one flush, one replication round; ``Driver.request_many``). A node under load
+        takes many requests a turn, a few for each of its partitions."""
+        items, self._appends = self._appends, []
+        try:
+            ready = self.driver.request_many(items, self.clock.now())
+        except Exception as exc:  # a bug: each request fails with it, as handed alone
+            log.exception("appending %d produce requests failed", len(items))
+            for token, _key, _req in items:
+                fut = self._answers.pop(token, None)
+                if fut is not None and not fut.done():
+                    fut.set_exception(exc)
+            return
+        self.execute(ready)
 
     def _start_flush(self, key: PartitionKey) -> None:
         """Join the node's next flush job (one job, one worker thread and, with several

@@ -30,6 +30,7 @@ __all__ = [
     "Producer",
     "iter_batches",
     "parse_header",
+    "plain_span",
     "restamp_header",
     "rewrite_header",
     "validate_payload",
@@ -293,6 +294,35 @@ def iter_batches(
             validate_payload(buf, header)  # raises, naming the batch
         yield header
         position = header.end
+
+
+_PLAIN_FIELDS = struct.Struct("<4s16xi8xI4xHhiq")  # magic, count, plen, flags ... pid
+
+
+def plain_span(buf: bytes | bytearray | memoryview) -> int | None:
+    """The offsets a client's batches span appended (their records), when ``buf`` holds
+    whole plain batches only: format 2, no flags, no producer fields. None for any other
+    buffer (a producer's numbered or transactional batch, a control batch, one that does
+    not end where ``buf`` ends), which the append then takes, or refuses, on its own.
+    Reads four fields of each header and checks no CRC: the append checks every batch."""
+    total = len(buf)
+    position = span = 0
+    while position < total:
+        if total - position < HEADER_SIZE:
+            return None
+        magic, count, plen, flags, pepoch, seq, pid = _PLAIN_FIELDS.unpack_from(buf, position)
+        if (
+            magic != MAGIC
+            or count < 1
+            or flags
+            or pid != NO_PRODUCER_ID
+            or pepoch != NO_PRODUCER_EPOCH
+            or seq != NO_SEQUENCE
+        ):
+            return None
+        span += count
+        position += HEADER_SIZE + plen
+    return span if position == total and span else None
 
 
 def restamp_header(header: BatchHeader, base_offset: int, leader_epoch: int) -> bytes:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import fileio
+from .batch_header import plain_span
 from .clean_batches import batch_from
 from .errors import (
     CorruptRecordError,
@@ -55,6 +56,12 @@ class AppendRole(LogFields):
         with ``validate_records`` the Arrow schema and row counts). Control batches are
         rejected; use append_control."""
         return self._append_leader(records, epoch, allow_control=False)
+
+    @staticmethod
+    def plain_span(records: bytes) -> int | None:
+        """The offsets ``records`` span appended when they are plain batches, which an
+        append may take with others (``batch_header.plain_span``); else None."""
+        return plain_span(records)
 
     def append_control(
         self: Log, epoch: int, leader_id: int, voters: list[int], timestamp_ms: int

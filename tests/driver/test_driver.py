@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from quorumlog.replica.driver import Driver, Limits, Ready
 from quorumlog.replica.driver.driver import NEW_PARTITION_SPREAD_US
@@ -18,6 +21,8 @@ from quorumlog.replica.raft import (
     QuorumConfig,
     VoteRequest,
 )
+from quorumlog.replica.storage import Log
+from quorumlog.replica.storage.records import encode_batch
 
 from tests.sim.memlog import MemLog, client_batch, decode_batches
 from tests.support.messages import consumer_fetch
@@ -29,12 +34,14 @@ CONFIG = QuorumConfig()
 class Nodes:
     """Drivers of nodes 1..n; flushes happen only when the test says so."""
 
-    def __init__(self, n: int, config: QuorumConfig = CONFIG) -> None:
+    def __init__(
+        self, n: int, config: QuorumConfig = CONFIG, log: Callable[[int], Any] | None = None
+    ) -> None:
         self.now = 0
         self.config = config
         voters = list(range(1, n + 1))
         self.voters = voters
-        self.logs = {i: MemLog() for i in voters}
+        self.logs = {i: MemLog() if log is None else log(i) for i in voters}
         self.persisted: dict[int, ElectionState | None] = dict.fromkeys(voters)
         self.drivers = {i: self.new_driver(i) for i in voters}
         self.wants_flush: set[int] = set()
@@ -96,6 +103,14 @@ class Nodes:
         self.token += 1
         self.run(i, self.drivers[i].request(self.token, KEY, req, self.now))  # type: ignore[arg-type]
         return self.token
+
+    def request_many(self, i: int, reqs: list[Any]) -> list[int]:
+        """``reqs`` handed to node ``i``'s driver together (``Driver.request_many``)."""
+        first = self.token + 1
+        self.token += len(reqs)
+        items = [(first + n, KEY, req) for n, req in enumerate(reqs)]
+        self.run(i, self.drivers[i].request_many(items, self.now))
+        return [token for token, _, _ in items]
 
 
 def produce(ids: list[int], acks: int = m.ACKS_QUORUM, timeout_ms: int = 0) -> m.ProduceRequest:
@@ -654,3 +669,91 @@ def test_the_fetch_that_moves_the_hwm_is_answered_at_once_not_parked() -> None:
     assert follower not in [f.request.replica_id for f in p.parked]
     assert led.fetch(follower, end, led.epoch, max_wait_ms=500) == []  # nothing new: parked
     assert follower in [f.request.replica_id for f in p.parked]
+
+
+def _counting_appends(log: Any) -> list[bytes]:
+    """The records of each leader append of ``log`` from now on."""
+    appended: list[bytes] = []
+    append = log.append_as_leader
+
+    def counted(records: bytes, epoch: int) -> Any:
+        appended.append(records)
+        return append(records, epoch)
+
+    log.append_as_leader = counted
+    return appended
+
+
+def test_plain_produces_handed_in_together_are_one_append_each_answered_with_its_offsets() -> None:
+    """A turn's produce requests of one partition (the node hands the driver a turn of
+    its loop's appends together): plain batches are one append, one write and one
+    replication round, each request answered on its own, with its own offsets and acks,
+    as if appended alone one after another."""
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    appended = _counting_appends(nodes.logs[leader])
+    reqs = [produce([1, 2]), produce([3], acks=m.ACKS_LEADER), produce([4, 5, 6])]
+    quorum_1, leader_1, quorum_2 = nodes.request_many(leader, reqs)
+    assert len(appended) == 1
+    assert leader_1 in nodes.answers  # acks=leader: answered at once, with its offsets
+    assert quorum_1 not in nodes.answers and quorum_2 not in nodes.answers
+    nodes.advance(300)
+    answers = [nodes.answers[t] for t in (quorum_1, leader_1, quorum_2)]
+    assert all(isinstance(a, m.ProduceResponse) and a.error == 0 for a in answers)
+    spans = [(a.base_offset, a.last_offset) for a in answers]  # type: ignore[attr-defined]
+    first = spans[0][0]
+    assert spans == [(first, first + 1), (first + 2, first + 2), (first + 3, first + 5)]
+    held = nodes.logs[leader].read(first, 1 << 20)
+    assert record_ids(held) == [1, 2, 3, 4, 5, 6]
+    for i in nodes.voters:  # replicated as they were appended
+        assert nodes.logs[i].end_offset == first + 6
+
+
+def test_a_request_that_cannot_join_the_others_keeps_its_place() -> None:
+    """An idempotent producer's batch travels alone: the plain requests before it are
+    appended before it, those after it after it."""
+    nodes = Nodes(3)
+    leader = nodes.leader()
+    appended = _counting_appends(nodes.logs[leader])
+    numbered = m.ProduceRequest(
+        topic="t",
+        partition=0,
+        acks=m.ACKS_QUORUM,
+        timeout_ms=0,
+        records=client_batch([3], producer=(7, 0, 0)),
+    )
+    reqs = [produce([1]), produce([2]), numbered, produce([4]), produce([5])]
+    tokens = nodes.request_many(leader, reqs)
+    assert len(appended) == 3
+    nodes.advance(300)
+    answers = [nodes.answers[t] for t in tokens]
+    assert all(isinstance(a, m.ProduceResponse) and a.error == 0 for a in answers)
+    first = answers[0].base_offset  # type: ignore[attr-defined]
+    assert [a.base_offset - first for a in answers] == [0, 1, 2, 3, 4]  # type: ignore[attr-defined]
+    assert record_ids(nodes.logs[leader].read(first, 1 << 20)) == [1, 2, 3, 4, 5]
+
+
+def test_a_damaged_batch_among_requests_appended_together_is_refused_alone(
+    tmp_path: Path,
+) -> None:
+    """The storage refuses a damaged batch with every batch appended with it (nothing is
+    written): each request is then appended alone, so only the damaged one is refused."""
+    nodes = Nodes(1, log=lambda i: Log(str(tmp_path / str(i))))
+    leader = nodes.leader()
+    appended = _counting_appends(nodes.logs[leader])
+    good = [encode_batch([b"a", b"b"]), encode_batch([b"c"])]
+    damaged = bytearray(encode_batch([b"x", b"y", b"z"]))
+    damaged[-9] ^= 0xFF  # in the payload: its CRC no longer matches
+    reqs = [
+        m.ProduceRequest(topic="t", partition=0, acks=m.ACKS_QUORUM, timeout_ms=0, records=r)
+        for r in (good[0], bytes(damaged), good[1])
+    ]
+    tokens = nodes.request_many(leader, reqs)
+    assert len(appended) == 4  # together (refused), then each alone
+    nodes.advance(300)
+    ok_1, bad, ok_2 = (nodes.answers[t] for t in tokens)
+    assert isinstance(bad, m.ProduceResponse) and bad.error == ErrorCode.CORRUPT_MESSAGE
+    assert isinstance(ok_1, m.ProduceResponse) and ok_1.error == 0
+    assert isinstance(ok_2, m.ProduceResponse) and ok_2.error == 0
+    assert (ok_1.last_offset - ok_1.base_offset, ok_2.base_offset) == (1, ok_1.last_offset + 1)
+    assert ok_2.last_offset == ok_2.base_offset

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 from quorumlog.replica.constants import UNKNOWN
 from quorumlog.replica.driver import Driver, PartitionDriver, Ready
+from quorumlog.replica.driver.partition import Produced
 from quorumlog.replica.kafka.errors import KafkaError
 from quorumlog.replica.kafka.txn import TxnMetadata, TxnState
 from quorumlog.replica.protocol import ErrorCode
@@ -150,6 +151,20 @@ class _AcksBeforeCommit(PartitionDriver):
         super().produce(token, dataclasses.replace(req, acks=m.ACKS_LEADER), now, ready)
 
 
+class _MixesUpMergedAnswers(PartitionDriver):
+    """Answers each of the produce requests appended together with the offsets of the
+    one before it (the first with the last's)."""
+
+    def produce_together(self, items: Sequence[Produced], now: int, ready: Ready) -> None:
+        tokens = [token for token, _, _ in items]
+        mixed = tokens[-1:] + tokens[:-1]
+        super().produce_together(
+            [(token, req, span) for token, (_, req, span) in zip(mixed, items, strict=True)],
+            now,
+            ready,
+        )
+
+
 class _SendsBeforeFlush(PartitionDriver):
     def run(self, out: Output, now: int, ready: Ready) -> None:
         out.flush_log = False
@@ -233,6 +248,7 @@ class TellsNewsOneTickOnly(Driver):
 
 
 AcksBeforeCommit = _driver(_AcksBeforeCommit)
+MixesUpMergedAnswers = _driver(_MixesUpMergedAnswers)
 SendsBeforeFlush = _driver(_SendsBeforeFlush)
 ServesAboveHwm = _driver(_ServesAboveHwm)
 SendsBeforePersist = _driver(_SendsBeforePersist)
@@ -241,6 +257,7 @@ CopiesToAllAtOnce = _driver(_CopiesToAllAtOnce)
 
 BROKEN_DRIVERS = {
     "acks-before-commit": AcksBeforeCommit,
+    "mixes-up-merged-answers": MixesUpMergedAnswers,
     "sends-before-flush": SendsBeforeFlush,
     "serves-above-hwm": ServesAboveHwm,
     "sends-before-persist": SendsBeforePersist,

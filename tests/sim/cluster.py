@@ -817,10 +817,15 @@ class Simulation:
 
     def submit(self, node: SimNode, req: Any, what: Any, key: tuple[str, int] = KEY) -> None:
         assert node.driver is not None
+        token = self.track(node, what)
+        self.execute(node, node.driver.request(token, key, req, self.local(node)))
+
+    def track(self, node: SimNode, what: Any) -> int:
+        """A new request's token, its answer awaited from ``node``."""
         token = self.next_token
         self.next_token += 1
         self.requests[token] = (node.id, node.incarnation, what)
-        self.execute(node, node.driver.request(token, key, req, self.local(node)))
+        return token
 
     def pick_producer_target(self) -> SimNode | None:
         """Mostly a leader, now and then a node that is not."""
@@ -845,12 +850,25 @@ class Simulation:
         )
 
     def client_append(self) -> None:
-        """A producer (acks=quorum) that never retries."""
+        """A producer (acks=quorum) that never retries. Now and then several requests
+        reach the node together, as a node's turn of its event loop hands them to the
+        driver (``Driver.request_many``: a partition's plain batches appended as one,
+        each answered with its own offsets)."""
         node = self.pick_producer_target()
         if node is None:
             return
-        ids = self.new_ids()
-        self.submit(node, self.produce_request(client_batch(ids)), ("produce", ids))
+        if self.rng.random() < 0.7:
+            ids = self.new_ids()
+            self.submit(node, self.produce_request(client_batch(ids)), ("produce", ids))
+            return
+        assert node.driver is not None
+        items = []
+        for _ in range(self.rng.randint(2, 4)):
+            ids = self.new_ids()
+            token = self.track(node, ("produce", ids))
+            items.append((token, KEY, self.produce_request(client_batch(ids))))
+        self.stats["produced_together"] = self.stats.get("produced_together", 0) + len(items)
+        self.execute(node, node.driver.request_many(items, self.local(node)))
 
     def idempotent_send(self, producer: SimProducer) -> None:
         """Resend each batch answered with an error or left unanswered too long, then
@@ -954,6 +972,11 @@ class Simulation:
 
     def acknowledged(self, resp: m.ProduceResponse, ids: list[int]) -> None:
         offsets = range(resp.base_offset, resp.last_offset + 1)
+        if len(offsets) != len(ids):
+            raise Violation(
+                "acked-lost",
+                f"records {ids} acked at offsets {resp.base_offset}-{resp.last_offset}",
+            )
         for off, uid in zip(offsets, ids, strict=True):
             rec = (resp.leader_epoch, uid)
             self.stats["acked"] += 1

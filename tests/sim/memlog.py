@@ -314,6 +314,14 @@ class MemLog:
             self.refusals += 1
             raise DiskError("memlog", OSError(errno.ENOSPC, "No space left on device"))
 
+    @staticmethod
+    def plain_span(records: bytes) -> int | None:
+        """As the storage's: the records of plain batches (no flags, no producer)."""
+        batches = list(decode_sim_batches(records))
+        if not batches or any(b.flags or b.producer != NO_PRODUCER for b in batches):
+            return None
+        return sum(len(b.ids) for b in batches)
+
     def append_as_leader(self, records: bytes, epoch: int) -> AppendInfo:
         self._check_room()
         batches = list(decode_with_producers(records))

@@ -33,6 +33,7 @@ from .broken import (
     KeepsFirstOfEachKey,
     KeepsLeadingOnDiskFaults,
     MarksBeforeDecisionDurable,
+    MixesUpMergedAnswers,
     NeverExpires,
     NeverWakes,
     RenumbersOffsets,
@@ -236,6 +237,8 @@ def test_simulator_catches_a_broken_rule(factory: ReplicaFactory, invariant: tup
         # An acknowledged batch lost: seen by the clients' check, or by an idempotent
         # producer whose next sequence is refused.
         (AcksBeforeCommit, ("acked-lost", "idempotent-refused")),
+        # Requests appended together, each answered with another's offsets.
+        (MixesUpMergedAnswers, ("acked-lost",)),
         (SendsBeforeFlush, ("majority-holds",)),
         (ServesAboveHwm, ("consumer-above-hwm",)),
         (SendsBeforePersist, ("persist-before-send",)),
