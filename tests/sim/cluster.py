@@ -57,6 +57,11 @@ Invariants, checked after every event:
 * ``liveness``: after faults stop (all nodes up, network healed) a leader commits a new
   client record within ``liveness_bound_ms``.
 
+Requests handed in together (``together``, half the seeds): now and then a client
+append hands the node 2-4 produce requests at once, as a node hands its driver a turn of
+its loop's appends (``Driver.request_many``, which appends a partition's plain batches as
+one): ``acked-lost`` checks each is answered with its own offsets.
+
 Membership changes (``membership`` > 0): a fault now and then moves the partition to new
 voters (add an observer, remove a voter, or replace one or two: two or four steps), as
 the controller does with every node's driver (``Driver.set_target``); the leader steps
@@ -242,6 +247,9 @@ class SimParams:
     transactions: bool = False
     # A compacted topic (``compaction``): keyed records, each replica cleaning its log.
     compaction: bool = False
+    # Chance that a client append hands the node 2-4 produce requests together, as a
+    # node's turn of its event loop hands the driver its appends (``request_many``).
+    together: float = 0.0
     # The cleaner's rules (a teeth test breaks one: ``tests.sim.broken``).
     cleaner: CleanerClass = SimCleaner
     config: QuorumConfig = field(default_factory=lambda: QuorumConfig(quiesce=True))
@@ -257,6 +265,7 @@ class SimParams:
         target_lag = random.Random(seed * 7919 + 6).choice([0.0, 0.5])
         transactions = random.Random(seed * 7919 + 8).random() < 0.5
         compacted = random.Random(seed * 7919 + 10).random() < 0.5
+        together = random.Random(seed * 7919 + 13).choice([0.0, 0.3])
         idle = random.Random(seed * 7919 + 3)
         quiesce, pauses = idle.random() < 0.8, idle.random() < 0.6
         extra = idle.choice([0, 1, 2])
@@ -288,6 +297,7 @@ class SimParams:
             extra_partitions=extra,
             transactions=transactions,
             compaction=compacted,
+            together=together,
         )
 
 
@@ -850,14 +860,14 @@ class Simulation:
         )
 
     def client_append(self) -> None:
-        """A producer (acks=quorum) that never retries. Now and then several requests
-        reach the node together, as a node's turn of its event loop hands them to the
+        """A producer (acks=quorum) that never retries. With ``together``, now and then several
+        requests reach the node at once, as a node's turn of its event loop hands them to the
         driver (``Driver.request_many``: a partition's plain batches appended as one,
         each answered with its own offsets)."""
         node = self.pick_producer_target()
         if node is None:
             return
-        if self.rng.random() < 0.7:
+        if not self.p.together or self.rng.random() >= self.p.together:
             ids = self.new_ids()
             self.submit(node, self.produce_request(client_batch(ids)), ("produce", ids))
             return

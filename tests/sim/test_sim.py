@@ -160,7 +160,8 @@ def test_simulator_catches_a_copy_made_anew_that_votes_before_it_has_caught_up()
     """A node a move brings back, its old copy deleted, that answers votes at once with
     its new, empty copy: a voter cut off since before the moves, still counting that
     node's old copy, wins its vote beside the real leader of the epoch (seed 532)."""
-    mix = {"membership": 0.4, "target_lag": 0.0}  # as found: no node learns a move late
+    # As found: no node learns a move late, each append a request of its own.
+    mix = {"membership": 0.4, "target_lag": 0.0, "together": 0.0}
     result = run_seed(532, new_copies_catch_up=False, **mix)
     assert result.violation is not None, result.report()
     assert result.violation.invariant == "one-leader-per-epoch", result.report()
@@ -183,7 +184,7 @@ def test_simulator_catches_a_leader_counting_a_voter_before_it_holds_its_additio
     added it, a leader that counts a voter from the moment it adds it would count that
     copy, deleted, for records above its high watermark (seed 2004, with lags, of a core
     that breaks both rules)."""
-    lagging = {"membership": 0.5, "target_lag": 0.8, "transactions": False}
+    lagging = {"membership": 0.5, "target_lag": 0.8, "transactions": False, "together": 0.0}
     result = run_seed(2004, factory=CountsNewVotersAtOnce, **lagging)
     assert result.violation is not None, result.report()
     assert result.violation.invariant == "deleted-copy-uncounted", result.report()
