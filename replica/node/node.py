@@ -152,11 +152,17 @@ class GatheredSteps:
     before every send. ``now`` carries out what was gathered with its own step, so
     steps are always carried out in the order the driver took them. Under load, this is
     what batches a node's work: a frame and a socket write per step cost ~10% of a
-    loaded node's CPU with 64 busy partitions."""
+    loaded node's CPU with 64 busy partitions. Work handed in for the driver to take
+    at the next turn (``wake``: a turn's appends) is taken then by ``pending``, its step
+    carried out with the gathered ones, after them."""
 
-    def __init__(self, carry_out: Callable[[Ready], None]) -> None:
+    def __init__(
+        self, carry_out: Callable[[Ready], None], pending: Callable[[], Ready | None] | None = None
+    ) -> None:
         self._carry_out = carry_out
+        self._pending = pending
         self._gathered: Ready | None = None
+        self._due = False  # a turn is scheduled
 
     def now(self, ready: Ready) -> None:
         if self._gathered is not None:
@@ -166,16 +172,27 @@ class GatheredSteps:
         self._carry_out(ready)
 
     def soon(self, ready: Ready) -> None:
-        if self._gathered is not None:
-            self._gathered.merge(ready)
-            return
-        self._gathered = Ready()
+        if self._gathered is None:
+            self._gathered = Ready()
         self._gathered.merge(ready)
-        asyncio.get_running_loop().call_soon(self._turn)
+        self.wake()
+
+    def wake(self) -> None:
+        """Have a turn at the loop's next turn (``pending`` is asked for its step then)."""
+        if not self._due:
+            self._due = True
+            asyncio.get_running_loop().call_soon(self._turn)
 
     def _turn(self) -> None:
-        if self._gathered is not None:
-            ready, self._gathered = self._gathered, None
+        self._due = False
+        ready, self._gathered = self._gathered, None
+        step = self._pending() if self._pending is not None else None
+        if step is not None:
+            if ready is None:
+                ready = step
+            else:
+                ready.merge(step)
+        if ready is not None:
             self._carry_out(ready)
 
 
@@ -325,7 +342,7 @@ class Node:
             self.driver.incarnation = config.incarnation
         self.clock = DriverClock()
         self.ticks = TickTimer(self.driver.next_deadline_ms, self.clock.now)
-        self.steps = GatheredSteps(self._carry_out)
+        self.steps = GatheredSteps(self._carry_out, self._take_appends)
         self.space = DiskSpace(config.data_dir, config.node_id)
         # Off unless --metrics-listen: then requests, flushes and persists are counted.
         self.metrics: NodeMetrics | None = None
@@ -505,13 +522,11 @@ class Node:
 
     def _request(self, key: PartitionKey, req: Any) -> tuple[int, asyncio.Future[Any]]:
         token = next(self._tokens)
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._answers[token] = fut
         if type(req) in _APPENDS:
-            if not self._appends:
-                loop.call_soon(self._append_turn)
             self._appends.append((token, key, req))
+            self.steps.wake()
             return token, fut
         try:
             self.execute_soon(self.driver.request(token, key, req, self.clock.now()))
@@ -520,23 +535,25 @@ class Node:
             raise
         return token, fut
 
-    def _append_turn(self) -> None:
+    def _take_appends(self) -> Ready | None:
         """The appends handed in the last turn of the loop (produce requests, from every
-        connection, and transaction markers), to the driver together and in order: a
-        partition's plain batches of several requests are one append there (one write,
-        one flush, one replication round; ``Driver.request_many``). A node under load
-        takes many requests a turn, a few for each of its partitions."""
+        connection, and transaction markers), to the driver together and in order, their
+        step carried out with the turn's others: a partition's plain batches of several
+        requests are one append there (one write, one flush, one replication round;
+        ``Driver.request_many``). A node under load takes many requests a turn, a few
+        for each of its partitions."""
+        if not self._appends:
+            return None
         items, self._appends = self._appends, []
         try:
-            ready = self.driver.request_many(items, self.clock.now())
+            return self.driver.request_many(items, self.clock.now())
         except Exception as exc:  # a bug: each request fails with it, as handed alone
             log.exception("appending %d produce requests failed", len(items))
             for token, _key, _req in items:
                 fut = self._answers.pop(token, None)
                 if fut is not None and not fut.done():
                     fut.set_exception(exc)
-            return
-        self.execute(ready)
+            return None
 
     def _start_flush(self, key: PartitionKey) -> None:
         """Join the node's next flush job (one job, one worker thread and, with several

@@ -60,3 +60,41 @@ def test_a_step_carried_out_now_takes_the_gathered_ones_first() -> None:
     asyncio.run(main())
     assert len(carried) == 1  # nothing left for the loop's turn
     assert [msg for _, msg in carried[0].send] == ["message 0", "message 1", "message 2"]
+
+
+def test_work_handed_in_for_the_next_turn_is_carried_out_with_the_gathered_steps() -> None:
+    """A turn's appends reach the driver at the next turn (``wake``, then ``pending``):
+    their step goes in the same carrying out as the steps gathered meanwhile, after
+    them (one frame per peer, one set of flushes), whichever was handed in first."""
+    carried: list[Ready] = []
+    handed: list[int] = []
+
+    def pending() -> Ready | None:
+        if not handed:
+            return None
+        n = handed.pop()
+        return step(n)
+
+    async def main() -> None:
+        steps = GatheredSteps(carried.append, pending)
+        handed.append(9)
+        steps.wake()
+        steps.soon(step(0))
+        steps.soon(step(1))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert len(carried) == 1
+        handed.append(10)  # alone in its turn
+        steps.wake()
+        steps.wake()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        steps.wake()  # nothing handed: nothing carried out
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert [[msg for _, msg in r.send] for r in carried] == [
+        ["message 0", "message 1", "message 9"],
+        ["message 10"],
+    ]
