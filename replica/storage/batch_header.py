@@ -304,7 +304,8 @@ def plain_span(buf: bytes | bytearray | memoryview) -> int | None:
     whole plain batches only: format 2, no flags, no producer fields. None for any other
     buffer (a producer's numbered or transactional batch, a control batch, one that does
     not end where ``buf`` ends), which the append then takes, or refuses, on its own.
-    Reads four fields of each header and checks no CRC: the append checks every batch."""
+    Reads the fields it needs of each header and checks no CRC: the append checks every
+    batch."""
     total = len(buf)
     position = span = 0
     while position < total:
