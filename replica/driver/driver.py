@@ -630,7 +630,8 @@ class Driver:
             plain = self._plain_produce(key, req)
             if plain is None:
                 if key in runs:  # appended before it, in order
-                    self._produce_run(*runs.pop(key)[:2], now, ready)
+                    before, run, _size = runs.pop(key)
+                    self._produce_run(before, run, now, ready)
                 ready.merge(self.request(token, key, req, now))
                 continue
             p, produce, span = plain

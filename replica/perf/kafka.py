@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.value_size} B values, {args.nodes} replicas, fsync on)",
             f"librdkafka producer   {figures['produce_rec_per_s']:,} records/s (acks=all, "
             f"{producer_api} API), nodes' CPU {figures['node_cpu_s_per_m_produced']} s per "
-            f"million, the producer's {figures['client_cpu_s_per_m_produced']} s (the machine's CPUs "
-            f"{figures['produce_machine_busy_pct']}% busy)",
+            f"million, the producer's {figures['client_cpu_s_per_m_produced']} s (the "
+            f"machine's CPUs {figures['produce_machine_busy_pct']}% busy)",
             f"  listener's answer   {figures['produce_requests']:,} Produce requests "
             f"({figures['records_per_produce_request']} records each), answered in "
             f"{figures['produce_answer_ms_mean']} ms mean, "
